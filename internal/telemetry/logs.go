@@ -1,0 +1,103 @@
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"lock.dev/lockd/store"
+)
+
+// Log event names (C4 #ct4-logs). The slog message is the event name.
+const (
+	EventSessionOpened = "session_opened"
+	EventSessionLost   = "session_lost"
+	EventSessionClosed = "session_closed"
+	EventLeaseExpired  = "lease_expired"
+	EventLockAcquired  = "lock_acquired"
+	EventLockReleased  = "lock_released"
+	EventLockRevoked   = "lock_revoked"
+)
+
+// Reasons a session is lost (session_lost.reason, lockd_sessions_lost_total).
+const (
+	LostLeaseExpired    = "lease_expired"
+	LostKeepaliveFailed = "keepalive_failed"
+	LostClientSilent    = "client_silent"
+	LostRevoked         = "revoked"
+	LostBackendError    = "backend_error"
+)
+
+// Reasons a lock is released (lock_released.reason, lockd_lock_release_total).
+const (
+	ReleaseRelease       = "release"
+	ReleaseSessionClosed = "session_closed"
+	ReleaseSessionLost   = "session_lost"
+	ReleaseRevoked       = "revoked"
+)
+
+// Discard is a logger that drops everything: the default of every library
+// package.
+var Discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// OrDiscard returns l, or Discard when l is nil.
+func OrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return Discard
+	}
+	return l
+}
+
+// Log emits the C4 events with exactly their required fields.
+type Log struct {
+	L       *slog.Logger
+	Backend string
+}
+
+func (g Log) info(msg string, attrs ...slog.Attr) {
+	l := OrDiscard(g.L)
+	l.LogAttrs(context.Background(), slog.LevelInfo, msg, append([]slog.Attr{slog.String("backend", g.Backend)}, attrs...)...)
+}
+
+func (g Log) warn(msg string, attrs ...slog.Attr) {
+	l := OrDiscard(g.L)
+	l.LogAttrs(context.Background(), slog.LevelWarn, msg, append([]slog.Attr{slog.String("backend", g.Backend)}, attrs...)...)
+}
+
+// SessionOpened logs session_opened {backend, session, ttl_ms}.
+func (g Log) SessionOpened(id store.SessionID, ttl time.Duration) {
+	g.info(EventSessionOpened, slog.String("session", string(id)), slog.Int64("ttl_ms", ttl.Milliseconds()))
+}
+
+// SessionLost logs session_lost {backend, session, reason}.
+func (g Log) SessionLost(id store.SessionID, reason string) {
+	g.warn(EventSessionLost, slog.String("session", string(id)), slog.String("reason", reason))
+}
+
+// SessionClosed logs session_closed {backend, session, released}.
+func (g Log) SessionClosed(id store.SessionID, released int) {
+	g.info(EventSessionClosed, slog.String("session", string(id)), slog.Int("released", released))
+}
+
+// LeaseExpired logs lease_expired {backend, session}.
+func (g Log) LeaseExpired(id store.SessionID) {
+	g.warn(EventLeaseExpired, slog.String("session", string(id)))
+}
+
+// LockAcquired logs lock_acquired {backend, session, key, token, waited_ms}.
+func (g Log) LockAcquired(gr store.Grant, waited time.Duration) {
+	g.info(EventLockAcquired, slog.String("session", string(gr.Session)), slog.String("key", gr.Key),
+		slog.Uint64("token", gr.Token), slog.Int64("waited_ms", waited.Milliseconds()))
+}
+
+// LockReleased logs lock_released {backend, session, key, token, reason}.
+func (g Log) LockReleased(gr store.Grant, reason string) {
+	g.info(EventLockReleased, slog.String("session", string(gr.Session)), slog.String("key", gr.Key),
+		slog.Uint64("token", gr.Token), slog.String("reason", reason))
+}
+
+// LockRevoked logs lock_revoked {backend, key, token}.
+func (g Log) LockRevoked(key string, token uint64) {
+	g.warn(EventLockRevoked, slog.String("key", key), slog.Uint64("token", token))
+}

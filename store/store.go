@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"time"
+)
+
+// SessionID identifies a session. It is opaque to every caller: at least 128
+// random bits, never derived from a backend id such as an etcd lease id or a
+// row id (C2 #ct2-spi).
+type SessionID string
+
+// NewSessionID returns a fresh random session id (26 base32 characters,
+// 130 random bits). Backends use it so ids look the same everywhere.
+func NewSessionID() SessionID { return SessionID(rand.Text()) }
+
+// Session is what OpenSession returns.
+type Session struct {
+	ID SessionID
+	// TTL is the TTL the backend actually applies; it may round the requested
+	// TTL up (etcd leases have whole-second TTLs), never down.
+	TTL time.Duration
+	// Remaining is the deadline bound of C2 #ct2-deadline, measured from when
+	// the store received the call.
+	Remaining time.Duration
+}
+
+// Liveness is what Heartbeat reports.
+type Liveness struct {
+	// Live is false once the session is known dead. Not-live is terminal: a
+	// session once reported not-live is never reported live again.
+	Live bool
+	// Remaining is a conservative lower bound of how long the backend keeps
+	// the session (and so its locks) alive, measured from when the store
+	// received the call (C2 #ct2-deadline). Zero when not live.
+	Remaining time.Duration
+}
+
+// Grant is one granted lock.
+type Grant struct {
+	Key     string
+	Session SessionID
+	// Token is the fencing token: strictly increasing over successive grants
+	// of one key and never reused (C2 #ct2-fencing).
+	Token uint64
+	// AcquiredAt is the time of the grant on the backend's clock. It is for
+	// display only and never used for a safety decision.
+	AcquiredAt time.Time
+	// Remaining is the holder session's deadline bound at grant time, as in
+	// Liveness.Remaining. Zero where the grant is not a reply that extends
+	// trust (LocksOf, Revoke).
+	Remaining time.Duration
+}
+
+// LockInfo describes a held key: Inspect and List return it.
+type LockInfo struct {
+	Key        string
+	Session    SessionID
+	Token      uint64
+	AcquiredAt time.Time
+	// Waiters are the sessions queued for the key, first in line first.
+	Waiters []SessionID
+}
+
+// EventKind says what happened to a key.
+type EventKind int
+
+// Event kinds (C2 #ct2-watch).
+const (
+	// EventAcquired: a session was granted the key.
+	EventAcquired EventKind = iota + 1
+	// EventReleased: the holder released the key (DeleteIfOwner).
+	EventReleased
+	// EventExpired: the holder's session ended (expired, lost or closed)
+	// and took the grant with it.
+	EventExpired
+	// EventRevoked: an administrator revoked the grant.
+	EventRevoked
+)
+
+var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked"}
+
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(eventKindNames) {
+		return eventKindNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one change to a key, as Watch reports it.
+type Event struct {
+	Kind    EventKind
+	Key     string
+	Session SessionID
+	Token   uint64
+	// Err is set only on the last value a watch channel delivers before it is
+	// closed because the watch broke (not because its context ended). It is
+	// classified like every other store error; the other fields are empty.
+	Err error
+}
+
+// SessionRegistry opens, keeps and closes sessions (C2 #ct2-spi).
+//
+// All methods are safe for concurrent use. Every method that takes a context
+// stops when it is cancelled and then returns an error for which
+// errors.Is(err, ctx.Err()) holds, leaving no partial state behind.
+type SessionRegistry interface {
+	// OpenSession starts a session with the given TTL (store.ValidateTTL).
+	// The backend frees every lock of a session that is neither heartbeated
+	// (PostgreSQL) nor kept alive (etcd) for its TTL.
+	OpenSession(ctx context.Context, ttl time.Duration) (Session, error)
+
+	// Heartbeat reports the session's liveness and the deadline bound
+	// (C2 #ct2-deadline). On backends that need it (PostgreSQL) it also
+	// extends the session by its TTL; on etcd it only reports what the
+	// session's keepalive stream knows. An unknown, expired or closed session
+	// is reported as not live, with a nil error. A transient backend problem
+	// is ErrContention or ErrNotLeader, never "not live".
+	Heartbeat(ctx context.Context, id SessionID) (Liveness, error)
+
+	// CloseSession ends the session and releases every lock it held,
+	// returning how many. Idempotent: closing an unknown or already closed
+	// session returns 0 and no error. Queued waiters of the session leave
+	// their queues.
+	CloseSession(ctx context.Context, id SessionID) (int, error)
+
+	// LocksOf lists the session's grants, read from the backend (not a
+	// cache), ordered by key. ErrSessionDead if the session is not live.
+	LocksOf(ctx context.Context, id SessionID) ([]Grant, error)
+}
+
+// LockStore grants named locks inside sessions (C2 #ct2-spi).
+//
+// Every method is safe for concurrent use and follows the cancellation rule
+// of SessionRegistry. Invalid input is ErrInvalidArgument and writes nothing.
+// A session is used only through the store instance that opened it; another
+// instance on the same backend reports it as unknown (ErrSessionDead), except
+// where docs/backends.md records a divergence.
+type LockStore interface {
+	SessionRegistry
+
+	// TryInsert grants key to the session iff the key is free, nobody is
+	// queued for it, and the session is live. acquired is false (and err
+	// nil) when another session holds the key or waiters are queued. If the
+	// session already holds the key, its existing grant is returned with
+	// acquired true, so a retried call is idempotent. An unknown or dead
+	// session is ErrSessionDead and writes nothing.
+	TryInsert(ctx context.Context, id SessionID, key string) (g Grant, acquired bool, err error)
+
+	// Acquire grants key to the session, waiting in the key's FIFO queue
+	// (kept in the backend, shared by every store instance) until it is the
+	// session's turn. It returns when granted; when ctx ends (the waiter
+	// leaves the queue at once; the error matches ctx.Err()); or when the
+	// session dies (ErrSessionDead; the waiter leaves the queue). If the
+	// session already holds the key, its existing grant is returned at once.
+	Acquire(ctx context.Context, id SessionID, key string) (Grant, error)
+
+	// DeleteIfOwner releases the grant (session, key, token). It deletes the
+	// key only if that exact grant is the current one: any other case
+	// (wrong session, stale token, key free) is ErrNotOwner and changes
+	// nothing, so a retried release never deletes a newer grant. A dead
+	// session's grants are already gone: ErrNotOwner.
+	DeleteIfOwner(ctx context.Context, id SessionID, key string, token uint64) error
+
+	// Revoke deletes the key's current grant whoever holds it (an
+	// administrative act that breaks the holder's trust; the fencing token
+	// protects the resource). It returns the revoked grant, or found=false
+	// if the key was free. The holder's session stays live.
+	Revoke(ctx context.Context, key string) (g Grant, found bool, err error)
+
+	// Inspect describes the key: found is false if nobody holds it.
+	Inspect(ctx context.Context, key string) (info LockInfo, found bool, err error)
+
+	// List returns held keys starting with prefix, in key order, beginning
+	// after the key `after` ("" for the first page), at most limit of them
+	// (store.ListLimit).
+	List(ctx context.Context, prefix, after string, limit int) ([]LockInfo, error)
+
+	// Watch reports every change to keys starting with prefix, in commit
+	// order. It returns once the watch is established: every change committed
+	// after Watch returns is delivered. The channel is closed when ctx ends,
+	// or after one final Event with Err set when the watch breaks. A consumer
+	// that falls behind by more than the channel's buffer breaks the watch
+	// (Err wraps ErrContention) rather than stalling the backend.
+	Watch(ctx context.Context, prefix string) (<-chan Event, error)
+
+	// Close stops every background goroutine of this instance and waits for
+	// them. Sessions it opened are not closed: their locks are freed by the
+	// backend's own expiry (docs/backends.md, restart semantics).
+	Close() error
+}

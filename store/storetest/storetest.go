@@ -1,0 +1,33 @@
+// Package storetest is the conformance suite every store backend passes
+// unchanged (C2 #ct2-spi). A backend's test file is a few lines:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Config{Namespace: ..., ExpirySlack: ...})
+//	}
+//
+// Each subtest gets a fresh, isolated namespace on the backend (a database,
+// a key prefix) and opens one or two independent store instances on it; two
+// instances stand in for two lockd replicas sharing the backend.
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"lock.dev/lockd/store"
+)
+
+// Config describes the backend under test.
+type Config struct {
+	// Namespace is called once per subtest. It prepares a fresh namespace on
+	// the backend and returns a function that opens a new, independent store
+	// instance over that namespace each time it is called. Instances and
+	// the namespace are cleaned up through t.Cleanup; the suite also calls
+	// Close on the instances it opens (Close must be idempotent).
+	Namespace func(t *testing.T) (open func(t *testing.T) store.LockStore)
+
+	// ExpirySlack is how long after its TTL a session that nobody keeps
+	// alive may still hold its locks: the PostgreSQL reaper interval, etcd's
+	// lease expiry check. The suite allows ExpirySlack plus a fixed margin.
+	ExpirySlack time.Duration
+}
