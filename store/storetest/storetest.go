@@ -30,4 +30,12 @@ type Config struct {
 	// alive may still hold its locks: the PostgreSQL reaper interval, etcd's
 	// lease expiry check. The suite allows ExpirySlack plus a fixed margin.
 	ExpirySlack time.Duration
+
+	// Expire makes the backend expire the session out of band, as if its
+	// TTL had run out with nobody keeping it alive (etcd: revoke its lease
+	// through the etcd API; PostgreSQL: move expires_at into the past so the
+	// reaper takes it). s is the instance that opened the session. The
+	// backend's normal machinery must then notice: the session becomes
+	// not-live and its locks go away within ExpirySlack plus a margin.
+	Expire func(t *testing.T, s store.LockStore, id store.SessionID)
 }
