@@ -32,6 +32,10 @@ type Config struct {
 	Listen string `koanf:"lock.server.listen"`
 	// MetricsListen is lock.server.metrics-listen (/metrics, /healthz).
 	MetricsListen string `koanf:"lock.server.metrics-listen"`
+	// CloseSessionsOnShutdown is lock.server.close-sessions-on-shutdown: on
+	// SIGINT/SIGTERM, close every session (releasing its locks at once)
+	// instead of leaving them to expire.
+	CloseSessionsOnShutdown bool `koanf:"lock.server.close-sessions-on-shutdown"`
 	// EtcdEndpoints is lock.etcd.endpoints (backend etcd).
 	EtcdEndpoints []string `koanf:"lock.etcd.endpoints"`
 	// EtcdPrefix is lock.etcd.prefix: every key lockd writes starts with it.
