@@ -2,12 +2,13 @@
 // unchanged (C2 #ct2-spi). A backend's test file is a few lines:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Config{Namespace: ..., ExpirySlack: ...})
+//		storetest.Run(t, storetest.Config{Namespace: ..., ExpirySlack: ..., Expire: ...})
 //	}
 //
 // Each subtest gets a fresh, isolated namespace on the backend (a database,
 // a key prefix) and opens one or two independent store instances on it; two
-// instances stand in for two lockd replicas sharing the backend.
+// instances stand in for two lockd replicas sharing the backend. Subtests run
+// in parallel.
 package storetest
 
 import (
@@ -38,4 +39,56 @@ type Config struct {
 	// backend's normal machinery must then notice: the session becomes
 	// not-live and its locks go away within ExpirySlack plus a margin.
 	Expire func(t *testing.T, s store.LockStore, id store.SessionID)
+}
+
+// TTL is the session TTL the suite uses: the smallest one allowed, so that
+// expiry tests are short.
+const TTL = store.MinTTL
+
+// margin is added to every eventual bound on top of the backend's slack.
+const margin = 3 * time.Second
+
+// Run runs every conformance subtest against the backend.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.Namespace == nil || cfg.Expire == nil {
+		t.Fatal("storetest.Run: Config.Namespace and Config.Expire are required")
+	}
+	s := &suite{cfg: cfg}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"Lifecycle", s.testLifecycle},
+		{"CloseIdempotent", s.testCloseIdempotent},
+		{"HeartbeatTerminalAfterClose", s.testHeartbeatTerminalAfterClose},
+		{"HeartbeatTerminalAfterExpiry", s.testHeartbeatTerminalAfterExpiry},
+		{"Exclusivity", s.testExclusivity},
+		{"TryInsertIdempotentForHolder", s.testTryInsertIdempotent},
+		{"UnknownSessionWritesNothing", s.testUnknownSessionWritesNothing},
+		{"DeadSessionWritesNothing", s.testDeadSessionWritesNothing},
+		{"SessionDeathReleasesLocks", s.testSessionDeathReleasesLocks},
+		{"ExpiredSessionReleasesLocks", s.testExpiredSessionReleasesLocks},
+		{"FencingTokensIncrease", s.testFencingTokensIncrease},
+		{"FencingTokensIncreaseAcrossReap", s.testFencingAcrossReap},
+		{"DeleteIfOwner", s.testDeleteIfOwner},
+		{"FIFO", s.testFIFO},
+		{"FIFOCancelledWaiterLeaves", s.testFIFOCancelledWaiterLeaves},
+		{"FIFODeadWaiterLeaves", s.testFIFODeadWaiterLeaves},
+		{"TryInsertDoesNotJumpQueue", s.testTryInsertDoesNotJumpQueue},
+		{"AcquireHeldBySelf", s.testAcquireHeldBySelf},
+		{"Revoke", s.testRevoke},
+		{"InspectAndList", s.testInspectAndList},
+		{"LocksOf", s.testLocksOf},
+		{"WatchOrder", s.testWatchOrder},
+		{"BadInput", s.testBadInput},
+		{"Cancellation", s.testCancellation},
+		{"Deadline", s.testDeadline},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
 }
