@@ -25,3 +25,23 @@ gotest:
 
 build:
 	$(GO) build -o bin/lockd ./cmd/lockd
+
+## generate: regenerate proto/lockd/v1 from lockd.proto. Tools: protoc from
+## Debian's protobuf-compiler (apt-get install -y protobuf-compiler) and
+##   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+##   go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+PROTOC ?= protoc
+PROTOS := proto/lockd/v1/lockd.proto
+
+.PHONY: generate check-generate
+
+generate:
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(PROTOC) -I proto -I /usr/include \
+		--go_out=. --go_opt=module=lock.dev/lockd \
+		--go-grpc_out=. --go-grpc_opt=module=lock.dev/lockd \
+		$(PROTOS)
+
+## check-generate: fail when regenerating changes the committed generated code.
+check-generate: generate
+	@git diff --exit-code -- proto/ || { echo "check-generate: generated code differs; run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- proto/)" || { git status --porcelain -- proto/; echo "check-generate: uncommitted generated files"; exit 1; }
