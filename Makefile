@@ -8,7 +8,7 @@ GOTESTFLAGS ?= -race -shuffle=on -timeout 20m
 .PHONY: test fmt-check vet staticcheck gotest build
 
 ## test: everything CI checks — format, vet, staticcheck, generated code, all tests with -race.
-test: fmt-check vet staticcheck gotest
+test: fmt-check vet staticcheck check-generate gotest
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
