@@ -1,0 +1,93 @@
+// Package server is lockd's gRPC server: the lockd.v1.LockService API
+// (proto/lockd/v1) over one store.LockStore, plus the standard gRPC health
+// service, server reflection (so grpcurl works), and an HTTP handler for
+// /metrics and /healthz.
+//
+//	srv, err := server.New(cfg, st, server.Options{Logger: log})
+//	go srv.Serve(lis)
+//	...
+//	err = srv.Shutdown(ctx)
+//	st.Close()
+//
+// # Client liveness
+//
+// The server owns client liveness. A session whose client sends no
+// KeepAlive request is closed by the server (C4 session_lost, reason
+// client_silent), releasing its locks so that waiters get them. Following
+// shared/SAFETY.md, the server never closes a session before the Remaining
+// it last granted has run out counted from when it received the request the
+// grant answered: it closes after max(TTL, last granted Remaining) of
+// silence. One goroutine with a timer heap does this for all sessions.
+// Together with the backend's own expiry (lockd itself dies: etcd leases
+// and PostgreSQL rows expire after the TTL), every way a holder can die
+// releases its locks.
+//
+// KeepAlive answers pass the store's Remaining through unchanged: the store
+// measures it from its own receipt of the heartbeat, which is later than the
+// client's send, so the client's deadline (send + Remaining − safety margin)
+// stays inside the backend lifetime. A transient backend error is answered
+// with a per-session retryable error, and the client keeps its deadline.
+//
+// When a lock held by a session of this server is revoked or expires, the
+// holder is told on its KeepAlive stream (a LockLost notice). The server
+// keeps one backend watch of all keys for this and routes events by session,
+// key and token; after the watch is interrupted it reconciles its grants
+// against the backend. An admin revoke deliberately breaks the holder's
+// trust (as in etcd and Consul): the notice tells the holder to stop, and
+// the fencing token protects the resource in the meantime.
+//
+// # Errors
+//
+// Errors cross the wire in one place, errors.go. Each carries a
+// google.rpc.ErrorInfo with domain ErrorDomain and a Reason* value:
+//
+//	invalid input            InvalidArgument     INVALID_ARGUMENT (message names the field)
+//	dead or unknown session  FailedPrecondition  SESSION_DEAD
+//	not the current grant    PermissionDenied    NOT_OWNER
+//	contention               Unavailable         CONTENTION
+//	backend not leader       Unavailable         NOT_LEADER
+//	backend unreachable      Unavailable         UNAVAILABLE
+//	server shutting down     Unavailable         SHUTTING_DOWN
+//	Acquire wait timeout     DeadlineExceeded    WAIT_TIMEOUT
+//	a server limit           ResourceExhausted   LIMIT
+//	the caller's ctx ended   Canceled / DeadlineExceeded (no reason)
+//	anything else            Internal            INTERNAL (generic message; logged)
+//
+// # Limits
+//
+//   - A request message is at most MaxRecvMsgSize (64 KiB).
+//   - Keys follow store.ValidateKey (UTF-8, 1..512 bytes, no NUL); session
+//     TTLs store.ValidateTTL (2s..1h) and must exceed twice the safety
+//     margin; List pages hold at most store.MaxListLimit keys.
+//   - One Acquire waits at most MaxWait (10 minutes).
+//   - One KeepAlive stream carries at most MaxSessionsPerStream sessions and
+//     answers at most MaxInflightPerStream heartbeats at once; a client that
+//     stops reading its replies has its stream ended.
+//   - At most 1024 lock-loss notices wait for a session that has no
+//     KeepAlive stream attached; older ones are dropped.
+//
+// # Shutdown
+//
+// Shutdown stops accepting connections, ends waiting acquires and streams
+// (clients see Unavailable SHUTTING_DOWN and retry elsewhere), waits for
+// in-flight RPCs and stops every goroutine of the server. By default it does
+// NOT close sessions: they are left to expire. A restart of lockd must not
+// release locks that clients still trust — their trust runs until their
+// local deadline, and the backend keeps their locks at least that long. On
+// PostgreSQL the sessions survive the restart and the clients carry on with
+// the new process; on etcd the leases expire after their TTL once the store
+// stops keeping them alive, by which time every client has stopped trusting.
+// With Config.CloseSessionsOnShutdown, Shutdown first tells every client of
+// this server its session is dead and then closes the sessions, releasing
+// their locks at once (for a planned stop where waiters should not wait for
+// the TTL).
+//
+// # Telemetry
+//
+// The server emits the C4 events lock_acquired, lock_released (reason
+// release), lock_revoked and session_lost (reason client_silent) through
+// internal/telemetry, and the C4 metrics lockd_lock_acquire_total{result},
+// lockd_lock_acquire_seconds, lockd_locks_held and
+// lockd_sessions_lost_total{reason="client_silent"}; the store emits the
+// session and backend ones. Labels come only from fixed enums.
+package server

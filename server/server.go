@@ -1,0 +1,250 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"lock.dev/lockd/internal/telemetry"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
+)
+
+// Limits of the server (documented in the package doc).
+const (
+	// MaxRecvMsgSize bounds one request message.
+	MaxRecvMsgSize = 64 << 10
+	// MaxWait bounds how long one Acquire may wait (wait_timeout_ms 0
+	// means MaxWait).
+	MaxWait = 10 * time.Minute
+	// MaxSessionsPerStream bounds the sessions one KeepAlive stream
+	// carries.
+	MaxSessionsPerStream = 10000
+	// MaxInflightPerStream bounds the heartbeats of one KeepAlive stream
+	// being answered at once; further requests wait to be read.
+	MaxInflightPerStream = 64
+)
+
+// Options are the server's dependencies. The zero value is valid.
+type Options struct {
+	// Logger receives the C4 log events; nil discards them.
+	Logger *slog.Logger
+	// Registry is lockd's own Prometheus registry, served by
+	// MetricsHandler; nil creates a new one.
+	Registry *prometheus.Registry
+	// Metrics are the C4 metrics. nil creates them on Registry with the
+	// backend label BackendLabel. A caller that shares one Metrics between
+	// the store and the server passes it here, registered on Registry.
+	Metrics *telemetry.Metrics
+	// BackendLabel is the C4 backend label ("etcd" or "pg"); empty means
+	// Config.Backend, with "embedded" reported as "etcd".
+	BackendLabel string
+}
+
+// Server is a lockd gRPC server over one store.
+type Server struct {
+	cfg     Config
+	st      store.LockStore
+	log     *slog.Logger
+	tlog    telemetry.Log
+	metrics *telemetry.Metrics
+	reg     *prometheus.Registry
+	grpc    *grpc.Server
+	health  *health.Server
+
+	// ctx ends when Shutdown begins; every background goroutine and every
+	// long-running handler (waits, streams) watches it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines and stream helpers
+
+	mu         sync.Mutex
+	sessions   map[store.SessionID]*session
+	silence    silenceHeap
+	wake       chan struct{}
+	closingAll bool // Shutdown with CloseSessionsOnShutdown began
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New validates cfg and returns a server over st. It starts the server's
+// background goroutines (the silence closer and the lock-loss router);
+// Shutdown stops them, so call Shutdown even if Serve is never called. The
+// store stays the caller's: Shutdown does not close it.
+func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("server: invalid config: %w", err)
+	}
+	if st == nil {
+		return nil, errors.New("server: nil store")
+	}
+	label := opts.BackendLabel
+	if label == "" {
+		label = cfg.Backend
+		if label == BackendEmbedded {
+			label = BackendEtcd
+		}
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := opts.Metrics
+	if m == nil {
+		var err error
+		if m, err = telemetry.NewMetrics(reg, label); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
+	}
+	log := telemetry.OrDiscard(opts.Logger)
+	s := &Server{
+		cfg:      cfg,
+		st:       st,
+		log:      log,
+		tlog:     telemetry.Log{L: log, Backend: label},
+		metrics:  m,
+		reg:      reg,
+		sessions: map[store.SessionID]*session{},
+		wake:     make(chan struct{}, 1),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		// Find dead client connections (a waiting Acquire of a client
+		// that vanished then ends, and its waiter leaves the queue).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	lockdv1.RegisterLockServiceServer(s.grpc, service{Server: s})
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(lockdv1.LockService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	s.wg.Add(2)
+	go s.silenceLoop() // exits when s.ctx ends
+	go s.lostLoop()    // exits when s.ctx ends
+	return s, nil
+}
+
+// Serve accepts gRPC connections on lis until Shutdown; it returns nil after
+// Shutdown and the listener's error otherwise.
+func (s *Server) Serve(lis net.Listener) error {
+	err := s.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) || s.ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// MetricsHandler serves "/metrics" (lockd's own registry only: the C4
+// metrics) and "/healthz" (200 while serving, 503 once Shutdown began).
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.ctx.Err() != nil {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Shutdown stops the server (see the package doc): it stops accepting
+// connections, closes every session first if Config.CloseSessionsOnShutdown
+// (otherwise sessions are left to expire), ends waiting acquires and
+// streams, waits for in-flight RPCs and every goroutine of the server. When
+// ctx ends first, remaining RPCs are cut off and ctx's error is returned.
+// Calling it again returns the first call's result.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
+	return s.shutdownErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.health.Shutdown()
+	var errs []error
+	if s.cfg.CloseSessionsOnShutdown {
+		errs = append(errs, s.closeAll(ctx))
+	}
+	stopped := make(chan struct{})
+	go func() { // exits when GracefulStop returns (bounded: Stop below)
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	// Long-running handlers (waits, KeepAlive and Watch streams) end now,
+	// so the graceful stop only waits for short RPCs.
+	s.cancel()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-stopped
+		errs = append(errs, fmt.Errorf("server: shutdown: %w", ctx.Err()))
+	}
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// closeAll closes every session of this server (CloseSessionsOnShutdown),
+// telling each client on its stream first.
+func (s *Server) closeAll(ctx context.Context) error {
+	s.mu.Lock()
+	s.closingAll = true
+	var all []*session
+	for _, ss := range s.sessions {
+		if ss.known && !ss.gone {
+			ss.closing = true
+			ss.pins++
+			s.unschedule(ss)
+			if ss.stream != nil {
+				ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
+			}
+			all = append(all, ss)
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, ss := range all {
+		n, err := s.st.CloseSession(ctx, ss.id)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("server: close session on shutdown: %w", err))
+		} else {
+			_ = n
+			s.markGone(ss)
+		}
+		s.unpin(ss)
+	}
+	return errors.Join(errs...)
+}
+
+// Helpers for constant-message operational logs.
+const slogWarn = slog.LevelWarn
+
+func attrError(err error) slog.Attr { return slog.String("error", err.Error()) }
+
+func attrDuration(k string, d time.Duration) slog.Attr { return slog.Int64(k+"_ms", d.Milliseconds()) }
+
+// sessionLostMetric counts a session the server closed for reason; released
+// locks are counted by the store that released them.
+func (s *Server) sessionLostMetric(reason string, released int) {
+	_ = released
+	s.metrics.SessionEnded(reason)
+}

@@ -1,0 +1,363 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lock.dev/lockd/internal/telemetry"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
+)
+
+// service implements lockdv1.LockServiceServer on a Server. It embeds the
+// Unsafe interface, so a new RPC in the proto is a compile error here until
+// it is implemented.
+type service struct {
+	lockdv1.UnsafeLockServiceServer
+	*Server
+}
+
+var _ lockdv1.LockServiceServer = service{}
+
+// advertised returns the C5 lock.client.* settings for a session of ttl.
+func (s *Server) advertised(ttl time.Duration) (margin, heartbeat time.Duration) {
+	margin = s.cfg.SafetyMargin
+	heartbeat = s.cfg.HeartbeatInterval
+	if heartbeat <= 0 || heartbeat > ttl-2*margin {
+		heartbeat = ttl / 3
+	}
+	return margin, heartbeat
+}
+
+// OpenSession implements the OpenSession RPC.
+func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionRequest) (*lockdv1.OpenSessionResponse, error) {
+	recv := time.Now()
+	ttl := time.Duration(req.TtlMs) * time.Millisecond
+	if req.TtlMs == 0 {
+		ttl = s.cfg.SessionTTL
+	}
+	if err := s.checkTTL(req.TtlMs, ttl); err != nil {
+		return nil, s.toStatus(ctx, "OpenSession", err)
+	}
+	if s.ctx.Err() != nil {
+		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
+	}
+	sess, err := s.st.OpenSession(ctx, ttl)
+	if err != nil {
+		return nil, s.toStatus(ctx, "OpenSession", fmt.Errorf("open session: %w", err))
+	}
+	if !s.register(sess, recv) {
+		// Shutdown began while the store opened it: do not hand it out.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		_, _ = s.st.CloseSession(cctx, sess.ID)
+		cancel()
+		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
+	}
+	margin, hb := s.advertised(sess.TTL)
+	return &lockdv1.OpenSessionResponse{
+		SessionId:           string(sess.ID),
+		TtlMs:               sess.TTL.Milliseconds(),
+		RemainingMs:         max(sess.Remaining, 0).Milliseconds(),
+		SafetyMarginMs:      margin.Milliseconds(),
+		HeartbeatIntervalMs: hb.Milliseconds(),
+	}, nil
+}
+
+// checkTTL validates a requested session TTL (field ttl_ms).
+func (s *Server) checkTTL(ms int64, ttl time.Duration) error {
+	if ms < 0 || ms > int64(store.MaxTTL/time.Millisecond) {
+		return invalid("ttl_ms", fmt.Errorf("%w: %d out of range [%d, %d]", store.ErrInvalidArgument, ms,
+			store.MinTTL.Milliseconds(), store.MaxTTL.Milliseconds()))
+	}
+	if err := store.ValidateTTL(ttl); err != nil {
+		return invalid("ttl_ms", err)
+	}
+	if ttl <= 2*s.cfg.SafetyMargin {
+		return invalid("ttl_ms", fmt.Errorf("%w: %v must exceed twice the safety margin (%v)",
+			store.ErrInvalidArgument, ttl, s.cfg.SafetyMargin))
+	}
+	return nil
+}
+
+// CloseSession implements the CloseSession RPC.
+func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequest) (*lockdv1.CloseSessionResponse, error) {
+	id := store.SessionID(req.SessionId)
+	if err := store.ValidateSessionID(id); err != nil {
+		return nil, s.toStatus(ctx, "CloseSession", invalid("session_id", err))
+	}
+	ss := s.pin(id)
+	defer s.unpin(ss)
+	s.beginClose(ss)
+	n, err := s.st.CloseSession(ctx, id)
+	if err != nil {
+		s.retryCloseLater(ss)
+		return nil, s.toStatus(ctx, "CloseSession", fmt.Errorf("close session: %w", err))
+	}
+	s.markGone(ss)
+	return &lockdv1.CloseSessionResponse{Released: int64(n)}, nil
+}
+
+// retryCloseLater hands a session whose close failed to the silence loop,
+// which retries with backoff; the record stays closing.
+func (s *Server) retryCloseLater(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss.gone || !ss.known {
+		return
+	}
+	ss.expireAt = time.Now().Add(closeRetryMin)
+	s.schedule(ss)
+}
+
+// Acquire implements the Acquire RPC.
+func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
+	recv := time.Now()
+	id := store.SessionID(req.SessionId)
+	if err := s.checkAcquire(req); err != nil {
+		return nil, s.toStatus(ctx, "Acquire", err)
+	}
+	ss := s.pin(id)
+	defer s.unpin(ss)
+	if s.isClosing(ss) {
+		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
+	}
+
+	var (
+		g       store.Grant
+		granted = true
+		err     error
+	)
+	if !req.Wait {
+		g, granted, err = s.st.TryInsert(ctx, id, req.Key)
+	} else {
+		g, err = s.waitAcquire(ctx, id, req)
+	}
+	took := time.Since(recv)
+	switch {
+	case err != nil:
+		result := telemetry.AcquireError
+		if errors.Is(err, errWaitTimeout) || ctx.Err() != nil {
+			result = telemetry.AcquireTimeout
+		}
+		if errors.Is(err, store.ErrSessionDead) {
+			s.markGone(ss)
+		}
+		s.metrics.Acquire(result, took)
+		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", err))
+	case !granted:
+		s.metrics.Acquire(telemetry.AcquireContended, took)
+		return &lockdv1.AcquireResponse{Key: req.Key}, nil
+	}
+
+	s.mu.Lock()
+	ok := s.grantTrustLocked(ss, recv, g.Remaining)
+	if ok {
+		s.trackLocked(ss, g.Key, g.Token)
+	}
+	s.mu.Unlock()
+	if !ok {
+		// The session is being closed, which takes this grant with it.
+		s.metrics.Acquire(telemetry.AcquireError, took)
+		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
+	}
+	s.metrics.Acquire(telemetry.AcquireGranted, took)
+	s.tlog.LockAcquired(g, took)
+	return &lockdv1.AcquireResponse{
+		Granted:     true,
+		Key:         g.Key,
+		Token:       g.Token,
+		RemainingMs: max(g.Remaining, 0).Milliseconds(),
+	}, nil
+}
+
+// checkAcquire validates an AcquireRequest.
+func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
+	if err := store.ValidateSessionID(store.SessionID(req.SessionId)); err != nil {
+		return invalid("session_id", err)
+	}
+	if err := store.ValidateKey(req.Key); err != nil {
+		return invalid("key", err)
+	}
+	switch {
+	case req.WaitTimeoutMs < 0 || req.WaitTimeoutMs > MaxWait.Milliseconds():
+		return invalid("wait_timeout_ms", fmt.Errorf("%w: %d out of range [0, %d]", store.ErrInvalidArgument,
+			req.WaitTimeoutMs, MaxWait.Milliseconds()))
+	case !req.Wait && req.WaitTimeoutMs != 0:
+		return invalid("wait_timeout_ms", fmt.Errorf("%w: must be 0 when wait is false", store.ErrInvalidArgument))
+	}
+	return nil
+}
+
+// waitAcquire queues in the backend's FIFO queue for the key, bounded by the
+// wait timeout (MaxWait when 0), the caller's context and Shutdown. The
+// backend wakes the waiter; nothing here polls.
+func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockdv1.AcquireRequest) (store.Grant, error) {
+	timeout := MaxWait
+	if req.WaitTimeoutMs > 0 {
+		timeout = time.Duration(req.WaitTimeoutMs) * time.Millisecond
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.ctx, func() { cancel(errShuttingDown) })
+	defer stop()
+	wctx, cancelTimeout := context.WithTimeoutCause(wctx, timeout, errWaitTimeout)
+	defer cancelTimeout()
+	g, err := s.st.Acquire(wctx, id, req.Key)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return g, fmt.Errorf("%w: %w", context.Cause(wctx), err)
+	}
+	return g, err
+}
+
+// Release implements the Release RPC.
+func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*lockdv1.ReleaseResponse, error) {
+	id := store.SessionID(req.SessionId)
+	var err error
+	switch {
+	case store.ValidateSessionID(id) != nil:
+		err = invalid("session_id", store.ValidateSessionID(id))
+	case store.ValidateKey(req.Key) != nil:
+		err = invalid("key", store.ValidateKey(req.Key))
+	case req.Token == 0:
+		err = invalid("token", fmt.Errorf("%w: must be non-zero", store.ErrInvalidArgument))
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "Release", err)
+	}
+	if err := s.st.DeleteIfOwner(ctx, id, req.Key, req.Token); err != nil {
+		return nil, s.toStatus(ctx, "Release", fmt.Errorf("release: %w", err))
+	}
+	s.untrack(id, req.Key, req.Token)
+	s.tlog.LockReleased(store.Grant{Key: req.Key, Session: id, Token: req.Token}, telemetry.ReleaseRelease)
+	return &lockdv1.ReleaseResponse{}, nil
+}
+
+// Inspect implements the Inspect RPC.
+func (s service) Inspect(ctx context.Context, req *lockdv1.InspectRequest) (*lockdv1.InspectResponse, error) {
+	if err := store.ValidateKey(req.Key); err != nil {
+		return nil, s.toStatus(ctx, "Inspect", invalid("key", err))
+	}
+	info, found, err := s.st.Inspect(ctx, req.Key)
+	if err != nil {
+		return nil, s.toStatus(ctx, "Inspect", fmt.Errorf("inspect: %w", err))
+	}
+	if !found {
+		return &lockdv1.InspectResponse{}, nil
+	}
+	return &lockdv1.InspectResponse{Held: true, Lock: lockInfo(info)}, nil
+}
+
+func lockInfo(info store.LockInfo) *lockdv1.LockInfo {
+	out := &lockdv1.LockInfo{Key: info.Key, SessionId: string(info.Session), Token: info.Token}
+	if !info.AcquiredAt.IsZero() {
+		out.AcquiredAt = timestamppb.New(info.AcquiredAt)
+	}
+	for _, w := range info.Waiters {
+		out.Waiters = append(out.Waiters, string(w))
+	}
+	return out
+}
+
+// List implements the List RPC. Page tokens are the last key of the
+// previous page, base64url-encoded (opaque to clients).
+func (s service) List(ctx context.Context, req *lockdv1.ListRequest) (*lockdv1.ListResponse, error) {
+	if err := store.ValidatePrefix(req.Prefix); err != nil {
+		return nil, s.toStatus(ctx, "List", invalid("prefix", err))
+	}
+	limit, err := store.ListLimit(int(req.Limit))
+	if err != nil {
+		return nil, s.toStatus(ctx, "List", invalid("limit", err))
+	}
+	after := ""
+	if req.PageToken != "" {
+		raw, derr := base64.RawURLEncoding.DecodeString(req.PageToken)
+		if derr != nil || store.ValidateKey(string(raw)) != nil {
+			return nil, s.toStatus(ctx, "List", invalid("page_token",
+				fmt.Errorf("%w: not a token returned by List", store.ErrInvalidArgument)))
+		}
+		after = string(raw)
+	}
+	infos, err := s.st.List(ctx, req.Prefix, after, limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, "List", fmt.Errorf("list: %w", err))
+	}
+	resp := &lockdv1.ListResponse{}
+	for _, info := range infos {
+		resp.Locks = append(resp.Locks, lockInfo(info))
+	}
+	if len(infos) == limit {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(infos[len(infos)-1].Key))
+	}
+	return resp, nil
+}
+
+// Revoke implements the Revoke RPC.
+func (s service) Revoke(ctx context.Context, req *lockdv1.RevokeRequest) (*lockdv1.RevokeResponse, error) {
+	if err := store.ValidateKey(req.Key); err != nil {
+		return nil, s.toStatus(ctx, "Revoke", invalid("key", err))
+	}
+	g, found, err := s.st.Revoke(ctx, req.Key)
+	if err != nil {
+		return nil, s.toStatus(ctx, "Revoke", fmt.Errorf("revoke: %w", err))
+	}
+	if !found {
+		return &lockdv1.RevokeResponse{}, nil
+	}
+	s.tlog.LockRevoked(g.Key, g.Token)
+	// The lock-loss watch delivers this too (also for holders on other
+	// lockd instances); telling a holder of this instance now is faster,
+	// and lockLost notifies once.
+	s.lockLost(g.Session, g.Key, g.Token, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
+	return &lockdv1.RevokeResponse{Revoked: true, SessionId: string(g.Session), Token: g.Token}, nil
+}
+
+// Watch implements the Watch RPC: one backend watch per call.
+func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_WatchServer) error {
+	rctx := stream.Context()
+	if err := store.ValidatePrefix(req.Prefix); err != nil {
+		return s.toStatus(rctx, "Watch", invalid("prefix", err))
+	}
+	ctx, cancel := context.WithCancelCause(rctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.ctx, func() { cancel(errShuttingDown) })
+	defer stop()
+	ch, err := s.st.Watch(ctx, req.Prefix)
+	if err != nil {
+		return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", err))
+	}
+	// Headers tell the client the watch is established.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
+	for ev := range ch {
+		if ev.Err != nil {
+			return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", ev.Err))
+		}
+		if err := stream.Send(&lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
+			SessionId: string(ev.Session), Token: ev.Token}); err != nil {
+			return err
+		}
+	}
+	// The channel closed because ctx ended: the caller left, or Shutdown.
+	return s.toStatus(rctx, "Watch", context.Cause(ctx))
+}
+
+func eventKind(k store.EventKind) lockdv1.EventKind {
+	switch k {
+	case store.EventAcquired:
+		return lockdv1.EventKind_EVENT_KIND_ACQUIRED
+	case store.EventReleased:
+		return lockdv1.EventKind_EVENT_KIND_RELEASED
+	case store.EventExpired:
+		return lockdv1.EventKind_EVENT_KIND_EXPIRED
+	case store.EventRevoked:
+		return lockdv1.EventKind_EVENT_KIND_REVOKED
+	}
+	return lockdv1.EventKind_EVENT_KIND_UNSPECIFIED
+}

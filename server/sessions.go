@@ -1,0 +1,299 @@
+package server
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
+	"lock.dev/lockd/internal/telemetry"
+)
+
+// maxPendingNotices bounds the lock-lost notices kept for a session whose
+// client has no KeepAlive stream attached at the moment.
+const maxPendingNotices = 1024
+
+// closeRetry bounds the backoff between attempts to close a silent session
+// when the backend refuses.
+const (
+	closeRetryMin = 200 * time.Millisecond
+	closeRetryMax = 5 * time.Second
+	closeTimeout  = 10 * time.Second
+)
+
+// session is the server's record of one session. All fields are guarded by
+// Server.mu.
+//
+// The record enforces SAFETY.md's rule for closing a silent client: every
+// reply that extends the client's trust (open, heartbeat, grant) is sent only
+// after grantTrust moved expireAt to at least (receipt of the request) +
+// max(ttl, Remaining granted), and only if the record is not closing. The
+// silence closer closes a session only when expireAt has passed, and marks
+// it closing first, under the same mutex. So the server never closes a
+// session whose client may still trust it, and never tells a client "live"
+// about a session it is closing.
+type session struct {
+	id  store.SessionID
+	ttl time.Duration
+	// known: the session was opened here or the store confirmed it live.
+	// A record that is not known is provisional: it exists only while an
+	// RPC pins it, and is not watched for silence.
+	known bool
+	// closing: the server decided to end the session (silence, CloseSession,
+	// shutdown). Every later trust-extending reply says dead.
+	closing bool
+	// gone: the store confirmed the session dead or closed.
+	gone bool
+	// closeAttempts counts failed silence-close attempts (backoff).
+	closeAttempts int
+	// reason is the session_lost reason of a silence close ("" otherwise).
+	reason string
+	// expireAt is the monotonic instant after which the client has been
+	// silent long enough to be closed.
+	expireAt time.Time
+	heapIdx  int // index in Server.silence, -1 when not in it
+	pins     int // RPCs in flight that use this record
+	// stream is the KeepAlive stream the latest heartbeat came on.
+	stream *kaStream
+	// locks are the grants made to the session through this server, key →
+	// token: what lock-lost notices are routed by.
+	locks   map[string]uint64
+	pending []*lockdv1.LockLost
+}
+
+// silenceHeap orders known, live sessions by expireAt: the one owned
+// goroutine (silenceLoop) sleeps until the earliest one.
+type silenceHeap []*session
+
+func (h silenceHeap) Len() int           { return len(h) }
+func (h silenceHeap) Less(i, j int) bool { return h[i].expireAt.Before(h[j].expireAt) }
+func (h silenceHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *silenceHeap) Push(x any) {
+	x.(*session).heapIdx = len(*h)
+	*h = append(*h, x.(*session))
+}
+func (h *silenceHeap) Pop() any {
+	old := *h
+	n := len(old)
+	x := old[n-1]
+	old[n-1] = nil
+	x.heapIdx = -1
+	*h = old[:n-1]
+	return x
+}
+
+// schedule puts ss in the silence heap at its expireAt (s.mu held) and wakes
+// the silence loop when it became the earliest.
+func (s *Server) schedule(ss *session) {
+	if ss.heapIdx >= 0 {
+		heap.Fix(&s.silence, ss.heapIdx)
+	} else {
+		heap.Push(&s.silence, ss)
+	}
+	if ss.heapIdx == 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unschedule removes ss from the silence heap (s.mu held).
+func (s *Server) unschedule(ss *session) {
+	if ss.heapIdx >= 0 {
+		heap.Remove(&s.silence, ss.heapIdx)
+	}
+}
+
+// register records a session just opened here (recv: when OpenSession was
+// received).
+func (s *Server) register(sess store.Session, recv time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closingAll {
+		return false
+	}
+	ss := &session{id: sess.ID, ttl: sess.TTL, known: true, heapIdx: -1, locks: map[string]uint64{},
+		expireAt: recv.Add(max(sess.TTL, sess.Remaining))}
+	s.sessions[sess.ID] = ss
+	s.schedule(ss)
+	return true
+}
+
+// pin returns the record of id, creating a provisional one, and keeps it
+// from being dropped until unpin.
+func (s *Server) pin(id store.SessionID) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[id]
+	if ss == nil {
+		ss = &session{id: id, heapIdx: -1, locks: map[string]uint64{}}
+		s.sessions[id] = ss
+	}
+	ss.pins++
+	return ss
+}
+
+// unpin releases a pin; an unpinned record that is provisional or gone is
+// dropped.
+func (s *Server) unpin(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss.pins--
+	s.dropIfDone(ss)
+}
+
+// dropIfDone removes ss from the table when nothing needs it (s.mu held).
+func (s *Server) dropIfDone(ss *session) {
+	if ss.pins > 0 || (ss.known && !ss.gone) {
+		return
+	}
+	s.unschedule(ss)
+	if ss.stream != nil {
+		ss.stream.sessions--
+		ss.stream = nil
+	}
+	if s.sessions[ss.id] == ss {
+		delete(s.sessions, ss.id)
+	}
+	if n := len(ss.locks); n > 0 && ss.known {
+		s.metrics.LocksHeld(-n)
+	}
+	ss.locks = nil
+}
+
+// grantTrust records that the server is about to tell the client the session
+// is live for rem, counted from recv (the receipt of the request the reply
+// answers). It returns false, and the reply must then say the session is
+// dead, when the session is closing. When it returns true the silence close
+// cannot happen before recv + max(ttl, rem).
+func (s *Server) grantTrust(ss *session, recv time.Time, rem time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grantTrustLocked(ss, recv, rem)
+}
+
+func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration) bool {
+	if ss.closing || ss.gone || s.closingAll {
+		return false
+	}
+	if !ss.known {
+		// Adopted: a live session this server did not open (PostgreSQL
+		// sessions survive a lockd restart and are usable from any
+		// instance). Its TTL is unknown; Remaining after a heartbeat is
+		// the TTL, and expireAt never counts less than Remaining.
+		ss.known = true
+	}
+	if at := recv.Add(max(ss.ttl, rem)); at.After(ss.expireAt) {
+		ss.expireAt = at
+	}
+	s.schedule(ss)
+	return true
+}
+
+// markGone records that the store reports the session dead or closed.
+func (s *Server) markGone(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.markGoneLocked(ss)
+}
+
+func (s *Server) markGoneLocked(ss *session) {
+	if ss.gone {
+		return
+	}
+	ss.gone = true
+	ss.closing = true
+	s.unschedule(ss)
+	s.dropIfDone(ss)
+}
+
+// beginClose marks ss closing so that no later reply extends trust.
+func (s *Server) beginClose(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss.closing = true
+	s.unschedule(ss)
+}
+
+// silenceLoop is the one goroutine that closes sessions whose clients fell
+// silent. It sleeps until the earliest expireAt in the heap and exits when
+// the server's context ends (Shutdown).
+func (s *Server) silenceLoop() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		var due []*session
+		for len(s.silence) > 0 && !s.silence[0].expireAt.After(now) {
+			ss := heap.Pop(&s.silence).(*session)
+			ss.closing = true
+			if ss.reason == "" {
+				ss.reason = telemetry.LostClientSilent
+			}
+			ss.pins++ // held by the close below
+			due = append(due, ss)
+		}
+		wait := time.Hour
+		if len(s.silence) > 0 {
+			wait = s.silence[0].expireAt.Sub(now)
+		}
+		s.mu.Unlock()
+
+		for _, ss := range due {
+			s.closeSilent(ss)
+		}
+		if len(due) > 0 {
+			continue // closing took time: look again before sleeping
+		}
+		timer.Reset(wait)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+			timer.Stop() // Go ≥ 1.23 timers: no stale tick to drain
+		case <-timer.C:
+		}
+	}
+}
+
+// closeSilent closes a session whose client fell silent (ss pinned and
+// closing). On failure it is rescheduled with backoff; the record stays
+// closing, so no reply extends trust meanwhile.
+func (s *Server) closeSilent(ss *session) {
+	if s.ctx.Err() != nil {
+		s.unpin(ss)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, closeTimeout)
+	n, err := s.st.CloseSession(ctx, ss.id)
+	cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss.pins--
+	if err != nil {
+		if s.ctx.Err() != nil {
+			s.dropIfDone(ss)
+			return
+		}
+		ss.closeAttempts++
+		backoff := min(closeRetryMin<<min(ss.closeAttempts, 10), closeRetryMax)
+		s.log.LogAttrs(context.Background(), slogWarn, "closing silent session failed",
+			attrError(err), attrDuration("retry_in", backoff))
+		ss.expireAt = time.Now().Add(backoff)
+		s.schedule(ss)
+		return
+	}
+	s.tlog.SessionLost(ss.id, ss.reason)
+	s.sessionLostMetric(ss.reason, n)
+	if ss.stream != nil {
+		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
+	}
+	s.markGoneLocked(ss)
+}
