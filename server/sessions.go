@@ -5,9 +5,9 @@ import (
 	"context"
 	"time"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
-	"lock.dev/lockd/internal/telemetry"
 )
 
 // maxPendingNotices bounds the lock-lost notices kept for a session whose
