@@ -1,0 +1,14 @@
+// Package embedetcd runs a single-node etcd server inside the lockd process:
+// the default backend (lock.backend=embedded) and the server behind the
+// tests (internal/etcdtest).
+//
+// The server listens on loopback only. Its zap logs go to the injected
+// *slog.Logger at warn level and above (nil: discarded). etcd registers its
+// own metrics on the prometheus global registry when its packages load; lockd
+// keeps its metrics on a registry of its own, so the two never mix — never
+// hand lockd's registry to anything in this package.
+//
+// The data directory survives Close: starting again on the same directory
+// keeps the store's revision, so fencing tokens (etcd revisions) keep rising
+// across restarts.
+package embedetcd
