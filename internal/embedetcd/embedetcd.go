@@ -83,7 +83,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.Dir = cfg.DataDir
 	ec.Logger = "zap"
 	ec.LogLevel = "warn"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(cfg.Logger))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(ZapLogger(cfg.Logger))
 	ec.ListenClientUrls = []url.URL{*clientURL}
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
 	ec.ListenPeerUrls = []url.URL{*peerURL}

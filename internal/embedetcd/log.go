@@ -9,9 +9,10 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// newZapLogger returns a zap logger that forwards warn-and-above entries to
-// l, or a no-op logger when l is nil.
-func newZapLogger(l *slog.Logger) *zap.Logger {
+// ZapLogger returns a zap logger that forwards warn-and-above entries to l,
+// or a no-op logger when l is nil. Start uses it for the server; it also
+// suits clientv3.Config.Logger.
+func ZapLogger(l *slog.Logger) *zap.Logger {
 	if l == nil {
 		return zap.NewNop()
 	}
