@@ -1,0 +1,345 @@
+package client
+
+import (
+	"context"
+		"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"lock.dev/lockd/internal/telemetry"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
+)
+
+// Client is a connection to a lockd server. It is safe for concurrent use.
+// All sessions of a Client share one KeepAlive stream.
+type Client struct {
+	conn  *grpc.ClientConn
+	api   lockdv1.LockServiceClient
+	opts  options
+	clock Clock
+	log   *slog.Logger
+
+	// ctx ends when Close begins; every goroutine of the client watches it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	ka *keepaliver
+
+	closeOnce sync.Once
+}
+
+// New creates a client of the lockd server at target (host:port or any gRPC
+// target). It does not wait for the connection: calls retry until their
+// context ends while the server is unreachable.
+func New(target string, opts ...Option) (*Client, error) {
+	o := options{clock: realClock{}, backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case o.clock == nil:
+		return nil, fmt.Errorf("%w: nil clock", ErrInvalidArgument)
+	case o.safetyMargin < 0, o.heartbeatInterval < 0, o.ttl < 0:
+		return nil, fmt.Errorf("%w: negative safety margin, heartbeat interval or ttl", ErrInvalidArgument)
+	case o.backoffMin <= 0 || o.backoffMax < o.backoffMin:
+		return nil, fmt.Errorf("%w: backoff bounds must satisfy 0 < min <= max", ErrInvalidArgument)
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.dial...)
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %q: %w", target, err)
+	}
+	c := &Client{
+		conn:  conn,
+		api:   lockdv1.NewLockServiceClient(conn),
+		opts:  o,
+		clock: o.clock,
+		log:   telemetry.OrDiscard(o.logger),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.ka = newKeepaliver(c)
+	c.wg.Add(1)
+	go c.ka.run() // exits when c.ctx ends (Close)
+	return c, nil
+}
+
+// Close ends every session of the client (their Done channels close and
+// their locks are released on the server, best effort within
+// DefaultCloseTimeout), stops the client's goroutines and closes the
+// connection.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		sessions := c.ka.all()
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultCloseTimeout)
+		var wg sync.WaitGroup
+		for _, s := range sessions {
+			wg.Add(1)
+			go func() { // exits when the close RPC returns (bounded by ctx)
+				defer wg.Done()
+				_ = s.Close(ctx)
+			}()
+		}
+		wg.Wait()
+		cancel()
+		c.cancel()
+		c.wg.Wait()
+		err = c.conn.Close()
+	})
+	return err
+}
+
+// backoff returns the wait before retry number attempt (0-based), with
+// jitter.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.opts.backoffMin << min(attempt, 16)
+	if d > c.opts.backoffMax || d <= 0 {
+		d = c.opts.backoffMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d on the client's clock; it reports false when ctx or the
+// client ended first.
+func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+	ch := make(chan struct{})
+	t := c.clock.AfterFunc(d, func() { close(ch) })
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// retry calls f until it succeeds, fails with a non-retryable error, or ctx
+// ends (then the error matches both ctx.Err() and the last retryable
+// error). f returns errors already mapped by fromStatus.
+func (c *Client) retry(ctx context.Context, f func(ctx context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		if c.ctx.Err() != nil {
+			return ErrClosed
+		}
+		err := f(ctx)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		c.log.LogAttrs(ctx, slog.LevelDebug, "retrying", slog.String("error", err.Error()))
+		if !c.sleep(ctx, c.backoff(attempt)) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: %w", ctx.Err(), err)
+			}
+			return ErrClosed
+		}
+	}
+}
+
+// LockInfo describes a key.
+type LockInfo struct {
+	Key string
+	// Held is false when nobody holds the key; the other fields are then
+	// empty.
+	Held    bool
+	Session string
+	Token   uint64
+	// AcquiredAt is the grant time on the backend's clock (display only).
+	AcquiredAt time.Time
+	// Waiters are the sessions queued for the key, first in line first.
+	Waiters []string
+}
+
+func lockInfo(p *lockdv1.LockInfo) LockInfo {
+	info := LockInfo{Key: p.GetKey(), Held: true, Session: p.GetSessionId(), Token: p.GetToken(),
+		Waiters: p.GetWaiters()}
+	if p.GetAcquiredAt() != nil {
+		info.AcquiredAt = p.GetAcquiredAt().AsTime()
+	}
+	return info
+}
+
+// Inspect describes key: its holder, token and waiters.
+func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	if err := validateKey(key); err != nil {
+		return LockInfo{}, fmt.Errorf("inspect %q: %w", key, err)
+	}
+	var resp *lockdv1.InspectResponse
+	err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.api.Inspect(ctx, &lockdv1.InspectRequest{Key: key})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return LockInfo{}, fmt.Errorf("inspect %q: %w", key, err)
+	}
+	if !resp.GetHeld() {
+		return LockInfo{Key: key}, nil
+	}
+	return lockInfo(resp.GetLock()), nil
+}
+
+// List returns one page of the held keys that start with prefix, in key
+// order, and the token of the next page ("" after the last page).
+func (c *Client) List(ctx context.Context, prefix string, opts ListOptions) ([]LockInfo, string, error) {
+	var resp *lockdv1.ListResponse
+	err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.api.List(ctx, &lockdv1.ListRequest{Prefix: prefix, PageToken: opts.PageToken,
+			Limit: int32(min(max(opts.Limit, -1), store.MaxListLimit+1))})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+	}
+	infos := make([]LockInfo, 0, len(resp.GetLocks()))
+	for _, l := range resp.GetLocks() {
+		infos = append(infos, lockInfo(l))
+	}
+	return infos, resp.GetNextPageToken(), nil
+}
+
+// Revoke deletes key's grant whoever holds it and returns the revoked grant
+// (Held false when the key was free). It breaks the holder's trust: the
+// holder is told and its Lock.Done closes; the fencing token protects the
+// resource meanwhile.
+func (c *Client) Revoke(ctx context.Context, key string) (LockInfo, error) {
+	if err := validateKey(key); err != nil {
+		return LockInfo{}, fmt.Errorf("revoke %q: %w", key, err)
+	}
+	var resp *lockdv1.RevokeResponse
+	err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.api.Revoke(ctx, &lockdv1.RevokeRequest{Key: key})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return LockInfo{}, fmt.Errorf("revoke %q: %w", key, err)
+	}
+	if !resp.GetRevoked() {
+		return LockInfo{Key: key}, nil
+	}
+	return LockInfo{Key: key, Held: true, Session: resp.GetSessionId(), Token: resp.GetToken()}, nil
+}
+
+// EventKind says what happened to a key.
+type EventKind int
+
+// Event kinds.
+const (
+	// EventAcquired: a session was granted the key.
+	EventAcquired EventKind = iota + 1
+	// EventReleased: the holder released the key.
+	EventReleased
+	// EventExpired: the holder's session ended and took the grant with it.
+	EventExpired
+	// EventRevoked: an administrator revoked the grant.
+	EventRevoked
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventAcquired:
+		return "acquired"
+	case EventReleased:
+		return "released"
+	case EventExpired:
+		return "expired"
+	case EventRevoked:
+		return "revoked"
+	}
+	return "unknown"
+}
+
+// Event is one change to a key, as Watch reports it.
+type Event struct {
+	Kind    EventKind
+	Key     string
+	Session string
+	Token   uint64
+	// Err is set only on the last event before the channel closes because
+	// the watch broke (not because its context ended); events may have been
+	// missed.
+	Err error
+}
+
+// Watch reports every change to the keys that start with prefix, in commit
+// order. It returns once the watch is established: every change committed
+// after it returns is delivered. The channel closes when ctx ends or the
+// client closes, or after one event with Err set when the watch breaks.
+func (c *Client) Watch(ctx context.Context, prefix string) (<-chan Event, error) {
+	if err := store.ValidatePrefix(prefix); err != nil {
+		return nil, fmt.Errorf("watch %q: %w", prefix, invalidField("prefix", err))
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel)
+	var stream lockdv1.LockService_WatchClient
+	err := c.retry(wctx, func(ctx context.Context) error {
+		var err error
+		stream, err = c.api.Watch(ctx, &lockdv1.WatchRequest{Prefix: prefix})
+		if err != nil {
+			return fromStatus(ctx, err)
+		}
+		// Headers arrive once the server's watch is established.
+		md, err := stream.Header()
+		if err == nil && md == nil {
+			_, err = stream.Recv() // ended without headers: the status says why
+		}
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		stop()
+		cancel()
+		return nil, fmt.Errorf("watch %q: %w", prefix, err)
+	}
+	ch := make(chan Event, 64)
+	c.wg.Add(1)
+	go func() { // exits when the stream ends: ctx or the client ended, or the watch broke
+		defer c.wg.Done()
+		defer close(ch)
+		defer cancel()
+		defer stop()
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				if wctx.Err() == nil {
+					select {
+					case ch <- Event{Err: fmt.Errorf("watch %q: %w", prefix, fromStatus(wctx, err))}:
+					case <-wctx.Done():
+					}
+				}
+				return
+			}
+			// The proto's EventKind numbers the kinds as EventKind does.
+			ev := Event{Kind: EventKind(r.GetKind()), Key: r.GetKey(), Session: r.GetSessionId(), Token: r.GetToken()}
+			select {
+			case ch <- ev:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// validateKey is store.ValidateKey with the SDK's sentinel.
+func validateKey(key string) error { return invalidField("key", store.ValidateKey(key)) }
+
+// invalidField turns a store validation error into ErrInvalidArgument naming
+// the field, like the server's messages.
+func invalidField(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := strings.TrimPrefix(err.Error(), store.ErrInvalidArgument.Error()+": ")
+	return fmt.Errorf("%w: %s: %s", ErrInvalidArgument, field, msg)
+}

@@ -1,0 +1,143 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+)
+
+// Sentinel errors of the SDK. Every error the SDK returns for one of these
+// conditions matches the sentinel with errors.Is. When the caller's context
+// ends, the error also matches ctx.Err().
+var (
+	// ErrInvalidArgument: the request is wrong (bad key, TTL, wait timeout,
+	// page token). The message names the field.
+	ErrInvalidArgument = errors.New("client: invalid argument")
+
+	// ErrSessionDead: the server reports the session unknown, expired, lost
+	// or closed. Terminal.
+	ErrSessionDead = errors.New("client: session dead")
+
+	// ErrSessionExpired: the session's local deadline (send time +
+	// Remaining − safety margin) passed without a fresh acknowledgement,
+	// e.g. while the server was unreachable. The session may still exist on
+	// the server, but the client no longer trusts it. It matches
+	// ErrSessionDead too.
+	ErrSessionExpired error = sessionExpiredError{}
+
+	// ErrNotOwner: a release named a grant that is not the key's current
+	// one: the lock was lost (revoked, expired) before the release.
+	ErrNotOwner = errors.New("client: not owner")
+
+	// ErrLocked: TryAcquire found the key held by another session (or
+	// waiters queued for it).
+	ErrLocked = errors.New("client: locked by another session")
+
+	// ErrUnavailable: the server or its backend is unreachable or busy.
+	// Retryable: the SDK retries it with backoff and returns it only when
+	// the caller's context ends (wrapped together with ctx.Err()).
+	ErrUnavailable = errors.New("client: unavailable")
+
+	// ErrWaitTimeout: Acquire's WithWaitTimeout ran out before the lock was
+	// granted.
+	ErrWaitTimeout = errors.New("client: wait timeout")
+
+	// ErrLockLost: the server told the holder its lock is gone (an
+	// administrator revoked it, or it expired with its session).
+	ErrLockLost = errors.New("client: lock lost")
+
+	// ErrReleased: the lock was released by Lock.Release (Lock.Err after a
+	// release).
+	ErrReleased = errors.New("client: lock released")
+
+	// ErrClosed: the session or client was closed by its owner.
+	ErrClosed = errors.New("client: closed")
+
+	// ErrLimit: a server limit was reached (see the server package doc).
+	ErrLimit = errors.New("client: server limit reached")
+
+	// ErrInternal: the server failed unexpectedly; details are in its log.
+	ErrInternal = errors.New("client: internal server error")
+)
+
+type sessionExpiredError struct{}
+
+func (sessionExpiredError) Error() string {
+	return "client: session expired (deadline passed without acknowledgement)"
+}
+func (sessionExpiredError) Is(target error) bool { return target == ErrSessionDead }
+
+// errorDomain and the reasons mirror server/errors.go (the wire contract is
+// the proto's file comment).
+const errorDomain = "lockd.lock.dev"
+
+// fromStatus maps an error returned by a gRPC call to the SDK's sentinels:
+// the one place where codes map back. ctx is the call's context: when it
+// has ended the result also matches ctx.Err().
+func fromStatus(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+		return err
+	}
+	reason := ""
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
+			reason = info.Reason
+		}
+	}
+	mapped := mapCode(st.Code(), reason, st.Message())
+	if ctx.Err() != nil && !errors.Is(mapped, ctx.Err()) {
+		return fmt.Errorf("%w: %w", ctx.Err(), mapped)
+	}
+	return mapped
+}
+
+// fromSessionError maps the per-session error of a KeepAlive reply.
+func fromSessionError(e *lockdv1.SessionError) error {
+	return mapCode(codes.Code(e.Code), e.Reason, e.Message)
+}
+
+func mapCode(code codes.Code, reason, msg string) error {
+	var sentinel error
+	switch code {
+	case codes.InvalidArgument:
+		sentinel = ErrInvalidArgument
+	case codes.FailedPrecondition:
+		sentinel = ErrSessionDead
+	case codes.PermissionDenied:
+		sentinel = ErrNotOwner
+	case codes.Unavailable, codes.Aborted:
+		sentinel = ErrUnavailable
+	case codes.DeadlineExceeded:
+		if reason == "WAIT_TIMEOUT" {
+			sentinel = ErrWaitTimeout
+		} else {
+			sentinel = context.DeadlineExceeded
+		}
+	case codes.Canceled:
+		sentinel = context.Canceled
+	case codes.ResourceExhausted:
+		sentinel = ErrLimit
+	default:
+		sentinel = ErrInternal
+	}
+	if msg == "" {
+		return sentinel
+	}
+	return fmt.Errorf("%w: %s", sentinel, msg)
+}
+
+// retryable reports whether the SDK retries err.
+func retryable(err error) bool { return errors.Is(err, ErrUnavailable) }

@@ -1,0 +1,260 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+)
+
+// keepaliver sends the heartbeats of every session of a Client over one
+// shared KeepAlive stream, reconnecting with backoff when it breaks.
+type keepaliver struct {
+	c *Client
+
+	mu       sync.Mutex
+	sessions map[string]*kaEntry
+	wake     chan struct{}
+}
+
+// kaEntry is a session's heartbeat schedule (owned by the run loop once
+// added; the map itself is guarded by keepaliver.mu).
+type kaEntry struct {
+	s    *Session
+	next time.Time // when to send the next heartbeat
+}
+
+// beat is a heartbeat in flight: which session, and when it was sent.
+type beat struct {
+	s    *Session
+	sent time.Time
+}
+
+func newKeepaliver(c *Client) *keepaliver {
+	return &keepaliver{c: c, sessions: map[string]*kaEntry{}, wake: make(chan struct{}, 1)}
+}
+
+func (k *keepaliver) poke() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (k *keepaliver) add(s *Session) {
+	k.mu.Lock()
+	k.sessions[s.id] = &kaEntry{s: s, next: k.c.clock.Now().Add(k.jitter(s.interval))}
+	k.mu.Unlock()
+	k.poke()
+}
+
+func (k *keepaliver) remove(s *Session) {
+	k.mu.Lock()
+	if e := k.sessions[s.id]; e != nil && e.s == s {
+		delete(k.sessions, s.id)
+	}
+	k.mu.Unlock()
+}
+
+func (k *keepaliver) all() []*Session {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*Session, 0, len(k.sessions))
+	for _, e := range k.sessions {
+		out = append(out, e.s)
+	}
+	return out
+}
+
+func (k *keepaliver) lookup(id string) *Session {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e := k.sessions[id]; e != nil {
+		return e.s
+	}
+	return nil
+}
+
+// jitter returns a random point in the last 20% of interval.
+func (k *keepaliver) jitter(interval time.Duration) time.Duration {
+	return interval - rand.N(interval/5+1)
+}
+
+// run is the keepaliver's goroutine. It exits when the client's context ends
+// (Close).
+func (k *keepaliver) run() {
+	defer k.c.wg.Done()
+	ctx := k.c.ctx
+	attempt := 0
+	for {
+		// No stream while there is no session.
+		for len(k.all()) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-k.wake:
+			}
+		}
+		start := k.c.clock.Now()
+		healthy := k.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if healthy || k.c.clock.Now().Sub(start) > 10*time.Second {
+			attempt = 0
+		}
+		if !k.c.sleep(ctx, k.c.backoff(attempt)) {
+			return
+		}
+		attempt++
+	}
+}
+
+// stream runs one KeepAlive stream until it breaks or ctx ends. It reports
+// whether the stream carried at least one reply.
+func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := k.c.api.KeepAlive(sctx)
+	if err != nil {
+		k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream failed", slog.String("error", err.Error()))
+		return false
+	}
+	replies := make(chan *lockdv1.KeepAliveResponse)
+	broken := make(chan error, 1)
+	var recvDone sync.WaitGroup
+	recvDone.Add(1)
+	go func() { // exits when the stream ends (sctx cancelled on return below)
+		defer recvDone.Done()
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				broken <- err
+				return
+			}
+			select {
+			case replies <- r:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	defer recvDone.Wait()
+	defer cancel()
+
+	// Every session beats at once on a new stream.
+	now := k.c.clock.Now()
+	k.mu.Lock()
+	for _, e := range k.sessions {
+		e.next = now
+	}
+	k.mu.Unlock()
+
+	inflight := map[uint64]beat{}
+	var nextID uint64
+	tick := make(chan struct{}, 1)
+	var timer Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		// Send the heartbeats that are due and find the next due time.
+		now := k.c.clock.Now()
+		var due []*kaEntry
+		next := now.Add(time.Hour)
+		k.mu.Lock()
+		for _, e := range k.sessions {
+			if !now.Before(e.next) {
+				due = append(due, e)
+				e.next = now.Add(k.jitter(e.s.interval))
+			}
+			if e.next.Before(next) {
+				next = e.next
+			}
+		}
+		k.mu.Unlock()
+		for _, e := range due {
+			nextID++
+			sent := k.c.clock.Now()
+			inflight[nextID] = beat{s: e.s, sent: sent}
+			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, RequestId: nextID}); err != nil {
+				return healthy // the receive side reports why
+			}
+		}
+		// Forget heartbeats unanswered for a TTL: ignoring a reply is
+		// always safe.
+		for id, b := range inflight {
+			if now.Sub(b.sent) > b.s.ttl {
+				delete(inflight, id)
+			}
+		}
+
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = k.c.clock.AfterFunc(next.Sub(now), func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
+		select {
+		case <-ctx.Done():
+			return healthy
+		case <-k.wake:
+		case <-tick:
+		case err := <-broken:
+			k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream broke", slog.String("error", err.Error()))
+			return healthy
+		case r := <-replies:
+			healthy = true
+			k.handle(r, inflight)
+		}
+	}
+}
+
+// handle applies one reply or notice.
+func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, inflight map[uint64]beat) {
+	var s *Session
+	var b beat
+	answered := false
+	if r.GetRequestId() != 0 {
+		if b, answered = inflight[r.GetRequestId()]; answered {
+			delete(inflight, r.GetRequestId())
+			s = b.s
+		}
+	} else {
+		s = k.lookup(r.GetSessionId())
+	}
+	if s == nil || s.id != r.GetSessionId() {
+		return
+	}
+	for _, l := range r.GetLost() {
+		s.lockLost(l.GetKey(), l.GetToken(), l.GetReason())
+	}
+	switch {
+	case r.GetError() != nil:
+		// Transient: keep the current deadline and try again soon.
+		err := fromSessionError(r.GetError())
+		k.c.log.LogAttrs(context.Background(), slog.LevelDebug, "heartbeat failed", slog.String("error", err.Error()))
+		if answered {
+			k.mu.Lock()
+			if e := k.sessions[s.id]; e != nil {
+				soon := k.c.clock.Now().Add(min(s.interval/2, time.Second))
+				if soon.Before(e.next) {
+					e.next = soon
+				}
+			}
+			k.mu.Unlock()
+		}
+	case !r.GetLive():
+		s.end(ErrSessionDead)
+	case answered:
+		s.extend(b.sent, ms(r.GetRemainingMs()))
+	}
+}

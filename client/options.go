@@ -1,0 +1,103 @@
+package client
+
+import (
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// Defaults of the SDK.
+const (
+	// DefaultBackoffMin and DefaultBackoffMax bound the backoff between
+	// retries of a retryable error and between KeepAlive stream reconnects.
+	DefaultBackoffMin = 50 * time.Millisecond
+	DefaultBackoffMax = 2 * time.Second
+	// DefaultCloseTimeout bounds the best-effort CloseSession calls of
+	// Client.Close and of a session whose deadline passed.
+	DefaultCloseTimeout = 2 * time.Second
+)
+
+type options struct {
+	dial              []grpc.DialOption
+	logger            *slog.Logger
+	clock             Clock
+	safetyMargin      time.Duration
+	heartbeatInterval time.Duration
+	ttl               time.Duration
+	backoffMin        time.Duration
+	backoffMax        time.Duration
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithDialOptions adds gRPC dial options (after the SDK's default of an
+// insecure transport, so credentials given here win).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dial = append(o.dial, opts...) }
+}
+
+// WithLogger sets the SDK's logger; by default logs are discarded.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithClock replaces the real monotonic clock (for tests).
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithSafetyMargin overrides the safety margin the server advertises
+// (lock.client.safety-margin): how long before the backend could free a
+// session's locks the client stops trusting them. It must stay below half
+// the session TTL.
+func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.safetyMargin = d } }
+
+// WithHeartbeatInterval overrides the heartbeat interval the server
+// advertises (lock.client.heartbeat-interval, default TTL/3). Heartbeats are
+// sent at a random point in the last 20% of each interval.
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(o *options) { o.heartbeatInterval = d }
+}
+
+// WithTTL sets the TTL of the client's sessions; 0 (the default) uses the
+// server's lock.session.ttl. WithSessionTTL overrides it per session.
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithBackoff sets the bounds of the retry and reconnect backoff.
+func WithBackoff(minWait, maxWait time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = minWait, maxWait }
+}
+
+// SessionOption configures one session.
+type SessionOption func(*sessionOptions)
+
+type sessionOptions struct {
+	ttl time.Duration
+}
+
+// WithSessionTTL sets the session's TTL (2s..1h, more than twice the safety
+// margin); 0 uses the client's WithTTL or the server's default.
+func WithSessionTTL(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.ttl = d }
+}
+
+// AcquireOption configures one Acquire.
+type AcquireOption func(*acquireOptions)
+
+type acquireOptions struct {
+	waitTimeout time.Duration
+}
+
+// WithWaitTimeout bounds how long Acquire waits in the queue; when it runs
+// out Acquire returns ErrWaitTimeout. Without it Acquire waits until its
+// context ends. At most the server's maximum wait (10 minutes).
+func WithWaitTimeout(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.waitTimeout = d }
+}
+
+// ListOptions select a page of Client.List.
+type ListOptions struct {
+	// PageToken is the token a previous List returned; empty for the first
+	// page.
+	PageToken string
+	// Limit is the page size: 0 means 100, at most 1000.
+	Limit int
+}

@@ -1,0 +1,470 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+)
+
+// Session is a lockd session: the unit of liveness that locks live in. The
+// client keeps it alive with heartbeats on the client's shared KeepAlive
+// stream. It is safe for concurrent use.
+//
+// The session is trusted until its deadline: the monotonic time the client
+// sent the latest acknowledged request, plus the Remaining the server
+// granted in the reply, minus the safety margin (C2 #ct2-deadline). Done
+// closes, and every lock of the session is lost, at that instant unless a
+// newer acknowledgement extended it — also when the server is unreachable
+// and no reply comes at all. A session whose Done has closed is never used
+// again; open a new one.
+type Session struct {
+	c        *Client
+	id       string
+	ttl      time.Duration
+	margin   time.Duration
+	interval time.Duration
+	done     chan struct{}
+
+	mu       sync.Mutex
+	deadline time.Time
+	timer    Timer
+	timerGen uint64
+	err      error
+	locks    map[string]*Lock
+	closedOK bool // CloseSession succeeded
+}
+
+// NewSession opens a session. Its TTL is WithSessionTTL, else the client's
+// WithTTL, else the server's lock.session.ttl. Retryable errors are retried
+// until ctx ends.
+func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	so := sessionOptions{ttl: c.opts.ttl}
+	for _, opt := range opts {
+		opt(&so)
+	}
+	if so.ttl < 0 || so.ttl%time.Millisecond != 0 {
+		return nil, fmt.Errorf("new session: %w: ttl: %v is negative or not whole milliseconds", ErrInvalidArgument, so.ttl)
+	}
+	var (
+		resp *lockdv1.OpenSessionResponse
+		sent time.Time
+	)
+	err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		sent = c.clock.Now()
+		resp, err = c.api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: so.ttl.Milliseconds()})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
+	s := &Session{
+		c:        c,
+		id:       resp.GetSessionId(),
+		ttl:      ms(resp.GetTtlMs()),
+		margin:   ms(resp.GetSafetyMarginMs()),
+		interval: ms(resp.GetHeartbeatIntervalMs()),
+		done:     make(chan struct{}),
+		locks:    map[string]*Lock{},
+	}
+	if c.opts.safetyMargin > 0 {
+		s.margin = c.opts.safetyMargin
+	}
+	if c.opts.heartbeatInterval > 0 {
+		s.interval = c.opts.heartbeatInterval
+	}
+	if s.interval <= 0 {
+		s.interval = s.ttl / 3
+	}
+	if s.margin <= 0 || s.margin >= s.ttl/2 {
+		s.abandon()
+		return nil, fmt.Errorf("new session: %w: safety margin %v must be > 0 and < ttl/2 (ttl %v)",
+			ErrInvalidArgument, s.margin, s.ttl)
+	}
+	s.deadline = sent.Add(ms(resp.GetRemainingMs()) - s.margin)
+	if !c.clock.Now().Before(s.deadline) {
+		s.abandon()
+		return nil, fmt.Errorf("new session: %w", ErrSessionExpired)
+	}
+	s.mu.Lock()
+	s.armLocked()
+	s.mu.Unlock()
+	c.ka.add(s)
+	return s, nil
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// TTL returns the TTL the backend applies to the session.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Done is closed when the session can no longer be trusted: its deadline
+// passed, the server reported it dead, or it was closed. Err says which.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is nil while the session is trusted; after Done is closed it is
+// ErrSessionExpired, ErrSessionDead or ErrClosed (wrapped).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Deadline returns the instant (on the client's clock) at which the session
+// stops being trusted unless a newer acknowledgement extends it.
+func (s *Session) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// armLocked (re)starts the deadline timer (s.mu held).
+func (s *Session) armLocked() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.timerGen++
+	gen := s.timerGen
+	s.timer = s.c.clock.AfterFunc(s.deadline.Sub(s.c.clock.Now()), func() { s.deadlineReached(gen) })
+}
+
+func (s *Session) deadlineReached(gen uint64) {
+	s.mu.Lock()
+	if gen != s.timerGen || s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if s.c.clock.Now().Before(s.deadline) { // early wake-up of a real timer
+		s.armLocked()
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.end(ErrSessionExpired)
+}
+
+// extend applies an acknowledgement: a request sent at sent (client clock)
+// was answered with remaining. The deadline becomes the later of the current
+// one and sent + remaining − margin. A deadline that has already passed is
+// never revived: the session ends instead.
+func (s *Session) extend(sent time.Time, remaining time.Duration) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if !s.c.clock.Now().Before(s.deadline) {
+		s.mu.Unlock()
+		s.end(ErrSessionExpired)
+		return
+	}
+	if d := sent.Add(remaining - s.margin); d.After(s.deadline) {
+		s.deadline = d
+		s.armLocked()
+	}
+	s.mu.Unlock()
+}
+
+// end stops trusting the session and every lock in it (idempotent) and
+// stops its heartbeats. A locally expired session is also closed on the
+// server, best effort, so its locks are freed before the TTL.
+func (s *Session) end(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	close(s.done)
+	locks := s.locks
+	s.locks = map[string]*Lock{}
+	s.mu.Unlock()
+	for _, l := range locks {
+		l.end(err)
+	}
+	s.c.ka.remove(s)
+	s.c.log.LogAttrs(context.Background(), slog.LevelDebug, "session ended", slog.String("error", err.Error()))
+	if errors.Is(err, ErrSessionExpired) {
+		s.abandon()
+	}
+}
+
+// abandon closes the session on the server in the background, best effort.
+func (s *Session) abandon() {
+	s.c.wg.Add(1)
+	go func() { // exits when the RPC returns: bounded by DefaultCloseTimeout and Client.Close
+		defer s.c.wg.Done()
+		ctx, cancel := context.WithTimeout(s.c.ctx, DefaultCloseTimeout)
+		defer cancel()
+		_, _ = s.c.api.CloseSession(ctx, &lockdv1.CloseSessionRequest{SessionId: s.id})
+	}()
+}
+
+// Close ends the session: Done closes and every lock of the session is lost
+// at once; then the session is closed on the server, releasing its locks.
+// The server call is retried until ctx ends. Closing a session the server
+// already reported dead returns nil.
+func (s *Session) Close(ctx context.Context) error {
+	s.end(fmt.Errorf("session closed: %w", ErrClosed))
+	s.mu.Lock()
+	serverDead := errors.Is(s.err, ErrSessionDead) && !errors.Is(s.err, ErrSessionExpired)
+	done := s.closedOK
+	s.mu.Unlock()
+	if serverDead || done {
+		return nil
+	}
+	err := s.c.retry(ctx, func(ctx context.Context) error {
+		_, err := s.c.api.CloseSession(ctx, &lockdv1.CloseSessionRequest{SessionId: s.id})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return fmt.Errorf("close session: %w", err)
+	}
+	s.mu.Lock()
+	s.closedOK = true
+	s.mu.Unlock()
+	return nil
+}
+
+// checkServerErr ends the session when the server reported it dead.
+func (s *Session) checkServerErr(err error) {
+	if errors.Is(err, ErrSessionDead) && !errors.Is(err, ErrSessionExpired) {
+		s.end(err)
+	}
+}
+
+// Acquire takes the lock named key, waiting in the key's FIFO queue until it
+// is granted, ctx ends, the wait timeout (WithWaitTimeout) runs out
+// (ErrWaitTimeout), or the session ends. Retryable errors are retried (a
+// retry re-enters the queue at its end). Asking again for a key the session
+// holds returns the same Lock.
+func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	var ao acquireOptions
+	for _, opt := range opts {
+		opt(&ao)
+	}
+	if ao.waitTimeout < 0 {
+		return nil, fmt.Errorf("acquire %q: %w: wait timeout: negative", key, ErrInvalidArgument)
+	}
+	req := &lockdv1.AcquireRequest{SessionId: s.id, Key: key, Wait: true}
+	if ao.waitTimeout > 0 {
+		// Round up: never ask to wait less than the caller asked.
+		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	l, err := s.acquire(ctx, req, ao.waitTimeout == 0)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", key, err)
+	}
+	return l, nil
+}
+
+// TryAcquire takes the lock named key if it is free and nobody waits for it;
+// otherwise it returns ErrLocked at once.
+func (s *Session) TryAcquire(ctx context.Context, key string) (*Lock, error) {
+	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, Key: key}, false)
+	if err != nil {
+		return nil, fmt.Errorf("try acquire %q: %w", key, err)
+	}
+	return l, nil
+}
+
+// acquire sends req until it is answered; with untilCtx a WAIT_TIMEOUT (the
+// server's maximum wait) is not final and the wait starts again.
+func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, untilCtx bool) (*Lock, error) {
+	if err := validateKey(req.Key); err != nil {
+		return nil, err
+	}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	// The session's end also ends the wait.
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(sessionContext{s}, cancel)
+	defer stop()
+
+	var (
+		resp *lockdv1.AcquireResponse
+		sent time.Time
+	)
+	err := s.c.retry(actx, func(ctx context.Context) error {
+		for {
+			var err error
+			sent = s.c.clock.Now()
+			resp, err = s.c.api.Acquire(ctx, req)
+			err = fromStatus(ctx, err)
+			if untilCtx && errors.Is(err, ErrWaitTimeout) {
+				continue
+			}
+			return err
+		}
+	})
+	if serr := s.Err(); serr != nil && ctx.Err() == nil {
+		return nil, serr // the session ended while waiting
+	}
+	if err != nil {
+		s.checkServerErr(err)
+		return nil, err
+	}
+	if !resp.GetGranted() {
+		return nil, ErrLocked
+	}
+	s.extend(sent, ms(resp.GetRemainingMs()))
+	return s.addLock(req.Key, resp.GetToken())
+}
+
+// addLock records a granted lock, or returns the session's existing Lock
+// for the same grant.
+func (s *Session) addLock(key string, token uint64) (*Lock, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	if l := s.locks[key]; l != nil && l.token == token {
+		return l, nil
+	}
+	l := &Lock{s: s, key: key, token: token, done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	s.locks[key] = l
+	return l, nil
+}
+
+// lockLost applies a server notice that (key, token) is gone.
+func (s *Session) lockLost(key string, token uint64, reason lockdv1.LockLostReason) {
+	s.mu.Lock()
+	l := s.locks[key]
+	if l == nil || l.token != token {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.locks, key)
+	s.mu.Unlock()
+	why := "gone"
+	switch reason {
+	case lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED:
+		why = "revoked"
+	case lockdv1.LockLostReason_LOCK_LOST_REASON_EXPIRED:
+		why = "expired"
+	}
+	l.end(fmt.Errorf("%w: %s", ErrLockLost, why))
+}
+
+// sessionContext adapts a Session's Done to context.AfterFunc.
+type sessionContext struct{ s *Session }
+
+func (c sessionContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c sessionContext) Done() <-chan struct{}       { return c.s.done }
+func (c sessionContext) Err() error {
+	select {
+	case <-c.s.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (c sessionContext) Value(any) any { return nil }
+
+// Lock is a granted lock. It is trusted until Done closes.
+type Lock struct {
+	s      *Session
+	key    string
+	token  uint64
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu         sync.Mutex
+	err        error
+	ambiguous  bool // a release attempt may have taken effect
+	releasedOK bool
+}
+
+// Key returns the lock's key.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the fencing token of the grant: strictly increasing over
+// successive grants of the key. Pass it to the resource the lock protects
+// and have the resource reject tokens lower than the highest it has seen.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Done is closed when the lock can no longer be trusted: its session's
+// deadline passed or the session ended, the server reported the lock
+// revoked or expired, or it was released.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Context returns a context that is cancelled when Done closes; its cause
+// (context.Cause) is Err.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Err is nil while the lock is trusted; afterwards it says why not
+// (ErrReleased, ErrLockLost, or the session's error).
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *Lock) end(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	close(l.done)
+	l.cancel(err)
+}
+
+// Release releases the lock. It stops trusting the lock first (Done
+// closes), then deletes the grant on the server, checked by fencing token so
+// it never deletes a newer grant. It is safe to retry: when an earlier
+// attempt may have taken effect (its reply was lost) and a retry finds the
+// grant gone, Release returns nil; ErrNotOwner from a first attempt means the
+// lock was lost before the release.
+func (l *Lock) Release(ctx context.Context) error {
+	l.s.mu.Lock()
+	if l.s.locks[l.key] == l {
+		delete(l.s.locks, l.key)
+	}
+	l.s.mu.Unlock()
+	l.end(ErrReleased)
+
+	l.mu.Lock()
+	if l.releasedOK {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	err := l.s.c.retry(ctx, func(ctx context.Context) error {
+		_, err := l.s.c.api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: l.s.id, Key: l.key, Token: l.token})
+		err = fromStatus(ctx, err)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch {
+		case err == nil:
+			l.releasedOK = true
+		case errors.Is(err, ErrNotOwner) && l.ambiguous:
+			l.releasedOK = true
+			return nil
+		case retryable(err) || ctx.Err() != nil:
+			l.ambiguous = true
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release %q: %w", l.key, err)
+	}
+	return nil
+}
