@@ -135,6 +135,16 @@ func (m *Metrics) SessionEnded(lostReason string) {
 	}
 }
 
+// SessionLost counts a session lost for reason without touching the active
+// gauge: the server uses it for client_silent, where the store that closed
+// the session already removed it from the gauge (SessionEnded("")).
+func (m *Metrics) SessionLost(reason string) {
+	if m == nil {
+		return
+	}
+	m.sessionsLost.WithLabelValues(m.backend, reason).Inc()
+}
+
 // LeaseExpired counts a session freed by backend expiry.
 func (m *Metrics) LeaseExpired() {
 	if m == nil {
