@@ -84,10 +84,11 @@
 //
 // # Telemetry
 //
-// The server emits the C4 events lock_acquired, lock_released (reason
-// release), lock_revoked and session_lost (reason client_silent) through
-// internal/telemetry, and the C4 metrics lockd_lock_acquire_total{result},
-// lockd_lock_acquire_seconds, lockd_locks_held and
-// lockd_sessions_lost_total{reason="client_silent"}; the store emits the
-// session and backend ones. Labels come only from fixed enums.
+// The store emits the C4 events and metrics of what it does (sessions
+// opened, closed and expired; locks acquired, released and revoked; acquire
+// results; backend requests). The server adds only what the store cannot
+// know: session_lost with reason client_silent and
+// lockd_sessions_lost_total{reason="client_silent"} when it closes a silent
+// client's session. Labels come only from fixed enums; the registry served
+// by MetricsHandler holds lockd's metrics only.
 package server

@@ -75,12 +75,6 @@ func (s *Server) route(ev store.Event) {
 
 // track records a grant made through this server (s.mu held).
 func (s *Server) trackLocked(ss *session, key string, token uint64) {
-	if old, ok := ss.locks[key]; ok && old == token {
-		return
-	}
-	if _, ok := ss.locks[key]; !ok {
-		s.metrics.LocksHeld(1)
-	}
 	ss.locks[key] = token
 }
 
@@ -101,7 +95,6 @@ func (s *Server) untrackLocked(id store.SessionID, key string, token uint64) boo
 		return false
 	}
 	delete(ss.locks, key)
-	s.metrics.LocksHeld(-1)
 	return true
 }
 

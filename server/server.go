@@ -241,10 +241,3 @@ const slogWarn = slog.LevelWarn
 func attrError(err error) slog.Attr { return slog.String("error", err.Error()) }
 
 func attrDuration(k string, d time.Duration) slog.Attr { return slog.Int64(k+"_ms", d.Milliseconds()) }
-
-// sessionLostMetric counts a session the server closed for reason; released
-// locks are counted by the store that released them.
-func (s *Server) sessionLostMetric(reason string, released int) {
-	_ = released
-	s.metrics.SessionEnded(reason)
-}

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -137,20 +136,13 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	} else {
 		g, err = s.waitAcquire(ctx, id, req)
 	}
-	took := time.Since(recv)
 	switch {
 	case err != nil:
-		result := telemetry.AcquireError
-		if errors.Is(err, errWaitTimeout) || ctx.Err() != nil {
-			result = telemetry.AcquireTimeout
-		}
 		if errors.Is(err, store.ErrSessionDead) {
 			s.markGone(ss)
 		}
-		s.metrics.Acquire(result, took)
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", err))
 	case !granted:
-		s.metrics.Acquire(telemetry.AcquireContended, took)
 		return &lockdv1.AcquireResponse{Key: req.Key}, nil
 	}
 
@@ -162,11 +154,8 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	s.mu.Unlock()
 	if !ok {
 		// The session is being closed, which takes this grant with it.
-		s.metrics.Acquire(telemetry.AcquireError, took)
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
-	s.metrics.Acquire(telemetry.AcquireGranted, took)
-	s.tlog.LockAcquired(g, took)
 	return &lockdv1.AcquireResponse{
 		Granted:     true,
 		Key:         g.Key,
@@ -234,7 +223,6 @@ func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*loc
 		return nil, s.toStatus(ctx, "Release", fmt.Errorf("release: %w", err))
 	}
 	s.untrack(id, req.Key, req.Token)
-	s.tlog.LockReleased(store.Grant{Key: req.Key, Session: id, Token: req.Token}, telemetry.ReleaseRelease)
 	return &lockdv1.ReleaseResponse{}, nil
 }
 
@@ -309,7 +297,6 @@ func (s service) Revoke(ctx context.Context, req *lockdv1.RevokeRequest) (*lockd
 	if !found {
 		return &lockdv1.RevokeResponse{}, nil
 	}
-	s.tlog.LockRevoked(g.Key, g.Token)
 	// The lock-loss watch delivers this too (also for holders on other
 	// lockd instances); telling a holder of this instance now is faster,
 	// and lockLost notifies once.

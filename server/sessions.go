@@ -160,9 +160,6 @@ func (s *Server) dropIfDone(ss *session) {
 	if s.sessions[ss.id] == ss {
 		delete(s.sessions, ss.id)
 	}
-	if n := len(ss.locks); n > 0 && ss.known {
-		s.metrics.LocksHeld(-n)
-	}
 	ss.locks = nil
 }
 
@@ -291,7 +288,8 @@ func (s *Server) closeSilent(ss *session) {
 		return
 	}
 	s.tlog.SessionLost(ss.id, ss.reason)
-	s.sessionLostMetric(ss.reason, n)
+	s.metrics.SessionLost(ss.reason)
+	_ = n // the store logs and counts the released locks
 	if ss.stream != nil {
 		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
 	}
