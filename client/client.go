@@ -2,7 +2,7 @@ package client
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
