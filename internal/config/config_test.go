@@ -1,0 +1,333 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"lock.dev/lockd/server"
+)
+
+// loadArgs runs Load the way lockd serve does: flags registered and parsed
+// from args, the file (if any) written to a temp dir and passed by --config.
+func loadArgs(t *testing.T, yamlText string, env []string, args ...string) (server.Config, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	if yamlText != "" {
+		path := filepath.Join(t.TempDir(), "lockd.yaml")
+		if err := os.WriteFile(path, []byte(yamlText), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", path}, args...)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse flags %q: %v", args, err)
+	}
+	return Load(fs, func() []string { return env })
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := loadArgs(t, "", nil)
+	if err != nil {
+		t.Fatalf("Load with no sources: %v", err)
+	}
+	if want := server.DefaultConfig(); !reflect.DeepEqual(cfg, want) {
+		t.Errorf("Load with no sources = %+v, want the defaults %+v", cfg, want)
+	}
+	cfg, err = Load(nil, func() []string { return nil })
+	if err != nil || !reflect.DeepEqual(cfg, server.DefaultConfig()) {
+		t.Errorf("Load(nil, empty env) = %+v, %v; want the defaults", cfg, err)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	const file = "lock:\n  session:\n    ttl: 20s\n  server:\n    listen: file:1\n"
+	tests := []struct {
+		name     string
+		file     string
+		env      []string
+		args     []string
+		wantTTL  time.Duration
+		wantAddr string
+	}{
+		{"defaults", "", nil, nil, 15 * time.Second, "127.0.0.1:7420"},
+		{"file over defaults", file, nil, nil, 20 * time.Second, "file:1"},
+		{"env over file", file, []string{"LOCKD_SESSION_TTL=30s"}, nil, 30 * time.Second, "file:1"},
+		{"flag over env", file, []string{"LOCKD_SESSION_TTL=30s", "LOCKD_SERVER_LISTEN=env:1"},
+			[]string{"--session-ttl", "40s"}, 40 * time.Second, "env:1"},
+		{"flag over file", file, nil, []string{"--listen=flag:1"}, 20 * time.Second, "flag:1"},
+		{"empty env is unset", file, []string{"LOCKD_SESSION_TTL="}, nil, 20 * time.Second, "file:1"},
+		{"unset flag does not override", file, []string{"LOCKD_SESSION_TTL=30s"}, []string{"--backend", "embedded"},
+			30 * time.Second, "file:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadArgs(t, tt.file, tt.env, tt.args...)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if cfg.SessionTTL != tt.wantTTL || cfg.Listen != tt.wantAddr {
+				t.Errorf("Load: ttl=%v listen=%q, want ttl=%v listen=%q", cfg.SessionTTL, cfg.Listen, tt.wantTTL, tt.wantAddr)
+			}
+		})
+	}
+}
+
+// TestEveryKeyEverySource sets each key to a non-default value through each
+// source and checks it lands in the right field.
+func TestEveryKeyEverySource(t *testing.T) {
+	values := map[string]struct {
+		text string // env / flag text
+		yaml string // YAML value
+		want any
+	}{
+		"lock.backend":                           {"pg", "pg", "pg"},
+		"lock.session.ttl":                       {"30s", "30s", 30 * time.Second},
+		"lock.client.safety-margin":              {"3s", "3s", 3 * time.Second},
+		"lock.client.heartbeat-interval":         {"2s", "2s", 2 * time.Second},
+		"lock.server.listen":                     {"0.0.0.0:1", `"0.0.0.0:1"`, "0.0.0.0:1"},
+		"lock.server.metrics-listen":             {"off", "off", "off"},
+		"lock.server.close-sessions-on-shutdown": {"true", "true", true},
+		"lock.etcd.endpoints":                    {"a:1, b:2", "[a:1, b:2]", []string{"a:1", "b:2"}},
+		"lock.etcd.prefix":                       {"/x/", "/x/", "/x/"},
+		"lock.etcd.dial-timeout":                 {"1s", "1s", time.Second},
+		"lock.pg.dsn":                            {"postgres://h/db", "postgres://h/db", "postgres://h/db"},
+		"lock.pg.schema":                         {"other", "other", "other"},
+		"lock.pg.reaper-interval":                {"500ms", "500ms", 500 * time.Millisecond},
+		"lock.embedded.data-dir":                 {"/tmp/d", "/tmp/d", "/tmp/d"},
+	}
+	if len(values) != len(Keys()) {
+		t.Fatalf("test covers %d keys, C5 has %d", len(values), len(Keys()))
+	}
+	// lock.backend=pg needs a DSN; give every run one so the backend value
+	// validates on its own.
+	base := []string{"LOCKD_PG_DSN=postgres://base"}
+	for _, key := range Keys() {
+		v, ok := values[key.Name]
+		if !ok {
+			t.Fatalf("no test value for %s", key.Name)
+		}
+		check := func(t *testing.T, cfg server.Config, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got := key.get(&cfg); !reflect.DeepEqual(got, v.want) {
+				t.Errorf("%s = %#v, want %#v", key.Name, got, v.want)
+			}
+		}
+		base := base
+		if key.Name == "lock.pg.dsn" {
+			base = nil
+		}
+		t.Run(key.Name+"/env", func(t *testing.T) {
+			cfg, err := loadArgs(t, "", append([]string{key.Env + "=" + v.text}, base...))
+			check(t, cfg, err)
+		})
+		t.Run(key.Name+"/flag", func(t *testing.T) {
+			cfg, err := loadArgs(t, "", base, "--"+key.Flag+"="+v.text)
+			check(t, cfg, err)
+		})
+		t.Run(key.Name+"/yaml", func(t *testing.T) {
+			cfg, err := loadArgs(t, nested(key.Name, v.yaml), base)
+			check(t, cfg, err)
+		})
+		t.Run(key.Name+"/yaml-dotted", func(t *testing.T) {
+			cfg, err := loadArgs(t, key.Name+": "+v.yaml+"\n", base)
+			check(t, cfg, err)
+		})
+	}
+}
+
+// nested renders key: value as nested YAML.
+func nested(key, value string) string {
+	var b strings.Builder
+	parts := strings.Split(key, ".")
+	for i, p := range parts {
+		b.WriteString(strings.Repeat("  ", i) + p + ":")
+		if i == len(parts)-1 {
+			b.WriteString(" " + value)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func TestNamingRules(t *testing.T) {
+	want := map[string][2]string{
+		"lock.backend":                           {"LOCKD_BACKEND", "backend"},
+		"lock.session.ttl":                       {"LOCKD_SESSION_TTL", "session-ttl"},
+		"lock.client.safety-margin":              {"LOCKD_CLIENT_SAFETY_MARGIN", "safety-margin"},
+		"lock.client.heartbeat-interval":         {"LOCKD_CLIENT_HEARTBEAT_INTERVAL", "heartbeat-interval"},
+		"lock.server.listen":                     {"LOCKD_SERVER_LISTEN", "listen"},
+		"lock.server.metrics-listen":             {"LOCKD_SERVER_METRICS_LISTEN", "metrics-listen"},
+		"lock.server.close-sessions-on-shutdown": {"LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN", "close-sessions-on-shutdown"},
+		"lock.etcd.endpoints":                    {"LOCKD_ETCD_ENDPOINTS", "etcd-endpoints"},
+		"lock.etcd.prefix":                       {"LOCKD_ETCD_PREFIX", "etcd-prefix"},
+		"lock.etcd.dial-timeout":                 {"LOCKD_ETCD_DIAL_TIMEOUT", "etcd-dial-timeout"},
+		"lock.pg.dsn":                            {"LOCKD_PG_DSN", "pg-dsn"},
+		"lock.pg.schema":                         {"LOCKD_PG_SCHEMA", "pg-schema"},
+		"lock.pg.reaper-interval":                {"LOCKD_PG_REAPER_INTERVAL", "pg-reaper-interval"},
+		"lock.embedded.data-dir":                 {"LOCKD_EMBEDDED_DATA_DIR", "data-dir"},
+	}
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		w, ok := want[k.Name]
+		if !ok {
+			t.Errorf("key %s is not in this test's table", k.Name)
+			continue
+		}
+		if k.Env != w[0] || k.Flag != w[1] {
+			t.Errorf("%s: env=%s flag=%s, want env=%s flag=%s", k.Name, k.Env, k.Flag, w[0], w[1])
+		}
+		if reservedEnv[k.Env] || strings.HasPrefix(k.Env, reservedEnvPrefix) {
+			t.Errorf("%s: env %s is reserved", k.Name, k.Env)
+		}
+		// The package doc's table must list the key with both names.
+		found := false
+		for line := range strings.SplitSeq(string(doc), "\n") {
+			f := strings.Fields(strings.TrimPrefix(line, "//"))
+			if len(f) > 2 && f[0] == k.Name && f[len(f)-2] == k.Env && f[len(f)-1] == "--"+k.Flag {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("doc.go table has no row %q ... %s --%s", k.Name, k.Env, k.Flag)
+		}
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string
+		env     []string
+		args    []string
+		want    []string // substrings of the error
+		unknown bool     // errors.Is(err, ErrUnknownKey)
+	}{
+		{name: "unknown file key", file: "lock:\n  sesion:\n    ttl: 15s\n",
+			want: []string{`"lock.sesion.ttl"`, "file ", "unknown configuration key"}, unknown: true},
+		{name: "unknown top-level file key", file: "listen: x\n", want: []string{`"listen"`}, unknown: true},
+		{name: "value where a section belongs", file: "lock:\n  session: 15s\n", want: []string{`"lock.session"`}, unknown: true},
+		{name: "mapping under a key", file: "lock:\n  session:\n    ttl:\n      x: 1\n", want: []string{"lock.session.ttl (file", "got a mapping"}},
+		{name: "unknown env", env: []string{"LOCKD_SESION_TTL=15s"}, want: []string{`"LOCKD_SESION_TTL"`, "(env)"}, unknown: true},
+		{name: "bad env duration", env: []string{"LOCKD_SESSION_TTL=15"},
+			want: []string{"lock.session.ttl (env LOCKD_SESSION_TTL)", `invalid duration "15"`}},
+		{name: "bad flag duration", args: []string{"--session-ttl", "soon"},
+			want: []string{"lock.session.ttl (flag --session-ttl)", `invalid duration "soon"`}},
+		{name: "bad file duration", file: "lock:\n  etcd:\n    dial-timeout: 5\n",
+			want: []string{"lock.etcd.dial-timeout (file ", `invalid duration "5"`}},
+		{name: "bad bool", env: []string{"LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN=yes please"},
+			want: []string{"lock.server.close-sessions-on-shutdown (env"}},
+		{name: "number for a string", file: "lock:\n  pg:\n    schema: 42\n", want: []string{"lock.pg.schema (file", "want a string"}},
+		{name: "map for a list", file: "lock:\n  etcd:\n    endpoints: {a: b}\n", want: []string{"lock.etcd.endpoints (file", "list of strings"}},
+		{name: "ttl below bounds", env: []string{"LOCKD_SESSION_TTL=1s"}, want: []string{"lock.session.ttl (env LOCKD_SESSION_TTL)", "out of bounds"}},
+		{name: "ttl above bounds", args: []string{"--session-ttl=2h"}, want: []string{"lock.session.ttl (flag --session-ttl)"}},
+		{name: "margin vs ttl", file: "lock:\n  client:\n    safety-margin: 8s\n",
+			want: []string{"lock.client.safety-margin (file", "< lock.session.ttl/2"}},
+		{name: "bad backend", args: []string{"--backend", "zk"}, want: []string{"lock.backend (flag --backend)", `"zk"`}},
+		{name: "etcd without endpoints", args: []string{"--backend", "etcd"}, want: []string{"lock.etcd.endpoints (default)"}},
+		{name: "pg without dsn", env: []string{"LOCKD_BACKEND=pg"}, want: []string{"lock.pg.dsn (default)"}},
+		{name: "bad schema", args: []string{"--pg-schema", "Bad-Name"}, want: []string{"lock.pg.schema (flag --pg-schema)"}},
+		{name: "prefix without slash", env: []string{"LOCKD_ETCD_PREFIX=/x"}, want: []string{"lock.etcd.prefix (env LOCKD_ETCD_PREFIX)"}},
+		{name: "dup dotted and nested", file: "lock.session.ttl: 10s\nlock:\n  session:\n    ttl: 20s\n",
+			want: []string{"lock.session.ttl (file", "set more than once"}},
+		{name: "several problems at once", file: "lock:\n  bogus: 1\n", env: []string{"LOCKD_NOPE=1", "LOCKD_SESSION_TTL=x"},
+			want: []string{`"lock.bogus"`, `"LOCKD_NOPE"`, "lock.session.ttl (env"}, unknown: true},
+		{name: "not a mapping", file: "- a\n- b\n", want: []string{"file ", "not valid YAML"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadArgs(t, tt.file, tt.env, tt.args...)
+			if err == nil {
+				t.Fatalf("Load succeeded, want an error containing %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Load error %q does not contain %q", err, w)
+				}
+			}
+			if got := errors.Is(err, ErrUnknownKey); got != tt.unknown {
+				t.Errorf("errors.Is(%q, ErrUnknownKey) = %v, want %v", err, got, tt.unknown)
+			}
+		})
+	}
+}
+
+func TestAccepted(t *testing.T) {
+	tests := []struct {
+		name  string
+		file  string
+		env   []string
+		args  []string
+		check func(server.Config) bool
+	}{
+		{name: "reserved env ignored",
+			env:   []string{"LOCKD_SERVER=h:1", "LOCKD_KEY=k", "LOCKD_FENCING_TOKEN=7", "LOCKD_TEST_PG_DSN=x", "PATH=/bin", "LOCKDX=1"},
+			check: func(c server.Config) bool { return reflect.DeepEqual(c, server.DefaultConfig()) }},
+		{name: "null and empty sections", file: "lock:\n  session:\n  etcd: {}\n  pg:\n    dsn:\n",
+			check: func(c server.Config) bool { return reflect.DeepEqual(c, server.DefaultConfig()) }},
+		{name: "empty file", file: "# nothing\n",
+			check: func(c server.Config) bool { return reflect.DeepEqual(c, server.DefaultConfig()) }},
+		{name: "list flag repeated", args: []string{"--backend=etcd", "--etcd-endpoints", "a:1", "--etcd-endpoints", "b:2,c:3"},
+			check: func(c server.Config) bool { return reflect.DeepEqual(c.EtcdEndpoints, []string{"a:1", "b:2", "c:3"}) }},
+		{name: "list as comma string in yaml", file: "lock:\n  etcd:\n    endpoints: a:1,b:2\n",
+			check: func(c server.Config) bool { return reflect.DeepEqual(c.EtcdEndpoints, []string{"a:1", "b:2"}) }},
+		{name: "bare bool flag", args: []string{"--close-sessions-on-shutdown"},
+			check: func(c server.Config) bool { return c.CloseSessionsOnShutdown }},
+		{name: "bool flag false over env true", env: []string{"LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN=true"},
+			args:  []string{"--close-sessions-on-shutdown=false"},
+			check: func(c server.Config) bool { return !c.CloseSessionsOnShutdown }},
+		{name: "zero heartbeat as bare 0", file: "lock:\n  client:\n    heartbeat-interval: 0\n",
+			check: func(c server.Config) bool { return c.HeartbeatInterval == 0 }},
+		{name: "file list replaced by env", file: "lock:\n  backend: etcd\n  etcd:\n    endpoints: [a:1, b:2]\n",
+			env:   []string{"LOCKD_ETCD_ENDPOINTS=c:3"},
+			check: func(c server.Config) bool { return reflect.DeepEqual(c.EtcdEndpoints, []string{"c:3"}) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadArgs(t, tt.file, tt.env, tt.args...)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if !tt.check(cfg) {
+				t.Errorf("Load = %+v: check failed", cfg)
+			}
+		})
+	}
+}
+
+func TestMissingConfigFile(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	if err := fs.Parse([]string{"--config", missing}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(fs, func() []string { return nil })
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Errorf("Load with a missing --config file: %v, want a not-exist error naming the file", err)
+	}
+}
+
+func TestFlagHelpShowsDefaults(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	usage := fs.FlagUsages()
+	for _, w := range []string{"--session-ttl duration", "(default 15s)", "LOCKD_SESSION_TTL", "--etcd-endpoints strings", "(default \"127.0.0.1:7420\")"} {
+		if !strings.Contains(usage, w) {
+			t.Errorf("flag usage lacks %q:\n%s", w, usage)
+		}
+	}
+}

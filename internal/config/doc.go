@@ -1,0 +1,63 @@
+// Package config loads lockd's C5 configuration (docs/contracts/C5.md
+// #ct5-config) into a server.Config.
+//
+// # Sources and precedence
+//
+// Load layers four sources, each overriding the one before:
+//
+//  1. the defaults of server.DefaultConfig;
+//  2. the YAML file named by --config (none by default; lockd runs without one);
+//  3. environment variables LOCKD_*;
+//  4. command-line flags.
+//
+// The result is checked with server.Config.Validate. Every error names the key
+// it is about and, where it helps, the source that set the value, e.g.
+//
+//	lock.session.ttl (env LOCKD_SESSION_TTL): invalid duration "15"
+//	lock.client.safety-margin (file lockd.yaml): 8s must be > 0 and < lock.session.ttl/2 (7.5s)
+//	"lock.sesion.ttl" (file lockd.yaml): unknown configuration key
+//
+// # Keys
+//
+// The YAML path is the key itself, nested at each dot (lock: session: ttl: 15s;
+// a dotted key such as "lock.session.ttl: 15s" at the top level is accepted
+// too). The environment variable is LOCKD_ followed by the key without
+// "lock.", upper-cased, with "." and "-" replaced by "_". Durations are Go
+// durations (300ms, 15s, 1m30s; a bare number other than 0 is an error).
+//
+//	Key                                      Default         Bounds                                       Env                                      Flag
+//	lock.backend                             embedded        embedded | etcd | pg                         LOCKD_BACKEND                            --backend
+//	lock.session.ttl                         15s             2s..1h, whole milliseconds                   LOCKD_SESSION_TTL                        --session-ttl
+//	lock.client.safety-margin                2s              > 0 and < lock.session.ttl/2                 LOCKD_CLIENT_SAFETY_MARGIN               --safety-margin
+//	lock.client.heartbeat-interval           0 (= ttl/3)     0, or 100ms..ttl − 2×safety-margin           LOCKD_CLIENT_HEARTBEAT_INTERVAL          --heartbeat-interval
+//	lock.server.listen                       127.0.0.1:7420  non-empty host:port                          LOCKD_SERVER_LISTEN                      --listen
+//	lock.server.metrics-listen               127.0.0.1:7421  non-empty host:port, or "off"                LOCKD_SERVER_METRICS_LISTEN              --metrics-listen
+//	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
+//	lock.etcd.endpoints                      (none)          at least one when lock.backend=etcd          LOCKD_ETCD_ENDPOINTS                     --etcd-endpoints
+//	lock.etcd.prefix                         /lockd/         non-empty, ends with /                       LOCKD_ETCD_PREFIX                        --etcd-prefix
+//	lock.etcd.dial-timeout                   5s              100ms..1m                                    LOCKD_ETCD_DIAL_TIMEOUT                  --etcd-dial-timeout
+//	lock.pg.dsn                              (none)          required when lock.backend=pg                LOCKD_PG_DSN                             --pg-dsn
+//	lock.pg.schema                           lockd           [a-z_][a-z0-9_]*, at most 63 bytes           LOCKD_PG_SCHEMA                          --pg-schema
+//	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
+//	lock.embedded.data-dir                   ./lockd-data    non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
+//
+// Value syntax per source:
+//
+//   - lists (lock.etcd.endpoints): a YAML sequence or a comma-separated
+//     string in the file; a comma-separated string in the environment; a
+//     comma-separated value, or the flag repeated, on the command line;
+//   - booleans: a YAML boolean; true/false/1/0 in the environment; a bare
+//     --close-sessions-on-shutdown (or =true/=false) on the command line;
+//   - strings: a YAML string (a number is rejected: quote it).
+//
+// # Unknown names
+//
+// A key in the file that is not in the table above, and a LOCKD_* variable
+// that maps to no key, are startup errors: a typo never silently falls back to
+// a default. A YAML null (an empty "lock:" section, or "ttl:" with no value)
+// counts as unset. An empty LOCKD_* variable counts as unset too. These LOCKD_*
+// variables are not configuration and Load ignores them: LOCKD_SERVER (the
+// address client commands dial), LOCKD_KEY and LOCKD_FENCING_TOKEN (set by
+// `lockd run` for its child), and every LOCKD_TEST_* variable (test
+// harnesses).
+package config

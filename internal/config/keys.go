@@ -1,0 +1,142 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"lock.dev/lockd/server"
+)
+
+// Key describes one C5 configuration key and every name it goes by.
+type Key struct {
+	// Name is the key, e.g. lock.session.ttl; it is also the YAML path.
+	Name string
+	// Env is the environment variable, e.g. LOCKD_SESSION_TTL.
+	Env string
+	// Flag is the command-line flag without its dashes, e.g. session-ttl.
+	Flag string
+	// Usage is the flag's help text.
+	Usage string
+
+	kind  kind
+	field int // index of the server.Config field tagged with Name
+}
+
+type kind int
+
+const (
+	kindString kind = iota + 1
+	kindDuration
+	kindBool
+	kindList
+)
+
+var kindTypes = [...]string{kindString: "string", kindDuration: "duration", kindBool: "bool", kindList: "strings"}
+
+// keyTable is the C5 table in documentation order. Env names follow the rule
+// (envName); flag names are chosen for the command line.
+var keyTable = []struct{ name, flag, usage string }{
+	{"lock.backend", "backend", "backend: embedded, etcd or pg"},
+	{"lock.session.ttl", "session-ttl", "TTL of sessions opened without one (2s..1h)"},
+	{"lock.client.safety-margin", "safety-margin", "how long before the backend could free a key a client stops trusting it (< ttl/2)"},
+	{"lock.client.heartbeat-interval", "heartbeat-interval", "client keepalive interval; 0 means ttl/3"},
+	{"lock.server.listen", "listen", "gRPC listen address"},
+	{"lock.server.metrics-listen", "metrics-listen", `/metrics and /healthz listen address, or "off"`},
+	{"lock.server.close-sessions-on-shutdown", "close-sessions-on-shutdown", "on SIGINT/SIGTERM close every session (releasing its locks) instead of leaving them to expire"},
+	{"lock.etcd.endpoints", "etcd-endpoints", "etcd endpoints, comma-separated (backend etcd)"},
+	{"lock.etcd.prefix", "etcd-prefix", "prefix of every etcd key lockd writes (ends with /)"},
+	{"lock.etcd.dial-timeout", "etcd-dial-timeout", "etcd dial timeout (100ms..1m)"},
+	{"lock.pg.dsn", "pg-dsn", "PostgreSQL connection string (backend pg)"},
+	{"lock.pg.schema", "pg-schema", "PostgreSQL schema for lockd's tables"},
+	{"lock.pg.reaper-interval", "pg-reaper-interval", "how often expired PostgreSQL sessions are reaped (100ms..1m)"},
+	{"lock.embedded.data-dir", "data-dir", "data directory of the embedded etcd (backend embedded)"},
+}
+
+// reservedEnv are LOCKD_ variables that are not configuration.
+var reservedEnv = map[string]bool{"LOCKD_SERVER": true, "LOCKD_KEY": true, "LOCKD_FENCING_TOKEN": true}
+
+const (
+	envPrefix         = "LOCKD_"
+	reservedEnvPrefix = "LOCKD_TEST_"
+)
+
+var (
+	keys      []Key
+	keyByName = map[string]*Key{}
+	keyByEnv  = map[string]*Key{}
+	keyByFlag = map[string]*Key{}
+	// sections are the proper prefixes of keys ("lock", "lock.session"), which
+	// a YAML file may leave null or empty.
+	sections = map[string]bool{}
+)
+
+func init() {
+	fields := map[string]reflect.StructField{}
+	t := reflect.TypeFor[server.Config]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag := f.Tag.Get("koanf"); tag != "" {
+			fields[tag] = f
+		}
+	}
+	if len(fields) != len(keyTable) {
+		panic(fmt.Sprintf("config: server.Config has %d keys, the C5 table %d", len(fields), len(keyTable)))
+	}
+	keys = make([]Key, len(keyTable))
+	for i, e := range keyTable {
+		f, ok := fields[e.name]
+		if !ok {
+			panic("config: no server.Config field for key " + e.name)
+		}
+		k := &keys[i]
+		*k = Key{Name: e.name, Env: envName(e.name), Flag: e.flag, Usage: e.usage, kind: kindOf(f.Type), field: f.Index[0]}
+		if k.kind == 0 {
+			panic(fmt.Sprintf("config: key %s has unsupported type %v", e.name, f.Type))
+		}
+		keyByName[k.Name], keyByEnv[k.Env], keyByFlag[k.Flag] = k, k, k
+		for p := k.Name; ; {
+			i := strings.LastIndexByte(p, '.')
+			if i < 0 {
+				break
+			}
+			p = p[:i]
+			sections[p] = true
+		}
+	}
+}
+
+func kindOf(t reflect.Type) kind {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return kindDuration
+	case t.Kind() == reflect.String:
+		return kindString
+	case t.Kind() == reflect.Bool:
+		return kindBool
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
+		return kindList
+	}
+	return 0
+}
+
+// envName is the C5 rule: LOCKD_ + the key without "lock.", upper-cased,
+// "." and "-" replaced by "_".
+func envName(key string) string {
+	s := strings.ToUpper(strings.TrimPrefix(key, "lock."))
+	return envPrefix + strings.NewReplacer(".", "_", "-", "_").Replace(s)
+}
+
+// Keys returns every C5 key in documentation order.
+func Keys() []Key { return append([]Key(nil), keys...) }
+
+// get returns the value of k's field in c.
+func (k *Key) get(c *server.Config) any {
+	return reflect.ValueOf(c).Elem().Field(k.field).Interface()
+}
+
+// set stores v, already of k's type, in c.
+func (k *Key) set(c *server.Config, v any) {
+	reflect.ValueOf(c).Elem().Field(k.field).Set(reflect.ValueOf(v))
+}
