@@ -1,0 +1,184 @@
+package fenced
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"lock.dev/lockd/test/chaos/history"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func start(t *testing.T, check bool) (*Server, *Client) {
+	t.Helper()
+	s, err := Start(Config{CheckTokens: check})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	c := NewClient(s.URL())
+	t.Cleanup(func() {
+		c.Close()
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s, c
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCheckTokensRefusesStale(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, true)
+	ctx := testCtx(t)
+	if !strings.HasPrefix(s.URL(), "http://127.0.0.1:") {
+		t.Fatalf("URL() = %s, want a loopback address", s.URL())
+	}
+	steps := []struct {
+		key, writer string
+		token       uint64
+		stale       bool
+	}{
+		{"k", "a", 5, false},
+		{"k", "a", 5, false}, // equal token: the same holder writing again
+		{"k", "b", 7, false},
+		{"k", "a", 5, true},  // superseded holder
+		{"j", "a", 1, false}, // keys are independent
+		{"k", "b", 7, false},
+	}
+	for i, st := range steps {
+		_, err := c.Write(ctx, st.key, st.writer, st.token)
+		if st.stale {
+			if !errors.Is(err, ErrStale) || OutcomeOf(err) != history.Fail {
+				t.Fatalf("step %d Write(%s,%s,%d) = %v, want ErrStale (outcome fail)", i, st.key, st.writer, st.token, err)
+			}
+			continue
+		}
+		if err != nil || OutcomeOf(err) != history.OK {
+			t.Fatalf("step %d Write(%s,%s,%d) = %v, want accepted", i, st.key, st.writer, st.token, err)
+		}
+	}
+	ws := s.Writes()
+	var got []string
+	for i, w := range ws {
+		if w.Seq != uint64(i+1) {
+			t.Fatalf("write %d has seq %d, want %d", i, w.Seq, i+1)
+		}
+		if i > 0 && w.At < ws[i-1].At {
+			t.Fatalf("write %d at %d before write %d at %d", i, w.At, i-1, ws[i-1].At)
+		}
+		got = append(got, fmt.Sprintf("%s/%s/%d", w.Key, w.Writer, w.Token))
+	}
+	if g, want := strings.Join(got, " "), "k/a/5 k/a/5 k/b/7 j/a/1 k/b/7"; g != want {
+		t.Fatalf("Writes() = %s, want %s", g, want)
+	}
+	if r := s.Rejected(); r != 1 {
+		t.Fatalf("Rejected() = %d, want 1", r)
+	}
+	remote, err := c.Writes(ctx)
+	if err != nil {
+		t.Fatalf("client Writes: %v", err)
+	}
+	if len(remote) != len(ws) || remote[2] != ws[2] {
+		t.Fatalf("GET /writes = %v, want %v", remote, ws)
+	}
+}
+
+// The control: with the check off a superseded holder's write goes through.
+func TestCheckOffAcceptsEverything(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, false)
+	ctx := testCtx(t)
+	for _, tok := range []uint64{9, 3, 1, 9} {
+		if _, err := c.Write(ctx, "k", fmt.Sprint("w", tok), tok); err != nil {
+			t.Fatalf("Write token %d with checks off = %v, want accepted", tok, err)
+		}
+	}
+	if n, r := len(s.Writes()), s.Rejected(); n != 4 || r != 0 || s.CheckTokens() {
+		t.Fatalf("check off: %d writes, %d rejected, CheckTokens %v; want 4, 0, false", n, r, s.CheckTokens())
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, true)
+	ctx := testCtx(t)
+	if _, err := c.Write(ctx, "", "a", 1); !errors.Is(err, ErrBadRequest) || OutcomeOf(err) != history.Fail {
+		t.Fatalf("Write with empty key = %v, want ErrBadRequest", err)
+	}
+	if _, err := c.Write(ctx, "k", "", 1); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("Write with empty writer = %v, want ErrBadRequest", err)
+	}
+	resp, err := http.Post(s.URL()+"/write", "application/json", strings.NewReader(`{"key":"k","writer":"a","token":1,"x":2}`))
+	if err != nil {
+		t.Fatalf("POST unknown field: %v", err)
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("POST with an unknown field: status %d, want 400", resp.StatusCode)
+	}
+	if n := len(s.Writes()); n != 0 {
+		t.Fatalf("bad requests recorded %d writes, want 0", n)
+	}
+}
+
+// Concurrent writers racing with rising tokens: every accepted write carries
+// a token at least the highest accepted before it, per key.
+func TestConcurrentWritersKeepOrder(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, true)
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			for i := range 40 {
+				tok := uint64(i*6 + w + 1)
+				_, err := c.Write(ctx, fmt.Sprint("k", w%2), fmt.Sprint("w", w), tok)
+				if err != nil && OutcomeOf(err) != history.Fail {
+					t.Errorf("Write: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	high := map[string]uint64{}
+	for _, w := range s.Writes() {
+		if w.Token < high[w.Key] {
+			t.Fatalf("accepted %+v after token %d on the same key", w, high[w.Key])
+		}
+		high[w.Key] = w.Token
+	}
+	if got := len(s.Writes()) + s.Rejected(); got != 6*40 {
+		t.Fatalf("accepted+rejected = %d, want %d", got, 6*40)
+	}
+}
+
+func TestWriteAfterCloseIsUnknown(t *testing.T) {
+	t.Parallel()
+	s, err := Start(Config{CheckTokens: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	c := NewClient(s.URL())
+	defer c.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	_, err = c.Write(testCtx(t), "k", "a", 1)
+	if err == nil || OutcomeOf(err) != history.Unknown {
+		t.Fatalf("Write to a closed server = %v (outcome %s), want a transport error classified unknown", err, OutcomeOf(err))
+	}
+}
