@@ -1,0 +1,478 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+// outcome is what one grant attempt found.
+type outcome int
+
+const (
+	granted outcome = iota + 1 // a new grant was made
+	held                       // the session already held the key
+	busy                       // another session holds the key or is ahead in its queue
+	dead                       // the session is not live
+)
+
+// grant tries, inside tx, to grant key to session id. With asWaiter false
+// (TryInsert) any queued waiter makes the key busy; with asWaiter true
+// (Acquire) the session takes the key only when it is free and the session
+// is first in the queue (or the queue is empty), and otherwise makes sure it
+// is queued. A waiter that finds its session dead or the key granted to it
+// leaves the queue in the same transaction.
+func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key string, asWaiter bool) (store.Grant, outcome, error) {
+	sid := string(id)
+	dequeue := func() error {
+		if !asWaiter {
+			return nil
+		}
+		_, err := tx.Exec(ctx, s.q.dequeue, key, sid)
+		return err
+	}
+	enqueue := func() error {
+		if !asWaiter {
+			return nil
+		}
+		_, err := tx.Exec(ctx, s.q.enqueue, key, sid)
+		return err
+	}
+
+	var remainingUS int64
+	err := tx.QueryRow(ctx, s.q.liveForGrant, sid).Scan(&remainingUS)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && remainingUS <= 0 {
+		// Unknown, closed, reaped, or expired and awaiting the reaper. An
+		// expired waiter leaves the queue now so nobody waits behind it.
+		return store.Grant{}, dead, dequeue()
+	}
+	if err != nil {
+		return store.Grant{}, 0, err
+	}
+	g := store.Grant{Key: key, Session: id, Remaining: time.Duration(remainingUS) * time.Microsecond}
+
+	holder, tok, at, found, err := s.holder(ctx, tx, key)
+	switch {
+	case err != nil:
+		return store.Grant{}, 0, err
+	case found && holder == id:
+		g.Token, g.AcquiredAt = tok, at
+		return g, held, dequeue()
+	case found:
+		return store.Grant{}, busy, enqueue()
+	}
+
+	if asWaiter {
+		var head string
+		err := tx.QueryRow(ctx, s.q.head, key).Scan(&head)
+		switch {
+		case err == nil && head != sid:
+			return store.Grant{}, busy, enqueue()
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return store.Grant{}, 0, err
+		}
+	} else {
+		var queued bool
+		if err := tx.QueryRow(ctx, s.q.queued, key).Scan(&queued); err != nil {
+			return store.Grant{}, 0, err
+		}
+		if queued {
+			return store.Grant{}, busy, nil
+		}
+	}
+
+	err = tx.QueryRow(ctx, s.q.insertLock, key, sid).Scan(&g.AcquiredAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another transaction took the key after we looked: perhaps a
+		// concurrent call of this same session.
+		holder, tok, at, found, err := s.holder(ctx, tx, key)
+		switch {
+		case err != nil:
+			return store.Grant{}, 0, err
+		case found && holder == id:
+			g.Token, g.AcquiredAt = tok, at
+			return g, held, dequeue()
+		}
+		return store.Grant{}, busy, enqueue()
+	}
+	if err != nil {
+		return store.Grant{}, 0, err
+	}
+
+	// The fencing token is drawn only now that the row is ours. Drawing it
+	// in the INSERT (VALUES (nextval(...)) ON CONFLICT DO NOTHING) would be
+	// wrong: nextval runs before the uniqueness check, so a statement could
+	// draw a token, stall, and insert it after another grant of the same
+	// key drew a larger one, committed and was released.
+	//
+	// Why this is strictly increasing per key: our INSERT succeeded, so the
+	// previous grant P of this key had already been deleted and that delete
+	// committed (ON CONFLICT waits for an uncommitted row or delete). P drew
+	// its token inside its own transaction, before P committed, hence before
+	// its delete committed, hence before our INSERT and this nextval. The
+	// sequence is monotonic across transactions and never rolled back, so
+	// our token is larger than P's, and than every earlier grant's.
+	var token int64
+	if err := tx.QueryRow(ctx, s.q.setToken, key).Scan(&token); err != nil {
+		return store.Grant{}, 0, err
+	}
+	g.Token = uint64(token)
+	return g, granted, dequeue()
+}
+
+// holder reads the key's current grant.
+func (s *Store) holder(ctx context.Context, tx pgx.Tx, key string) (store.SessionID, uint64, time.Time, bool, error) {
+	var sid string
+	var tok int64
+	var at time.Time
+	err := tx.QueryRow(ctx, s.q.holder, key).Scan(&sid, &tok, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, time.Time{}, false, nil
+	}
+	return store.SessionID(sid), uint64(tok), at, err == nil, err
+}
+
+// validateGrantArgs checks a session id and a key.
+func validateGrantArgs(op string, id store.SessionID, key string) error {
+	if err := store.ValidateSessionID(id); err != nil {
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	if err := store.ValidateKey(key); err != nil {
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	return nil
+}
+
+// newGrant records the telemetry of a new grant.
+func (s *Store) newGrant(g store.Grant, waited time.Duration) {
+	s.log.LockAcquired(g, waited)
+	s.metrics.Acquire(telemetry.AcquireGranted, waited)
+	s.metrics.LocksHeld(1)
+}
+
+// TryInsert implements store.LockStore.
+func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (store.Grant, bool, error) {
+	if err := validateGrantArgs("try insert", id, key); err != nil {
+		return store.Grant{}, false, err
+	}
+	if err := s.begin(ctx, "try insert"); err != nil {
+		return store.Grant{}, false, err
+	}
+	start := time.Now()
+	var g store.Grant
+	var out outcome
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		g, out, err = s.grant(ctx, tx, id, key, false)
+		return err
+	})
+	err = classify(ctx, "try insert", err)
+	s.metrics.Request(telemetry.OpTryInsert, start, err)
+	if err != nil {
+		s.metrics.Acquire(acquireResult(err), 0)
+		return store.Grant{}, false, err
+	}
+	switch out {
+	case granted:
+		s.newGrant(g, 0)
+		return g, true, nil
+	case held:
+		return g, true, nil
+	case busy:
+		s.metrics.Acquire(telemetry.AcquireContended, 0)
+		return store.Grant{}, false, nil
+	}
+	s.metrics.Acquire(telemetry.AcquireError, 0)
+	return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead)
+}
+
+// acquireResult is the lockd_lock_acquire_total result of a failed attempt.
+func acquireResult(err error) string {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return telemetry.AcquireTimeout
+	}
+	return telemetry.AcquireError
+}
+
+// waiter is a local Acquire call waiting for its key.
+type waiter struct {
+	key  string
+	wake chan struct{} // capacity 1: a pending wake-up is never lost
+}
+
+// addWaiter registers a waiter for key, or returns errClosed.
+func (s *Store) addWaiter(key string) (*waiter, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	s.acquires.Add(1)
+	w := &waiter{key: key, wake: make(chan struct{}, 1)}
+	if s.waiters[key] == nil {
+		s.waiters[key] = make(map[*waiter]struct{})
+	}
+	s.waiters[key][w] = struct{}{}
+	return w, nil
+}
+
+func (s *Store) removeWaiter(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiters[w.key], w)
+	if len(s.waiters[w.key]) == 0 {
+		delete(s.waiters, w.key)
+	}
+	s.acquires.Done()
+}
+
+// wakeLocked wakes the local waiters of key (all keys if all). s.mu is held.
+func (s *Store) wakeLocked(key string, all bool) {
+	for k, ws := range s.waiters {
+		if !all && k != key {
+			continue
+		}
+		for w := range ws {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Acquire implements store.LockStore. The waiter is registered locally
+// before its first look at the queue, so a notification for any change
+// committed after that look wakes it; between wake-ups it holds no
+// connection.
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
+	if err := validateGrantArgs("acquire", id, key); err != nil {
+		return store.Grant{}, err
+	}
+	if err := s.begin(ctx, "acquire"); err != nil {
+		return store.Grant{}, err
+	}
+	w, err := s.addWaiter(key)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	defer s.removeWaiter(w)
+	start := time.Now()
+	recheck := time.NewTimer(recheckInterval)
+	defer recheck.Stop()
+	for {
+		opStart := time.Now()
+		var g store.Grant
+		var out outcome
+		err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+			g, out, err = s.grant(ctx, tx, id, key, true)
+			return err
+		})
+		err = classify(ctx, "acquire", err)
+		s.metrics.Request(telemetry.OpAcquire, opStart, err)
+		if err != nil {
+			s.leaveQueue(id, key)
+			s.metrics.Acquire(acquireResult(err), 0)
+			return store.Grant{}, err
+		}
+		switch out {
+		case granted:
+			s.newGrant(g, time.Since(start))
+			return g, nil
+		case held:
+			return g, nil
+		case dead:
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+		}
+		recheck.Reset(recheckInterval)
+		select {
+		case <-w.wake:
+		case <-recheck.C:
+		case <-ctx.Done():
+			s.leaveQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireTimeout, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", ctx.Err())
+		case <-s.closing:
+			s.leaveQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
+		}
+	}
+}
+
+// leaveQueue removes the session's waiter row for key, best effort, with a
+// context of its own: it runs because the caller's context ended. If it
+// fails, the row stays until the session ends, and a later Acquire of the
+// same session and key reuses it.
+func (s *Store) leaveQueue(id store.SessionID, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, s.q.dequeue, key, string(id))
+}
+
+// DeleteIfOwner implements store.LockStore. The row is deleted only if key,
+// session and token all match and the session is live.
+func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) error {
+	if err := validateGrantArgs("release", id, key); err != nil {
+		return err
+	}
+	if err := s.begin(ctx, "release"); err != nil {
+		return err
+	}
+	if token == 0 || token > 1<<63-1 {
+		return fmt.Errorf("pgstore: release: token %d was never issued: %w", token, store.ErrNotOwner)
+	}
+	start := time.Now()
+	var at time.Time
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.q.release, key, string(id), int64(token)).Scan(&at)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.metrics.Request(telemetry.OpRelease, start, nil)
+		return fmt.Errorf("pgstore: release: %w", store.ErrNotOwner)
+	}
+	err = classify(ctx, "release", err)
+	s.metrics.Request(telemetry.OpRelease, start, err)
+	if err != nil {
+		return err
+	}
+	s.log.LockReleased(store.Grant{Key: key, Session: id, Token: token, AcquiredAt: at}, telemetry.ReleaseRelease)
+	s.metrics.Released(telemetry.ReleaseRelease, 1)
+	return nil
+}
+
+// Revoke implements store.LockStore.
+func (s *Store) Revoke(ctx context.Context, key string) (store.Grant, bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.Grant{}, false, fmt.Errorf("pgstore: revoke: %w", err)
+	}
+	if err := s.begin(ctx, "revoke"); err != nil {
+		return store.Grant{}, false, err
+	}
+	start := time.Now()
+	g := store.Grant{Key: key}
+	var sid string
+	var tok int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.q.revoke, key).Scan(&sid, &tok, &g.AcquiredAt)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.metrics.Request(telemetry.OpRevoke, start, nil)
+		return store.Grant{}, false, nil
+	}
+	err = classify(ctx, "revoke", err)
+	s.metrics.Request(telemetry.OpRevoke, start, err)
+	if err != nil {
+		return store.Grant{}, false, err
+	}
+	g.Session, g.Token = store.SessionID(sid), uint64(tok)
+	s.log.LockRevoked(key, g.Token)
+	s.log.LockReleased(g, telemetry.ReleaseRevoked)
+	s.metrics.Released(telemetry.ReleaseRevoked, 1)
+	return g, true, nil
+}
+
+// Inspect implements store.LockStore. Holder and waiters come from one
+// statement, so one snapshot.
+func (s *Store) Inspect(ctx context.Context, key string) (store.LockInfo, bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.LockInfo{}, false, fmt.Errorf("pgstore: inspect: %w", err)
+	}
+	if err := s.begin(ctx, "inspect"); err != nil {
+		return store.LockInfo{}, false, err
+	}
+	start := time.Now()
+	info := store.LockInfo{Key: key}
+	var sid string
+	var tok int64
+	var waiters []string
+	err := s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.metrics.Request(telemetry.OpInspect, start, nil)
+		return store.LockInfo{}, false, nil
+	}
+	err = classify(ctx, "inspect", err)
+	s.metrics.Request(telemetry.OpInspect, start, err)
+	if err != nil {
+		return store.LockInfo{}, false, err
+	}
+	info.Session, info.Token, info.Waiters = store.SessionID(sid), uint64(tok), sessionIDs(waiters)
+	return info, true, nil
+}
+
+// List implements store.LockStore.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.LockInfo, error) {
+	if err := store.ValidatePrefix(prefix); err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	if after != "" {
+		if err := store.ValidateKey(after); err != nil {
+			return nil, fmt.Errorf("pgstore: list: after: %w", err)
+		}
+	}
+	limit, err := store.ListLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	if err := s.begin(ctx, "list"); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var end *string
+	if e, ok := prefixEnd(prefix); ok {
+		end = &e
+	}
+	infos := []store.LockInfo{}
+	rows, err := s.pool.Query(ctx, s.q.list, prefix, end, after, limit)
+	if err == nil {
+		var info store.LockInfo
+		var sid string
+		var tok int64
+		var waiters []string
+		_, err = pgx.ForEachRow(rows, []any{&info.Key, &sid, &tok, &info.AcquiredAt, &waiters}, func() error {
+			info.Session, info.Token, info.Waiters = store.SessionID(sid), uint64(tok), sessionIDs(waiters)
+			infos = append(infos, info)
+			return nil
+		})
+	}
+	err = classify(ctx, "list", err)
+	s.metrics.Request(telemetry.OpList, start, err)
+	if err != nil {
+		return nil, err
+	}
+	return infos, nil
+}
+
+func sessionIDs(ss []string) []store.SessionID {
+	ids := make([]store.SessionID, len(ss))
+	for i, s := range ss {
+		ids[i] = store.SessionID(s)
+	}
+	return ids
+}
+
+// prefixEnd returns the smallest string greater than every string that
+// starts with prefix, in code point order (which is UTF-8 byte order, and so
+// COLLATE "C" order), or false if there is none (empty prefix, or only
+// U+10FFFF). The result is valid UTF-8, as PostgreSQL text must be.
+func prefixEnd(prefix string) (string, bool) {
+	runes := []rune(prefix)
+	for i := len(runes) - 1; i >= 0; i-- {
+		r := runes[i] + 1
+		if r == 0xD800 { // skip the surrogates, which UTF-8 cannot encode
+			r = 0xE000
+		}
+		if r <= unicode.MaxRune {
+			runes[i] = r
+			return string(runes[:i+1]), true
+		}
+	}
+	return "", false
+}

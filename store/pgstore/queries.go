@@ -1,0 +1,102 @@
+package pgstore
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// queries are the statements of one schema, with the schema name quoted in.
+type queries struct {
+	openSession string
+	heartbeat   string
+	closeLock   string
+	closeLocks  string
+	closeDelete string
+	locksOf     string
+
+	liveForGrant string
+	holder       string
+	queued       string
+	head         string
+	insertLock   string
+	setToken     string
+	enqueue      string
+	dequeue      string
+
+	release string
+	revoke  string
+	inspect string
+	list    string
+
+	reapSelect string
+	reapLocks  string
+	reapDelete string
+
+	notify string
+}
+
+func newQueries(schema string) queries {
+	qs := pgx.Identifier{schema}.Sanitize()
+	seq := quoteLiteral(pgx.Identifier{schema, "fencing_token"}.Sanitize())
+	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq)
+	return queries{
+		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at)
+			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond')`),
+		// Never resurrects: an expired row (expires_at <= now()) is not
+		// updated, so the session stays dead.
+		heartbeat: r.Replace(`UPDATE {{s}}.sessions SET expires_at = now() + ttl_ms * interval '1 millisecond'
+			WHERE id = $1 AND expires_at > now() RETURNING ttl_ms`),
+		closeLock:   r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
+		closeLocks:  r.Replace(`SELECT key, token, acquired_at FROM {{s}}.locks WHERE session_id = $1 ORDER BY key`),
+		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
+		locksOf: r.Replace(`SELECT s.expires_at > now(), l.key, l.token, l.acquired_at
+			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
+			WHERE s.id = $1 ORDER BY l.key`),
+
+		// FOR KEY SHARE keeps the session row (and so the liveness just
+		// checked) until commit: a close or reap waits for us, and then its
+		// cascade removes what we wrote. Heartbeats are not blocked.
+		liveForGrant: r.Replace(`SELECT floor(extract(epoch FROM expires_at - now()) * 1000000)::bigint
+			FROM {{s}}.sessions WHERE id = $1 FOR KEY SHARE`),
+		holder:     r.Replace(`SELECT session_id, token, acquired_at FROM {{s}}.locks WHERE key = $1`),
+		queued:     r.Replace(`SELECT EXISTS (SELECT 1 FROM {{s}}.waiters WHERE key = $1)`),
+		head:       r.Replace(`SELECT session_id FROM {{s}}.waiters WHERE key = $1 ORDER BY id LIMIT 1`),
+		insertLock: r.Replace(`INSERT INTO {{s}}.locks (key, session_id) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING acquired_at`),
+		setToken:   r.Replace(`UPDATE {{s}}.locks SET token = nextval({{seq}}) WHERE key = $1 RETURNING token`),
+		enqueue:    r.Replace(`INSERT INTO {{s}}.waiters (key, session_id) VALUES ($1, $2) ON CONFLICT (key, session_id) DO NOTHING`),
+		dequeue:    r.Replace(`DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2`),
+
+		// The delete reason for the trigger is set in the WHERE clause so the
+		// statement stays one round trip: set_config(..., true) lasts until
+		// the end of the (implicit) transaction, and row triggers run at the
+		// end of the statement, after it. The holder's session must be live.
+		release: r.Replace(`DELETE FROM {{s}}.locks
+			WHERE key = $1 AND session_id = $2 AND token = $3
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())
+			AND set_config('lockd.reason', 'released', true) IS NOT NULL
+			RETURNING acquired_at`),
+		revoke: r.Replace(`DELETE FROM {{s}}.locks
+			WHERE key = $1 AND set_config('lockd.reason', 'revoked', true) IS NOT NULL
+			RETURNING session_id, token, acquired_at`),
+		inspect: r.Replace(`SELECT l.session_id, l.token, l.acquired_at,
+			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id)
+			FROM {{s}}.locks l WHERE l.key = $1`),
+		// $1 prefix, $2 the first string past every key with the prefix
+		// (NULL: none), $3 after, $4 limit. Bytewise order (COLLATE "C").
+		list: r.Replace(`SELECT l.key, l.session_id, l.token, l.acquired_at,
+			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id)
+			FROM {{s}}.locks l
+			WHERE l.key >= $1::text COLLATE "C" AND ($2::text IS NULL OR l.key < $2::text COLLATE "C")
+			AND l.key > $3::text COLLATE "C"
+			ORDER BY l.key LIMIT $4`),
+
+		reapSelect: r.Replace(`SELECT id FROM {{s}}.sessions WHERE expires_at < now()
+			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED`),
+		reapLocks: r.Replace(`SELECT session_id, key, token, acquired_at FROM {{s}}.locks
+			WHERE session_id = ANY($1) ORDER BY session_id, key`),
+		reapDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = ANY($1) AND expires_at < now()`),
+
+		notify: `SELECT pg_notify($1, $2)`,
+	}
+}

@@ -1,0 +1,415 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultSchema         = "lockd"
+	DefaultReaperInterval = time.Second
+)
+
+const (
+	// recheckInterval is how often a waiting Acquire re-checks its queue
+	// without being woken: the safety net for a lost notification. Wake-ups
+	// normally come from NOTIFY within one commit.
+	recheckInterval = 3 * time.Second
+	// commitTimeout bounds a COMMIT, which runs detached from the caller's
+	// context so the outcome of a write is always known (see inTx).
+	commitTimeout = 5 * time.Second
+	// cleanupTimeout bounds the removal of a waiter row after its Acquire
+	// gave up, and other best-effort cleanups.
+	cleanupTimeout = 5 * time.Second
+	// watchBuffer is how many events a watch consumer may fall behind
+	// before its watch breaks with ErrContention.
+	watchBuffer = 256
+	// reapBatch is how many sessions one reaper transaction deletes.
+	reapBatch = 500
+)
+
+// Options configure a Store.
+type Options struct {
+	// DSN is the PostgreSQL connection string (lock.pg.dsn), used when Pool
+	// is nil.
+	DSN string
+	// Pool, if set, is used instead of opening a pool from DSN; the Store
+	// does not close it. The notification listener still opens one
+	// connection of its own from the pool's connection config.
+	Pool *pgxpool.Pool
+	// Schema holds lockd's tables (lock.pg.schema): a lower-case SQL
+	// identifier. Default DefaultSchema.
+	Schema string
+	// ReaperInterval is how often expired sessions are deleted
+	// (lock.pg.reaper-interval). Default DefaultReaperInterval.
+	ReaperInterval time.Duration
+	// Logger receives the C4 log events; nil discards them.
+	Logger *slog.Logger
+	// Metrics records the C4 metrics; nil records nothing.
+	Metrics *telemetry.Metrics
+}
+
+// Store is the PostgreSQL store.LockStore. It is safe for concurrent use.
+type Store struct {
+	pool           *pgxpool.Pool
+	ownPool        bool
+	listenConfig   *pgx.ConnConfig
+	schema         string
+	channel        string
+	q              queries
+	reaperInterval time.Duration
+	log            telemetry.Log
+	metrics        *telemetry.Metrics
+	instance       string // distinguishes this Store's sync markers
+
+	stop      context.CancelFunc // stops the reaper and the listener
+	wg        sync.WaitGroup     // the reaper and the listener
+	closeOnce sync.Once
+
+	mu        sync.Mutex
+	closed    bool
+	closing   chan struct{} // closed by Close: waiting Acquires give up
+	acquires  sync.WaitGroup
+	listening bool // the listener's LISTEN is in effect
+	watches   map[*watch]struct{}
+	waiters   map[string]map[*waiter]struct{}
+	syncSeq   uint64
+}
+
+var _ store.LockStore = (*Store)(nil)
+
+// New connects to PostgreSQL, brings the schema up to date, starts the
+// notification listener and the reaper, and returns the Store. The caller
+// must Close it.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	schema := opts.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if !validSchema(schema) {
+		return nil, fmt.Errorf("pgstore: schema %q must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes): %w",
+			schema, store.ErrInvalidArgument)
+	}
+	interval := opts.ReaperInterval
+	if interval == 0 {
+		interval = DefaultReaperInterval
+	}
+	if interval < 0 {
+		return nil, fmt.Errorf("pgstore: reaper interval %v is negative: %w", interval, store.ErrInvalidArgument)
+	}
+	pool, ownPool := opts.Pool, false
+	if pool == nil {
+		cfg, err := pgxpool.ParseConfig(opts.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: parse dsn: %w: %v", store.ErrInvalidArgument, err)
+		}
+		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			return nil, classify(ctx, "open pool", err)
+		}
+		ownPool = true
+	}
+	sum := sha256.Sum256([]byte(schema))
+	s := &Store{
+		pool:           pool,
+		ownPool:        ownPool,
+		listenConfig:   pool.Config().ConnConfig,
+		schema:         schema,
+		channel:        "lockd_" + hex.EncodeToString(sum[:8]),
+		q:              newQueries(schema),
+		reaperInterval: interval,
+		log:            telemetry.Log{L: opts.Logger, Backend: "pg"},
+		metrics:        opts.Metrics,
+		instance:       rand.Text(),
+		closing:        make(chan struct{}),
+		watches:        make(map[*watch]struct{}),
+		waiters:        make(map[string]map[*waiter]struct{}),
+	}
+	start := time.Now()
+	err := classify(ctx, "migrate", migrate(ctx, pool, schema, s.channel))
+	s.metrics.Request(telemetry.OpMigrate, start, err)
+	if err != nil {
+		s.closePool()
+		return nil, err
+	}
+	conn, err := s.connectListener(ctx)
+	if err != nil {
+		s.closePool()
+		return nil, classify(ctx, "listen", err)
+	}
+	s.listening = true
+	bg, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.wg.Add(2)
+	go s.listen(bg, conn) // exits when Close cancels bg
+	go s.reapLoop(bg)     // exits when Close cancels bg
+	return s, nil
+}
+
+// Close stops the reaper and the listener and waits for them, ends every
+// watch (with a final Event carrying ErrUnavailable), makes waiting Acquire
+// calls return, and closes the pool if New opened it. Sessions are not
+// closed: they expire on their own unless another instance keeps them
+// alive. Close is idempotent and always returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.closing)
+		for w := range s.watches {
+			s.endWatch(w, errClosed)
+		}
+		s.mu.Unlock()
+		s.stop()
+		s.wg.Wait()
+		s.acquires.Wait() // no new Add after closed is set
+		s.closePool()
+	})
+	return nil
+}
+
+func (s *Store) closePool() {
+	if s.ownPool {
+		s.pool.Close()
+	}
+}
+
+// checkOpen returns errClosed after Close, else nil.
+func (s *Store) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	return nil
+}
+
+// begin is the common prologue of every operation: the store is open and
+// the caller's context is not done yet.
+func (s *Store) begin(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	return s.checkOpen()
+}
+
+// inTx runs fn in a transaction. Statements run under the caller's context:
+// if it ends, the transaction rolls back and nothing is written. COMMIT runs
+// detached from it (bounded by commitTimeout), so once fn has done its work
+// the caller learns the real outcome instead of a cancellation that may or
+// may not have committed. A commit that fails on a broken connection is
+// ErrUnavailable after classify; every write here is safe to retry (a
+// retried grant finds its own grant, a retried release reports ErrNotOwner).
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx) // no-op after a commit
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	return tx.Commit(cctx)
+}
+
+// OpenSession implements store.SessionRegistry.
+func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (store.Session, error) {
+	if err := store.ValidateTTL(ttl); err != nil {
+		return store.Session{}, fmt.Errorf("pgstore: open session: %w", err)
+	}
+	if err := s.begin(ctx, "open session"); err != nil {
+		return store.Session{}, err
+	}
+	start := time.Now()
+	id := store.NewSessionID()
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds())
+		return err
+	})
+	err = classify(ctx, "open session", err)
+	s.metrics.Request(telemetry.OpOpenSession, start, err)
+	if err != nil {
+		return store.Session{}, err
+	}
+	s.log.SessionOpened(id, ttl)
+	s.metrics.SessionOpened()
+	// expires_at = now() + ttl, and the database's now() is later than our
+	// receipt of the call: the full TTL is a lower bound from receipt.
+	return store.Session{ID: id, TTL: ttl, Remaining: ttl}, nil
+}
+
+// Heartbeat implements store.SessionRegistry. It extends a live session by
+// its TTL from the database's now(); an expired session (even one the reaper
+// has not deleted yet) is never extended and is reported not live.
+func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (store.Liveness, error) {
+	if err := store.ValidateSessionID(id); err != nil {
+		return store.Liveness{}, fmt.Errorf("pgstore: heartbeat: %w", err)
+	}
+	if err := s.begin(ctx, "heartbeat"); err != nil {
+		return store.Liveness{}, err
+	}
+	start := time.Now()
+	var ttlMS int64
+	err := s.pool.QueryRow(ctx, s.q.heartbeat, string(id)).Scan(&ttlMS)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.metrics.Request(telemetry.OpHeartbeat, start, nil)
+		return store.Liveness{}, nil
+	}
+	err = classify(ctx, "heartbeat", err)
+	s.metrics.Request(telemetry.OpHeartbeat, start, err)
+	if err != nil {
+		return store.Liveness{}, err
+	}
+	// The new expires_at is now() + TTL with the database's now() later
+	// than our receipt of the call (C2 #ct2-deadline).
+	return store.Liveness{Live: true, Remaining: time.Duration(ttlMS) * time.Millisecond}, nil
+}
+
+// CloseSession implements store.SessionRegistry. Deleting the session row
+// deletes its locks and queue entries by cascade; the watch reports those
+// locks as EventExpired. A session that had already expired (but was not yet
+// reaped) is deleted as the reaper would and counts as 0 released: its
+// locks were already forfeit.
+func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, error) {
+	if err := store.ValidateSessionID(id); err != nil {
+		return 0, fmt.Errorf("pgstore: close session: %w", err)
+	}
+	if err := s.begin(ctx, "close session"); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var found, live bool
+	var grants []store.Grant
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		found, live, grants = false, false, nil
+		err := tx.QueryRow(ctx, s.q.closeLock, string(id)).Scan(&live)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		// FOR UPDATE above waits for and then excludes concurrent grants, so
+		// this list is exactly what the delete below removes.
+		rows, err := tx.Query(ctx, s.q.closeLocks, string(id))
+		if err != nil {
+			return err
+		}
+		grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
+			g := store.Grant{Session: id}
+			var tok int64
+			err := r.Scan(&g.Key, &tok, &g.AcquiredAt)
+			g.Token = uint64(tok)
+			return g, err
+		})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.q.closeDelete, string(id))
+		return err
+	})
+	err = classify(ctx, "close session", err)
+	s.metrics.Request(telemetry.OpCloseSession, start, err)
+	if err != nil || !found {
+		return 0, err
+	}
+	if !live {
+		s.sessionExpired(id, grants)
+		return 0, nil
+	}
+	for _, g := range grants {
+		s.log.LockReleased(g, telemetry.ReleaseSessionClosed)
+	}
+	s.metrics.Released(telemetry.ReleaseSessionClosed, len(grants))
+	s.metrics.SessionEnded("")
+	s.log.SessionClosed(id, len(grants))
+	return len(grants), nil
+}
+
+// sessionExpired records the C4 telemetry of a session that ended by expiry,
+// with the grants that went with it.
+func (s *Store) sessionExpired(id store.SessionID, grants []store.Grant) {
+	for _, g := range grants {
+		s.log.LockReleased(g, telemetry.ReleaseSessionLost)
+	}
+	s.metrics.Released(telemetry.ReleaseSessionLost, len(grants))
+	s.log.LeaseExpired(id)
+	s.log.SessionLost(id, telemetry.LostLeaseExpired)
+	s.metrics.LeaseExpired()
+	s.metrics.SessionEnded(telemetry.LostLeaseExpired)
+}
+
+// LocksOf implements store.SessionRegistry.
+func (s *Store) LocksOf(ctx context.Context, id store.SessionID) ([]store.Grant, error) {
+	if err := store.ValidateSessionID(id); err != nil {
+		return nil, fmt.Errorf("pgstore: locks of: %w", err)
+	}
+	if err := s.begin(ctx, "locks of"); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	found, live := false, false
+	grants := []store.Grant{}
+	rows, err := s.pool.Query(ctx, s.q.locksOf, string(id))
+	if err == nil {
+		var key *string
+		var tok *int64
+		var at *time.Time
+		_, err = pgx.ForEachRow(rows, []any{&live, &key, &tok, &at}, func() error {
+			found = true
+			if key != nil { // the LEFT JOIN found a lock
+				grants = append(grants, store.Grant{Key: *key, Session: id, Token: uint64(*tok), AcquiredAt: *at})
+			}
+			return nil
+		})
+	}
+	err = classify(ctx, "locks of", err)
+	s.metrics.Request(telemetry.OpLocksOf, start, err)
+	if err != nil {
+		return nil, err
+	}
+	if !found || !live {
+		return nil, fmt.Errorf("pgstore: locks of: %w", store.ErrSessionDead)
+	}
+	return grants, nil
+}
+
+// schemaIdent is the quoted schema name.
+func (s *Store) schemaIdent() string { return pgx.Identifier{s.schema}.Sanitize() }
+
+// validSchema matches C5's rule for lock.pg.schema.
+func validSchema(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,321 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+// notice is the JSON payload of a notification on the schema's channel.
+// The triggers send the lock events (kind acquired, released, revoked,
+// expired) and "dequeued"; Watch sends "sync" markers.
+type notice struct {
+	Kind    string `json:"kind"`
+	Key     string `json:"key,omitempty"`
+	Session string `json:"session,omitempty"`
+	Token   uint64 `json:"token,omitempty"`
+	Sync    string `json:"sync,omitempty"`
+}
+
+var eventKinds = map[string]store.EventKind{
+	"acquired": store.EventAcquired,
+	"released": store.EventReleased,
+	"revoked":  store.EventRevoked,
+	"expired":  store.EventExpired,
+}
+
+// watch is one Watch call's subscription. All fields are guarded by s.mu.
+type watch struct {
+	prefix string
+	// ch has room for watchBuffer events plus the final error event: the
+	// dispatcher sends an event only while fewer than watchBuffer are
+	// queued, so every send, including the final one, is non-blocking.
+	ch     chan store.Event
+	sync   string        // marker that activates the watch
+	active bool          // the marker arrived: events are delivered
+	ready  chan struct{} // closed when active or ended
+	done   bool
+	err    error  // why a watch ended before it became active
+	stop   func() // unregisters the context.AfterFunc
+}
+
+var errSlowConsumer = fmt.Errorf("pgstore: watch consumer fell %d events behind: %w", watchBuffer, store.ErrContention)
+
+// Watch implements store.LockStore. The watch becomes active when a sync
+// marker it sends through the database comes back on the listening
+// connection: NOTIFY delivers in commit order, so from then on it sees every
+// change committed after the marker, hence every change committed after
+// Watch returns, and nothing committed before Watch was called.
+func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+	if err := store.ValidatePrefix(prefix); err != nil {
+		return nil, fmt.Errorf("pgstore: watch: %w", err)
+	}
+	if err := s.begin(ctx, "watch"); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	s.mu.Lock()
+	if !s.listening {
+		s.mu.Unlock()
+		err := fmt.Errorf("pgstore: watch: notification listener is reconnecting: %w", store.ErrUnavailable)
+		s.metrics.Request(telemetry.OpWatch, start, err)
+		return nil, err
+	}
+	s.syncSeq++
+	w := &watch{
+		prefix: prefix,
+		ch:     make(chan store.Event, watchBuffer+1),
+		sync:   fmt.Sprintf("%s/%d", s.instance, s.syncSeq),
+		ready:  make(chan struct{}),
+	}
+	s.watches[w] = struct{}{}
+	s.mu.Unlock()
+
+	payload, err := json.Marshal(notice{Kind: "sync", Sync: w.sync})
+	if err == nil {
+		_, err = s.pool.Exec(ctx, s.q.notify, s.channel, string(payload))
+	}
+	if err == nil {
+		select {
+		case <-w.ready:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	if err == nil && !w.active {
+		err = w.err // the listener broke before the marker arrived
+	}
+	if err != nil {
+		s.endWatch(w, nil)
+		s.mu.Unlock()
+		err = classify(ctx, "watch", err)
+		s.metrics.Request(telemetry.OpWatch, start, err)
+		return nil, err
+	}
+	// Ends the watch when ctx ends; runs at once if it already has.
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.endWatch(w, nil)
+	})
+	w.stop = func() { stop() }
+	s.mu.Unlock()
+	s.metrics.Request(telemetry.OpWatch, start, nil)
+	return w.ch, nil
+}
+
+// endWatch ends w: a delivering watch gets err (if any) as its last event,
+// then its channel is closed. s.mu is held.
+func (s *Store) endWatch(w *watch, err error) {
+	if w.done {
+		return
+	}
+	w.done = true
+	delete(s.watches, w)
+	if w.stop != nil {
+		w.stop()
+	}
+	if w.active {
+		if err != nil {
+			w.ch <- store.Event{Err: err}
+		}
+	} else {
+		w.err = err
+		if w.err == nil {
+			w.err = errClosed
+		}
+		close(w.ready)
+	}
+	close(w.ch)
+}
+
+// dispatch hands one notification to the local watches and waiters.
+func (s *Store) dispatch(payload string) {
+	var n notice
+	if err := json.Unmarshal([]byte(payload), &n); err != nil {
+		return // not ours
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n.Kind == "sync" {
+		for w := range s.watches {
+			if !w.active && w.sync == n.Sync {
+				w.active = true
+				close(w.ready)
+			}
+		}
+		return
+	}
+	if n.Kind == "dequeued" {
+		s.wakeLocked(n.Key, false) // the next waiter may now be first
+		return
+	}
+	kind, ok := eventKinds[n.Kind]
+	if !ok {
+		return
+	}
+	if kind != store.EventAcquired {
+		s.wakeLocked(n.Key, false) // the key is free
+	}
+	ev := store.Event{Kind: kind, Key: n.Key, Session: store.SessionID(n.Session), Token: n.Token}
+	for w := range s.watches {
+		if !w.active || !strings.HasPrefix(n.Key, w.prefix) {
+			continue
+		}
+		if len(w.ch) >= watchBuffer {
+			s.endWatch(w, errSlowConsumer)
+			continue
+		}
+		w.ch <- ev
+	}
+}
+
+// connectListener opens the listening connection and issues LISTEN.
+func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.listenConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// listen owns the listening connection: it dispatches notifications until
+// the connection breaks, then ends every watch (events may have been lost)
+// and reconnects with backoff; once LISTEN is back it wakes every waiter to
+// re-check. It returns when ctx (the Store's) is cancelled by Close.
+func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
+	defer s.wg.Done()
+	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
+	backoff := minBackoff
+	for {
+		if conn != nil {
+			var err error
+			for err == nil {
+				var n *pgconn.Notification
+				if n, err = conn.WaitForNotification(ctx); err == nil {
+					s.dispatch(n.Payload)
+				}
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = conn.Close(cctx)
+			cancel()
+			conn = nil
+			s.listenerDown(ctx, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		c, err := s.connectListener(ctx)
+		if err != nil {
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff, conn = minBackoff, c
+		s.mu.Lock()
+		s.listening = true
+		s.wakeLocked("", true)
+		s.mu.Unlock()
+	}
+}
+
+// listenerDown ends every watch after the listening connection broke.
+func (s *Store) listenerDown(ctx context.Context, cause error) {
+	err := errClosed
+	if ctx.Err() == nil {
+		err = classify(ctx, "watch", cause)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listening = false
+	for w := range s.watches {
+		s.endWatch(w, err)
+	}
+}
+
+// reapLoop runs the reaper every reaperInterval until ctx is cancelled.
+func (s *Store) reapLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.reaperInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.reap(ctx)
+		}
+	}
+}
+
+// reap deletes the sessions whose expires_at has passed, in batches; the
+// cascade deletes their locks and queue entries. Rows are claimed with FOR
+// UPDATE SKIP LOCKED, so concurrent reapers (other replicas) never wait for
+// or double-count each other, and a row a heartbeat is updating right now is
+// left for the next run. Failures are counted in
+// lockd_backend_errors_total{op="reap"} and retried on the next tick.
+func (s *Store) reap(ctx context.Context) {
+	for {
+		start := time.Now()
+		var ids []string
+		var grants []store.Grant
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			ids, grants = nil, nil
+			rows, err := tx.Query(ctx, s.q.reapSelect, reapBatch)
+			if err != nil {
+				return err
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(ids) == 0 {
+				return err
+			}
+			rows, err = tx.Query(ctx, s.q.reapLocks, ids)
+			if err != nil {
+				return err
+			}
+			grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
+				var g store.Grant
+				var sid string
+				var tok int64
+				err := r.Scan(&sid, &g.Key, &tok, &g.AcquiredAt)
+				g.Session, g.Token = store.SessionID(sid), uint64(tok)
+				return g, err
+			})
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, s.q.reapDelete, ids)
+			return err
+		})
+		err = classify(ctx, "reap", err)
+		s.metrics.Request(telemetry.OpReap, start, err)
+		if err != nil {
+			return
+		}
+		bySession := make(map[store.SessionID][]store.Grant)
+		for _, g := range grants {
+			bySession[g.Session] = append(bySession[g.Session], g)
+		}
+		for _, id := range ids {
+			s.sessionExpired(store.SessionID(id), bySession[store.SessionID(id)])
+		}
+		if len(ids) < reapBatch {
+			return
+		}
+	}
+}
