@@ -114,13 +114,33 @@ type Server struct {
 // the server share one telemetry.Metrics on the server's registry.
 func StartBackend(t testing.TB, backend string, opts Options) *Server {
 	t.Helper()
+	return StartOn(t, NewNamespace(t, backend), opts)
+}
+
+// StartOn starts a server over a new store instance on ns: several servers
+// on one namespace stand in for lockd replicas sharing a backend.
+func StartOn(t testing.TB, ns *Namespace, opts Options) *Server {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := telemetry.NewMetrics(reg, backend)
+	m, err := telemetry.NewMetrics(reg, ns.backend)
 	if err != nil {
 		t.Fatalf("lockdtest: metrics: %v", err)
 	}
-	st := NewStore(t, backend, StoreOptions{Logger: opts.Logger, Metrics: m})
-	return start(t, st, backend, reg, m, opts)
+	st := ns.OpenStore(t, StoreOptions{Logger: opts.Logger, Metrics: m})
+	return start(t, st, ns.backend, reg, m, opts)
+}
+
+// Eventually polls cond every 10ms until it is true, failing the test if
+// it is still false after timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Start starts a server over st (closed by the caller).
