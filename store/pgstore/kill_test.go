@@ -65,8 +65,8 @@ func runChild() int {
 // TestKilledProcessLocksAreReaped runs a separate process that holds locks
 // in PostgreSQL sessions and SIGKILLs it: nobody heartbeats the sessions any
 // more, and the reaper (here, in the test process) frees the locks within
-// TTL + reaper interval (+ slack), but not before the TTL since the last
-// heartbeat.
+// TTL + reaper interval (+ slack) of the kill, but not before the sessions'
+// expires_at, which the child's last heartbeat set.
 func TestKilledProcessLocksAreReaped(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
@@ -109,15 +109,8 @@ func TestKilledProcessLocksAreReaped(t *testing.T) {
 		t.Fatal("child not ready within 60s")
 	}
 
-	held := func() int {
-		l, err := s.List(testCtx(t), "kill/", "", 0)
-		if err != nil {
-			t.Fatalf("List: %v", err)
-		}
-		return len(l)
-	}
-	if n := held(); n != childSessions*childKeys {
-		t.Fatalf("child holds %d locks, want %d", n, childSessions*childKeys)
+	if l, err := s.List(testCtx(t), "kill/", "", 0); err != nil || len(l) != childSessions*childKeys {
+		t.Fatalf("child holds %d locks (List err %v), want %d", len(l), err, childSessions*childKeys)
 	}
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatalf("kill child: %v", err)
@@ -126,18 +119,34 @@ func TestKilledProcessLocksAreReaped(t *testing.T) {
 	killed = true
 	<-waited
 
+	// The child is dead, so its sessions' expires_at (database clock) are
+	// final: no lock may be freed before them.
+	var expiresAt *time.Time
+	if err := s.pool.QueryRow(testCtx(t), "SELECT max(expires_at) FROM "+s.schemaIdent()+".sessions").Scan(&expiresAt); err != nil {
+		t.Fatalf("read expires_at: %v", err)
+	}
+	if expiresAt == nil {
+		t.Fatal("the child's sessions were gone right after the kill: it had not heartbeated them for a TTL")
+	}
+	// freeAt is the database's clock when a poll first saw the locks gone;
+	// clock_timestamp() is read after the statement's snapshot, so after the
+	// reaper's commit.
+	var freeAt time.Time
 	bound := ttl + testReaperInterval + 2*time.Second
 	eventually(t, bound, "locks of the killed process reaped", func() error {
-		if n := held(); n != 0 {
+		var n int
+		if err := s.pool.QueryRow(testCtx(t), "SELECT count(*), clock_timestamp() FROM "+s.schemaIdent()+
+			".locks WHERE key LIKE 'kill/%'").Scan(&n, &freeAt); err != nil {
+			return err
+		}
+		if n != 0 {
 			return fmt.Errorf("%d locks still held", n)
 		}
 		return nil
 	})
 	took := time.Since(killedAt)
-	// The last heartbeat was at most childHeartbeat before the kill, so the
-	// sessions must have lived at least TTL - childHeartbeat after it.
-	if floor := ttl - childHeartbeat - 50*time.Millisecond; took < floor {
-		t.Fatalf("locks freed %v after the kill; the last heartbeat promised at least %v", took, floor)
+	if freeAt.Before(*expiresAt) {
+		t.Fatalf("locks freed by %v, before the sessions' expires_at %v", freeAt, *expiresAt)
 	}
 	if n := count(t, s, "sessions"); n != 0 {
 		t.Fatalf("%d session rows left after the reap, want 0", n)

@@ -46,8 +46,14 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		return err
 	}
 
-	var remainingUS int64
-	err := tx.QueryRow(ctx, s.q.liveForGrant, sid).Scan(&remainingUS)
+	var (
+		remainingUS int64
+		holder      *string
+		tok         *int64
+		at          *time.Time
+		head        *string
+	)
+	err := tx.QueryRow(ctx, s.q.grantCheck, sid, key).Scan(&remainingUS, &holder, &tok, &at, &head)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && remainingUS <= 0 {
 		// Unknown, closed, reaped, or expired and awaiting the reaper. An
 		// expired waiter leaves the queue now so nobody waits behind it.
@@ -57,35 +63,16 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		return store.Grant{}, 0, err
 	}
 	g := store.Grant{Key: key, Session: id, Remaining: time.Duration(remainingUS) * time.Microsecond}
-
-	holder, tok, at, found, err := s.holder(ctx, tx, key)
 	switch {
-	case err != nil:
-		return store.Grant{}, 0, err
-	case found && holder == id:
-		g.Token, g.AcquiredAt = tok, at
+	case holder != nil && *holder == sid:
+		g.Token, g.AcquiredAt = uint64(*tok), *at
 		return g, held, dequeue()
-	case found:
+	case holder != nil:
 		return store.Grant{}, busy, enqueue()
-	}
-
-	if asWaiter {
-		var head string
-		err := tx.QueryRow(ctx, s.q.head, key).Scan(&head)
-		switch {
-		case err == nil && head != sid:
-			return store.Grant{}, busy, enqueue()
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return store.Grant{}, 0, err
-		}
-	} else {
-		var queued bool
-		if err := tx.QueryRow(ctx, s.q.queued, key).Scan(&queued); err != nil {
-			return store.Grant{}, 0, err
-		}
-		if queued {
-			return store.Grant{}, busy, nil
-		}
+	case head != nil && (!asWaiter || *head != sid):
+		// TryInsert never jumps a queue; a waiter takes the key only first
+		// in line.
+		return store.Grant{}, busy, enqueue()
 	}
 
 	err = tx.QueryRow(ctx, s.q.insertLock, key, sid).Scan(&g.AcquiredAt)
@@ -120,11 +107,11 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 	// sequence is monotonic across transactions and never rolled back, so
 	// our token is larger than P's, and than every earlier grant's.
 	var token int64
-	if err := tx.QueryRow(ctx, s.q.setToken, key).Scan(&token); err != nil {
+	if err := tx.QueryRow(ctx, s.q.setToken, key, sid).Scan(&token); err != nil {
 		return store.Grant{}, 0, err
 	}
 	g.Token = uint64(token)
-	return g, granted, dequeue()
+	return g, granted, nil
 }
 
 // holder reads the key's current grant.
@@ -232,18 +219,20 @@ func (s *Store) removeWaiter(w *waiter) {
 	s.acquires.Done()
 }
 
-// wakeLocked wakes the local waiters of key (all keys if all). s.mu is held.
-func (s *Store) wakeLocked(key string, all bool) {
-	for k, ws := range s.waiters {
-		if !all && k != key {
-			continue
+// wakeLocked wakes the local waiters of key. s.mu is held.
+func (s *Store) wakeLocked(key string) {
+	for w := range s.waiters[key] {
+		select {
+		case w.wake <- struct{}{}:
+		default: // a wake-up is already pending
 		}
-		for w := range ws {
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
-		}
+	}
+}
+
+// wakeAllLocked wakes every local waiter. s.mu is held.
+func (s *Store) wakeAllLocked() {
+	for key := range s.waiters {
+		s.wakeLocked(key)
 	}
 }
 

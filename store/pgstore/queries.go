@@ -15,14 +15,12 @@ type queries struct {
 	closeDelete string
 	locksOf     string
 
-	liveForGrant string
-	holder       string
-	queued       string
-	head         string
-	insertLock   string
-	setToken     string
-	enqueue      string
-	dequeue      string
+	grantCheck string
+	holder     string
+	insertLock string
+	setToken   string
+	enqueue    string
+	dequeue    string
 
 	release string
 	revoke  string
@@ -54,18 +52,25 @@ func newQueries(schema string) queries {
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
 			WHERE s.id = $1 ORDER BY l.key`),
 
-		// FOR KEY SHARE keeps the session row (and so the liveness just
-		// checked) until commit: a close or reap waits for us, and then its
-		// cascade removes what we wrote. Heartbeats are not blocked.
-		liveForGrant: r.Replace(`SELECT floor(extract(epoch FROM expires_at - now()) * 1000000)::bigint
-			FROM {{s}}.sessions WHERE id = $1 FOR KEY SHARE`),
+		// One look at everything a grant depends on: the session's
+		// remaining life ($1), the key's holder and the first in its queue
+		// ($2). FOR KEY SHARE OF s keeps the session row (and so the
+		// liveness just checked) until commit: a close or reap waits for us
+		// and its cascade then removes what we wrote. Heartbeats, which do
+		// not touch the key, are not blocked.
+		grantCheck: r.Replace(`SELECT floor(extract(epoch FROM s.expires_at - now()) * 1000000)::bigint,
+			l.session_id, l.token, l.acquired_at,
+			(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = $2 ORDER BY w.id LIMIT 1)
+			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.key = $2
+			WHERE s.id = $1 FOR KEY SHARE OF s`),
 		holder:     r.Replace(`SELECT session_id, token, acquired_at FROM {{s}}.locks WHERE key = $1`),
-		queued:     r.Replace(`SELECT EXISTS (SELECT 1 FROM {{s}}.waiters WHERE key = $1)`),
-		head:       r.Replace(`SELECT session_id FROM {{s}}.waiters WHERE key = $1 ORDER BY id LIMIT 1`),
 		insertLock: r.Replace(`INSERT INTO {{s}}.locks (key, session_id) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING acquired_at`),
-		setToken:   r.Replace(`UPDATE {{s}}.locks SET token = nextval({{seq}}) WHERE key = $1 RETURNING token`),
-		enqueue:    r.Replace(`INSERT INTO {{s}}.waiters (key, session_id) VALUES ($1, $2) ON CONFLICT (key, session_id) DO NOTHING`),
-		dequeue:    r.Replace(`DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2`),
+		// Sets the token of the row just inserted; the granted session also
+		// leaves the key's queue if it was in it.
+		setToken: r.Replace(`WITH dequeued AS (DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2)
+			UPDATE {{s}}.locks SET token = nextval({{seq}}) WHERE key = $1 RETURNING token`),
+		enqueue: r.Replace(`INSERT INTO {{s}}.waiters (key, session_id) VALUES ($1, $2) ON CONFLICT (key, session_id) DO NOTHING`),
+		dequeue: r.Replace(`DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2`),
 
 		// The delete reason for the trigger is set in the WHERE clause so the
 		// statement stays one round trip: set_config(..., true) lasts until

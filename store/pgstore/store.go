@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -40,6 +41,17 @@ const (
 	watchBuffer = 256
 	// reapBatch is how many sessions one reaper transaction deletes.
 	reapBatch = 500
+	// reapTimeout bounds one reaper run, so a hung connection cannot stall
+	// the reaper for longer.
+	reapTimeout = 30 * time.Second
+	// listenerProbeInterval is how long the listening connection may be
+	// quiet before the listener checks that it still answers, and
+	// listenerProbeTimeout how long that check may take.
+	listenerProbeInterval = 10 * time.Second
+	listenerProbeTimeout  = 5 * time.Second
+	// listenerConnectTimeout bounds one attempt to re-open the listening
+	// connection.
+	listenerConnectTimeout = 10 * time.Second
 )
 
 // Options configure a Store.
@@ -61,6 +73,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics records the C4 metrics; nil records nothing.
 	Metrics *telemetry.Metrics
+
+	// probeInterval overrides listenerProbeInterval (tests).
+	probeInterval time.Duration
 }
 
 // Store is the PostgreSQL store.LockStore. It is safe for concurrent use.
@@ -72,6 +87,7 @@ type Store struct {
 	channel        string
 	q              queries
 	reaperInterval time.Duration
+	probeInterval  time.Duration // listenerProbeInterval, unless a test set another
 	log            telemetry.Log
 	metrics        *telemetry.Metrics
 	instance       string // distinguishes this Store's sync markers
@@ -131,6 +147,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		channel:        "lockd_" + hex.EncodeToString(sum[:8]),
 		q:              newQueries(schema),
 		reaperInterval: interval,
+		probeInterval:  cmp.Or(opts.probeInterval, listenerProbeInterval),
 		log:            telemetry.Log{L: opts.Logger, Backend: "pg"},
 		metrics:        opts.Metrics,
 		instance:       rand.Text(),

@@ -26,7 +26,13 @@ import (
 	"lock.dev/lockd/store"
 )
 
-const ttl = store.MinTTL
+const (
+	// ttl is the TTL of sessions meant to expire.
+	ttl = store.MinTTL
+	// longTTL is the TTL of sessions that must outlive their test, which
+	// does not heartbeat them, however slowly a loaded machine runs it.
+	longTTL = 10 * time.Minute
+)
 
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -36,7 +42,7 @@ func testCtx(t testing.TB) context.Context {
 
 func openSession(t testing.TB, s *Store) store.SessionID {
 	t.Helper()
-	sess, err := s.OpenSession(testCtx(t), ttl)
+	sess, err := s.OpenSession(testCtx(t), longTTL)
 	if err != nil {
 		t.Fatalf("OpenSession: %v", err)
 	}
@@ -148,11 +154,11 @@ func TestGrantsDoNotExtendSession(t *testing.T) {
 	if after := read(); !after.Equal(before) {
 		t.Fatalf("expires_at moved from %v to %v on a grant", before, after)
 	}
-	if g.Remaining <= 0 || g.Remaining > ttl {
-		t.Fatalf("grant Remaining = %v, want in (0, %v]", g.Remaining, ttl)
+	if g.Remaining <= 0 || g.Remaining > longTTL {
+		t.Fatalf("grant Remaining = %v, want in (0, %v]", g.Remaining, longTTL)
 	}
 	l, err := s.Heartbeat(testCtx(t), id)
-	if err != nil || !l.Live || l.Remaining != ttl {
+	if err != nil || !l.Live || l.Remaining != longTTL {
 		t.Fatalf("Heartbeat = %+v, %v; want live with Remaining = TTL", l, err)
 	}
 	if after := read(); !after.After(before) {
@@ -521,6 +527,50 @@ func TestListenerLossBreaksWatchAndRecovers(t *testing.T) {
 			t.Fatalf("no %v event on the new watch", want)
 		}
 	}
+}
+
+// TestListenerProbeKeepsHealthyWatch makes the listener probe its quiet
+// connection every few milliseconds: a healthy connection must pass every
+// probe, with no event lost and the watch intact.
+func TestListenerProbeKeepsHealthyWatch(t *testing.T) {
+	t.Parallel()
+	s, err := New(testCtx(t), Options{DSN: pgtest.NewDatabase(t), probeInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer s.Close()
+	ch, err := s.Watch(testCtx(t), "")
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	id := openSession(t, s)
+	for i := range 10 {
+		g := mustTry(t, s, id, "k")
+		if err := s.DeleteIfOwner(testCtx(t), id, "k", g.Token); err != nil {
+			t.Fatalf("DeleteIfOwner: %v", err)
+		}
+		for _, want := range []store.EventKind{store.EventAcquired, store.EventReleased} {
+			select {
+			case ev := <-ch:
+				if ev.Err != nil || ev.Kind != want || ev.Token != g.Token {
+					t.Fatalf("round %d: event %+v, want %v with token %d", i, ev, want, g.Token)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: no %v event", i, want)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // let several probes run while quiet; not synchronisation
+	}
+	// The probes did run: the listening backend's last statement is one.
+	eventually(t, 10*time.Second, "listener probed", func() error {
+		var n int
+		err := s.pool.QueryRow(testCtx(t), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = 'SELECT 1'`).Scan(&n)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d backends last ran the probe", n)
+		}
+		return err
+	})
 }
 
 func TestWatchSeesNothingBeforeIt(t *testing.T) {

@@ -156,7 +156,7 @@ func (s *Store) dispatch(payload string) {
 		return
 	}
 	if n.Kind == "dequeued" {
-		s.wakeLocked(n.Key, false) // the next waiter may now be first
+		s.wakeLocked(n.Key) // the next waiter may now be first
 		return
 	}
 	kind, ok := eventKinds[n.Kind]
@@ -164,7 +164,7 @@ func (s *Store) dispatch(payload string) {
 		return
 	}
 	if kind != store.EventAcquired {
-		s.wakeLocked(n.Key, false) // the key is free
+		s.wakeLocked(n.Key) // the key is free
 	}
 	ev := store.Event{Kind: kind, Key: n.Key, Session: store.SessionID(n.Session), Token: n.Token}
 	for w := range s.watches {
@@ -202,13 +202,7 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
 	backoff := minBackoff
 	for {
 		if conn != nil {
-			var err error
-			for err == nil {
-				var n *pgconn.Notification
-				if n, err = conn.WaitForNotification(ctx); err == nil {
-					s.dispatch(n.Payload)
-				}
-			}
+			err := s.receive(ctx, conn)
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = conn.Close(cctx)
 			cancel()
@@ -222,7 +216,9 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
 			return
 		case <-t.C:
 		}
-		c, err := s.connectListener(ctx)
+		cctx, cancel := context.WithTimeout(ctx, listenerConnectTimeout)
+		c, err := s.connectListener(cctx)
+		cancel()
 		if err != nil {
 			backoff = min(2*backoff, maxBackoff)
 			continue
@@ -230,8 +226,34 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
 		backoff, conn = minBackoff, c
 		s.mu.Lock()
 		s.listening = true
-		s.wakeLocked("", true)
+		s.wakeAllLocked()
 		s.mu.Unlock()
+	}
+}
+
+// receive dispatches the notifications arriving on conn until it fails or
+// ctx ends. After probeInterval without a notification it checks that the
+// connection still answers, so a silently dead connection (no FIN, no RST)
+// breaks the watches within about probeInterval + listenerProbeTimeout
+// instead of stalling them.
+func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, s.probeInterval)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			s.dispatch(n.Payload)
+		case ctx.Err() == nil && pgconn.Timeout(err) && !conn.IsClosed():
+			pctx, cancel := context.WithTimeout(ctx, listenerProbeTimeout)
+			_, err = conn.Exec(pctx, "SELECT 1") // notifications meanwhile are buffered
+			cancel()
+			if err != nil {
+				return err
+			}
+		default:
+			return err
+		}
 	}
 }
 
@@ -271,6 +293,8 @@ func (s *Store) reapLoop(ctx context.Context) {
 // left for the next run. Failures are counted in
 // lockd_backend_errors_total{op="reap"} and retried on the next tick.
 func (s *Store) reap(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, reapTimeout)
+	defer cancel()
 	for {
 		start := time.Now()
 		var ids []string
