@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,10 +41,13 @@ func newEtcdStore(ctx context.Context, endpoints []string, prefix string, opts S
 // etcdOwned is an etcdstore.Store that also owns its etcd client.
 type etcdOwned struct {
 	*etcdstore.Store
-	cli *clientv3.Client
+	cli  *clientv3.Client
+	once sync.Once
+	err  error
 }
 
-// Close closes the store, then its client.
+// Close closes the store, then its client. It is idempotent.
 func (s *etcdOwned) Close() error {
-	return errors.Join(s.Store.Close(), s.cli.Close())
+	s.once.Do(func() { s.err = errors.Join(s.Store.Close(), s.cli.Close()) })
+	return s.err
 }

@@ -1,0 +1,232 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/store"
+)
+
+// fakeClock is a manual client.Clock. Advance fires due timers in time
+// order, synchronously, so that when it returns every effect of reaching
+// the new time (a closed Done) has happened.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	seq    int
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c       *fakeClock
+	at      time.Time
+	seq     int
+	f       func()
+	stopped bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) client.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &fakeTimer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Advance moves the clock forward by d, firing due timers in order.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	target := c.now.Add(d)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		sort.Slice(c.timers, func(i, j int) bool {
+			if !c.timers[i].at.Equal(c.timers[j].at) {
+				return c.timers[i].at.Before(c.timers[j].at)
+			}
+			return c.timers[i].seq < c.timers[j].seq
+		})
+		var due *fakeTimer
+		for len(c.timers) > 0 {
+			t := c.timers[0]
+			if t.stopped {
+				c.timers = c.timers[1:]
+				continue
+			}
+			if !t.at.After(target) {
+				due = t
+				c.timers = c.timers[1:]
+				t.stopped = true
+				if t.at.After(c.now) {
+					c.now = t.at
+				}
+			}
+			break
+		}
+		if due == nil {
+			c.now = target
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		due.f()
+	}
+}
+
+// TestDeadlineMath checks C2 #ct2-deadline with an injected clock: the
+// deadline is exactly send + Remaining − margin, only ever moves later,
+// grants extend it like heartbeats, and Done, Lock.Done and Lock.Context
+// end exactly at it when nothing extends it.
+func TestDeadlineMath(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		var faulty *lockdtest.Faulty
+		clock := newFakeClock()
+		const interval = time.Second
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
+			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval)},
+			Wrap:          func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+		ctx := testCtx(t, 60*time.Second)
+		margin := lockdtest.SafetyMargin
+		faulty.SetRemaining(2500 * time.Millisecond)
+		t0 := clock.Now()
+		s := newSession(t, ctx, srv.Client)
+		if got, want := s.Deadline(), t0.Add(2500*time.Millisecond-margin); !got.Equal(want) {
+			t.Fatalf("deadline after OpenSession = t0%+v; want t0%+v (send + Remaining − margin)", got.Sub(t0), want.Sub(t0))
+		}
+		// The first heartbeat (sent at once on the new stream) reports the
+		// same Remaining; after it, a longer Remaining on the next one.
+		lockdtest.Eventually(t, 10*time.Second, "first heartbeat answered by the store", func() bool {
+			return len(faulty.Reported()) >= 2
+		})
+		faulty.SetRemaining(2800 * time.Millisecond)
+		clock.Advance(interval)
+		t1 := clock.Now()
+		want := t1.Add(2800*time.Millisecond - margin)
+		lockdtest.Eventually(t, 10*time.Second, "deadline extended by the heartbeat sent at t0+1s", func() bool {
+			return s.Deadline().Equal(want)
+		})
+
+		// A grant extends it too, from the Acquire's send time.
+		faulty.Fail("heartbeat", store.ErrUnavailable) // no more extensions
+		faulty.SetRemaining(5 * time.Second)
+		l, err := s.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		want = t1.Add(5*time.Second - margin)
+		if got := s.Deadline(); !got.Equal(want) {
+			t.Fatalf("deadline after a grant = t0%+v; want t0%+v", got.Sub(t0), want.Sub(t0))
+		}
+		// A shorter Remaining never moves it earlier.
+		faulty.SetRemaining(time.Second)
+		if _, err := s.Acquire(ctx, "k2"); err != nil {
+			t.Fatalf("Acquire(k2): %v", err)
+		}
+		if got := s.Deadline(); !got.Equal(want) {
+			t.Fatalf("deadline after a shorter grant = t0%+v; want unchanged t0%+v", got.Sub(t0), want.Sub(t0))
+		}
+
+		// Heartbeats now fail: nothing extends the deadline. One
+		// nanosecond before it everything is still trusted...
+		clock.Advance(want.Sub(clock.Now()) - 1)
+		if closed(s.Done()) || closed(l.Done()) || l.Context().Err() != nil {
+			t.Fatalf("session or lock ended 1ns before the deadline: %v / %v", s.Err(), l.Err())
+		}
+		if got := s.Deadline(); !got.Equal(want) {
+			t.Fatalf("deadline moved during failing heartbeats: t0%+v; want t0%+v", got.Sub(t0), want.Sub(t0))
+		}
+		// ...and at it, nothing is.
+		clock.Advance(1)
+		if !closed(s.Done()) || !closed(l.Done()) || l.Context().Err() == nil {
+			t.Fatalf("at the deadline: session done=%v, lock done=%v, lock ctx %v; want all ended",
+				closed(s.Done()), closed(l.Done()), l.Context().Err())
+		}
+		if !errors.Is(s.Err(), client.ErrSessionExpired) || !errors.Is(s.Err(), client.ErrSessionDead) ||
+			!errors.Is(context.Cause(l.Context()), client.ErrSessionExpired) {
+			t.Errorf("errors at the deadline: session %v, lock cause %v; want ErrSessionExpired", s.Err(), context.Cause(l.Context()))
+		}
+	})
+}
+
+// TestDoneWhileServerUnreachable: lockd dies (its store with it); the
+// client stops trusting its lock at its local deadline, before the backend
+// frees the key for anyone else.
+func TestDoneWhileServerUnreachable(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		ns := lockdtest.NewNamespace(t, backend)
+		observer := ns.OpenStore(t, lockdtest.StoreOptions{})
+		srv := lockdtest.StartOn(t, ns, lockdtest.Options{})
+		ctx := testCtx(t, 60*time.Second)
+		s := newSession(t, ctx, srv.Client)
+		l, err := s.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		// Let a few heartbeats pass, then kill lockd: server and store.
+		lockdtest.Eventually(t, 10*time.Second, "deadline extended by heartbeats", func() bool {
+			return s.Deadline().After(time.Now().Add(lockdtest.TTL / 2))
+		})
+		doneAt := make(chan time.Time, 1)
+		go func() {
+			<-l.Done()
+			doneAt <- time.Now()
+		}()
+		stoppedAt := time.Now()
+		if err := srv.Stop(); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if err := srv.Store.Close(); err != nil {
+			t.Fatalf("store Close: %v", err)
+		}
+		deadline := s.Deadline()
+		var freeAt time.Time
+		lockdtest.Eventually(t, lockdtest.TTL+15*time.Second, "key freed by the backend", func() bool {
+			_, held, err := observer.Inspect(ctx, "k")
+			if err == nil && !held {
+				freeAt = time.Now()
+				return true
+			}
+			return false
+		})
+		var done time.Time
+		select {
+		case done = <-doneAt:
+		default:
+			t.Fatalf("Lock.Done still open when the backend freed the key %v after the stop", freeAt.Sub(stoppedAt))
+		}
+		if !done.Before(freeAt) {
+			t.Errorf("client trusted its lock until %v after the stop, the backend freed it at %v", done.Sub(stoppedAt), freeAt.Sub(stoppedAt))
+		}
+		if done.Before(deadline) {
+			t.Errorf("Lock.Done closed %v before the session deadline", deadline.Sub(done))
+		}
+		if !errors.Is(s.Err(), client.ErrSessionExpired) {
+			t.Errorf("session error %v; want ErrSessionExpired (the local deadline)", s.Err())
+		}
+		t.Logf("stop → client stopped trusting: %v; stop → backend freed the key: %v",
+			done.Sub(stoppedAt).Round(time.Millisecond), freeAt.Sub(stoppedAt).Round(time.Millisecond))
+	})
+}

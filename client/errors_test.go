@@ -1,0 +1,129 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/store"
+)
+
+// TestErrorsRoundTrip makes a real server return every error class and
+// checks the sentinel the SDK maps it to (client/errors.go).
+func TestErrorsRoundTrip(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		var faulty *lockdtest.Faulty
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
+			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+		ctx := testCtx(t, 120*time.Second)
+		c := srv.Client
+		holder := newSession(t, ctx, c)
+		if _, err := holder.Acquire(ctx, "held"); err != nil {
+			t.Fatalf("Acquire(held): %v", err)
+		}
+		s := newSession(t, ctx, c)
+		short := func() context.Context {
+			ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			t.Cleanup(cancel)
+			return ctx
+		}
+
+		type check struct {
+			name string
+			err  error
+			is   []error
+			not  []error
+			msg  string // substring of the error text
+		}
+		var checks []check
+		add := func(name string, err error, msg string, is []error, not ...error) {
+			checks = append(checks, check{name: name, err: err, is: is, not: not, msg: msg})
+		}
+
+		// InvalidArgument from the server (the SDK does not check this bound).
+		_, err := s.Acquire(ctx, "k", client.WithWaitTimeout(11*time.Minute))
+		add("wait timeout above the server maximum", err, "wait_timeout_ms", []error{client.ErrInvalidArgument})
+		_, err = c.NewSession(ctx, client.WithSessionTTL(time.Second))
+		add("ttl below minimum", err, "ttl_ms", []error{client.ErrInvalidArgument})
+		_, _, err = c.List(ctx, "", client.ListOptions{PageToken: "%%%"})
+		add("bad page token", err, "page_token", []error{client.ErrInvalidArgument})
+
+		// Locked, wait timeout, the caller's deadline and cancellation.
+		_, err = s.TryAcquire(ctx, "held")
+		add("try on a held key", err, "", []error{client.ErrLocked})
+		_, err = s.Acquire(ctx, "held", client.WithWaitTimeout(200*time.Millisecond))
+		add("wait timeout", err, "", []error{client.ErrWaitTimeout}, context.DeadlineExceeded)
+		dctx := short()
+		_, err = s.Acquire(dctx, "held")
+		add("caller deadline while waiting", err, "", []error{context.DeadlineExceeded}, client.ErrWaitTimeout, client.ErrUnavailable)
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		_, err = s.Acquire(cctx, "held")
+		add("caller cancel while waiting", err, "", []error{context.Canceled})
+
+		// Retryable classes: retried until the caller's context ends.
+		for _, se := range []error{store.ErrUnavailable, store.ErrContention, store.ErrNotLeader} {
+			faulty.Fail("inspect", se)
+			_, err = c.Inspect(short(), "k")
+			add("retryable "+se.Error(), err, "", []error{client.ErrUnavailable, context.DeadlineExceeded})
+		}
+		faulty.Fail("inspect", errors.New("boom"))
+		_, err = c.Inspect(ctx, "k")
+		add("unclassified store error", err, "internal error", []error{client.ErrInternal}, client.ErrUnavailable)
+		faulty.Fail("inspect", nil)
+
+		// Not owner on a first release attempt: the lock was lost before.
+		l, err := s.Acquire(ctx, "mine")
+		if err != nil {
+			t.Fatalf("Acquire(mine): %v", err)
+		}
+		faulty.Fail("release", store.ErrNotOwner)
+		err = l.Release(ctx)
+		add("not owner", err, "", []error{client.ErrNotOwner})
+		faulty.Fail("release", nil)
+
+		// A server limit (the request is larger than the server accepts).
+		_, _, err = c.List(ctx, strings.Repeat("p", 70<<10), client.ListOptions{})
+		add("request too large", err, "", []error{client.ErrLimit})
+
+		// Session dead: terminal, and it ends the session.
+		dead := newSession(t, ctx, c)
+		faulty.Fail("try_insert", store.ErrSessionDead)
+		_, err = dead.TryAcquire(ctx, "k2")
+		add("session dead", err, "", []error{client.ErrSessionDead}, client.ErrSessionExpired)
+		faulty.Fail("try_insert", nil)
+		if !closed(dead.Done()) || !errors.Is(dead.Err(), client.ErrSessionDead) {
+			t.Errorf("session after SESSION_DEAD: done=%v err=%v; want ended with ErrSessionDead", closed(dead.Done()), dead.Err())
+		}
+
+		// Local validation uses the same key rules as the server.
+		_, err = s.Acquire(ctx, "")
+		add("empty key (local)", err, "key", []error{client.ErrInvalidArgument})
+		_, err = s.Acquire(ctx, "a\x00b")
+		add("NUL key (local)", err, "key", []error{client.ErrInvalidArgument})
+
+		for _, ck := range checks {
+			if ck.err == nil {
+				t.Errorf("%s: no error", ck.name)
+				continue
+			}
+			for _, want := range ck.is {
+				if !errors.Is(ck.err, want) {
+					t.Errorf("%s: %v does not match %v", ck.name, ck.err, want)
+				}
+			}
+			for _, not := range ck.not {
+				if errors.Is(ck.err, not) {
+					t.Errorf("%s: %v unexpectedly matches %v", ck.name, ck.err, not)
+				}
+			}
+			if !strings.Contains(ck.err.Error(), ck.msg) {
+				t.Errorf("%s: %q does not mention %q", ck.name, ck.err, ck.msg)
+			}
+		}
+	})
+}
