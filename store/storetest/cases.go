@@ -16,7 +16,7 @@ import (
 func (s *suite) testLifecycle(t *testing.T) {
 	st := s.instances(t, 1)[0]
 	id := openSession(t, st)
-	if l := heartbeat(t, st, id); !l.Live || l.Remaining <= 0 || l.Remaining > TTL+time.Second {
+	if l := heartbeat(t, st, id); !l.Live || l.Remaining <= 0 || l.Remaining > LongTTL+time.Second {
 		t.Fatalf("Heartbeat after open = %+v; want live with 0 < Remaining <= ~TTL", l)
 	}
 	g := mustTry(t, st, id, "life/a")
@@ -228,7 +228,7 @@ func (s *suite) testSessionDeathReleasesLocks(t *testing.T) {
 	insts := s.instances(t, 2)
 	a, b := insts[0], insts[1]
 	opened := time.Now()
-	id := openSession(t, a)
+	id := openSessionTTL(t, a, TTL)
 	keys := []string{"death/1", "death/2", "death/3"}
 	for _, k := range keys {
 		mustTry(t, a, id, k)
@@ -757,12 +757,18 @@ func (s *suite) testDeadline(t *testing.T) {
 		if !l.Live || l.Remaining <= 0 {
 			t.Fatalf("Heartbeat #%d = %+v; want live with Remaining > 0", i, l)
 		}
-		if l.Remaining > TTL+999*time.Millisecond {
-			t.Fatalf("Heartbeat #%d Remaining %v exceeds the TTL %v (rounded up to whole seconds at most)", i, l.Remaining, TTL)
+		if l.Remaining > LongTTL+999*time.Millisecond {
+			t.Fatalf("Heartbeat #%d Remaining %v exceeds the TTL %v (rounded up to whole seconds at most)", i, l.Remaining, LongTTL)
 		}
 	}
 	g := mustTry(t, st, id, "dl/k")
-	if g.Remaining <= 0 || g.Remaining > TTL+999*time.Millisecond {
+	if g.Remaining <= 0 || g.Remaining > LongTTL+999*time.Millisecond {
 		t.Fatalf("grant Remaining = %v; want in (0, ~TTL]", g.Remaining)
+	}
+	// A short, odd TTL: the backend may round it up, never down, and never
+	// promises more than it applies.
+	short := openSessionTTL(t, st, 2500*time.Millisecond)
+	if l := heartbeat(t, st, short); !l.Live || l.Remaining <= 0 || l.Remaining > 3*time.Second {
+		t.Fatalf("Heartbeat(2.5s session) = %+v; want live with Remaining in (0, 3s]", l)
 	}
 }

@@ -63,17 +63,26 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// openSession opens a session with LongTTL.
 func openSession(t *testing.T, st store.LockStore) store.SessionID {
 	t.Helper()
-	sess, err := st.OpenSession(ctxT(t), TTL)
+	return openSessionTTL(t, st, LongTTL)
+}
+
+func openSessionTTL(t *testing.T, st store.LockStore, ttl time.Duration) store.SessionID {
+	t.Helper()
+	sess, err := st.OpenSession(ctxT(t), ttl)
 	if err != nil {
-		t.Fatalf("OpenSession(%v): %v", TTL, err)
+		t.Fatalf("OpenSession(%v): %v", ttl, err)
 	}
 	if len(sess.ID) < 22 {
 		t.Fatalf("OpenSession: id %q is too short to carry 128 random bits", sess.ID)
 	}
-	if sess.TTL < TTL {
-		t.Fatalf("OpenSession: TTL %v, want >= requested %v", sess.TTL, TTL)
+	if sess.TTL < ttl || sess.TTL >= ttl+time.Second {
+		t.Fatalf("OpenSession: TTL %v, want the requested %v, rounded up by less than a second at most", sess.TTL, ttl)
+	}
+	if sess.Remaining <= 0 || sess.Remaining > sess.TTL {
+		t.Fatalf("OpenSession: Remaining %v, want in (0, TTL %v]", sess.Remaining, sess.TTL)
 	}
 	return sess.ID
 }

@@ -41,9 +41,15 @@ type Config struct {
 	Expire func(t *testing.T, s store.LockStore, id store.SessionID)
 }
 
-// TTL is the session TTL the suite uses: the smallest one allowed, so that
-// expiry tests are short.
+// TTL is the TTL of sessions that a subtest lets die by stopping the
+// instance that keeps them: the smallest one allowed, so expiry is quick.
 const TTL = store.MinTTL
+
+// LongTTL is the TTL of every other session. It is long because on backends
+// where only Heartbeat extends a session (PostgreSQL) the suite does not
+// heartbeat, and a session must not die in the middle of a subtest that
+// did not ask for it.
+const LongTTL = time.Minute
 
 // margin is added to every eventual bound on top of the backend's slack.
 const margin = 3 * time.Second
