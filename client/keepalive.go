@@ -114,7 +114,9 @@ func (k *keepaliver) run() {
 }
 
 // stream runs one KeepAlive stream until it breaks or ctx ends. It reports
-// whether the stream carried at least one reply.
+// whether the stream carried at least one reply. This goroutine sends the
+// heartbeats; a receiver goroutine applies the replies as they arrive, so
+// reading never waits for sending.
 func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -123,11 +125,11 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 		k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream failed", slog.String("error", err.Error()))
 		return false
 	}
-	replies := make(chan *lockdv1.KeepAliveResponse)
+	fl := &flight{beats: map[uint64]beat{}}
 	broken := make(chan error, 1)
 	var recvDone sync.WaitGroup
 	recvDone.Add(1)
-	go func() { // exits when the stream ends (sctx cancelled on return below)
+	go func() { // exits when the stream ends (sctx is cancelled on return below)
 		defer recvDone.Done()
 		for {
 			r, err := stream.Recv()
@@ -135,15 +137,19 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 				broken <- err
 				return
 			}
-			select {
-			case replies <- r:
-			case <-sctx.Done():
-				return
-			}
+			fl.mu.Lock()
+			fl.replied = true
+			fl.mu.Unlock()
+			k.handle(r, fl)
 		}
 	}()
-	defer recvDone.Wait()
-	defer cancel()
+	defer func() {
+		cancel()
+		recvDone.Wait()
+		fl.mu.Lock()
+		healthy = fl.replied
+		fl.mu.Unlock()
+	}()
 
 	// Every session beats at once on a new stream.
 	now := k.c.clock.Now()
@@ -153,7 +159,6 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 	}
 	k.mu.Unlock()
 
-	inflight := map[uint64]beat{}
 	var nextID uint64
 	tick := make(chan struct{}, 1)
 	var timer Timer
@@ -181,18 +186,22 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 		for _, e := range due {
 			nextID++
 			sent := k.c.clock.Now()
-			inflight[nextID] = beat{s: e.s, sent: sent}
+			fl.mu.Lock()
+			fl.beats[nextID] = beat{s: e.s, sent: sent}
+			fl.mu.Unlock()
 			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, RequestId: nextID}); err != nil {
-				return healthy // the receive side reports why
+				return // the receive side says why
 			}
 		}
 		// Forget heartbeats unanswered for a TTL: ignoring a reply is
 		// always safe.
-		for id, b := range inflight {
+		fl.mu.Lock()
+		for id, b := range fl.beats {
 			if now.Sub(b.sent) > b.s.ttl {
-				delete(inflight, id)
+				delete(fl.beats, id)
 			}
 		}
+		fl.mu.Unlock()
 
 		if timer != nil {
 			timer.Stop()
@@ -205,30 +214,38 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 		})
 		select {
 		case <-ctx.Done():
-			return healthy
+			return
 		case <-k.wake:
 		case <-tick:
 		case err := <-broken:
 			k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream broke", slog.String("error", err.Error()))
-			return healthy
-		case r := <-replies:
-			healthy = true
-			k.handle(r, inflight)
+			return
 		}
 	}
 }
 
+// flight holds the heartbeats of one stream that await their reply.
+type flight struct {
+	mu      sync.Mutex
+	beats   map[uint64]beat
+	replied bool
+}
+
 // handle applies one reply or notice.
-func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, inflight map[uint64]beat) {
+func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	var s *Session
 	var b beat
 	answered := false
 	if r.GetRequestId() != 0 {
-		if b, answered = inflight[r.GetRequestId()]; answered {
-			delete(inflight, r.GetRequestId())
+		fl.mu.Lock()
+		if b, answered = fl.beats[r.GetRequestId()]; answered {
+			delete(fl.beats, r.GetRequestId())
 			s = b.s
 		}
-	} else {
+		fl.mu.Unlock()
+	}
+	if s == nil { // a notice, or an answer to a forgotten request: only its notices count
+		answered = false
 		s = k.lookup(r.GetSessionId())
 	}
 	if s == nil || s.id != r.GetSessionId() {
@@ -251,8 +268,9 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, inflight map[uint64]be
 				}
 			}
 			k.mu.Unlock()
+			k.poke()
 		}
-	case !r.GetLive():
+	case !r.GetLive(): // dead is terminal, whichever request this answers
 		s.end(ErrSessionDead)
 	case answered:
 		s.extend(b.sent, ms(r.GetRemainingMs()))

@@ -29,6 +29,10 @@ type Session struct {
 	margin   time.Duration
 	interval time.Duration
 	done     chan struct{}
+	// ctx is cancelled, with the session's error as cause, when done
+	// closes.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -72,6 +76,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		done:     make(chan struct{}),
 		locks:    map[string]*Lock{},
 	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	if c.opts.safetyMargin > 0 {
 		s.margin = c.opts.safetyMargin
 	}
@@ -117,6 +122,10 @@ func (s *Session) Err() error {
 	defer s.mu.Unlock()
 	return s.err
 }
+
+// Context returns a context that is cancelled when Done closes; its cause
+// (context.Cause) is Err.
+func (s *Session) Context() context.Context { return s.ctx }
 
 // Deadline returns the instant (on the client's clock) at which the session
 // stops being trusted unless a newer acknowledgement extends it.
@@ -187,6 +196,7 @@ func (s *Session) end(err error) {
 		s.timer.Stop()
 	}
 	close(s.done)
+	s.cancel(err)
 	locks := s.locks
 	s.locks = map[string]*Lock{}
 	s.mu.Unlock()
@@ -291,7 +301,7 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 	// The session's end also ends the wait.
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(sessionContext{s}, cancel)
+	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 
 	var (
@@ -360,21 +370,6 @@ func (s *Session) lockLost(key string, token uint64, reason lockdv1.LockLostReas
 	}
 	l.end(fmt.Errorf("%w: %s", ErrLockLost, why))
 }
-
-// sessionContext adapts a Session's Done to context.AfterFunc.
-type sessionContext struct{ s *Session }
-
-func (c sessionContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c sessionContext) Done() <-chan struct{}       { return c.s.done }
-func (c sessionContext) Err() error {
-	select {
-	case <-c.s.done:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (c sessionContext) Value(any) any { return nil }
 
 // Lock is a granted lock. It is trusted until Done closes.
 type Lock struct {

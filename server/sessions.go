@@ -47,7 +47,9 @@ type session struct {
 	gone bool
 	// closeAttempts counts failed silence-close attempts (backoff).
 	closeAttempts int
-	// reason is the session_lost reason of a silence close ("" otherwise).
+	// reason is the session_lost reason of a close by the silence loop;
+	// empty for a close the client asked for (CloseSession) that the loop
+	// retries.
 	reason string
 	// expireAt is the monotonic instant after which the client has been
 	// silent long enough to be closed.
@@ -230,8 +232,8 @@ func (s *Server) silenceLoop() {
 		var due []*session
 		for len(s.silence) > 0 && !s.silence[0].expireAt.After(now) {
 			ss := heap.Pop(&s.silence).(*session)
-			ss.closing = true
-			if ss.reason == "" {
+			if !ss.closing {
+				ss.closing = true
 				ss.reason = telemetry.LostClientSilent
 			}
 			ss.pins++ // held by the close below
@@ -287,8 +289,10 @@ func (s *Server) closeSilent(ss *session) {
 		s.schedule(ss)
 		return
 	}
-	s.tlog.SessionLost(ss.id, ss.reason)
-	s.metrics.SessionLost(ss.reason)
+	if ss.reason != "" {
+		s.tlog.SessionLost(ss.id, ss.reason)
+		s.metrics.SessionLost(ss.reason)
+	}
 	_ = n // the store logs and counts the released locks
 	if ss.stream != nil {
 		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
