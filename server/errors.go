@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 
@@ -134,4 +135,21 @@ func (s *Server) sessionError(ctx context.Context, err error) *lockdv1.SessionEr
 		s.log.LogAttrs(context.Background(), slog.LevelError, "heartbeat failed", slog.String("error", err.Error()))
 	}
 	return &lockdv1.SessionError{Code: int32(code), Reason: reason, Message: msg}
+}
+
+// streamEnd is what the KeepAlive handler returns when its stream ended for
+// cause; ctx is the stream's context.
+func (s *Server) streamEnd(ctx context.Context, cause error) error {
+	switch {
+	case errors.Is(cause, io.EOF):
+		return nil // the client closed its side
+	case errors.Is(cause, errShuttingDown), errors.Is(cause, errLimit):
+		return s.toStatus(ctx, "KeepAlive", cause)
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if _, ok := status.FromError(cause); ok {
+		return cause // a transport error of Send or Recv
+	}
+	return status.Error(codes.Unavailable, "keepalive stream ended")
 }

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
@@ -111,19 +107,7 @@ loop:
 	}
 	workers.Wait()
 
-	cause := context.Cause(ctx)
-	switch {
-	case errors.Is(cause, io.EOF):
-		return nil
-	case errors.Is(cause, errShuttingDown), errors.Is(cause, errSlowConsumer):
-		return s.toStatus(stream.Context(), "KeepAlive", cause)
-	case stream.Context().Err() != nil:
-		return status.FromContextError(stream.Context().Err()).Err()
-	}
-	if _, ok := status.FromError(cause); ok {
-		return cause
-	}
-	return status.Error(codes.Unavailable, "keepalive stream ended")
+	return s.streamEnd(stream.Context(), context.Cause(ctx))
 }
 
 // heartbeat answers one KeepAlive request.
