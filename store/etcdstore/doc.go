@@ -1,0 +1,83 @@
+// Package etcdstore is lockd's etcd backend (store.LockStore over
+// go.etcd.io/etcd/client/v3).
+//
+// # Sessions and leases
+//
+// A session is exactly one etcd lease. OpenSession grants it with the
+// session's TTL rounded up to whole seconds (Session.TTL reports the TTL etcd
+// applied) and returns a random session id; the id → lease mapping lives in
+// one map inside a Store and a lease id never leaves this package. Every key a
+// session writes — grant keys and waiter keys — is attached to its lease, so
+// the lease's end is the one mechanism that frees all of them at once: an
+// out-of-band revoke, expiry, CloseSession.
+//
+// # Keepalive and the deadline bound (C2 #ct2-deadline)
+//
+// A Store keeps the leases of its sessions alive itself, over ONE
+// bidirectional LeaseKeepAlive stream per Store (opened with
+// etcdserverpb.NewLeaseClient on the client's connection) that multiplexes
+// all of them, with at most one keepalive in flight per lease. That is what
+// makes Heartbeat's Remaining provable: a keepalive sent at s and answered
+// with TTL T keeps the lease until at least s+T (etcd extends from when it
+// receives it, which is later), and with one request in flight per lease
+// every answer is matched to the send time recorded for it. Remaining is
+// (send time of the last answered keepalive) + (TTL in that answer) − (time
+// the call was received), on the monotonic clock. clientv3's Lease.KeepAlive
+// is not used: its channel reports an answer's TTL but not when the answered
+// request was sent, and it re-sends while an answer is late, so no such bound
+// can be derived from it (../../../shared/SAFETY.md, "Server grant").
+//
+// The keepalive of a lease goes out a third of its TTL (at most a second)
+// after the previous one was sent, so a lease revoked behind lockd's back is
+// noticed within about a second. An answer overdue by more than a third of
+// the TTL tears the stream down;
+// a new one is opened with backoff and requests on the old one are void. When
+// a session's bound runs out, the Store probes the lease once with
+// TimeToLive: a positive TTL gives a fresh bound (probe send time + TTL); a
+// missing lease makes the session dead (reason lease_expired); no answer
+// makes it dead too (reason keepalive_failed), because nobody can show the
+// lease alive any more and etcd may already have freed its keys. The Store
+// then revokes the lease once etcd answers again (bounded retries), so its
+// keys do not linger. A permanent outage thus reports a session not-live
+// within about its TTL, while an outage shorter than the TTL is only
+// reported as a retryable error.
+//
+// Not-live is terminal: a dead session is never reported live again, and an
+// unknown session id is reported not-live.
+//
+// # SPI divergence: who keeps a session alive
+//
+// On etcd a session stays alive for as long as the Store that opened it runs
+// (its keepalive stream), whether or not Heartbeat is called; Heartbeat only
+// reports what the stream knows and sends nothing. On PostgreSQL only
+// Heartbeat extends a session. Client silence is the server's business: it
+// closes sessions whose clients stop heartbeating (docs/backends.md).
+//
+// # Restart semantics
+//
+// A Store's session map lives in the lockd process. When lockd restarts, its
+// sessions are gone from the new process; their leases lose their keepalives
+// and etcd removes every attached key once the TTL has passed. This diverges
+// from PostgreSQL, where session rows survive a lockd restart
+// (docs/backends.md).
+//
+// # Key layout
+//
+// Under the configured prefix P (default "/lockd/"):
+//
+//	P l/<key>          grant of <key>: value "<session id> <acquired-at, unix ns>",
+//	                   attached to the holder's lease. Its revision is the
+//	                   fencing token: etcd's revision is a cluster-wide total
+//	                   order, never reused while the data survives.
+//	P l/<key>\x00      release marker: value "released" or "revoked", written
+//	                   in the transaction that releases or revokes the grant
+//	                   (same revision as the delete), so Watch can tell those
+//	                   deletes from a session ending (expired). Attached to no
+//	                   lease and never deleted: one small key per distinct key
+//	                   ever released or revoked. List skips markers.
+//	P q/<key>\x00<id>  waiter of session <id> for <key>, attached to the
+//	                   waiter's lease; FIFO order is the create revision.
+//
+// Keys never contain NUL, so "l/<key>\x00" and "q/<key>\x00" name exactly one
+// key's marker and waiters.
+package etcdstore

@@ -1,0 +1,401 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+// session is one session of this Store: exactly one etcd lease.
+type session struct {
+	id    store.SessionID
+	lease clientv3.LeaseID
+	ttl   time.Duration // as granted by etcd
+	done  chan struct{} // closed when the session stops being live
+
+	// Guarded by Store.mu.
+	dead   bool
+	deadAt time.Time
+	// expiry is the proven lower bound of the lease's end on the monotonic
+	// clock: send time of the last answered keepalive (or grant, or probe)
+	// plus the TTL in its answer. It only ever grows.
+	expiry time.Time
+	held   map[string]uint64 // grants made through this Store (a cache; key → token)
+
+	// Keepalive state, guarded by Store.mu and driven by the keepalive
+	// owner: at most one keepalive in flight, sent on stream sentGen at
+	// sentAt.
+	inflight  bool
+	sentAt    time.Time
+	sentGen   uint64
+	nextSend  time.Time
+	probing   bool
+	nextProbe time.Time
+}
+
+// extendLocked raises the bound to until if that is later.
+func (ss *session) extendLocked(until time.Time) {
+	if until.After(ss.expiry) {
+		ss.expiry = until
+	}
+}
+
+// remainingLocked is the bound measured from now, at most the TTL.
+func (ss *session) remainingLocked(now time.Time) time.Duration {
+	return min(ss.expiry.Sub(now), ss.ttl)
+}
+
+// probeTimeout bounds one TimeToLive probe of a lease whose bound ran out.
+func probeTimeout(ttl time.Duration) time.Duration { return max(ttl/3, 500*time.Millisecond) }
+
+// OpenSession grants one lease with ttl rounded up to whole seconds.
+func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Session, err error) {
+	start := time.Now()
+	defer func() { s.met.Request(telemetry.OpOpenSession, start, err) }()
+	if err := store.ValidateTTL(ttl); err != nil {
+		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", err)
+	}
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	sent := time.Now()
+	resp, err := s.cli.Grant(ctx, secs)
+	if err == nil && resp.Error != "" {
+		err = errors.New(resp.Error)
+	}
+	if err != nil {
+		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", classify(ctx, err))
+	}
+	granted := time.Duration(resp.TTL) * time.Second
+	ss := &session{
+		id:       store.NewSessionID(),
+		lease:    resp.ID,
+		ttl:      granted,
+		done:     make(chan struct{}),
+		expiry:   sent.Add(granted), // etcd starts the lease when it applies the grant, after sent
+		held:     make(map[string]uint64),
+		nextSend: sent.Add(keepaliveInterval(granted)),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.revokeNow(resp.ID)
+		return store.Session{}, errClosed
+	}
+	s.sessions[ss.id] = ss
+	s.byLease[ss.lease] = ss
+	rem := ss.remainingLocked(start)
+	s.mu.Unlock()
+	s.poke()
+	s.log.SessionOpened(ss.id, granted)
+	s.met.SessionOpened()
+	return store.Session{ID: ss.id, TTL: granted, Remaining: rem}, nil
+}
+
+// Heartbeat reports the session's liveness and deadline bound. It sends no
+// keepalive: the Store's keepalive stream keeps every session alive (see the
+// package doc). When the bound has run out it asks etcd once; if etcd cannot
+// answer that is a retryable error, never "not live".
+func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Liveness, err error) {
+	now := time.Now()
+	defer func() { s.met.Request(telemetry.OpHeartbeat, now, err) }()
+	if err := store.ValidateSessionID(id); err != nil {
+		return store.Liveness{}, fmt.Errorf("etcdstore: heartbeat: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Liveness{}, fmt.Errorf("etcdstore: heartbeat: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.Liveness{}, errClosed
+	}
+	ss := s.sessions[id]
+	if ss == nil || ss.dead {
+		s.mu.Unlock()
+		return store.Liveness{}, nil
+	}
+	if rem := ss.remainingLocked(now); rem > 0 {
+		s.mu.Unlock()
+		return store.Liveness{Live: true, Remaining: rem}, nil
+	}
+	s.mu.Unlock()
+
+	// No answered keepalive covers now: probe the lease.
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout(ss.ttl))
+	defer cancel()
+	sent := time.Now()
+	resp, err := s.cli.TimeToLive(pctx, ss.lease)
+	if err != nil {
+		err = classify(ctx, err)
+		if errors.Is(err, store.ErrSessionDead) {
+			s.markDead(ss, telemetry.LostLeaseExpired)
+			return store.Liveness{}, nil
+		}
+		return store.Liveness{}, fmt.Errorf("etcdstore: heartbeat: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case ss.dead:
+		return store.Liveness{}, nil
+	case resp.TTL < 0:
+		s.markDeadLocked(ss, telemetry.LostLeaseExpired)
+		return store.Liveness{}, nil
+	case resp.TTL == 0:
+		// The lease exists with under a second left and no keepalive of
+		// ours has been answered for a TTL: nothing to promise, but not
+		// known dead either.
+		return store.Liveness{}, fmt.Errorf("%w: etcdstore: heartbeat: lease under a second from expiry and no keepalive answered", store.ErrUnavailable)
+	}
+	ss.extendLocked(sent.Add(time.Duration(resp.TTL) * time.Second))
+	return store.Liveness{Live: true, Remaining: ss.remainingLocked(now)}, nil
+}
+
+// CloseSession revokes the session's lease: every key attached to it
+// vanishes in one step. It returns the number of grants that held.
+func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, err error) {
+	start := time.Now()
+	defer func() { s.met.Request(telemetry.OpCloseSession, start, err) }()
+	if err := store.ValidateSessionID(id); err != nil {
+		return 0, fmt.Errorf("etcdstore: close session: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("etcdstore: close session: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, errClosed
+	}
+	ss := s.sessions[id]
+	if ss == nil || ss.dead {
+		delete(s.sessions, id)
+		s.mu.Unlock()
+		return 0, nil
+	}
+	s.mu.Unlock()
+
+	gone := func() (int, error) { // the lease is already gone
+		s.markDead(ss, telemetry.LostLeaseExpired)
+		s.forget(id)
+		return 0, nil
+	}
+	ttl, err := s.cli.TimeToLive(ctx, ss.lease, clientv3.WithAttachedKeys())
+	if err != nil {
+		if err = classify(ctx, err); errors.Is(err, store.ErrSessionDead) {
+			return gone()
+		}
+		return 0, fmt.Errorf("etcdstore: close session: %w", err)
+	}
+	if ttl.TTL < 0 {
+		return gone()
+	}
+	for _, k := range ttl.Keys {
+		if _, ok := s.userKey(k); ok {
+			n++
+		}
+	}
+	if _, err := s.cli.Revoke(ctx, ss.lease); err != nil {
+		if err = classify(ctx, err); errors.Is(err, store.ErrSessionDead) {
+			return gone()
+		}
+		return 0, fmt.Errorf("etcdstore: close session: %w", err)
+	}
+
+	s.mu.Lock()
+	if !ss.dead {
+		ss.dead, ss.deadAt = true, time.Now()
+		close(ss.done)
+		delete(s.byLease, ss.lease)
+		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
+		s.log.SessionClosed(id, n)
+		s.met.SessionEnded("")
+	}
+	delete(s.sessions, id)
+	s.mu.Unlock()
+	return n, nil
+}
+
+// LocksOf lists the session's grants as etcd has them: the keys attached to
+// its lease.
+func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Grant, err error) {
+	start := time.Now()
+	defer func() { s.met.Request(telemetry.OpLocksOf, start, err) }()
+	ss, err := s.live(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: locks of: %w", err)
+	}
+	ttl, err := s.cli.TimeToLive(ctx, ss.lease, clientv3.WithAttachedKeys())
+	if err == nil && ttl.TTL < 0 {
+		err = fmt.Errorf("%w: lease gone", store.ErrSessionDead)
+	}
+	if err != nil {
+		if err = classify(ctx, err); errors.Is(err, store.ErrSessionDead) {
+			s.markDead(ss, telemetry.LostLeaseExpired)
+		}
+		return nil, fmt.Errorf("etcdstore: locks of: %w", err)
+	}
+	var ops []clientv3.Op
+	for _, k := range ttl.Keys {
+		if _, ok := s.userKey(k); ok {
+			ops = append(ops, clientv3.OpGet(string(k)))
+		}
+	}
+	var grants []store.Grant
+	for chunk := range slices.Chunk(ops, 100) {
+		resp, err := s.cli.Txn(ctx).Then(chunk...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: locks of: %w", classify(ctx, err))
+		}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().Kvs {
+				key, _ := s.userKey(kv.Key)
+				holder, at, err := parseGrant(kv.Value)
+				if err != nil || holder != id || clientv3.LeaseID(kv.Lease) != ss.lease {
+					continue // released since TimeToLive read it, or foreign data
+				}
+				grants = append(grants, store.Grant{Key: key, Session: id, Token: uint64(kv.ModRevision), AcquiredAt: at})
+			}
+		}
+	}
+	slices.SortFunc(grants, func(a, b store.Grant) int { return strings.Compare(a.Key, b.Key) })
+
+	s.mu.Lock()
+	if !ss.dead { // reconcile the cache (grants revoked through another instance)
+		held := make(map[string]uint64, len(grants))
+		for _, g := range grants {
+			held[g.Key] = g.Token
+		}
+		s.met.LocksHeld(len(held) - len(ss.held))
+		ss.held = held
+	}
+	s.mu.Unlock()
+	return grants, nil
+}
+
+// live returns the session if it is live in this Store, else
+// ErrSessionDead (or the ctx error, or errClosed).
+func (s *Store) live(ctx context.Context, id store.SessionID) (*session, error) {
+	if err := store.ValidateSessionID(id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	ss := s.sessions[id]
+	if ss == nil || ss.dead {
+		return nil, fmt.Errorf("%w: session %s is unknown, expired or closed", store.ErrSessionDead, id)
+	}
+	return ss, nil
+}
+
+// ready is the entry check of calls without a session: the caller's ctx
+// still alive, the Store not closed.
+func (s *Store) ready(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return errClosed
+	}
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// forget drops a session from the map (after close).
+func (s *Store) forget(id store.SessionID) {
+	s.mu.Lock()
+	delete(s.sessions, id)
+	s.mu.Unlock()
+}
+
+func (s *Store) markDead(ss *session, reason string) {
+	s.mu.Lock()
+	s.markDeadLocked(ss, reason)
+	s.mu.Unlock()
+}
+
+// markDeadLocked makes a live session dead for reason (a C4 lost reason):
+// terminal. Its keepalives stop. When the lease may still exist
+// (keepalive_failed), it is revoked in the background once etcd answers.
+func (s *Store) markDeadLocked(ss *session, reason string) {
+	if ss.dead {
+		return
+	}
+	ss.dead, ss.deadAt = true, time.Now()
+	close(ss.done)
+	delete(s.byLease, ss.lease)
+	s.log.SessionLost(ss.id, reason)
+	if reason == telemetry.LostLeaseExpired {
+		s.log.LeaseExpired(ss.id)
+		s.met.LeaseExpired()
+	}
+	s.met.SessionEnded(reason)
+	s.releaseHeldLocked(ss, telemetry.ReleaseSessionLost)
+	if reason != telemetry.LostLeaseExpired && !s.closed {
+		s.wg.Add(1)
+		go s.revokeLater(ss.lease, ss.ttl) // exits after success, lease gone, Close, or ttl+2s
+	}
+}
+
+// releaseHeldLocked logs and counts the session's cached grants as released.
+func (s *Store) releaseHeldLocked(ss *session, reason string) {
+	for k, tok := range ss.held {
+		s.log.LockReleased(store.Grant{Key: k, Session: ss.id, Token: tok}, reason)
+	}
+	s.met.Released(reason, len(ss.held))
+	ss.held = nil
+}
+
+// revokeLater revokes a lease of a session given up on, retrying while etcd
+// is unreachable. After ttl+2s there is no point: without keepalives the
+// lease has expired by then.
+func (s *Store) revokeLater(lease clientv3.LeaseID, ttl time.Duration) {
+	defer s.wg.Done()
+	deadline := time.Now().Add(ttl + 2*time.Second)
+	delay := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+		_, err := s.cli.Revoke(ctx, lease)
+		cancel()
+		if err == nil || errors.Is(classify(nil, err), store.ErrSessionDead) || time.Now().After(deadline) {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// revokeNow revokes a lease right away, best effort (OpenSession racing
+// Close).
+func (s *Store) revokeNow(lease clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s.cli.Revoke(ctx, lease) //nolint:errcheck // best effort: the lease expires anyway
+}
