@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"lock.dev/lockd/client"
+)
+
+// DefaultServer is the server address client commands use without --server
+// or $LOCKD_SERVER.
+const DefaultServer = "127.0.0.1:7420"
+
+// EnvServer names the environment variable with the server address.
+const EnvServer = "LOCKD_SERVER"
+
+// clientFlags are the flags every client command has.
+type clientFlags struct {
+	server  string
+	timeout time.Duration
+}
+
+func addClientFlags(cmd *cobra.Command, e *env) *clientFlags {
+	f := &clientFlags{}
+	def := e.getenv(EnvServer)
+	if def == "" {
+		def = DefaultServer
+	}
+	cmd.Flags().StringVar(&f.server, "server", def, "lockd server address (host:port) [$"+EnvServer+"]")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second,
+		"how long to keep trying to reach the server before giving up")
+	return f
+}
+
+// dial returns a client of the server. It does not connect yet: the SDK
+// retries until the context of each call ends, which --timeout bounds.
+func (f *clientFlags) dial() (*client.Client, error) {
+	if f.timeout <= 0 {
+		return nil, usageErrorf("--timeout must be positive")
+	}
+	c, err := client.New(f.server)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", f.server, err)
+	}
+	return c, nil
+}
+
+// call runs fn under --timeout and explains an unreachable server.
+func (f *clientFlags) call(ctx context.Context, fn func(ctx context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	err := fn(cctx)
+	return f.explain(ctx, err)
+}
+
+// explain rewords errors caused by an unreachable server.
+func (f *clientFlags) explain(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, client.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("lockd server at %s unavailable (gave up after --timeout %v): %w", f.server, f.timeout, err)
+	}
+	return err
+}
+
+// outputFlag is --output text|json.
+type outputFlag struct{ format string }
+
+func addOutputFlag(cmd *cobra.Command) *outputFlag {
+	o := &outputFlag{}
+	cmd.Flags().StringVarP(&o.format, "output", "o", "text", "output format: text or json")
+	return o
+}
+
+func (o *outputFlag) check() error {
+	if o.format != "text" && o.format != "json" {
+		return usageErrorf("--output must be text or json, not %q", o.format)
+	}
+	return nil
+}
+
+func (o *outputFlag) json() bool { return o.format == "json" }
+
+// lockJSON is the JSON form of a key's state (inspect, ls).
+type lockJSON struct {
+	Key        string     `json:"key"`
+	Held       bool       `json:"held"`
+	Token      uint64     `json:"token,omitempty"`
+	Session    string     `json:"session,omitempty"`
+	AcquiredAt *time.Time `json:"acquired_at,omitempty"`
+	HeldForMs  int64      `json:"held_for_ms,omitempty"`
+	Waiters    []string   `json:"waiters"`
+}
+
+func toJSON(info client.LockInfo, now time.Time) lockJSON {
+	j := lockJSON{Key: info.Key, Held: info.Held, Token: info.Token, Session: info.Session, Waiters: info.Waiters}
+	if j.Waiters == nil {
+		j.Waiters = []string{}
+	}
+	if info.Held && !info.AcquiredAt.IsZero() {
+		at := info.AcquiredAt.UTC()
+		j.AcquiredAt = &at
+		j.HeldForMs = heldFor(info, now).Milliseconds()
+	}
+	return j
+}
+
+// heldFor is how long the key has been held, for display only: it compares
+// the backend's clock with ours.
+func heldFor(info client.LockInfo, now time.Time) time.Duration {
+	if !info.Held || info.AcquiredAt.IsZero() {
+		return 0
+	}
+	return max(now.Sub(info.AcquiredAt), 0)
+}
+
+// formatHeld renders a held-for duration for people: whole seconds above a
+// minute, tenths below.
+func formatHeld(d time.Duration) string {
+	if d >= time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(v)
+}

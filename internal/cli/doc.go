@@ -1,0 +1,24 @@
+// Package cli is the lockd command line: one cobra command per file, run
+// in-process by Run with injectable standard streams, so tests drive every
+// subcommand without building the binary.
+//
+//	lockd serve                              run the lock service (C5 configuration)
+//	lockd run [--ttl D] [--wait D] [--grace D] KEY -- CMD [ARGS...]
+//	lockd inspect KEY                        describe one key
+//	lockd ls [PREFIX]                        list held keys
+//	lockd revoke KEY                         revoke a key's grant (administrative)
+//	lockd watch [PREFIX]                     one line per lock event
+//
+// Client commands (run, inspect, ls, revoke, watch) reach the server at
+// --server, else $LOCKD_SERVER, else 127.0.0.1:7420. inspect, ls and watch
+// take --output text|json.
+//
+// # Exit codes
+//
+//	0    success
+//	1    an error (message on stderr, prefixed with the command)
+//	2    a usage error (bad flag, missing or extra argument)
+//	75   lockd run: the lock was lost while CMD ran; CMD was terminated
+//	N    lockd run: CMD's own exit status; 128+S when CMD died of signal S,
+//	     126 when CMD could not be executed, 127 when it was not found
+package cli

@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/internal/lockdtest"
+)
+
+func TestMain(m *testing.M) { lockdtest.Main(m) }
+
+// syncBuffer is a bytes.Buffer safe for a command writing while the test
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// result is a finished command.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// running is a command running in the background.
+type running struct {
+	cancel         context.CancelFunc
+	done           chan struct{}
+	code           int
+	stdout, stderr *syncBuffer
+}
+
+// start runs lockd args in-process in the background with the given
+// environment; the test's cleanup cancels it and waits for it.
+func start(t *testing.T, environ []string, args ...string) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan struct{}), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	e := &env{stdout: r.stdout, stderr: r.stderr, environ: func() []string { return environ }}
+	go func() { // ends when the command returns; cleanup waits for it
+		defer close(r.done)
+		r.code = run(ctx, args, e)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	return r
+}
+
+// wait waits for the command to finish within timeout.
+func (r *running) wait(t *testing.T, timeout time.Duration) result {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		t.Fatalf("command still running after %v\nstdout:\n%s\nstderr:\n%s", timeout, r.stdout, r.stderr)
+	}
+	return result{code: r.code, stdout: r.stdout.String(), stderr: r.stderr.String()}
+}
+
+// stop cancels the command (as main does on SIGINT) and waits for it.
+func (r *running) stop(t *testing.T, timeout time.Duration) result {
+	t.Helper()
+	r.cancel()
+	return r.wait(t, timeout)
+}
+
+// lockd runs lockd args to completion with the given environment.
+func lockd(t *testing.T, environ []string, args ...string) result {
+	t.Helper()
+	return start(t, environ, args...).wait(t, 60*time.Second)
+}
+
+// eventually polls cond every 20ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) metrics=(\S+) backend=(\S+)\n$`)
+
+// serving waits for serve's one line and returns the gRPC and metrics
+// addresses.
+func (r *running) serving(t *testing.T) (grpcAddr, metricsAddr, backend string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "lockd serve's line", func() bool {
+		select {
+		case <-r.done:
+			t.Fatalf("lockd serve exited with %d\nstderr:\n%s", r.code, r.stderr)
+		default:
+		}
+		return strings.HasSuffix(r.stdout.String(), "\n")
+	})
+	m := servingLine.FindStringSubmatch(r.stdout.String())
+	if m == nil {
+		t.Fatalf("lockd serve printed %q, want one line %q", r.stdout, servingLine)
+	}
+	return m[1], m[2], m[3]
+}
+
+// fileContent reads a file, "" if it does not exist yet.
+func fileContent(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func tempFile(t *testing.T, name string) string {
+	return filepath.Join(t.TempDir(), name)
+}

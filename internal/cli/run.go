@@ -1,0 +1,425 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"lock.dev/lockd/client"
+)
+
+// Environment variables lockd run sets for its command.
+const (
+	EnvKey          = "LOCKD_KEY"
+	EnvFencingToken = "LOCKD_FENCING_TOKEN"
+)
+
+// Exit codes of lockd run when the command could not be started (the
+// shell's conventions).
+const (
+	exitCannotExec = 126
+	exitNotFound   = 127
+)
+
+// statusDelay is how long lockd run waits for the lock before it starts
+// reporting that it is waiting; statusEvery is how often a terminal status
+// line is refreshed.
+const (
+	statusDelay = 300 * time.Millisecond
+	statusEvery = time.Second
+)
+
+type runFlags struct {
+	cf    *clientFlags
+	ttl   time.Duration
+	wait  time.Duration
+	grace time.Duration
+}
+
+func newRunCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run [flags] KEY -- CMD [ARGS...]",
+		Short: "Run a command while holding a lock",
+		Long: `Run acquires the lock KEY, waiting in its FIFO queue, then runs CMD with
+LOCKD_KEY and LOCKD_FENCING_TOKEN in its environment, and releases the lock
+when CMD exits. It exits with CMD's exit status (128+N if CMD died of signal N).
+
+CMD runs in its own process group; SIGINT and SIGTERM sent to lockd are
+forwarded to that group. If the lock is lost while CMD runs (revoked by an
+administrator, or its session could no longer be kept alive), the group gets
+SIGTERM at once and SIGKILL after --grace, and lockd run exits with status 75.
+Pass LOCKD_FENCING_TOKEN to the resource the lock protects, so that it rejects
+a holder that was superseded.
+
+--wait bounds how long to wait for the lock: without it lockd run waits as
+long as it takes; --wait 0 tries once and fails at once if the key is held.
+While waiting, a status line on stderr shows the holder's token and how long it
+has held the key (updated in place when stderr is a terminal).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if _, _, err := splitRunArgs(args); err != nil {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().SetInterspersed(false) // everything after KEY belongs to CMD
+	rf := &runFlags{cf: addClientFlags(cmd, e)}
+	cmd.Flags().DurationVar(&rf.ttl, "ttl", 0, "session TTL (2s..1h); 0 uses the server's lock.session.ttl")
+	cmd.Flags().DurationVar(&rf.wait, "wait", 0, "give up if the lock is not acquired within this long; 0 tries once (default: wait forever)")
+	cmd.Flags().DurationVar(&rf.grace, "grace", 5*time.Second, "after the lock is lost, how long CMD has between SIGTERM and SIGKILL")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		key, argv, _ := splitRunArgs(args)
+		switch {
+		case rf.ttl < 0:
+			return usageErrorf("--ttl must not be negative")
+		case rf.wait < 0:
+			return usageErrorf("--wait must not be negative")
+		case rf.grace < 0:
+			return usageErrorf("--grace must not be negative")
+		}
+		r := &runner{e: e, flags: rf, waitForever: !cmd.Flags().Changed("wait"), key: key, argv: argv}
+		return r.run(cmd.Context())
+	}
+	return cmd
+}
+
+// splitRunArgs splits KEY [--] CMD [ARGS...].
+func splitRunArgs(args []string) (key string, argv []string, err error) {
+	if len(args) == 0 {
+		return "", nil, usageErrorf("want KEY -- CMD [ARGS...], got nothing")
+	}
+	key, argv = args[0], args[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return "", nil, usageErrorf("want KEY -- CMD [ARGS...], got no CMD")
+	}
+	return key, argv, nil
+}
+
+type runner struct {
+	e           *env
+	flags       *runFlags
+	waitForever bool
+	key         string
+	argv        []string
+}
+
+func (r *runner) run(ctx context.Context) error {
+	cf := r.flags.cf
+	c, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	var sopts []client.SessionOption
+	if r.flags.ttl > 0 {
+		sopts = append(sopts, client.WithSessionTTL(r.flags.ttl))
+	}
+	var s *client.Session
+	err = cf.call(ctx, func(ctx context.Context) error {
+		s, err = c.NewSession(ctx, sopts...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("open session: %w", err)
+	}
+	// Closing the session releases the lock too; it is best effort after
+	// the release below.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cf.timeout)
+		defer cancel()
+		_ = s.Close(cctx)
+	}()
+
+	l, err := r.acquire(ctx, c, s)
+	if err != nil {
+		return err
+	}
+	code, err := r.runLocked(ctx, l)
+
+	// Release unless the lock is already gone; a failure here is not the
+	// command's: the session's close (deferred) or its expiry frees the key.
+	if l.Err() == nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cf.timeout)
+		if rerr := l.Release(rctx); rerr != nil {
+			fmt.Fprintf(r.e.stderr, "lockd run: release %q: %v (the lock is freed when the session closes or expires)\n", r.key, rerr)
+		}
+		cancel()
+	}
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// acquire takes the lock, honouring --wait, and reports the wait on stderr.
+func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Session) (*client.Lock, error) {
+	if !r.waitForever && r.flags.wait == 0 {
+		var l *client.Lock
+		err := r.flags.cf.call(ctx, func(ctx context.Context) error {
+			var err error
+			l, err = s.TryAcquire(ctx, r.key)
+			return err
+		})
+		if errors.Is(err, client.ErrLocked) {
+			return nil, fmt.Errorf("%q is locked%s (--wait 0: not waiting)", r.key, r.holder(ctx, c))
+		}
+		return l, err
+	}
+
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !r.waitForever {
+		actx, cancel = context.WithTimeout(actx, r.flags.wait)
+		defer cancel()
+	}
+	st := r.startStatus(ctx, c, s)
+	l, err := s.Acquire(actx, r.key)
+	st.stop(l)
+	switch {
+	case err == nil:
+		return l, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("interrupted while waiting for %q: %w", r.key, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("timed out after --wait %v waiting for %q%s", r.flags.wait, r.key, r.holder(ctx, c))
+	}
+	return nil, fmt.Errorf("acquire %q: %w", r.key, r.flags.cf.explain(ctx, err))
+}
+
+// holder describes the key's holder for an error message, or "".
+func (r *runner) holder(ctx context.Context, c *client.Client) string {
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := c.Inspect(ictx, r.key)
+	if err != nil || !info.Held {
+		return ""
+	}
+	return fmt.Sprintf(" (held by token %d for %s)", info.Token, formatHeld(heldFor(info, time.Now())))
+}
+
+// status reports on stderr that lockd run is waiting. On a terminal it keeps
+// one line up to date; otherwise it prints one line when the wait starts and
+// one when the lock is acquired.
+type status struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	shown  bool // a line was written
+	tty    bool
+	w      io.Writer
+	key    string
+}
+
+func (r *runner) startStatus(ctx context.Context, c *client.Client, s *client.Session) *status {
+	ctx, cancel := context.WithCancel(ctx)
+	st := &status{cancel: cancel, tty: isTerminal(r.e.stderr), w: r.e.stderr, key: r.key}
+	st.wg.Add(1)
+	go func() { // exits when stop cancels ctx
+		defer st.wg.Done()
+		t := time.NewTimer(statusDelay)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ictx, icancel := context.WithTimeout(ctx, statusEvery)
+			info, err := c.Inspect(ictx, r.key)
+			icancel()
+			if ctx.Err() != nil {
+				return
+			}
+			st.show(waitingLine(r.key, info, err, s.ID()))
+			if !st.tty {
+				return // one line only
+			}
+			t.Reset(statusEvery)
+		}
+	}()
+	return st
+}
+
+func (st *status) show(line string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.tty {
+		fmt.Fprintf(st.w, "\r\x1b[K%s", line)
+	} else {
+		fmt.Fprintln(st.w, line)
+	}
+	st.shown = true
+}
+
+// stop ends the status goroutine and clears or completes the status line.
+func (st *status) stop(l *client.Lock) {
+	st.cancel()
+	st.wg.Wait()
+	if !st.shown {
+		return
+	}
+	switch {
+	case st.tty:
+		fmt.Fprint(st.w, "\r\x1b[K")
+	case l != nil:
+		fmt.Fprintf(st.w, "lockd run: acquired %q (token %d)\n", st.key, l.Token())
+	}
+}
+
+func waitingLine(key string, info client.LockInfo, err error, self string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lockd run: waiting for %q", key)
+	if err != nil {
+		b.WriteString(" (holder unknown: server not answering)")
+		return b.String()
+	}
+	if info.Held {
+		fmt.Fprintf(&b, ": held by token %d for %s", info.Token, formatHeld(heldFor(info, time.Now())))
+	} else {
+		b.WriteString(": being handed over")
+	}
+	for i, w := range info.Waiters {
+		if w == self {
+			fmt.Fprintf(&b, ", queue position %d of %d", i+1, len(info.Waiters))
+		}
+	}
+	return b.String()
+}
+
+// runLocked runs the command while l is held and returns its exit code. If
+// the lock is lost meanwhile it terminates the command's process group and
+// returns an ExitLockLost error.
+func (r *runner) runLocked(ctx context.Context, l *client.Lock) (int, error) {
+	select {
+	case <-l.Done():
+		return 0, &exitError{code: ExitLockLost, err: fmt.Errorf("lock %q lost before the command started: %w", r.key, l.Err())}
+	default:
+	}
+	cmd := exec.Command(r.argv[0], r.argv[1:]...)
+	cmd.Env = append(withoutVars(r.e.environ(), EnvKey, EnvFencingToken),
+		EnvKey+"="+r.key, EnvFencingToken+"="+strconv.FormatUint(l.Token(), 10))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.e.stdin, r.e.stdout, r.e.stderr
+	// A command that exits but leaves its output pipes open (a background
+	// grandchild) does not hold up lockd run.
+	cmd.WaitDelay = time.Second
+	restoreTTY := setProcessGroup(cmd, r.e.stdin)
+
+	// Registered before the start, so no signal slips through unforwarded.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+
+	if err := cmd.Start(); err != nil {
+		restoreTTY()
+		code := exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = exitNotFound
+		}
+		return 0, &exitError{code: code, err: fmt.Errorf("start %s: %w", r.argv[0], err)}
+	}
+	pgid := cmd.Process.Pid
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }() // ends when the command exits
+
+	var (
+		lost      bool
+		lockDone  = l.Done()
+		ctxDone   = ctx.Done()
+		killTimer *time.Timer
+		killc     <-chan time.Time
+	)
+	defer func() {
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
+	// terminate sends SIGTERM now and SIGKILL after --grace.
+	terminate := func() {
+		_ = signalGroup(pgid, syscall.SIGTERM)
+		if killTimer == nil {
+			killTimer = time.NewTimer(r.flags.grace)
+			killc = killTimer.C
+		}
+	}
+loop:
+	for {
+		select {
+		case <-waitc:
+			break loop
+		case sig := <-sigc:
+			_ = signalGroup(pgid, sig.(syscall.Signal))
+		case <-ctxDone:
+			ctxDone = nil
+			// main cancels ctx on SIGINT/SIGTERM, which sigc receives as
+			// well: then the signal is forwarded as it is, and the command
+			// takes the time it needs. A cancellation without a signal
+			// terminates the command like a lost lock.
+			select {
+			case sig := <-sigc:
+				_ = signalGroup(pgid, sig.(syscall.Signal))
+			case <-time.After(100 * time.Millisecond):
+				terminate()
+			}
+		case <-lockDone:
+			lockDone, lost = nil, true
+			fmt.Fprintf(r.e.stderr, "lockd run: lost the lock on %q (token %d): %v; sending SIGTERM to the command, SIGKILL in %v\n",
+				r.key, l.Token(), l.Err(), r.flags.grace)
+			terminate()
+		case <-killc:
+			killc = nil
+			_ = signalGroup(pgid, syscall.SIGKILL)
+		}
+	}
+	restoreTTY()
+	if lost {
+		// Whatever is left of the group had its SIGTERM; it must not outlive
+		// lockd run while someone else may hold the lock.
+		_ = signalGroup(pgid, syscall.SIGKILL)
+		return 0, &exitError{code: ExitLockLost, err: fmt.Errorf("lock %q lost while the command ran (%v); the command was terminated", r.key, l.Err())}
+	}
+	return exitCode(cmd.ProcessState), nil
+}
+
+// exitCode is the shell's view of a finished process: its exit status, or
+// 128+N when signal N killed it.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// withoutVars returns environ without the named variables.
+func withoutVars(environ []string, names ...string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		drop := false
+		for _, n := range names {
+			drop = drop || k == n
+		}
+		if !drop {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// eventJSON is the JSON form of one watch event (one object per line).
+type eventJSON struct {
+	Kind    string `json:"kind"`
+	Key     string `json:"key"`
+	Token   uint64 `json:"token,omitempty"`
+	Session string `json:"session,omitempty"`
+}
+
+func newWatchCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "watch [PREFIX]",
+		Short: "Print one line per lock event (acquired, released, expired, revoked) until interrupted",
+		Long: `Watch prints one line per change to the keys starting with PREFIX (all keys
+without one), in commit order, until interrupted. Once the watch is
+established it says so on stderr; every change after that is printed.`,
+		Args: maxArgs(1, "at most a PREFIX"),
+	}
+	cf := addClientFlags(cmd, e)
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := out.check(); err != nil {
+			return err
+		}
+		prefix := ""
+		if len(args) == 1 {
+			prefix = args[0]
+		}
+		c, err := cf.dial()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithCancel(cmd.Context())
+		defer cancel()
+		// Only establishing the watch is bounded by --timeout: ctx is also
+		// the watch's lifetime.
+		timer := time.AfterFunc(cf.timeout, cancel)
+		events, err := c.Watch(ctx, prefix)
+		if !timer.Stop() && cmd.Context().Err() == nil {
+			return fmt.Errorf("lockd server at %s unavailable (gave up after --timeout %v): watch %q: %w",
+				cf.server, cf.timeout, prefix, context.DeadlineExceeded)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "watching %q\n", prefix)
+		for ev := range events {
+			if ev.Err != nil {
+				return fmt.Errorf("watch broke (events may have been missed): %w", ev.Err)
+			}
+			if out.json() {
+				err = writeJSON(e.stdout, eventJSON{Kind: ev.Kind.String(), Key: ev.Key, Token: ev.Token, Session: ev.Session})
+			} else {
+				_, err = fmt.Fprintf(e.stdout, "%-8s %s token=%d session=%s\n", ev.Kind, ev.Key, ev.Token, ev.Session)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil // ctx ended: interrupted
+	}
+	return cmd
+}
