@@ -270,4 +270,3 @@ func TestRunInvalidKey(t *testing.T) {
 		t.Errorf("run with a NUL in the key: %v", res)
 	}
 }
-
