@@ -13,9 +13,9 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// fakeClock is a manual client.Clock. Advance fires due timers in time
-// order, synchronously, so that when it returns every effect of reaching
-// the new time (a closed Done) has happened.
+// fakeClock is a manual client.Clock. Advance fires due timers
+// synchronously, so that when it returns every effect of reaching the new
+// time (a closed Done) has happened.
 type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -56,10 +56,24 @@ func (t *fakeTimer) Stop() bool {
 	return was
 }
 
-// Advance moves the clock forward by d, firing due timers in order.
+// pending reports whether a timer that has not fired is due in (from, to].
+func (c *fakeClock) pending(from, to time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if !t.stopped && t.at.After(from) && !t.at.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// Advance moves the clock forward by d at once, then fires the timers that
+// are due, in order: like a real clock whose goroutines ran late, every
+// callback sees the new time.
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
-	target := c.now.Add(d)
+	c.now = c.now.Add(d)
 	c.mu.Unlock()
 	for {
 		c.mu.Lock()
@@ -70,28 +84,21 @@ func (c *fakeClock) Advance(d time.Duration) {
 			return c.timers[i].seq < c.timers[j].seq
 		})
 		var due *fakeTimer
-		for len(c.timers) > 0 {
+		for len(c.timers) > 0 && due == nil {
 			t := c.timers[0]
-			if t.stopped {
-				c.timers = c.timers[1:]
-				continue
+			if !t.stopped && t.at.After(c.now) {
+				break
 			}
-			if !t.at.After(target) {
-				due = t
-				c.timers = c.timers[1:]
+			c.timers = c.timers[1:]
+			if !t.stopped {
 				t.stopped = true
-				if t.at.After(c.now) {
-					c.now = t.at
-				}
+				due = t
 			}
-			break
-		}
-		if due == nil {
-			c.now = target
-			c.mu.Unlock()
-			return
 		}
 		c.mu.Unlock()
+		if due == nil {
+			return
+		}
 		due.f()
 	}
 }
@@ -122,12 +129,18 @@ func TestDeadlineMath(t *testing.T) {
 			return len(faulty.Reported()) >= 2
 		})
 		faulty.SetRemaining(2800 * time.Millisecond)
+		// The keepaliver has scheduled the next heartbeat (jittered, within
+		// one interval).
+		lockdtest.Eventually(t, 10*time.Second, "next heartbeat scheduled", func() bool {
+			return clock.pending(t0, t0.Add(interval))
+		})
 		clock.Advance(interval)
 		t1 := clock.Now()
 		want := t1.Add(2800*time.Millisecond - margin)
-		lockdtest.Eventually(t, 10*time.Second, "deadline extended by the heartbeat sent at t0+1s", func() bool {
-			return s.Deadline().Equal(want)
-		})
+		if !eventually(10*time.Second, func() bool { return s.Deadline().Equal(want) }) {
+			t.Fatalf("deadline after the heartbeat sent at t0+1s = t0%+v; want t0%+v (reported %v)",
+				s.Deadline().Sub(t0), want.Sub(t0), faulty.Reported())
+		}
 
 		// A grant extends it too, from the Acquire's send time.
 		faulty.Fail("heartbeat", store.ErrUnavailable) // no more extensions
@@ -229,4 +242,15 @@ func TestDoneWhileServerUnreachable(t *testing.T) {
 		t.Logf("stop → client stopped trusting: %v; stop → backend freed the key: %v",
 			done.Sub(stoppedAt).Round(time.Millisecond), freeAt.Sub(stoppedAt).Round(time.Millisecond))
 	})
+}
+
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }

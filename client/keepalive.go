@@ -206,7 +206,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 		if timer != nil {
 			timer.Stop()
 		}
-		timer = k.c.clock.AfterFunc(next.Sub(now), func() {
+		timer = k.c.clock.AfterFunc(next.Sub(k.c.clock.Now()), func() {
 			select {
 			case tick <- struct{}{}:
 			default:
