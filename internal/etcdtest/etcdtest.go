@@ -37,7 +37,7 @@ var shared struct {
 // not return.
 func Main(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
-	stop()
+	Stop()
 	if code == 0 {
 		if err := goleak.Find(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
@@ -47,7 +47,10 @@ func Main(m *testing.M, opts ...goleak.Option) {
 	os.Exit(code)
 }
 
-func stop() {
+// Stop stops the shared server, if one was started, and removes its data.
+// Main calls it; a TestMain that cannot use Main (because it also sets up
+// something else) calls it after m.Run.
+func Stop() {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.server != nil {

@@ -25,7 +25,7 @@
 // the call was received), on the monotonic clock. clientv3's Lease.KeepAlive
 // is not used: its channel reports an answer's TTL but not when the answered
 // request was sent, and it re-sends while an answer is late, so no such bound
-// can be derived from it (../../../shared/SAFETY.md, "Server grant").
+// can be derived from it (SAFETY.md, the timing argument: "Server grant").
 //
 // The keepalive of a lease goes out a third of its TTL (at most a second)
 // after the previous one was sent, so a lease revoked behind lockd's back is

@@ -404,7 +404,7 @@ func TestOutagePermanent(t *testing.T) {
 	p.Cut()
 	cut := time.Now()
 	var notLive time.Duration
-	eventually(t, ttl+2*time.Second, "heartbeat not live during a permanent outage", func() error {
+	eventually(t, ttl+3*time.Second, "heartbeat not live during a permanent outage", func() error {
 		s := beat(st, id)
 		if s.err != nil {
 			if !store.IsRetryable(s.err) {
@@ -459,5 +459,30 @@ func TestRemainingWhileHealthy(t *testing.T) {
 			t.Fatalf("Remaining %v at %v, want in (0, %v]", s.l.Remaining, time.Since(began), ttl)
 		}
 		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+}
+
+// TestClientConfig: the configuration lockd dials etcd with works end to
+// end.
+func TestClientConfig(t *testing.T) {
+	cli, err := clientv3.New(ClientConfig(etcdtest.Endpoints(t), 5*time.Second))
+	if err != nil {
+		t.Fatalf("clientv3.New(ClientConfig): %v", err)
+	}
+	defer cli.Close()
+	st, err := New(ctxT(t), cli, Options{})
+	if err != nil {
+		t.Fatalf("New with the default prefix: %v", err)
+	}
+	defer st.Close()
+	if st.prefix != DefaultPrefix {
+		t.Fatalf("prefix = %q, want %q", st.prefix, DefaultPrefix)
+	}
+	id := openSession(t, st, 2*time.Second)
+	if n, err := st.CloseSession(ctxT(t), id); err != nil || n != 0 {
+		t.Fatalf("CloseSession = %d, %v; want 0, nil", n, err)
+	}
+	if _, err := New(ctxT(t), cli, Options{Prefix: "/no-slash"}); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Fatalf("New(prefix without trailing /): %v, want ErrInvalidArgument", err)
 	}
 }

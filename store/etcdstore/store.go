@@ -117,16 +117,16 @@ func (s *Store) Close() error {
 
 // ClientConfig is the clientv3 configuration lockd uses for an etcd at
 // endpoints: gRPC reconnects within a second after an outage (gRPC's own
-// backoff grows to two minutes, far beyond a session TTL), and dead TCP
-// connections are detected with gRPC pings (etcd refuses pings more often
-// than every 5s). Its logger discards; set Logger to keep clientv3's logs.
+// backoff grows to two minutes, far beyond a session TTL), and a dead TCP
+// connection under an open stream is detected with gRPC pings (etcd's
+// server refuses pings more often than every 5s, and pings without a
+// stream). Its logger discards; set Logger to keep clientv3's logs.
 func ClientConfig(endpoints []string, dialTimeout time.Duration) clientv3.Config {
 	return clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          dialTimeout,
-		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
-		PermitWithoutStream:  true,
 		Logger:               zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
