@@ -41,6 +41,10 @@ const (
 	statusEvery = time.Second
 )
 
+// deadSessionCloseTimeout bounds the best-effort close of a session that
+// already ended (its deadline passed, or the server reported it dead).
+const deadSessionCloseTimeout = 2 * time.Second
+
 type runFlags struct {
 	cf    *clientFlags
 	ttl   time.Duration
@@ -139,9 +143,14 @@ func (r *runner) run(ctx context.Context) error {
 		return fmt.Errorf("open session: %w", err)
 	}
 	// Closing the session releases the lock too; it is best effort after
-	// the release below.
+	// the release below, and brief when the session already ended (the
+	// server may well be unreachable then).
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cf.timeout)
+		timeout := cf.timeout
+		if s.Err() != nil {
+			timeout = min(timeout, deadSessionCloseTimeout)
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		_ = s.Close(cctx)
 	}()

@@ -270,3 +270,43 @@ func TestRunInvalidKey(t *testing.T) {
 		t.Errorf("run with a NUL in the key: %v", res)
 	}
 }
+
+// TestRunServerGone stops the server while the command runs: the client
+// cannot renew its session, stops trusting the lock at its local deadline
+// (before the backend could free the key), and lockd run terminates the
+// command and exits 75.
+func TestRunServerGone(t *testing.T) {
+	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
+	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
+	ready := tempFile(t, "ready")
+	r := start(t, environ, "run", "--grace", "1s", "k", "--", "sh", "-c", fmt.Sprintf(`echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60`, ready))
+	eventually(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
+	pid, err := strconv.Atoi(strings.TrimSpace(fileContent(t, ready)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The local deadline is at most TTL − safety margin after the last
+	// acknowledgement; then SIGTERM kills sleep at once.
+	eventually(t, lockdtest.TTL+5*time.Second, "the command to be killed", func() bool { return syscall.Kill(pid, 0) != nil })
+	t.Logf("command killed %v after the server stopped (TTL %v)", time.Since(stopped), lockdtest.TTL)
+	res := r.wait(t, 30*time.Second)
+	if res.code != ExitLockLost || !strings.Contains(res.stderr, `lost the lock on "k"`) {
+		t.Errorf("after the server stopped: %v, want exit 75", res)
+	}
+	// Closing the dead session is best effort and brief.
+	if took := time.Since(stopped); took > lockdtest.TTL+deadSessionCloseTimeout+5*time.Second {
+		t.Errorf("lockd run exited %v after the server stopped", took)
+	}
+}
+
+func TestRunBadTTL(t *testing.T) {
+	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
+	res := lockd(t, []string{EnvServer + "=" + srv.Addr}, "run", "--ttl", "1s", "k", "--", "true")
+	if res.code != ExitError || !strings.Contains(res.stderr, "invalid argument") {
+		t.Errorf("run --ttl 1s: %v, want exit 1 and an invalid argument error", res)
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -140,6 +141,20 @@ func TestServeMetricsOffPG(t *testing.T) {
 	}
 	if res := srv.stop(t, 60*time.Second); res.code != 0 {
 		t.Fatalf("lockd serve after cancel: %v", res)
+	}
+}
+
+// TestServeListenTaken: a busy gRPC address is an error naming the key, and
+// the embedded etcd started before it is stopped again.
+func TestServeListenTaken(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	res := lockd(t, nil, "serve", "--data-dir", t.TempDir(), "--listen", lis.Addr().String(), "--metrics-listen", "off")
+	if res.code != ExitError || !strings.Contains(res.stderr, "lock.server.listen: listen tcp "+lis.Addr().String()) {
+		t.Errorf("serve on a busy address: %v", res)
 	}
 }
 

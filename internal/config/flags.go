@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -36,6 +37,10 @@ func formatDefault(v any) string {
 	case bool:
 		if !x {
 			return "" // pflag omits empty defaults from help
+		}
+	case time.Duration:
+		if x == 0 {
+			return ""
 		}
 	}
 	return fmt.Sprint(v)
