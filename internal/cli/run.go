@@ -211,7 +211,7 @@ func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Sessio
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("timed out after --wait %v waiting for %q%s", r.flags.wait, r.key, r.holder(ctx, c))
 	}
-	return nil, fmt.Errorf("acquire %q: %w", r.key, r.flags.cf.explain(ctx, err))
+	return nil, r.flags.cf.explain(ctx, err) // the SDK names the key
 }
 
 // holder describes the key's holder for an error message, or "".
