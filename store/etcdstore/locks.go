@@ -85,8 +85,8 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 // Hand-over takes one commit: a release with sessions queued hands the key
 // straight to the first waiter in its own transaction (DeleteIfOwner), and
 // the waiter learns it from a watch event. A waiter watches only its
-// predecessor's waiter key (the first one watches the grant key), so a
-// release wakes one waiter. Each watch starts at the current revision and
+// predecessor's waiter key, and the first two in line the grant key too, so
+// a release wakes at most two waiters, never the whole queue. Each watch starts at the current revision and
 // the state is read again once it exists: a watch that starts at a revision
 // the server has passed is only served by etcd's periodic resync of lagging
 // watchers (every 100 ms), which is what makes concurrency.Mutex slow to
@@ -115,7 +115,14 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 	at := time.Now()
 	resp, err := s.cli.Txn(ctx).If(s.ifFree(key)...).
 		Then(s.putGrant(ss, key, at)).
-		Else(clientv3.OpGet(lk), clientv3.OpPut(wk, string(id), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())).
+		Else(
+			clientv3.OpGet(lk),
+			// Queue up, unless the session holds the key already.
+			clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease)},
+				[]clientv3.Op{clientv3.OpPut(wk, string(id), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
+				nil),
+		).
 		Commit()
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", s.sessionErr(ctx, ss, err))
@@ -123,17 +130,22 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 	if resp.Succeeded {
 		return s.granted(ss, key, resp.Header.Revision, at, start)
 	}
-	myRev := resp.Header.Revision
-	if prev := resp.Responses[1].GetResponsePut().PrevKv; prev != nil {
-		myRev = prev.CreateRevision // already queued (a retried call): keep the place
-	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && s.owns(ss, kvs[0]) {
+	queued := resp.Responses[1].GetResponseTxn()
+	if !queued.Succeeded {
+		// The session holds the key already: that grant, at once.
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", errMalformed)
+		}
 		held, err := s.grantOf(key, kvs[0])
-		s.leave(ss, key, myRev)
 		if err != nil {
 			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 		}
 		return s.withRemaining(ss, held, start), nil
+	}
+	myRev := resp.Header.Revision
+	if prev := queued.Responses[0].GetResponsePut().PrevKv; prev != nil {
+		myRev = prev.CreateRevision // already queued (a retried call): keep the place
 	}
 	g, err = s.wait(ctx, ss, key, myRev, start)
 	if err != nil {
@@ -351,8 +363,9 @@ func deadErr(ss *session) error {
 	return fmt.Errorf("%w: session %s ended while waiting", store.ErrSessionDead, ss.id)
 }
 
-// waiterGone handles a waiter key that vanished: only the end of the lease
-// removes it, unless someone deleted it by hand.
+// waiterGone handles a waiter key that vanished without the key being ours:
+// the lease ended, or the key was handed to us and revoked before we saw
+// it, or someone deleted the waiter key by hand.
 func (s *Store) waiterGone(ctx context.Context, ss *session) error {
 	resp, err := s.cli.TimeToLive(ctx, ss.lease)
 	if err != nil {
@@ -362,7 +375,7 @@ func (s *Store) waiterGone(ctx context.Context, ss *session) error {
 		s.markDead(ss, telemetry.LostLeaseExpired)
 		return deadErr(ss)
 	}
-	return fmt.Errorf("%w: waiter key removed by someone else", store.ErrContention)
+	return fmt.Errorf("%w: left the queue without a grant (a hand-over revoked at once, or the waiter key removed by hand); retry", store.ErrContention)
 }
 
 // leave removes the session's waiter key and, if this very call was granted
