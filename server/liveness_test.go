@@ -213,7 +213,7 @@ func TestCardinality(t *testing.T) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
 		ctx := testCtx(t, 240*time.Second)
 		api := dial(t, srv.Addr)
-		const sessions, keys, workers = 1000, 10, 8
+		const sessions, keys, workers = 1000, 10, 40
 		ids := make(chan string, sessions)
 		errs := make(chan error, workers)
 		secret := map[string]bool{}
