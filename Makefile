@@ -27,7 +27,9 @@ build:
 	$(GO) build -o bin/lockd ./cmd/lockd
 
 ## generate: regenerate proto/lockd/v1 from lockd.proto. Tools: protoc from
-## Debian's protobuf-compiler (apt-get install -y protobuf-compiler) and
+## Debian's protobuf-compiler with its recommended libprotobuf-dev, which
+## holds google/protobuf/timestamp.proto in /usr/include
+## (apt-get install -y protobuf-compiler libprotobuf-dev) and
 ##   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 ##   go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 PROTOC ?= protoc
