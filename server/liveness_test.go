@@ -232,7 +232,10 @@ func TestCardinality(t *testing.T) {
 					}
 					defer stream.CloseSend()
 					for range sessions / workers {
-						resp, err := api.OpenSession(ctx, &lockdv1.OpenSessionRequest{})
+						// A long TTL: under load one session's work may
+						// take longer than the test TTL, and expiry is not
+						// the point here.
+						resp, err := api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: 120_000})
 						if err != nil {
 							return err
 						}
