@@ -26,7 +26,7 @@ func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctx != nil && ctx.Err() != nil {
+	if ctx.Err() != nil {
 		if errors.Is(err, ctx.Err()) {
 			return err
 		}

@@ -239,7 +239,7 @@ func (s *Store) probe(ss *session) {
 	switch {
 	case err == nil && resp.TTL > 0:
 		ss.extendLocked(sent.Add(time.Duration(resp.TTL) * time.Second))
-	case err == nil && resp.TTL < 0, errors.Is(classify(nil, err), store.ErrSessionDead):
+	case err == nil && resp.TTL < 0, errors.Is(classify(context.Background(), err), store.ErrSessionDead):
 		s.markDeadLocked(ss, telemetry.LostLeaseExpired)
 	case now.Before(ss.expiry):
 		// A keepalive answer arrived while probing.

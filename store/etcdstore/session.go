@@ -378,7 +378,7 @@ func (s *Store) revokeLater(lease clientv3.LeaseID, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
 		_, err := s.cli.Revoke(ctx, lease)
 		cancel()
-		if err == nil || errors.Is(classify(nil, err), store.ErrSessionDead) || time.Now().After(deadline) {
+		if err == nil || errors.Is(classify(context.Background(), err), store.ErrSessionDead) || time.Now().After(deadline) {
 			return
 		}
 		t := time.NewTimer(delay)
