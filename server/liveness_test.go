@@ -62,7 +62,7 @@ func TestClientSilence(t *testing.T) {
 		api := dial(t, srv.Addr)
 
 		opened := time.Now()
-		silent := openRaw(t, ctx, api).SessionId
+		silent := openRaw(t, ctx, api, 0).SessionId
 		sent := time.Now()
 		g, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: silent, Key: "k"})
 		if err != nil || !g.Granted {
@@ -130,7 +130,7 @@ func TestSilenceWaitsForGrantedRemaining(t *testing.T) {
 			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
 		ctx := testCtx(t, 60*time.Second)
 		api := dial(t, srv.Addr)
-		id := openRaw(t, ctx, api).SessionId
+		id := openRaw(t, ctx, api, 0).SessionId
 		const granted = 2 * lockdtest.TTL
 		faulty.SetRemaining(granted)
 		stream, err := api.KeepAlive(ctx)
@@ -169,7 +169,7 @@ func TestRevokeNotifiesHolder(t *testing.T) {
 		replica := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
 		ctx := testCtx(t, 60*time.Second)
 		api := dial(t, srv.Addr)
-		id := openRaw(t, ctx, api).SessionId
+		id := openRaw(t, ctx, api, longTTL).SessionId
 		stream, err := api.KeepAlive(ctx)
 		if err != nil {
 			t.Fatalf("KeepAlive: %v", err)

@@ -62,9 +62,14 @@ func reason(err error) string {
 	return ""
 }
 
-func openRaw(t *testing.T, ctx context.Context, api lockdv1.LockServiceClient) *lockdv1.OpenSessionResponse {
+// longTTL is the TTL of raw sessions whose expiry is not the point of a
+// test: nothing heartbeats them, and a loaded machine may be slow.
+const longTTL = time.Minute
+
+// openRaw opens a session through the raw API (ttl 0: the server default).
+func openRaw(t *testing.T, ctx context.Context, api lockdv1.LockServiceClient, ttl time.Duration) *lockdv1.OpenSessionResponse {
 	t.Helper()
-	resp, err := api.OpenSession(ctx, &lockdv1.OpenSessionRequest{})
+	resp, err := api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: ttl.Milliseconds()})
 	if err != nil {
 		t.Fatalf("OpenSession: %v", err)
 	}
@@ -78,7 +83,7 @@ func TestOpenSessionAdvertises(t *testing.T) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{Config: &cfg, NoClient: true})
 		ctx := testCtx(t, 30*time.Second)
 		api := dial(t, srv.Addr)
-		resp := openRaw(t, ctx, api)
+		resp := openRaw(t, ctx, api, 0) // the server's default TTL
 		if resp.SessionId == "" || resp.TtlMs < lockdtest.TTL.Milliseconds() {
 			t.Errorf("OpenSession = %v; want a session id and ttl_ms >= %d", resp, lockdtest.TTL.Milliseconds())
 		}
@@ -108,7 +113,7 @@ func TestBadInput(t *testing.T) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
 		ctx := testCtx(t, 60*time.Second)
 		api := dial(t, srv.Addr)
-		sid := openRaw(t, ctx, api).SessionId
+		sid := openRaw(t, ctx, api, longTTL).SessionId
 		long := strings.Repeat("k", store.MaxKeyLen+1)
 		cases := []struct {
 			name  string
@@ -271,8 +276,8 @@ func TestAcquireReleaseRaw(t *testing.T) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
 		ctx := testCtx(t, 60*time.Second)
 		api := dial(t, srv.Addr)
-		a := openRaw(t, ctx, api).SessionId
-		b := openRaw(t, ctx, api).SessionId
+		a := openRaw(t, ctx, api, longTTL).SessionId
+		b := openRaw(t, ctx, api, longTTL).SessionId
 
 		ga, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: a, Key: "k"})
 		if err != nil || !ga.Granted || ga.Token == 0 || ga.RemainingMs <= 0 {
@@ -336,7 +341,7 @@ func TestListPaging(t *testing.T) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
 		ctx := testCtx(t, 60*time.Second)
 		api := dial(t, srv.Addr)
-		sid := openRaw(t, ctx, api).SessionId
+		sid := openRaw(t, ctx, api, longTTL).SessionId
 		want := []string{"p/a", "p/b", "p/c", "p/d", "p/e"}
 		for _, k := range append([]string{"q/x"}, want...) {
 			if r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: k}); err != nil || !r.Granted {
@@ -379,7 +384,7 @@ func TestKeepAliveStream(t *testing.T) {
 		api := dial(t, srv.Addr)
 		var ids []string
 		for range 5 {
-			ids = append(ids, openRaw(t, ctx, api).SessionId)
+			ids = append(ids, openRaw(t, ctx, api, longTTL).SessionId)
 		}
 		stream, err := api.KeepAlive(ctx)
 		if err != nil {
