@@ -113,7 +113,10 @@ func TestDeadlineMath(t *testing.T) {
 		clock := newFakeClock()
 		const interval = time.Second
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
-			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval)},
+			// Heartbeats follow the fake clock, so the session gets a long
+			// real TTL; the Remaining values are set through faulty.
+			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
+				client.WithTTL(time.Minute)},
 			Wrap:          func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
 		ctx := testCtx(t, 60*time.Second)
 		margin := lockdtest.SafetyMargin
