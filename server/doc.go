@@ -36,6 +36,15 @@
 // trust (as in etcd and Consul): the notice tells the holder to stop, and
 // the fencing token protects the resource in the meantime.
 //
+// # Replicas
+//
+// Several lockd servers may share one backend, but a client sends every
+// request of a session, heartbeats included, to the server that opened it.
+// On etcd another server does not know the session at all (it answers
+// SESSION_DEAD); on PostgreSQL another server can use it, but the server
+// that opened it closes it once the client is silent towards that server.
+// Lock-loss notices do cross servers: each server watches the backend.
+//
 // # Errors
 //
 // Errors cross the wire in one place, errors.go. Each carries a
