@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// lineWriter collects what is written and sends the first complete line on
+// lines (buffered, capacity 1).
+type lineWriter struct {
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	if i := bytes.IndexByte(w.buf.Bytes(), '\n'); i >= 0 && w.lines != nil {
+		w.lines <- string(w.buf.Bytes()[:i])
+		w.lines = nil
+	}
+	return len(p), nil
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &lineWriter{lines: make(chan string, 1)}
+	lines := out.lines
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--data-dir", filepath.Join(t.TempDir(), "data")}, out, io.Discard) }()
+
+	var line string
+	select {
+	case line = <-lines:
+	case err := <-done:
+		t.Fatalf("run returned %v before printing its endpoints", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no endpoints line within 60s")
+	}
+	ep, ok := strings.CutPrefix(line, "etcd serving endpoints=")
+	if !ok || !strings.HasPrefix(ep, "http://127.0.0.1:") {
+		t.Fatalf("stdout line %q; want etcd serving endpoints=http://127.0.0.1:PORT", line)
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("clientv3.New(%s): %v", ep, err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = cli.Put(pctx, "k", "v")
+	pcancel()
+	cli.Close()
+	if err != nil {
+		t.Fatalf("Put through %s: %v", ep, err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel = %v; want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of cancellation")
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--data-dir", t.TempDir(), "extra"},
+		{"--no-such-flag"},
+	} {
+		err := run(context.Background(), args, io.Discard, io.Discard)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("run(%q) = %v; want a usage error", args, err)
+		}
+	}
+	err := run(context.Background(), []string{"--data-dir", t.TempDir(), "--client-url", "http://10.1.2.3:2379"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("run with a non-loopback client URL = %v; want a loopback error", err)
+	}
+}
