@@ -5,10 +5,10 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOTESTFLAGS ?= -race -shuffle=on -timeout 20m
 
-.PHONY: test fmt-check vet staticcheck gotest build
+.PHONY: test fmt-check vet staticcheck gotest fuzz build
 
 ## test: everything CI checks — format, vet, staticcheck, generated code, all tests with -race.
-test: fmt-check vet staticcheck check-generate gotest
+test: fmt-check vet staticcheck check-generate gotest fuzz
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -22,6 +22,16 @@ staticcheck:
 
 gotest:
 	$(GO) test $(GOTESTFLAGS) ./...
+
+## fuzz: run every fuzz target for FUZZTIME (seed corpora live in testdata/fuzz).
+FUZZTIME ?= 5s
+FUZZ_TARGETS := ./store:FuzzValidateKey ./internal/config:FuzzLoadYAML ./server:FuzzAPI
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s; \
+	done
 
 build:
 	$(GO) build -o bin/lockd ./cmd/lockd

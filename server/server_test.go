@@ -42,7 +42,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 }
 
 // dial returns a raw gRPC client of srv, closed when the test ends.
-func dial(t *testing.T, addr string) lockdv1.LockServiceClient {
+func dial(t testing.TB, addr string) lockdv1.LockServiceClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
