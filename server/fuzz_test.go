@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/internal/lockdtest"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/server"
 )
 
