@@ -1,0 +1,437 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Backends (the values of Config.Backend, as lock.backend).
+const (
+	BackendEmbedded = "embedded"
+	BackendEtcd     = "etcd"
+	BackendPG       = "pg"
+)
+
+// Scenario names (Config.Scenarios, Row.Scenario).
+const (
+	scDistinct  = "distinct"
+	scContended = "contended"
+	scDeath     = "death"
+	scIdle      = "idle"
+)
+
+// Scenarios are every scenario, in the order they run.
+var Scenarios = []string{scDistinct, scContended, scDeath, scIdle}
+
+// Defaults of Config (issue 5 §3).
+var (
+	DefaultDuration             = 5 * time.Second
+	DefaultRounds               = 3
+	DefaultDistinctConcurrency  = []int{1, 8, 64}
+	DefaultContendedConcurrency = []int{8, 64}
+	DefaultDeathLocks           = 10000
+	DefaultIdleSessions         = 10000
+	DefaultIdleDuration         = 20 * time.Second
+)
+
+// Config configures Run. Zero fields take the defaults above.
+type Config struct {
+	// Backend is BackendEmbedded (an etcd started in this process in
+	// DataDir), BackendEtcd (EtcdEndpoints) or BackendPG (PGDSN).
+	Backend       string
+	EtcdEndpoints []string
+	PGDSN         string
+	// DataDir is the embedded etcd's data directory; empty means a
+	// temporary directory, removed afterwards.
+	DataDir string
+	// Duration is the length of one measurement.
+	Duration time.Duration
+	// Rounds is how many times each measurement is repeated, alternating
+	// the systems.
+	Rounds int
+	// Scenarios selects scenarios by name (see Scenarios); empty means all.
+	Scenarios []string
+	// DistinctConcurrency and ContendedConcurrency are the numbers of
+	// clients of the distinct and contended scenarios.
+	DistinctConcurrency  []int
+	ContendedConcurrency []int
+	// DeathLocks is how many locks the dying session holds.
+	DeathLocks int
+	// IdleSessions and IdleDuration size the idle scenario.
+	IdleSessions int
+	IdleDuration time.Duration
+	// LockdCommand is the argv prefix that runs lockd (the idle scenario
+	// appends "serve" and its flags); required when idle runs.
+	LockdCommand []string
+	// Progress receives one line per measurement; nil discards them.
+	Progress io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Backend == "" {
+		c.Backend = BackendEmbedded
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.Rounds == 0 {
+		c.Rounds = DefaultRounds
+	}
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = Scenarios
+	}
+	if len(c.DistinctConcurrency) == 0 {
+		c.DistinctConcurrency = DefaultDistinctConcurrency
+	}
+	if len(c.ContendedConcurrency) == 0 {
+		c.ContendedConcurrency = DefaultContendedConcurrency
+	}
+	if c.DeathLocks == 0 {
+		c.DeathLocks = DefaultDeathLocks
+	}
+	if c.IdleSessions == 0 {
+		c.IdleSessions = DefaultIdleSessions
+	}
+	if c.IdleDuration == 0 {
+		c.IdleDuration = DefaultIdleDuration
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return c
+}
+
+// Validate checks c (after defaults) and names the offending setting.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.Backend {
+	case BackendEmbedded:
+	case BackendEtcd:
+		if len(c.EtcdEndpoints) == 0 {
+			bad("backend etcd needs etcd endpoints")
+		}
+	case BackendPG:
+		if c.PGDSN == "" {
+			bad("backend pg needs a PostgreSQL DSN")
+		}
+	default:
+		bad("backend %q is not one of embedded, etcd, pg", c.Backend)
+	}
+	if c.Duration < 10*time.Millisecond {
+		bad("duration %v is below 10ms", c.Duration)
+	}
+	if c.Rounds < 1 {
+		bad("rounds %d must be at least 1", c.Rounds)
+	}
+	for _, s := range c.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			bad("unknown scenario %q (want some of %s)", s, strings.Join(Scenarios, ","))
+		}
+	}
+	for _, n := range slices.Concat(c.DistinctConcurrency, c.ContendedConcurrency) {
+		if n < 1 || n > 10000 {
+			bad("concurrency %d out of [1, 10000]", n)
+		}
+	}
+	if c.DeathLocks < 1 {
+		bad("death locks %d must be at least 1", c.DeathLocks)
+	}
+	if c.IdleSessions < 1 {
+		bad("idle sessions %d must be at least 1", c.IdleSessions)
+	}
+	if c.IdleDuration < 100*time.Millisecond {
+		bad("idle duration %v is below 100ms", c.IdleDuration)
+	}
+	if slices.Contains(c.Scenarios, scIdle) && len(c.LockdCommand) == 0 {
+		bad("the idle scenario needs the lockd executable")
+	}
+	return errors.Join(errs...)
+}
+
+// runner runs the scenarios of one Run on its bed.
+type runner struct {
+	cfg Config
+	bed *bed
+}
+
+func (r *runner) progressf(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Progress, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// Run starts the backend and lockd, runs the selected scenarios and
+// returns the report. It stops everything it started before returning.
+// When ctx ends it stops early and returns an error matching ctx.Err().
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	rep = &Report{Start: time.Now(), Machine: machine()}
+	var scenarios []string // in run order
+	for _, s := range Scenarios {
+		if slices.Contains(cfg.Scenarios, s) {
+			scenarios = append(scenarios, s)
+		}
+	}
+	rep.Settings = Settings{
+		Backend:              cfg.Backend,
+		Duration:             cfg.Duration.String(),
+		Rounds:               cfg.Rounds,
+		Scenarios:            scenarios,
+		DistinctConcurrency:  cfg.DistinctConcurrency,
+		ContendedConcurrency: cfg.ContendedConcurrency,
+		DeathLocks:           cfg.DeathLocks,
+		IdleSessions:         cfg.IdleSessions,
+		IdleDuration:         cfg.IdleDuration.String(),
+		SessionTTL:           sessionTTL.String(),
+	}
+	b, err := newBed(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer func() {
+		if cerr := b.close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: stop: %w", cerr))
+		}
+	}()
+	rep.Settings.BackendVersion = b.version
+	rep.Settings.PGPoolMaxConns = b.maxConns
+	r := &runner{cfg: cfg, bed: b}
+	for _, s := range scenarios {
+		var rows []Row
+		switch s {
+		case scDistinct:
+			rows, err = r.distinct(ctx)
+		case scContended:
+			rows, err = r.contended(ctx)
+		case scDeath:
+			rows, err = r.death(ctx)
+		case scIdle:
+			rows, err = r.idle(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		rep.Rows = append(rep.Rows, rows...)
+	}
+	rep.Machine.LoadEnd = loadavg()
+	rep.Took = time.Since(rep.Start).Round(time.Second).String()
+	return rep, nil
+}
+
+// primaryBaseline is the raw baseline the issue's ratio targets refer to.
+func (r *runner) primaryBaseline() string {
+	if r.bed.backend == BackendPG {
+		return sysPGRaw
+	}
+	return sysEtcdTxn
+}
+
+// rounds measures every system rounds times, alternating them, with
+// one(sys, round), and returns the results by system name.
+func (r *runner) rounds(ctx context.Context, what string, systems []system, one func(ctx context.Context, sys system, round int) (loadResult, string, error)) (map[string][]loadResult, error) {
+	out := map[string][]loadResult{}
+	for round := 1; round <= r.cfg.Rounds; round++ {
+		for _, sys := range systems {
+			res, summary, err := one(ctx, sys, round)
+			if err != nil {
+				return nil, fmt.Errorf("%s round %d: %w", what, round, err)
+			}
+			r.progressf("%-22s round %d/%d  %-10s %s", what, round, r.cfg.Rounds, sys.name(), summary)
+			out[sys.name()] = append(out[sys.name()], res)
+		}
+	}
+	return out, nil
+}
+
+func (r *runner) distinct(ctx context.Context) ([]Row, error) {
+	var rows []Row
+	for _, c := range r.cfg.DistinctConcurrency {
+		res, err := r.rounds(ctx, fmt.Sprintf("distinct c=%d", c), r.bed.systems,
+			func(ctx context.Context, sys system, round int) (loadResult, string, error) {
+				tag := fmt.Sprintf("distinct-c%d-r%d", c, round)
+				lr, err := measure(ctx, sys, c, r.cfg.Duration, tag, distinctLoad)
+				lat := sortedLatencies([]loadResult{lr})
+				return lr, fmt.Sprintf("%s pairs/s  p50 %s ms  p99 %s ms", lr.rate(), percentile(lat, 50), percentile(lat, 99)), err
+			})
+		if err != nil {
+			return nil, err
+		}
+		lockdRates, lockdLat := rates(res[sysLockd]), sortedLatencies(res[sysLockd])
+		for _, sys := range r.bed.systems[1:] {
+			name := sys.name()
+			rawRates, rawLat := rates(res[name]), sortedLatencies(res[name])
+			pairs := compare(scDistinct, c, MetricPairsPerSec, name, median(lockdRates), median(rawRates))
+			pairs.LockdRounds, pairs.RawRounds = lockdRates, rawRates
+			p50 := compare(scDistinct, c, MetricP50, name, percentile(lockdLat, 50), percentile(rawLat, 50))
+			p99 := compare(scDistinct, c, MetricP99, name, percentile(lockdLat, 99), percentile(rawLat, 99))
+			if name == r.primaryBaseline() {
+				if c == 64 {
+					ratioAtLeast(&pairs, 1.0)
+				}
+				if c == 1 {
+					ratioAtMost(&p50, 1.3)
+				}
+			}
+			rows = append(rows, pairs, p50, p99)
+		}
+	}
+	return rows, nil
+}
+
+func (r *runner) contended(ctx context.Context) ([]Row, error) {
+	var rows []Row
+	for _, c := range r.cfg.ContendedConcurrency {
+		res, err := r.rounds(ctx, fmt.Sprintf("contended c=%d", c), r.bed.systems,
+			func(ctx context.Context, sys system, round int) (loadResult, string, error) {
+				tag := fmt.Sprintf("contended-c%d-r%d", c, round)
+				lr, err := measure(ctx, sys, c, r.cfg.Duration, tag, contendedLoad)
+				return lr, fmt.Sprintf("%s hand-overs/s  fairness %s", lr.rate(), fairness(lr.perClient)), err
+			})
+		if err != nil {
+			return nil, err
+		}
+		lockdRates, lockdFair := rates(res[sysLockd]), fairnesses(res[sysLockd])
+		for _, sys := range r.bed.systems[1:] {
+			name := sys.name()
+			rawRates, rawFair := rates(res[name]), fairnesses(res[name])
+			ho := compare(scContended, c, MetricHandoversPerSec, name, median(lockdRates), median(rawRates))
+			ho.LockdRounds, ho.RawRounds = lockdRates, rawRates
+			fair := compare(scContended, c, MetricFairness, name, median(lockdFair), median(rawFair))
+			fair.LockdRounds, fair.RawRounds = lockdFair, rawFair
+			if c == 8 {
+				if name == sysEtcdMutex {
+					ratioAtLeast(&ho, 10)
+				}
+				lockdAtMost(&fair, 1.1)
+			}
+			rows = append(rows, ho, fair)
+		}
+	}
+	return rows, nil
+}
+
+func (r *runner) death(ctx context.Context) ([]Row, error) {
+	var systems []system
+	for _, sys := range r.bed.systems {
+		if _, ok := sys.(dier); ok {
+			systems = append(systems, sys)
+		}
+	}
+	n := r.cfg.DeathLocks
+	res, err := r.rounds(ctx, fmt.Sprintf("death N=%d", n), systems,
+		func(ctx context.Context, sys system, round int) (loadResult, string, error) {
+			tag := fmt.Sprintf("death-r%d", round)
+			d, err := sys.(dier).die(ctx, tag, n)
+			if err != nil {
+				return loadResult{}, "", fmt.Errorf("%s: %w", sys.name(), err)
+			}
+			// One "op" taking d: rate() is then 1/d.
+			return loadResult{ops: 1, elapsed: d}, fmt.Sprintf("%s ms until all %d keys gone", ms(d), n), nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	times := func(rs []loadResult) []Value {
+		var vs []Value
+		for _, r := range rs {
+			vs = append(vs, ms(r.elapsed))
+		}
+		return vs
+	}
+	var rows []Row
+	for _, sys := range systems[1:] {
+		lt, rt := times(res[sysLockd]), times(res[sys.name()])
+		row := compare(scDeath, 0, MetricGoneMs, sys.name(), median(lt), median(rt))
+		row.N, row.LockdRounds, row.RawRounds = n, lt, rt
+		row.Note = "death: lockd = the client closes its session (Session.Close); etcd-txn = lease revoke; pg-raw = DELETE of the sessions row (cascade)"
+		ratioAtMost(&row, 2.0)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func rates(rs []loadResult) []Value {
+	var vs []Value
+	for _, r := range rs {
+		vs = append(vs, r.rate())
+	}
+	return vs
+}
+
+func fairnesses(rs []loadResult) []Value {
+	var vs []Value
+	for _, r := range rs {
+		vs = append(vs, fairness(r.perClient))
+	}
+	return vs
+}
+
+// compare builds the row of one metric, lockd against one baseline.
+func compare(scenario string, c int, metric, baseline string, lockd, raw Value) Row {
+	return Row{Scenario: scenario, Concurrency: c, Metric: metric, Lockd: lockd, Baseline: baseline, Raw: &raw, Ratio: ratio(lockd, raw)}
+}
+
+// ratioAtLeast sets the target "ratio ≥ x".
+func ratioAtLeast(row *Row, x float64) {
+	row.Target = fmt.Sprintf("ratio>=%.1f", x)
+	met := row.Ratio != nil && float64(*row.Ratio) >= x
+	row.Met = &met
+}
+
+// ratioAtMost sets the target "ratio ≤ x".
+func ratioAtMost(row *Row, x float64) {
+	row.Target = fmt.Sprintf("ratio<=%.1f", x)
+	met := row.Ratio != nil && float64(*row.Ratio) <= x
+	row.Met = &met
+}
+
+// lockdAtMost sets the target "lockd's figure ≤ x".
+func lockdAtMost(row *Row, x float64) {
+	row.Target = fmt.Sprintf("lockd<=%g", x)
+	met := float64(row.Lockd) <= x
+	row.Met = &met
+}
+
+// machine describes this machine.
+func machine() Machine {
+	m := Machine{
+		NumCPU:     runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		GoVersion:  runtime.Version(),
+		OSArch:     runtime.GOOS + "/" + runtime.GOARCH,
+		LoadStart:  loadavg(),
+	}
+	m.Hostname, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages ("" where unknown).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

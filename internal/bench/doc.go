@@ -1,0 +1,49 @@
+// Package bench is the engine of `lockd bench`: it measures lockd (its gRPC
+// server in this process on 127.0.0.1, driven through the Go SDK, over a
+// real backend) side by side with the locking a user would build directly on
+// that backend instead, on the same backend instance, and reports the
+// figures and the ratio lockd / raw for each scenario.
+//
+// # Systems
+//
+//	lockd       the lock service: server.Server over etcdstore or pgstore,
+//	            clients through lock.dev/lockd/client, one session per client
+//	etcd-txn    raw etcd: Txn(If CreateRevision(key) == 0 Then Put(key) with
+//	            the client's lease) to acquire, Delete to release; a client
+//	            that finds the key taken watches it for its delete and retries;
+//	            session death is a lease revoke
+//	etcd-mutex  go.etcd.io/etcd/client/v3/concurrency.Mutex, one
+//	            concurrency.Session per client
+//	pg-raw      raw PostgreSQL: INSERT … ON CONFLICT (key) DO NOTHING
+//	            RETURNING a sequence token, DELETE … WHERE key AND token; a
+//	            client that finds the key taken polls (every 2–10 ms); session
+//	            death is ON DELETE CASCADE from a sessions row
+//
+// lockd over etcd (embedded or external) is compared with etcd-txn and
+// etcd-mutex, lockd over PostgreSQL with pg-raw.
+//
+// # Scenarios
+//
+//   - distinct: each client acquires and releases keys nobody else uses, at
+//     several concurrencies: pairs (acquire + release) per second and the
+//     p50/p99 latency of one pair.
+//   - contended: every client loops acquire/release on one key: hand-overs
+//     per second and fairness (max/min acquisitions per client).
+//   - death: one session holds N locks and ends (lockd: the client closes
+//     it; raw: lease revoke / delete of the sessions row): the time from the
+//     end until the backend holds none of the keys.
+//   - idle: N lockd sessions held open for a while: CPU (% of one core) and
+//     RSS of the lockd process. That process is a `lockd serve` child (the
+//     LockdCommand), so the SDK clients holding the sessions, which run in
+//     this process, are not counted. With the embedded backend the child
+//     runs its own embedded etcd, as the zero-configuration deployment does.
+//
+// # Alternation
+//
+// Each measurement (one system, one scenario, one concurrency) lasts
+// Config.Duration after a short warm-up on fresh sessions. A scenario runs
+// Config.Rounds rounds and each round measures every system in turn (lockd,
+// then the baselines), so slow drift of a shared machine hits every system
+// alike. Rates, fairness and death times are the median over rounds;
+// latency percentiles are taken over the pairs of all rounds together.
+package bench

@@ -1,0 +1,348 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"lock.dev/lockd/client"
+)
+
+// EnvChild is set to "1" in the environment of the `lockd serve` child the
+// idle scenario starts. lockd's configuration ignores LOCKD_TEST_*
+// variables; a test binary that stands in for the lockd executable checks it
+// to know it should act as lockd.
+const EnvChild = "LOCKD_TEST_BENCH_CHILD"
+
+// sessionsPerClient is how many idle sessions share one SDK client (one
+// KeepAlive stream), well below server.MaxSessionsPerStream.
+const sessionsPerClient = 1000
+
+// childStartTimeout bounds the start of the lockd child.
+const childStartTimeout = 2 * time.Minute
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on
+// every Linux architecture).
+const userHZ = 100
+
+// settleFor is how long the idle sessions run before the measurement
+// starts, so that the burst of opening them is over: a quarter of the
+// measurement, at most 5 s.
+func settleFor(d time.Duration) time.Duration { return min(d/4, 5*time.Second) }
+
+// idle holds cfg.IdleSessions sessions open on a `lockd serve` child for
+// cfg.IdleDuration and reports the child's CPU and memory.
+func (r *runner) idle(ctx context.Context) ([]Row, error) {
+	cfg, b := r.cfg, r.bed
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off"}
+	note := "idle: the lockd process is a `lockd serve` child; the SDK clients holding the sessions run in the bench process and are not counted"
+	switch cfg.Backend {
+	case BackendEmbedded:
+		dir, err := os.MkdirTemp("", "lockd-bench-idle-")
+		if err != nil {
+			return nil, fmt.Errorf("idle: data dir: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		args = append(args, "--backend", BackendEmbedded, "--data-dir", dir)
+		note += "; with --backend embedded the child runs its own embedded etcd, which is counted"
+	case BackendEtcd:
+		args = append(args, "--backend", BackendEtcd, "--etcd-endpoints", strings.Join(b.endpoints, ","),
+			"--etcd-prefix", etcdIdlePrefix+b.run+"/")
+		note += "; etcd runs elsewhere and is not counted"
+	case BackendPG:
+		args = append(args, "--backend", BackendPG, "--pg-dsn", b.dsn, "--pg-schema", pgIdleSchema)
+		note += "; PostgreSQL is not counted"
+	}
+	r.progressf("idle: starting the lockd child")
+	ch, err := startChild(ctx, cfg.LockdCommand, args)
+	if err != nil {
+		return nil, fmt.Errorf("idle: %w", err)
+	}
+	defer ch.stop()
+
+	n := cfg.IdleSessions
+	clients := make([]*client.Client, (n+sessionsPerClient-1)/sessionsPerClient)
+	defer func() { // before the child stops: close the sessions while it serves
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			if c != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); _ = c.Close() }() // Close is bounded (client.DefaultCloseTimeout)
+			}
+		}
+		wg.Wait()
+	}()
+	for i := range clients {
+		c, err := client.New(ch.addr)
+		if err != nil {
+			return nil, fmt.Errorf("idle: client: %w", err)
+		}
+		clients[i] = c
+	}
+	r.progressf("idle: opening %d sessions", n)
+	sessions := make([]*client.Session, n)
+	opened := time.Now()
+	err = parallel(ctx, n, setupWidth, func(ctx context.Context, i int) error {
+		s, err := clients[i/sessionsPerClient].NewSession(ctx)
+		sessions[i] = s
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idle: open %d sessions: %w", n, err)
+	}
+	r.progressf("idle: %d sessions open after %v; settling %v, measuring %v", n, time.Since(opened).Round(time.Millisecond),
+		settleFor(cfg.IdleDuration), cfg.IdleDuration)
+	if err := sleep(ctx, settleFor(cfg.IdleDuration)); err != nil {
+		return nil, fmt.Errorf("idle: %w", err)
+	}
+	cpu0, err := procCPU(ch.pid())
+	if err != nil {
+		return nil, fmt.Errorf("idle: %w", err)
+	}
+	t0 := time.Now()
+	if err := sleep(ctx, cfg.IdleDuration); err != nil {
+		return nil, fmt.Errorf("idle: %w", err)
+	}
+	cpu1, err := procCPU(ch.pid())
+	if err != nil {
+		return nil, fmt.Errorf("idle: %w", err)
+	}
+	window := time.Since(t0)
+	rss, hwm, err := procRSS(ch.pid())
+	if err != nil {
+		return nil, fmt.Errorf("idle: %w", err)
+	}
+	dead := 0
+	for _, s := range sessions {
+		if s.Err() != nil {
+			dead++
+		}
+	}
+	if dead > 0 {
+		return nil, fmt.Errorf("idle: %d of %d sessions ended while idle", dead, n)
+	}
+	cpuPct := Value((cpu1 - cpu0).Seconds() / window.Seconds() * 100)
+	r.progressf("idle: cpu %s%% of a core, rss %s MiB", cpuPct, rss)
+	rows := []Row{
+		{Scenario: scIdle, N: n, Metric: MetricCPU, Lockd: cpuPct, Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricRSS, Lockd: rss, Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricPeakRSS, Lockd: hwm, Note: note},
+	}
+	lockdAtMost(&rows[0], 5)
+	lockdAtMost(&rows[1], 250)
+	return rows, nil
+}
+
+// child is a running `lockd serve`.
+type child struct {
+	cmd    *exec.Cmd
+	out    io.ReadCloser
+	stderr *tailBuffer
+	addr   string
+}
+
+var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) `)
+
+// startChild runs argv+args and waits for its serving line.
+func startChild(ctx context.Context, argv, args []string) (*child, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("no lockd executable to start (LockdCommand)")
+	}
+	cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], args...)...)
+	cmd.Env = append(os.Environ(), EnvChild+"=1")
+	ch := &child{cmd: cmd, stderr: &tailBuffer{max: 8 << 10}}
+	cmd.Stderr = ch.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start lockd child: %w", err)
+	}
+	ch.out = out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start lockd child %s: %w", argv[0], err)
+	}
+	type lineResult struct {
+		line string
+		err  error
+	}
+	lines := make(chan lineResult, 1)
+	go func() { // exits once the child printed a line or closed stdout (it is killed on failure)
+		line, err := bufio.NewReader(out).ReadString('\n')
+		lines <- lineResult{line, err}
+	}()
+	timer := time.NewTimer(childStartTimeout)
+	defer timer.Stop()
+	var lr lineResult
+	select {
+	case lr = <-lines:
+	case <-timer.C:
+		_ = cmd.Process.Kill()
+		lr = <-lines
+		lr.err = fmt.Errorf("no serving line after %v", childStartTimeout)
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		lr = <-lines
+		lr.err = ctx.Err()
+	}
+	m := servingLine.FindStringSubmatch(lr.line)
+	if lr.err != nil || m == nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("lockd child %s: got %q (%v); its stderr ends:\n%s", strings.Join(cmd.Args, " "), lr.line, lr.err, ch.stderr)
+	}
+	ch.addr = m[1]
+	return ch, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// stop interrupts the child (as Ctrl-C would), killing it if it has not
+// exited within stopTimeout, and waits for it.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { // exits when the child has exited and its stdout is drained
+		_, _ = io.Copy(io.Discard, c.out)
+		_ = c.cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// procCPU returns the CPU time process pid has used: the sum over its
+// threads of /proc/<pid>/task/<tid>/schedstat (nanoseconds; the time of
+// threads that already exited is missing, which Go's threads rarely do), or
+// where that is not available, utime+stime from /proc/<pid>/stat (clock
+// ticks of 10 ms).
+func procCPU(pid int) (time.Duration, error) {
+	if d, err := procSchedCPU(pid); err == nil {
+		return d, nil
+	}
+	return procStatCPU(pid)
+}
+
+func procSchedCPU(pid int) (time.Duration, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread exited meanwhile
+		}
+		if err != nil {
+			return 0, err
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 1 {
+			return 0, fmt.Errorf("unexpected %s/%s/schedstat: %q", dir, t.Name(), b)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("unexpected %s/%s/schedstat: %q", dir, t.Name(), b)
+		}
+		total += time.Duration(ns)
+	}
+	return total, nil
+}
+
+func procStatCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read cpu time (needs Linux /proc): %w", err)
+	}
+	// The command name (field 2) may contain spaces; the fields after it
+	// start with the state (field 3). utime and stime are fields 14 and 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		t, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
+		}
+		ticks += t
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// procRSS returns the resident set size of process pid and its peak, in
+// MiB.
+func procRSS(pid int) (rss, peak Value, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, fmt.Errorf("read memory use (needs Linux /proc): %w", err)
+	}
+	found := 0
+	for line := range strings.Lines(string(b)) {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("unexpected /proc/%d/status line %q", pid, line)
+		}
+		kb, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("unexpected /proc/%d/status line %q", pid, line)
+		}
+		if name == "VmRSS" {
+			rss = Value(kb / 1024)
+		} else {
+			peak = Value(kb / 1024)
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("no VmRSS/VmHWM in /proc/%d/status", pid)
+	}
+	return rss, peak, nil
+}
+
+// tailBuffer keeps the last max bytes written to it. It is safe for
+// concurrent use.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// keysPerClient is how many keys each client of the distinct scenario
+// cycles through. A bounded key set is what real workloads (job names,
+// resource ids) look like; it also bounds lockd's per-key release markers
+// on etcd.
+const keysPerClient = 16
+
+// loadResult is one measurement of a load.
+type loadResult struct {
+	// ops counts pairs (distinct) or acquisitions (contended) completed
+	// in the window.
+	ops int
+	// elapsed is the measured window.
+	elapsed time.Duration
+	// lat holds the latency of every pair (distinct only).
+	lat []time.Duration
+	// perClient counts acquisitions per client.
+	perClient []int
+}
+
+// rate is ops per second of the window.
+func (r loadResult) rate() Value {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return Value(float64(r.ops) / r.elapsed.Seconds())
+}
+
+// load runs one kind of load on clients for dur; tag makes its keys unique.
+type load func(ctx context.Context, clients []locker, dur time.Duration, tag string) (loadResult, error)
+
+// warmupFor is the unmeasured warm-up before a measurement of dur: a fifth
+// of it, at most a second.
+func warmupFor(dur time.Duration) time.Duration { return min(dur/5, time.Second) }
+
+// measure opens c clients of sys, runs run on them for a warm-up and then
+// for dur, closes the clients, and returns the measured result.
+func measure(ctx context.Context, sys system, c int, dur time.Duration, tag string, run load) (loadResult, error) {
+	clients := make([]locker, c)
+	err := parallel(ctx, c, setupWidth, func(ctx context.Context, i int) error {
+		l, err := sys.open(ctx)
+		clients[i] = l
+		return err
+	})
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = parallel(cctx, c, setupWidth, func(ctx context.Context, i int) error {
+			if clients[i] != nil {
+				return clients[i].close(ctx)
+			}
+			return nil
+		})
+	}()
+	if err != nil {
+		return loadResult{}, fmt.Errorf("%s: open %d clients: %w", sys.name(), c, err)
+	}
+	if _, err := run(ctx, clients, warmupFor(dur), tag+"-warm"); err != nil {
+		return loadResult{}, fmt.Errorf("%s: warm-up: %w", sys.name(), err)
+	}
+	res, err := run(ctx, clients, dur, tag)
+	if err != nil {
+		return loadResult{}, fmt.Errorf("%s: %w", sys.name(), err)
+	}
+	return res, nil
+}
+
+// distinctLoad has every client acquire and release keys of its own, one
+// pair after another, until dur has passed. The window ends when the last
+// client finished its last pair.
+func distinctLoad(ctx context.Context, clients []locker, dur time.Duration, tag string) (loadResult, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lats := make([][]time.Duration, len(clients))
+	start := time.Now()
+	deadline := start.Add(dur)
+	var wg sync.WaitGroup
+	for ci, l := range clients {
+		wg.Add(1)
+		go func() { // exits at the deadline or on the first error
+			defer wg.Done()
+			prefix := tag + "/c" + strconv.Itoa(ci) + "/k"
+			for i := 0; time.Now().Before(deadline); i++ {
+				t0 := time.Now()
+				release, err := l.acquire(ctx, prefix+strconv.Itoa(i%keysPerClient))
+				if err == nil {
+					err = release(ctx)
+				}
+				if err != nil {
+					cancel(fmt.Errorf("client %d, pair %d: %w", ci, i, err))
+					return
+				}
+				lats[ci] = append(lats[ci], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return loadResult{}, err
+	}
+	res := loadResult{elapsed: elapsed, perClient: make([]int, len(clients))}
+	for ci, l := range lats {
+		res.ops += len(l)
+		res.perClient[ci] = len(l)
+		res.lat = append(res.lat, l...)
+	}
+	return res, nil
+}
+
+// contendedLoad has every client loop acquire/release on one key until dur
+// has passed; waiting acquires are then cancelled. It counts the
+// acquisitions granted inside the window: in this saturated loop each one is
+// a hand-over from the previous holder (all but the very first).
+func contendedLoad(ctx context.Context, clients []locker, dur time.Duration, tag string) (loadResult, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	start := time.Now()
+	wctx, wcancel := context.WithDeadline(ctx, start.Add(dur)) // ends the waiting
+	defer wcancel()
+	key := tag + "/key"
+	counts := make([]int, len(clients))
+	var wg sync.WaitGroup
+	for ci, l := range clients {
+		wg.Add(1)
+		go func() { // exits when the window ends or on the first error
+			defer wg.Done()
+			for wctx.Err() == nil {
+				release, err := l.acquire(wctx, key)
+				if err != nil {
+					if errors.Is(err, context.DeadlineExceeded) {
+						// The server may report the deadline a moment
+						// before this process's timer fires.
+						<-wctx.Done()
+					}
+					if wctx.Err() != nil && ctx.Err() == nil {
+						return // the window ended while waiting
+					}
+					cancel(fmt.Errorf("client %d acquire: %w", ci, err))
+					return
+				}
+				if time.Since(start) < dur {
+					counts[ci]++
+				}
+				if err := release(ctx); err != nil {
+					cancel(fmt.Errorf("client %d release: %w", ci, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return loadResult{}, err
+	}
+	res := loadResult{elapsed: dur, perClient: counts}
+	for _, n := range counts {
+		res.ops += n
+	}
+	return res, nil
+}
+
+// sortedLatencies pools the latencies of results and sorts them.
+func sortedLatencies(rs []loadResult) []time.Duration {
+	var all []time.Duration
+	for _, r := range rs {
+		all = append(all, r.lat...)
+	}
+	slices.Sort(all)
+	return all
+}

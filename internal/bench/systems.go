@@ -1,0 +1,508 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"lock.dev/lockd/client"
+)
+
+// Names of the systems measured.
+const (
+	sysLockd     = "lockd"
+	sysEtcdTxn   = "etcd-txn"
+	sysEtcdMutex = "etcd-mutex"
+	sysPGRaw     = "pg-raw"
+)
+
+// sessionTTL is the TTL of every session, lease and sessions row of every
+// system: lockd's default (lock.session.ttl).
+const sessionTTL = 15 * time.Second
+
+// setupWidth bounds the concurrent calls that prepare a measurement
+// (opening sessions, taking the locks of the death scenario).
+const setupWidth = 64
+
+// pgPollMin and pgPollMax bound pg-raw's wait between attempts on a taken
+// key (uniformly random in between).
+const (
+	pgPollMin = 2 * time.Millisecond
+	pgPollMax = 10 * time.Millisecond
+)
+
+// system is one way of locking that the benchmark measures.
+type system interface {
+	name() string
+	// open starts a client of its own: a session, lease or sessions row.
+	open(ctx context.Context) (locker, error)
+}
+
+// locker is one client of a system.
+type locker interface {
+	// acquire takes key, waiting while another client holds it, and
+	// returns the function that releases it.
+	acquire(ctx context.Context, key string) (release func(context.Context) error, err error)
+	// close ends the client's session.
+	close(ctx context.Context) error
+}
+
+// dier is a system whose session death the benchmark measures.
+type dier interface {
+	// die makes one new session hold n locks, keys tag/0 .. tag/n-1, ends
+	// the session, and returns the time from ending it until the backend
+	// holds none of the keys.
+	die(ctx context.Context, tag string, n int) (time.Duration, error)
+}
+
+// deathKey is key i of the death scenario under tag.
+func deathKey(tag string, i int) string { return tag + "/" + strconv.Itoa(i) }
+
+// waitGone polls count every millisecond from start until it reports no
+// keys, and returns the time that took.
+func waitGone(ctx context.Context, start time.Time, count func(context.Context) (int64, error)) (time.Duration, error) {
+	for {
+		n, err := count(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("count remaining keys: %w", err)
+		}
+		if n == 0 {
+			return time.Since(start), nil
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return 0, fmt.Errorf("wait for keys to go (%d left): %w", n, err)
+		}
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// parallel calls fn(ctx, i) for i in [0, n), at most width at a time, and
+// returns the first error (the others then see ctx cancelled).
+func parallel(ctx context.Context, n, width int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		next  = make(chan int)
+	)
+	for range min(n, width) {
+		wg.Add(1)
+		go func() { // exits when next is closed
+			defer wg.Done()
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// ---- lockd ----
+
+// lockdSystem is lockd through the SDK.
+type lockdSystem struct {
+	c *client.Client
+	// count reports how many grants the backend holds under a key prefix.
+	count func(ctx context.Context, prefix string) (int64, error)
+}
+
+func (s *lockdSystem) name() string { return sysLockd }
+
+func (s *lockdSystem) open(ctx context.Context) (locker, error) {
+	sess, err := s.c.NewSession(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open lockd session: %w", err)
+	}
+	return lockdLocker{sess}, nil
+}
+
+type lockdLocker struct{ s *client.Session }
+
+func (l lockdLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {
+	lk, err := l.s.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return lk.Release, nil
+}
+
+func (l lockdLocker) close(ctx context.Context) error { return l.s.Close(ctx) }
+
+func (s *lockdSystem) die(ctx context.Context, tag string, n int) (time.Duration, error) {
+	sess, err := s.c.NewSession(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("open lockd session: %w", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = sess.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	err = parallel(ctx, n, setupWidth, func(ctx context.Context, i int) error {
+		_, err := sess.Acquire(ctx, deathKey(tag, i))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("take %d locks: %w", n, err)
+	}
+	if held, err := s.count(ctx, tag+"/"); err != nil || held != int64(n) {
+		return 0, fmt.Errorf("lockd holds %d of %d locks before the close (%v)", held, n, err)
+	}
+	start := time.Now()
+	closed = true
+	if err := sess.Close(ctx); err != nil {
+		return 0, fmt.Errorf("close session: %w", err)
+	}
+	return waitGone(ctx, start, func(ctx context.Context) (int64, error) { return s.count(ctx, tag+"/") })
+}
+
+// ---- raw etcd ----
+
+// etcdTxnSystem is a lock built directly on etcd transactions.
+type etcdTxnSystem struct {
+	cli    *clientv3.Client
+	prefix string
+}
+
+func (s *etcdTxnSystem) name() string { return sysEtcdTxn }
+
+func (s *etcdTxnSystem) open(ctx context.Context) (locker, error) {
+	lease, err := s.cli.Grant(ctx, int64(sessionTTL/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("grant lease: %w", err)
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ch, err := s.cli.KeepAlive(kctx, lease.ID)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("keep lease alive: %w", err)
+	}
+	l := &etcdTxnLocker{sys: s, lease: lease.ID, stop: cancel, done: make(chan struct{})}
+	go func() { // exits when close cancels kctx: clientv3 then closes ch
+		defer close(l.done)
+		for range ch {
+		}
+	}()
+	return l, nil
+}
+
+type etcdTxnLocker struct {
+	sys   *etcdTxnSystem
+	lease clientv3.LeaseID
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+func (l *etcdTxnLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {
+	cli, k := l.sys.cli, l.sys.prefix+key
+	for {
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, "", clientv3.WithLease(l.lease))).
+			Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
+			Commit()
+		if err != nil {
+			return nil, err
+		}
+		if resp.Succeeded {
+			return func(ctx context.Context) error {
+				_, err := cli.Delete(ctx, k)
+				return err
+			}, nil
+		}
+		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			continue // deleted in between
+		}
+		if err := waitDelete(ctx, cli, k, resp.Header.Revision+1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitDelete waits for a delete of key at or after revision rev.
+func waitDelete(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut()) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("watch closed")
+}
+
+func (l *etcdTxnLocker) close(ctx context.Context) error {
+	l.stop()
+	<-l.done
+	if _, err := l.sys.cli.Revoke(ctx, l.lease); err != nil {
+		return fmt.Errorf("revoke lease: %w", err)
+	}
+	return nil
+}
+
+// etcdMaxTxnOps is etcd's default limit of operations in one transaction.
+const etcdMaxTxnOps = 128
+
+func (s *etcdTxnSystem) count(ctx context.Context, prefix string) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.prefix+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Count, nil
+}
+
+func (s *etcdTxnSystem) die(ctx context.Context, tag string, n int) (time.Duration, error) {
+	lease, err := s.cli.Grant(ctx, int64(4*sessionTTL/time.Second)) // long enough for the setup
+	if err != nil {
+		return 0, fmt.Errorf("grant lease: %w", err)
+	}
+	revoked := false
+	defer func() {
+		if !revoked {
+			_, _ = s.cli.Revoke(context.WithoutCancel(ctx), lease.ID)
+		}
+	}()
+	batches := (n + etcdMaxTxnOps - 1) / etcdMaxTxnOps
+	err = parallel(ctx, batches, 8, func(ctx context.Context, b int) error {
+		var ops []clientv3.Op
+		for i := b * etcdMaxTxnOps; i < min(n, (b+1)*etcdMaxTxnOps); i++ {
+			ops = append(ops, clientv3.OpPut(s.prefix+deathKey(tag, i), "", clientv3.WithLease(lease.ID)))
+		}
+		_, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("put %d keys: %w", n, err)
+	}
+	if held, err := s.count(ctx, tag+"/"); err != nil || held != int64(n) {
+		return 0, fmt.Errorf("etcd holds %d of %d keys before the revoke (%v)", held, n, err)
+	}
+	start := time.Now()
+	revoked = true
+	if _, err := s.cli.Revoke(ctx, lease.ID); err != nil {
+		return 0, fmt.Errorf("revoke lease: %w", err)
+	}
+	return waitGone(ctx, start, func(ctx context.Context) (int64, error) { return s.count(ctx, tag+"/") })
+}
+
+// ---- etcd concurrency.Mutex ----
+
+// etcdMutexSystem is etcd's own lock recipe.
+type etcdMutexSystem struct {
+	cli    *clientv3.Client
+	prefix string
+}
+
+func (s *etcdMutexSystem) name() string { return sysEtcdMutex }
+
+// open grants the session's lease under the client's own context (not
+// ctx): concurrency.Session keeps it alive, and revokes it on Close, under
+// that context.
+func (s *etcdMutexSystem) open(context.Context) (locker, error) {
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(int(sessionTTL/time.Second)))
+	if err != nil {
+		return nil, fmt.Errorf("open concurrency session: %w", err)
+	}
+	return &etcdMutexLocker{sys: s, sess: sess}, nil
+}
+
+type etcdMutexLocker struct {
+	sys  *etcdMutexSystem
+	sess *concurrency.Session
+}
+
+func (l *etcdMutexLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {
+	m := concurrency.NewMutex(l.sess, l.sys.prefix+key)
+	if err := m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return m.Unlock, nil
+}
+
+func (l *etcdMutexLocker) close(context.Context) error {
+	if err := l.sess.Close(); err != nil {
+		return fmt.Errorf("close concurrency session: %w", err)
+	}
+	return nil
+}
+
+// ---- raw PostgreSQL ----
+
+// pgRawSystem is a lock built directly on PostgreSQL rows.
+type pgRawSystem struct {
+	pool *pgxpool.Pool
+	q    pgRawQueries
+}
+
+// pgRawQueries are pg-raw's statements in its schema.
+type pgRawQueries struct {
+	schema       []string // DDL, in order
+	openSession  string
+	closeSession string
+	acquire      string
+	release      string
+	insertMany   string
+	count        string
+}
+
+func newPGRawQueries(schema string) pgRawQueries {
+	s := pgx.Identifier{schema}.Sanitize()
+	seq := pgx.Identifier{schema, "token"}.Sanitize()
+	return pgRawQueries{
+		schema: []string{
+			`CREATE SCHEMA ` + s,
+			`CREATE SEQUENCE ` + seq,
+			`CREATE TABLE ` + s + `.sessions (id text PRIMARY KEY, expires_at timestamptz NOT NULL)`,
+			`CREATE TABLE ` + s + `.locks (key text COLLATE "C" PRIMARY KEY,
+				session_id text NOT NULL REFERENCES ` + s + `.sessions (id) ON DELETE CASCADE,
+				token bigint NOT NULL)`,
+			`CREATE INDEX ON ` + s + `.locks (session_id)`,
+		},
+		openSession:  `INSERT INTO ` + s + `.sessions (id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')`,
+		closeSession: `DELETE FROM ` + s + `.sessions WHERE id = $1`,
+		acquire: `INSERT INTO ` + s + `.locks (key, session_id, token) VALUES ($1, $2, nextval('` + seq + `'))
+			ON CONFLICT (key) DO NOTHING RETURNING token`,
+		release: `DELETE FROM ` + s + `.locks WHERE key = $1 AND token = $2`,
+		insertMany: `INSERT INTO ` + s + `.locks (key, session_id, token)
+			SELECT $2::text || g::text, $1, nextval('` + seq + `') FROM generate_series(0, $3::int - 1) g`,
+		count: `SELECT count(*) FROM ` + s + `.locks WHERE starts_with(key, $1)`,
+	}
+}
+
+func (s *pgRawSystem) name() string { return sysPGRaw }
+
+func (s *pgRawSystem) openSession(ctx context.Context, ttl time.Duration) (string, error) {
+	id := rand.Text()
+	if _, err := s.pool.Exec(ctx, s.q.openSession, id, ttl.Milliseconds()); err != nil {
+		return "", fmt.Errorf("insert session: %w", err)
+	}
+	return id, nil
+}
+
+func (s *pgRawSystem) open(ctx context.Context) (locker, error) {
+	id, err := s.openSession(ctx, sessionTTL)
+	if err != nil {
+		return nil, err
+	}
+	return &pgRawLocker{sys: s, id: id}, nil
+}
+
+type pgRawLocker struct {
+	sys *pgRawSystem
+	id  string
+}
+
+func (l *pgRawLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {
+	pool := l.sys.pool
+	for {
+		var token int64
+		err := pool.QueryRow(ctx, l.sys.q.acquire, key, l.id).Scan(&token)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if err := sleep(ctx, pgPollMin+mrand.N(pgPollMax-pgPollMin)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			tag, err := pool.Exec(ctx, l.sys.q.release, key, token)
+			if err == nil && tag.RowsAffected() != 1 {
+				err = fmt.Errorf("release %q token %d: no such lock", key, token)
+			}
+			return err
+		}, nil
+	}
+}
+
+func (l *pgRawLocker) close(ctx context.Context) error {
+	if _, err := l.sys.pool.Exec(ctx, l.sys.q.closeSession, l.id); err != nil {
+		return fmt.Errorf("delete session: %w", err)
+	}
+	return nil
+}
+
+func (s *pgRawSystem) count(ctx context.Context, prefix string) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, s.q.count, prefix).Scan(&n)
+	return n, err
+}
+
+func (s *pgRawSystem) die(ctx context.Context, tag string, n int) (time.Duration, error) {
+	id, err := s.openSession(ctx, 4*sessionTTL)
+	if err != nil {
+		return 0, err
+	}
+	deleted := false
+	defer func() {
+		if !deleted {
+			_, _ = s.pool.Exec(context.WithoutCancel(ctx), s.q.closeSession, id)
+		}
+	}()
+	if _, err := s.pool.Exec(ctx, s.q.insertMany, id, tag+"/", n); err != nil {
+		return 0, fmt.Errorf("insert %d locks: %w", n, err)
+	}
+	if held, err := s.count(ctx, tag+"/"); err != nil || held != int64(n) {
+		return 0, fmt.Errorf("postgresql holds %d of %d locks before the delete (%v)", held, n, err)
+	}
+	start := time.Now()
+	deleted = true
+	if _, err := s.pool.Exec(ctx, s.q.closeSession, id); err != nil {
+		return 0, fmt.Errorf("delete session: %w", err)
+	}
+	return waitGone(ctx, start, func(ctx context.Context) (int64, error) { return s.count(ctx, tag+"/") })
+}

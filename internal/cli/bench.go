@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"lock.dev/lockd/internal/bench"
+)
+
+func newBenchCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure lockd side by side with raw etcd / PostgreSQL locking on the same backend",
+		Long: `Bench measures lockd (its gRPC server in this process on 127.0.0.1, through
+the Go SDK, over a real backend) and the locking a user would build directly
+on that backend instead, on the same backend instance, alternating them round
+by round, and prints one table with the ratio lockd/raw of every figure.
+
+  --backend embedded   an etcd started in this process (data in --data-dir,
+                       default a temporary directory); baselines etcd-txn and
+                       etcd-mutex
+  --backend etcd       the etcd at --etcd-endpoints; the same baselines
+  --backend pg         the PostgreSQL at --pg-dsn; baseline pg-raw (schemas
+                       lockd_bench, lockd_bench_raw and lockd_bench_idle are
+                       dropped and recreated)
+
+Scenarios (--scenarios, comma-separated; default all):
+  distinct   keys of their own per client at concurrency 1, 8, 64: pairs/s
+             (acquire + release) and p50/p99 latency of a pair
+  contended  one key at concurrency 8, 64: hand-overs/s and fairness
+             (max/min acquisitions per client)
+  death      one session holding --death-locks locks ends: time until the
+             backend holds none of them
+  idle       --idle-sessions sessions held open for --idle-duration: CPU and
+             RSS of a 'lockd serve' child process
+
+Progress goes to stderr; the table (or --json) to stdout. Each measurement
+lasts --duration after a short warm-up and is repeated --rounds times.`,
+		Args: exactArgs(0, "no arguments"),
+	}
+	var (
+		cfg       bench.Config
+		scenarios string
+		distinct  string
+		contended string
+		asJSON    bool
+	)
+	f := cmd.Flags()
+	f.StringVar(&cfg.Backend, "backend", bench.BackendEmbedded, "backend: embedded, etcd or pg")
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (--backend etcd)")
+	f.StringVar(&cfg.PGDSN, "pg-dsn", "", "PostgreSQL connection string (--backend pg)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "data directory of the embedded etcd (default: a temporary directory)")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "length of one measurement")
+	f.IntVar(&cfg.Rounds, "rounds", bench.DefaultRounds, "rounds per measurement, alternating lockd and the baselines")
+	f.StringVar(&scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run, comma-separated")
+	f.StringVar(&distinct, "distinct-concurrency", joinInts(bench.DefaultDistinctConcurrency), "client counts of the distinct scenario")
+	f.StringVar(&contended, "contended-concurrency", joinInts(bench.DefaultContendedConcurrency), "client counts of the contended scenario")
+	f.IntVar(&cfg.DeathLocks, "death-locks", bench.DefaultDeathLocks, "locks held by the dying session")
+	f.IntVar(&cfg.IdleSessions, "idle-sessions", bench.DefaultIdleSessions, "sessions of the idle scenario")
+	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg.Scenarios = splitList(scenarios)
+		var err error
+		if cfg.DistinctConcurrency, err = parseInts(distinct); err != nil {
+			return usageErrorf("--distinct-concurrency: %v", err)
+		}
+		if cfg.ContendedConcurrency, err = parseInts(contended); err != nil {
+			return usageErrorf("--contended-concurrency: %v", err)
+		}
+		if exe, err := os.Executable(); err == nil {
+			cfg.LockdCommand = []string{exe}
+		}
+		cfg.Progress = e.stderr
+		if err := cfg.Validate(); err != nil {
+			return usageErrorf("%v", err)
+		}
+		rep, err := bench.Run(cmd.Context(), cfg)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return rep.WriteJSON(e.stdout)
+		}
+		return rep.WriteTable(e.stdout)
+	}
+	return cmd
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseInts parses a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", p)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty list")
+	}
+	return out, nil
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,234 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/internal/bench"
+	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/pgtest"
+)
+
+// init makes this test binary act as the lockd executable when `lockd
+// bench` starts it as the lockd child of its idle scenario (bench.EnvChild
+// is set only in that child's environment).
+func init() {
+	if os.Getenv(bench.EnvChild) != "1" {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// smallBench are the sizes of the smoke runs: every scenario, tiny.
+var smallBench = []string{"--duration", "150ms", "--rounds", "2", "--death-locks", "50",
+	"--idle-sessions", "50", "--idle-duration", "1s"}
+
+// wantRow names a row the report must contain.
+type wantRow struct {
+	scenario string
+	cn       int // concurrency or N
+	metric   string
+	baseline string
+}
+
+func (w wantRow) String() string {
+	return fmt.Sprintf("%s %d %q vs %q", w.scenario, w.cn, w.metric, w.baseline)
+}
+
+// wantRows lists every row of a full run with the smoke sizes against the
+// given baselines (primary first).
+func wantRows(baselines []string) []wantRow {
+	var want []wantRow
+	for _, c := range []int{1, 8, 64} {
+		for _, b := range baselines {
+			for _, m := range []string{bench.MetricPairsPerSec, bench.MetricP50, bench.MetricP99} {
+				want = append(want, wantRow{"distinct", c, m, b})
+			}
+		}
+	}
+	for _, c := range []int{8, 64} {
+		for _, b := range baselines {
+			for _, m := range []string{bench.MetricHandoversPerSec, bench.MetricFairness} {
+				want = append(want, wantRow{"contended", c, m, b})
+			}
+		}
+	}
+	want = append(want, wantRow{"death", 50, bench.MetricGoneMs, baselines[0]})
+	for _, m := range []string{bench.MetricCPU, bench.MetricRSS, bench.MetricPeakRSS} {
+		want = append(want, wantRow{"idle", 50, m, ""})
+	}
+	return want
+}
+
+// jsonRow is bench.Row as read back: null figures (an unbounded fairness)
+// become nil.
+type jsonRow struct {
+	Scenario    string   `json:"scenario"`
+	Concurrency int      `json:"concurrency"`
+	N           int      `json:"n"`
+	Metric      string   `json:"metric"`
+	Lockd       *float64 `json:"lockd"`
+	Baseline    string   `json:"baseline"`
+	Raw         *float64 `json:"raw"`
+	Ratio       *float64 `json:"ratio"`
+	Target      string   `json:"target"`
+	Met         *bool    `json:"met"`
+}
+
+type jsonReport struct {
+	Machine struct {
+		NumCPU     int    `json:"nproc"`
+		GOMAXPROCS int    `json:"gomaxprocs"`
+		GoVersion  string `json:"go_version"`
+	} `json:"machine"`
+	Settings struct {
+		Backend   string   `json:"backend"`
+		Scenarios []string `json:"scenarios"`
+	} `json:"settings"`
+	Rows []jsonRow `json:"rows"`
+}
+
+// checkFigure checks one figure of a row: positive, or for fairness at
+// least 1 or null (some client starved in the tiny window).
+func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
+	t.Helper()
+	if w.metric == bench.MetricFairness {
+		if v != nil && *v < 1 {
+			t.Errorf("row %v: %s fairness %v, want >= 1 or null", w, which, *v)
+		}
+		return
+	}
+	if v == nil || !(*v > 0) {
+		t.Errorf("row %v: %s figure %v, want > 0", w, which, v)
+	}
+}
+
+// TestBenchSmoke runs every scenario of `lockd bench` with tiny sizes over
+// etcd and PostgreSQL and checks that the JSON report has every row with
+// positive figures, plus one table run over the embedded backend.
+func TestBenchSmoke(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      func(t *testing.T) []string
+		baselines []string
+	}{
+		{"etcd", func(t *testing.T) []string {
+			return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(lockdtest.EtcdEndpoints(t), ",")}
+		}, []string{"etcd-txn", "etcd-mutex"}},
+		{"pg", func(t *testing.T) []string {
+			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
+		}, []string{"pg-raw"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{"bench", "--json"}, tc.args(t)...), smallBench...)
+			start := time.Now()
+			res := lockd(t, nil, args...)
+			t.Logf("lockd %s took %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+			if res.code != 0 {
+				t.Fatalf("lockd bench: %v", res)
+			}
+			var rep jsonReport
+			if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+				t.Fatalf("lockd bench --json: output does not parse: %v\n%s", err, res.stdout)
+			}
+			if rep.Machine.NumCPU < 1 || rep.Machine.GOMAXPROCS < 1 || rep.Machine.GoVersion == "" {
+				t.Errorf("machine = %+v, want nproc, GOMAXPROCS and go version", rep.Machine)
+			}
+			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,death,idle" {
+				t.Errorf("scenarios = %v, want all four", rep.Settings.Scenarios)
+			}
+			want := wantRows(tc.baselines)
+			if len(rep.Rows) != len(want) {
+				t.Errorf("got %d rows, want %d", len(rep.Rows), len(want))
+			}
+			for _, w := range want {
+				var row *jsonRow
+				for i, r := range rep.Rows {
+					if r.Scenario == w.scenario && max(r.Concurrency, r.N) == w.cn && r.Metric == w.metric && r.Baseline == w.baseline {
+						row = &rep.Rows[i]
+					}
+				}
+				if row == nil {
+					t.Errorf("no row %v in\n%s", w, res.stdout)
+					continue
+				}
+				checkFigure(t, w, "lockd", row.Lockd)
+				if w.baseline != "" {
+					checkFigure(t, w, "raw", row.Raw)
+					if row.Lockd != nil && row.Raw != nil && w.metric != bench.MetricFairness &&
+						(row.Ratio == nil || *row.Ratio <= 0) {
+						t.Errorf("row %v: ratio %v, want > 0", w, row.Ratio)
+					}
+				}
+			}
+			for _, target := range []wantRow{
+				{"distinct", 64, bench.MetricPairsPerSec, tc.baselines[0]},
+				{"distinct", 1, bench.MetricP50, tc.baselines[0]},
+				{"contended", 8, bench.MetricFairness, tc.baselines[0]},
+				{"death", 50, bench.MetricGoneMs, tc.baselines[0]},
+				{"idle", 50, bench.MetricCPU, ""},
+				{"idle", 50, bench.MetricRSS, ""},
+			} {
+				for _, r := range rep.Rows {
+					if r.Scenario == target.scenario && max(r.Concurrency, r.N) == target.cn && r.Metric == target.metric &&
+						r.Baseline == target.baseline && (r.Target == "" || r.Met == nil) {
+						t.Errorf("row %v has no target verdict: %+v", target, r)
+					}
+				}
+			}
+		})
+	}
+
+	t.Run("embedded-table", func(t *testing.T) {
+		t.Parallel()
+		res := lockd(t, nil, "bench", "--scenarios", "death,idle", "--rounds", "1", "--death-locks", "20",
+			"--idle-sessions", "20", "--idle-duration", "500ms", "--data-dir", t.TempDir())
+		if res.code != 0 {
+			t.Fatalf("lockd bench: %v", res)
+		}
+		for _, re := range []string{
+			`(?m)^machine: .*nproc \d+, GOMAXPROCS \d+, go\d`,
+			`(?m)^lockd bench  \d{4}-\d\d-\d\dT`,
+			`(?m)^backend:   embedded \(etcd \d`,
+			`(?m)^SCENARIO +C/N +METRIC +LOCKD +BASELINE +RAW +LOCKD/RAW +TARGET$`,
+			`(?m)^death +N=20 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +ratio<=2\.0 (met|MISSED)$`,
+			`(?m)^idle +N=20 +cpu % of a core +[0-9.]+ +- +- +- +lockd<=5 (met|MISSED)$`,
+			`(?m)^idle +N=20 +rss MiB +[0-9.]+ +- +- +- +lockd<=250 (met|MISSED)$`,
+		} {
+			if !regexp.MustCompile(re).MatchString(res.stdout) {
+				t.Errorf("table does not match %s:\n%s", re, res.stdout)
+			}
+		}
+		if !strings.Contains(res.stderr, "idle: 20 sessions open") {
+			t.Errorf("no progress on stderr:\n%s", res.stderr)
+		}
+	})
+
+	t.Run("usage", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range [][]string{
+			{"bench", "--backend", "mysql"},
+			{"bench", "--backend", "pg"},
+			{"bench", "--scenarios", "distinct,nope"},
+			{"bench", "--distinct-concurrency", "1,x"},
+			{"bench", "extra"},
+		} {
+			if res := lockd(t, nil, args...); res.code != ExitUsage || res.stdout != "" {
+				t.Errorf("lockd %s: %v; want usage error (exit %d)", strings.Join(args, " "), res, ExitUsage)
+			}
+		}
+	})
+}
