@@ -57,3 +57,12 @@ generate:
 check-generate: generate
 	@git diff --exit-code -- proto/ || { echo "check-generate: generated code differs; run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto/)" || { git status --porcelain -- proto/; echo "check-generate: uncommitted generated files"; exit 1; }
+
+## parity: the backend parity suite (T-034, test/parity): every scenario
+## through the gRPC API on embedded etcd, an external etcd process
+## (cmd/etcd-standalone) and PostgreSQL, with lockd as a real child process.
+## Prints one row per scenario and backend: scenario | backend | outcome | ok.
+## The same test also runs in `make test` (go test ./...).
+.PHONY: parity
+parity:
+	$(GO) test -race -count=1 -timeout 10m -run '^TestParity$$' -v ./test/parity/

@@ -1,0 +1,202 @@
+package parity
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"lock.dev/lockd/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childClientEnv); spec != "" {
+		os.Exit(runChildClient(spec)) // the client process of client-sigkill
+	}
+	code := goleakRun(m)
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// goleakRun runs the tests (stopping the shared PostgreSQL afterwards) and
+// then checks for leaked goroutines. Child processes are killed by then
+// (t.Cleanup).
+func goleakRun(m *testing.M) int {
+	code := pgtest.M{M: m}.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// Backend names as the table prints them.
+const (
+	backendEmbedded = "embedded"
+	backendEtcd     = "etcd"
+	backendPG       = "pg"
+)
+
+var backendNames = []string{backendEmbedded, backendEtcd, backendPG}
+
+// env is one backend under test.
+type env struct {
+	name string
+	bins binaries
+	// lineage returns the `lockd serve` flags of a fresh, isolated backend
+	// state: every lockd started with the same flags shares it (a restart).
+	lineage func(t *testing.T) []string
+	// shared serves the scenarios that do not stop lockd.
+	shared *lockd
+}
+
+// etcdPrefixes numbers the key prefixes of lockds on the external etcd.
+var etcdPrefixes atomic.Int64
+
+// newEnv prepares backend name: for etcd it starts the external etcd
+// process, which lives until t ends.
+func newEnv(t *testing.T, bins binaries, name string) *env {
+	t.Helper()
+	e := &env{name: name, bins: bins}
+	switch name {
+	case backendEmbedded:
+		e.lineage = func(t *testing.T) []string {
+			return []string{"--backend", "embedded", "--data-dir", t.TempDir()}
+		}
+	case backendEtcd:
+		endpoints := startEtcd(t, bins)
+		e.lineage = func(*testing.T) []string {
+			return []string{"--backend", "etcd", "--etcd-endpoints", endpoints,
+				"--etcd-prefix", fmt.Sprintf("/parity/%d/", etcdPrefixes.Add(1))}
+		}
+	case backendPG:
+		e.lineage = func(t *testing.T) []string {
+			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
+		}
+	default:
+		t.Fatalf("unknown backend %q", name)
+	}
+	e.shared = startLockd(t, bins, e.lineage(t))
+	return e
+}
+
+// fresh starts a lockd of the scenario's own on a fresh backend state.
+func (e *env) fresh(t *testing.T) *lockd {
+	t.Helper()
+	return startLockd(t, e.bins, e.lineage(t))
+}
+
+// result is one row of the table.
+type result struct {
+	scenario, backend, outcome, want string
+	failed                           bool // the subtest failed (an assertion, or the outcome)
+}
+
+// TestParity runs every scenario on every backend (backends in parallel,
+// scenarios of one backend in order) and prints the table once all are done.
+func TestParity(t *testing.T) {
+	for _, sc := range scenarios {
+		for b := range sc.override {
+			if sc.divergence == "" || !slices.Contains(backendNames, b) {
+				t.Fatalf("scenario %s overrides %q without naming a documented divergence", sc.name, b)
+			}
+		}
+	}
+	bins := build(t)
+	var (
+		mu      sync.Mutex
+		results []result
+	)
+	t.Cleanup(func() { // after the parallel backend subtests
+		mu.Lock()
+		defer mu.Unlock()
+		printTable(results)
+		checkCoverage(t, results)
+	})
+	for _, name := range backendNames {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, bins, name)
+			for _, sc := range scenarios {
+				want := sc.expect(name)
+				var outcome string
+				ran := t.Run(sc.name, func(t *testing.T) {
+					outcome = sc.run(t, e)
+					if outcome != want {
+						t.Errorf("outcome on %s:\n got: %s\nwant: %s", name, outcome, want)
+					}
+				})
+				if outcome == "" {
+					outcome = "(scenario failed before an outcome)"
+				}
+				mu.Lock()
+				results = append(results, result{sc.name, name, outcome, want, !ran})
+				mu.Unlock()
+			}
+		})
+	}
+}
+
+// checkCoverage fails the test if a scenario did not report on every
+// backend (for example because a backend's setup failed).
+func checkCoverage(t *testing.T, results []result) {
+	t.Helper()
+	if want := len(scenarios) * len(backendNames); len(results) != want {
+		t.Errorf("%d results; want %d (every scenario on every backend)", len(results), want)
+	}
+}
+
+// maxOutcomeWidth caps the padding of the outcome column.
+const maxOutcomeWidth = 110
+
+// printTable prints one row per scenario and backend, scenarios in suite
+// order and backends in backendNames order.
+func printTable(results []result) {
+	order := map[string]int{}
+	for i, sc := range scenarios {
+		order[sc.name] = i
+	}
+	slices.SortStableFunc(results, func(a, b result) int {
+		if d := order[a.scenario] - order[b.scenario]; d != 0 {
+			return d
+		}
+		return slices.Index(backendNames, a.backend) - slices.Index(backendNames, b.backend)
+	})
+	wScen, wBack, wOut := len("scenario"), len("backend"), len("outcome")
+	for _, r := range results {
+		wScen, wBack, wOut = max(wScen, len(r.scenario)), max(wBack, len(r.backend)), max(wOut, len(r.outcome))
+	}
+	wOut = min(wOut, maxOutcomeWidth) // longer outcomes push their ok column out
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nparity: %d scenarios x %d backends\n", len(scenarios), len(backendNames))
+	fmt.Fprintf(&b, "%-*s | %-*s | %-*s | ok\n", wScen, "scenario", wBack, "backend", wOut, "outcome")
+	fmt.Fprintf(&b, "%s-|-%s-|-%s-|---\n", strings.Repeat("-", wScen), strings.Repeat("-", wBack), strings.Repeat("-", wOut))
+	for _, r := range results {
+		ok := "ok"
+		switch {
+		case r.outcome != r.want:
+			ok = "FAIL (want: " + r.want + ")"
+		case r.failed:
+			ok = "FAIL (an assertion; see the log)"
+		}
+		fmt.Fprintf(&b, "%-*s | %-*s | %-*s | %s\n", wScen, r.scenario, wBack, r.backend, wOut, r.outcome, ok)
+	}
+	b.WriteString("intended divergences relied upon:\n")
+	for _, sc := range scenarios {
+		for _, name := range backendNames {
+			if _, ok := sc.override[name]; ok {
+				fmt.Fprintf(&b, "  %s on %s: %s\n", sc.name, name, sc.divergence)
+			}
+		}
+	}
+	fmt.Print(b.String())
+}
