@@ -156,7 +156,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // metrics) and "/healthz" (200 while serving, 503 once Shutdown began).
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}) // C4 metrics only: no handler self-metrics)
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})) // C4 metrics only: no handler self-metrics
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.ctx.Err() != nil {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
