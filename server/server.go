@@ -64,6 +64,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	grpc    *grpc.Server
 	health  *health.Server
+	bad     badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
 
 	// ctx ends when Shutdown begins; every background goroutine and every
 	// long-running handler (waits, streams) watches it.
@@ -124,6 +125,9 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
+		grpc.ChainUnaryInterceptor(s.unaryBadUTF8),
+		grpc.ChainStreamInterceptor(s.streamBadUTF8),
 		// Find dead client connections (a waiting Acquire of a client
 		// that vanished then ends, and its waiter leaves the queue).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+
+	"lock.dev/lockd/store"
+)
+
+// A request that does not decode — most often because a string field (a
+// key) is not valid UTF-8, which proto3 forbids — is answered by grpc-go with
+// Internal before any handler runs. It is the client's bad input, so it must
+// be InvalidArgument (C2 #ct2-keys): the server's codec lets such a request
+// through marked as bad, and the interceptors below answer it with
+// InvalidArgument before it reaches a handler. (Go clients cannot send such
+// requests; other clients can.)
+
+// badRequests marks request messages whose decoding failed. Entries live
+// from decoding until an interceptor checks them, which every decoded
+// request passes.
+type badRequests struct{ m sync.Map }
+
+// requestCodec is the standard proto codec, except that a request that does
+// not decode is marked bad instead of failing (see above).
+type requestCodec struct {
+	encoding.CodecV2
+	bad *badRequests
+}
+
+func newRequestCodec(bad *badRequests) requestCodec {
+	return requestCodec{CodecV2: encoding.GetCodecV2(proto.Name), bad: bad}
+}
+
+func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if err := c.CodecV2.Unmarshal(data, v); err != nil {
+		c.bad.m.Store(v, struct{}{})
+	}
+	return nil
+}
+
+func errBadUTF8() error {
+	return invalid("request", fmt.Errorf("%w: not a valid %s message (is every string field — key, prefix, session id, page token — valid UTF-8?)", store.ErrInvalidArgument, "protobuf"))
+}
+
+func (s *Server) unaryBadUTF8(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if _, bad := s.bad.m.LoadAndDelete(req); bad {
+		return nil, s.toStatus(ctx, info.FullMethod, errBadUTF8())
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) streamBadUTF8(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &checkedStream{ServerStream: ss, s: s, method: info.FullMethod})
+}
+
+// checkedStream answers a streamed request with invalid UTF-8 like the
+// unary interceptor does.
+type checkedStream struct {
+	grpc.ServerStream
+	s      *Server
+	method string
+}
+
+func (cs *checkedStream) RecvMsg(m any) error {
+	if err := cs.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if _, bad := cs.s.bad.m.LoadAndDelete(m); bad {
+		return cs.s.toStatus(cs.Context(), cs.method, errBadUTF8())
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package server_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"lock.dev/lockd/internal/lockdtest"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server"
+)
+
+// rawCodec sends pre-encoded bytes as they are, so a test can put bytes on
+// the wire that a Go client would refuse to encode; replies decode as proto.
+type rawCodec struct{ encoding.CodecV2 }
+
+func (rawCodec) Name() string { return "proto" }
+
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(*[]byte); ok {
+		return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
+// TestInvalidUTF8OnTheWire: a non-Go client can send a key that is not valid
+// UTF-8; it must get InvalidArgument naming the request, not Internal.
+func TestInvalidUTF8OnTheWire(t *testing.T) {
+	srv := lockdtest.StartBackend(t, server.BackendEtcd, lockdtest.Options{NoClient: true})
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{encoding.GetCodecV2(grpcproto.Name)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := testCtx(t, 30*time.Second)
+	bad := func(m proto.Message) *[]byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = bytes.Replace(b, []byte("PLACEHOLDER"), []byte("bad\xff\xfekeys!"), 1) // same length
+		return &b
+	}
+	for _, tc := range []struct {
+		method string
+		req    *[]byte
+		resp   proto.Message
+	}{
+		{"/lockd.v1.LockService/Inspect", bad(&lockdv1.InspectRequest{Key: "PLACEHOLDER"}), &lockdv1.InspectResponse{}},
+		{"/lockd.v1.LockService/Acquire", bad(&lockdv1.AcquireRequest{SessionId: "x", Key: "PLACEHOLDER"}), &lockdv1.AcquireResponse{}},
+		{"/lockd.v1.LockService/List", bad(&lockdv1.ListRequest{Prefix: "PLACEHOLDER"}), &lockdv1.ListResponse{}},
+	} {
+		err := conn.Invoke(ctx, tc.method, tc.req, tc.resp)
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || reason(err) != server.ReasonInvalidArgument {
+			t.Errorf("%s with invalid UTF-8: %v (reason %q), want InvalidArgument/%s", tc.method, err, reason(err), server.ReasonInvalidArgument)
+		}
+	}
+	// A streaming RPC too.
+	desc := &grpc.StreamDesc{StreamName: "Watch", ServerStreams: true}
+	cs, err := conn.NewStream(ctx, desc, "/lockd.v1.LockService/Watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(bad(&lockdv1.WatchRequest{Prefix: "PLACEHOLDER"})); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.CloseSend()
+	if err := cs.RecvMsg(&lockdv1.WatchResponse{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Watch with invalid UTF-8: %v, want InvalidArgument", err)
+	}
+}
