@@ -117,7 +117,7 @@ func TestDeadlineMath(t *testing.T) {
 			// real TTL; the Remaining values are set through faulty.
 			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
 				client.WithTTL(time.Minute)},
-			Wrap:          func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
 		ctx := testCtx(t, 60*time.Second)
 		margin := lockdtest.SafetyMargin
 		faulty.SetRemaining(2500 * time.Millisecond)
