@@ -66,3 +66,18 @@ check-generate: generate
 .PHONY: parity
 parity:
 	$(GO) test -race -count=1 -timeout 10m -run '^TestParity$$' -v ./test/parity/
+
+## chaos: the fault-injection suite of issue 6 in short mode (every scenario
+## and control, a few minutes; test/chaos). The checkers' own tests first.
+## chaos-long: every scenario for about DURATION in all (make chaos-long DURATION=30m).
+## See `go doc ./test/chaos` for the LOCKD_CHAOS_* settings.
+DURATION ?= 10m
+
+.PHONY: chaos chaos-long
+
+chaos:
+	$(GO) test -count=1 -timeout 5m ./test/chaos/history/ ./test/chaos/fenced/ ./test/chaos/check/ ./test/chaos/worker/ ./test/chaos/runner/
+	$(GO) test -count=1 -timeout 15m -v -run 'TestChaos' ./test/chaos/
+
+chaos-long:
+	LOCKD_CHAOS_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -v -run 'TestChaos' ./test/chaos/

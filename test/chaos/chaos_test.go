@@ -1,0 +1,141 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"lock.dev/lockd/test/chaos/runner"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Environment variables of the suite (package doc).
+const (
+	envDuration = "LOCKD_CHAOS_DURATION"
+	envParallel = "LOCKD_CHAOS_PARALLEL"
+	envDir      = "LOCKD_CHAOS_DIR"
+	envReport   = "LOCKD_CHAOS_REPORT"
+	envRace     = "LOCKD_CHAOS_RACE"
+	envSeed     = "LOCKD_CHAOS_SEED"
+)
+
+// minLongPhase is the least fault phase of a scenario in long mode.
+const minLongPhase = 20 * time.Second
+
+// TestChaos runs every scenario of runner.Suite (short mode by default) and
+// fails if a scenario finds a violation or a control finds none.
+func TestChaos(t *testing.T) {
+	specs := runner.Suite()
+	opts := runner.DefaultOptions()
+	parallel := 4
+	if v := os.Getenv(envParallel); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive integer", envParallel, v)
+		}
+		parallel = n
+	}
+	if v := os.Getenv(envSeed); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, v, err)
+		}
+		opts.Seed = n
+	}
+	if v := os.Getenv(envDuration); v != "" {
+		total, err := time.ParseDuration(v)
+		if err != nil || total <= 0 {
+			t.Fatalf("%s=%q: want a positive duration", envDuration, v)
+		}
+		// Each scenario's share of the run, its setup (about 10s) aside.
+		opts.Duration = max(total*time.Duration(parallel)/time.Duration(len(specs))-10*time.Second, minLongPhase)
+		opts.LinTimeout = 5 * time.Minute
+		t.Logf("long mode: %d scenarios, %d at a time, %v of faults each", len(specs), parallel, opts.Duration)
+	}
+
+	binDir := t.TempDir()
+	bins, err := runner.Build(context.Background(), binDir, os.Getenv(envRace) == "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := runner.NewEnv(bins)
+	t.Cleanup(func() {
+		if err := env.Close(); err != nil {
+			t.Errorf("close environment: %v", err)
+		}
+	})
+	keep := os.Getenv(envDir)
+
+	var (
+		mu      sync.Mutex
+		reports = map[string]*runner.Report{}
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, parallel)
+	)
+	for _, spec := range specs {
+		wg.Add(1)
+		go func() { // returns when the scenario's subtest has
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.Run(spec.Name, func(t *testing.T) {
+				dir := t.TempDir()
+				if keep != "" {
+					dir = filepath.Join(keep, spec.Name)
+					if err := os.RemoveAll(dir); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.MkdirAll(dir, 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				o := opts
+				o.Logf = t.Logf
+				rep, err := runner.Run(context.Background(), env, spec, o, dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				reports[spec.Name] = rep
+				mu.Unlock()
+				t.Logf("%s in %v:\n%s", spec.Name, rep.Wall.Round(time.Second), runner.Table([]*runner.Report{rep}))
+				if ok, why := rep.Verdict(); !ok {
+					t.Errorf("%s: %s\n%s", spec.Name, why, rep.Details())
+				}
+			})
+		}()
+	}
+	wg.Wait()
+
+	var ordered []*runner.Report
+	for _, spec := range specs {
+		if rep := reports[spec.Name]; rep != nil {
+			ordered = append(ordered, rep)
+		}
+	}
+	if len(ordered) == 0 {
+		return // every scenario filtered out by -run, or all failed to run
+	}
+	table := runner.Table(ordered) + runner.Totals(ordered)
+	fmt.Printf("\nchaos suite (%s):\n%s", mode(opts), table)
+	if path := os.Getenv(envReport); path != "" {
+		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+			t.Errorf("write %s: %v", path, err)
+		}
+	}
+}
+
+func mode(opts runner.Options) string {
+	if opts.Duration == 0 {
+		return "short mode"
+	}
+	return "long mode, " + opts.Duration.String() + " of faults per scenario"
+}

@@ -1,0 +1,46 @@
+// Package chaos is lockd's fault-injection suite (issue 6): real lockd,
+// etcd, PostgreSQL and client processes on loopback, faults injected one
+// bounded cycle at a time, and checkers run over what every process
+// recorded. It has no code of its own; its test runs the scenarios:
+//
+//	make chaos                      # short mode: every scenario, a few minutes
+//	make chaos-long DURATION=30m    # long mode: about DURATION in all
+//	go test ./test/chaos/ -run 'TestChaos/pause-pg' -v   # one scenario
+//
+// The pieces:
+//
+//   - history: every process's operation log and the shared run clock;
+//   - fenced: the fenced resource the workers write to with their tokens;
+//   - check: fenced safety, overlapping writers, linearizability
+//     (porcupine), no trusted overlap, token order, liveness;
+//   - worker and cmd/chaos-worker: the client process (lockd SDK);
+//   - cmd/chaos-etcd: an etcd member in its own process;
+//   - runner: builds the binaries, starts the processes, injects the
+//     faults (SIGSTOP, SIGKILL, a toxiproxy partition, PostgreSQL restarts,
+//     skewed SDK clocks, replica and etcd-leader kills), runs the checkers
+//     and prints one row per scenario.
+//
+// # Modes and settings
+//
+// The short mode is the default of `go test ./test/chaos/...`: every
+// scenario runs two fault cycles (one for the long partitions, three for
+// the receive-time control). Environment variables change it:
+//
+//	LOCKD_CHAOS_DURATION   long mode: the whole run's target wall time; each
+//	                       scenario injects faults for its share of it
+//	LOCKD_CHAOS_PARALLEL   scenarios run at once (default 4; they mostly wait)
+//	LOCKD_CHAOS_DIR        keep every scenario's logs and histories there
+//	LOCKD_CHAOS_REPORT     also write the table to this file
+//	LOCKD_CHAOS_RACE=1     build lockd and the workers with -race
+//	LOCKD_CHAOS_SEED       seed of the random choices (default 1)
+//
+// # Controls
+//
+// A checker that cannot fail proves nothing, so the suite also runs
+// controls that break a rule on purpose and pass only if the checker
+// catches it: the pause scenario with the fenced resource's token check off
+// (overlapping writers), a worker that trusts a grant for a full TTL from
+// the receipt of the reply and ignores Done (trusted overlap), and a worker
+// whose SDK clock runs at half speed, beyond what the safety margin absorbs
+// (trusted overlap).
+package chaos

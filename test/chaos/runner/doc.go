@@ -1,0 +1,44 @@
+// Package runner runs the chaos suite's scenarios (issue 6): it builds lockd
+// and the helper programs, starts real processes on loopback, injects one
+// kind of fault in bounded cycles, stops everything, and runs the checkers of
+// package check over what was recorded.
+//
+// # One scenario
+//
+// Run starts, in order: the fenced resource (in the harness process, token
+// check on except in the fencing-off control); the backend (lockd's embedded
+// etcd, a chaos-etcd process or three, or PostgreSQL: a database on a shared
+// server, or a server of its own for the restart faults); optionally a
+// toxiproxy v2.12.0 proxy between lockd and the backend; one lockd (two for
+// the replica fault); and Options.Workers chaos-worker processes contending
+// for Options.Keys fresh keys. Every process measures time against one run
+// epoch (package history). After a warm-up it runs the fault cycles
+// (Spec.Cycles, or Options.Duration in long mode), stops the workers with
+// SIGTERM (each finishes its grant and exits), stops the servers, and
+// evaluates.
+//
+// Faults aimed at a holder land between its two writes: the harness arms a
+// trigger on the workers' state lines (package worker) and sends the signal
+// from the reader of the line that fired it, within milliseconds. Before
+// each SIGKILL of a worker the harness records a crash op in its own
+// history file; every pause longer than the TTL is passed to the liveness
+// checker as a death. A worker incarnation killed is replaced by a new one
+// with a new process id.
+//
+// # Verdicts
+//
+// A scenario passes when the fenced resource accepted no stale write, no
+// two grants interleaved their writes, the lock history is linearizable, no
+// two workers trusted one key at once, tokens increased, and every waiter
+// got a dead holder's key within TTL + reaper interval + slack. A control
+// (Spec.Control) passes only when its checker found the violation it was
+// built to provoke. Table renders one row per scenario; Totals sums the real
+// scenarios per backend family.
+//
+// # Processes
+//
+// Every child gets Pdeathsig SIGKILL, so a harness that dies takes its
+// children along, and none of the harness's LOCKD_* environment (lockd
+// refuses unknown LOCKD_ variables). PostgreSQL runs as "nobody" when the
+// harness runs as root. Logs go to the scenario's directory.
+package runner

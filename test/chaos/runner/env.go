@@ -1,0 +1,131 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Binaries are the programs a run starts, built once per suite.
+type Binaries struct {
+	Lockd  string // cmd/lockd
+	Worker string // test/chaos/cmd/chaos-worker
+	Etcd   string // test/chaos/cmd/chaos-etcd
+}
+
+// Build builds lockd, the worker and the etcd member into dir with the go
+// command (go build -o dir), from the module that contains the working
+// directory. race adds -race.
+func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build: go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if root == "." || root == "" {
+		return Binaries{}, errors.New("build: not inside the lockd module")
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/lockd", "./test/chaos/cmd/chaos-worker", "./test/chaos/cmd/chaos-etcd")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return Binaries{
+		Lockd:  filepath.Join(dir, "lockd"),
+		Worker: filepath.Join(dir, "chaos-worker"),
+		Etcd:   filepath.Join(dir, "chaos-etcd"),
+	}, nil
+}
+
+// Env is what the scenarios of one suite share: the binaries and, started
+// on first use, PostgreSQL (a template data directory, and one server on
+// which the scenarios that do not restart it get a database each). Its
+// methods are safe for concurrent use.
+type Env struct {
+	bins Binaries
+
+	pgOnce   sync.Once
+	pg       *pgEnv
+	pgShared *pgServer
+	pgErr    error
+
+	mu  sync.Mutex
+	dbs int
+}
+
+// NewEnv returns an environment running bins.
+func NewEnv(bins Binaries) *Env { return &Env{bins: bins} }
+
+func (e *Env) pgStart() error {
+	e.pgOnce.Do(func() {
+		e.pg, e.pgErr = preparePG()
+		if e.pgErr != nil {
+			return
+		}
+		e.pgShared, e.pgErr = e.pg.newServer("shared")
+	})
+	return e.pgErr
+}
+
+// sharedDB creates a fresh database on the shared server and returns the
+// server and the database name.
+func (e *Env) sharedDB() (*pgServer, string, error) {
+	if err := e.pgStart(); err != nil {
+		return nil, "", err
+	}
+	e.mu.Lock()
+	e.dbs++
+	name := fmt.Sprintf("chaos%d", e.dbs)
+	e.mu.Unlock()
+	if err := e.pgShared.createDB(name); err != nil {
+		return nil, "", err
+	}
+	return e.pgShared, name, nil
+}
+
+// privatePG starts a server of the caller's own (stopped by the caller)
+// with a database "chaos".
+func (e *Env) privatePG(name string) (*pgServer, string, error) {
+	if err := e.pgStart(); err != nil {
+		return nil, "", err
+	}
+	s, err := e.pg.newServer(name)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.createDB("chaos"); err != nil {
+		return nil, "", errors.Join(err, s.stop())
+	}
+	return s, "chaos", nil
+}
+
+// Close stops the shared PostgreSQL server and removes every server's
+// files.
+func (e *Env) Close() error {
+	var errs []error
+	if e.pgShared != nil {
+		errs = append(errs, e.pgShared.stop())
+	}
+	if e.pg != nil {
+		errs = append(errs, e.pg.close())
+	}
+	return errors.Join(errs...)
+}
+
+// ensureDir creates dir.
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// etcdReadyTimeout bounds an etcd member's start.
+const etcdReadyTimeout = 60 * time.Second
+
+// etcdNode is one chaos-etcd process: restartable on its URLs and data
+// directory.
+type etcdNode struct {
+	name      string
+	bin       string
+	dir       string
+	clientURL string
+	peerURL   string
+	cluster   string // initial cluster, NAME=PEERURL,...
+
+	mu    sync.Mutex
+	p     *process
+	start int
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// newEtcdNodes prepares n members of one cluster (not started).
+func newEtcdNodes(bin, dir string, n int) ([]*etcdNode, error) {
+	nodes := make([]*etcdNode, n)
+	var peers []string
+	for i := range nodes {
+		cp, err1 := freePort()
+		pp, err2 := freePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("etcd ports: %w", err)
+		}
+		nodes[i] = &etcdNode{
+			name:      fmt.Sprintf("etcd%d", i),
+			bin:       bin,
+			dir:       dir,
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", cp),
+			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
+		}
+		peers = append(peers, nodes[i].name+"="+nodes[i].peerURL)
+	}
+	for _, nd := range nodes {
+		nd.cluster = strings.Join(peers, ",")
+	}
+	return nodes, nil
+}
+
+// startEtcd starts every member and waits until all serve.
+func startEtcd(bin, dir string, n int) ([]*etcdNode, error) {
+	nodes, err := newEtcdNodes(bin, dir, n)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() { // a cluster's members become ready together
+			defer wg.Done()
+			errs[i] = nd.launch()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, nd := range nodes {
+			if p := nd.proc(); p != nil {
+				p.kill()
+			}
+		}
+		return nil, err
+	}
+	return nodes, nil
+}
+
+func (e *etcdNode) launch() error {
+	e.mu.Lock()
+	e.start++
+	n := e.start
+	e.mu.Unlock()
+	ready := make(chan struct{}, 1)
+	onLine := func(line string) {
+		if strings.HasPrefix(line, "etcd serving ") {
+			select {
+			case ready <- struct{}{}:
+			default:
+			}
+		}
+	}
+	args := []string{
+		"-name", e.name,
+		"-data-dir", filepath.Join(e.dir, e.name+"-data"),
+		"-client-url", e.clientURL,
+		"-peer-url", e.peerURL,
+		"-initial-cluster", e.cluster,
+		"-tick-ms", "100",
+		"-election-ms", "1000",
+	}
+	p, err := startProcess(fmt.Sprintf("%s.%d", e.name, n), e.bin, args, nil, nil,
+		filepath.Join(e.dir, e.name+".log"), onLine)
+	if err != nil {
+		return err
+	}
+	if _, err := waitLine(p, ready, etcdReadyTimeout); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.p = p
+	e.mu.Unlock()
+	return nil
+}
+
+func (e *etcdNode) proc() *process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.p
+}
+
+// kill SIGKILLs the member.
+func (e *etcdNode) kill() { e.proc().kill() }
+
+// restart starts the member again on its URLs and data directory.
+func (e *etcdNode) restart() error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = e.launch(); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("restart %s: %w", e.name, err)
+}
+
+// stop shuts the member down; an error if it had died on its own.
+func (e *etcdNode) stop() error {
+	p := e.proc()
+	if p.done() {
+		return p.failure()
+	}
+	if p.stop(30 * time.Second) {
+		return fmt.Errorf("%s did not stop within 30s of SIGTERM; killed it", p.name)
+	}
+	return nil
+}
+
+// endpoints returns the client URLs of nodes.
+func endpoints(nodes []*etcdNode) []string {
+	var eps []string
+	for _, nd := range nodes {
+		eps = append(eps, nd.clientURL)
+	}
+	return eps
+}
+
+// etcdLeader returns the member that leads the cluster now, asking each
+// member in turn.
+func etcdLeader(ctx context.Context, nodes []*etcdNode) (*etcdNode, error) {
+	var errs []error
+	for _, nd := range nodes {
+		if nd.proc().done() {
+			continue
+		}
+		id, leader, err := memberStatus(ctx, nd.clientURL)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if leader == 0 {
+			continue
+		}
+		if id == leader {
+			return nd, nil
+		}
+	}
+	return nil, fmt.Errorf("no etcd leader found: %w", errors.Join(errs...))
+}
+
+func memberStatus(ctx context.Context, ep string) (id, leader uint64, err error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := cli.Status(sctx, ep)
+	if err != nil {
+		return 0, 0, fmt.Errorf("status of %s: %w", ep, err)
+	}
+	return st.Header.GetMemberId(), st.Leader, nil
+}

@@ -1,0 +1,144 @@
+package runner
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// lockdReadyTimeout bounds a lockd start (the embedded backend starts etcd
+// first).
+const lockdReadyTimeout = 60 * time.Second
+
+// lockdConfig is what a lockd process is started with.
+type lockdConfig struct {
+	name    string // e.g. lockd0
+	bin     string
+	dir     string // logs; the embedded backend's data dir lives below
+	backend string // embedded, etcd or pg
+	ttl     time.Duration
+	margin  time.Duration
+	reaper  time.Duration
+	etcd    []string // endpoints (backend etcd)
+	prefix  string   // etcd prefix
+	pgDSN   string
+}
+
+// lockdProc is one lockd server (`lockd serve`): restartable on the same
+// gRPC address, with the same data directory.
+type lockdProc struct {
+	cfg lockdConfig
+
+	mu    sync.Mutex
+	addr  string // fixed after the first start
+	p     *process
+	start int // incarnations started
+}
+
+func (c lockdConfig) args(listen string) []string {
+	args := []string{"serve",
+		"--backend", c.backend,
+		"--listen", listen,
+		"--metrics-listen", "off",
+		"--session-ttl", c.ttl.String(),
+		"--safety-margin", c.margin.String(),
+	}
+	switch c.backend {
+	case "embedded":
+		args = append(args, "--data-dir", filepath.Join(c.dir, c.name+"-data"))
+	case "etcd":
+		args = append(args, "--etcd-endpoints", strings.Join(c.etcd, ","), "--etcd-prefix", c.prefix)
+	case "pg":
+		args = append(args, "--pg-dsn", c.pgDSN, "--pg-reaper-interval", c.reaper.String())
+	}
+	return args
+}
+
+// startLockd starts a lockd on a kernel-chosen port.
+func startLockd(cfg lockdConfig) (*lockdProc, error) {
+	l := &lockdProc{cfg: cfg}
+	if err := l.launch("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *lockdProc) launch(listen string) error {
+	l.mu.Lock()
+	l.start++
+	n := l.start
+	l.mu.Unlock()
+	ready := make(chan string, 1)
+	onLine := func(line string) {
+		// lockd serving grpc=HOST:PORT metrics=... backend=...
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "lockd" && f[1] == "serving" &&
+			strings.HasPrefix(f[2], "grpc=") {
+			select {
+			case ready <- strings.TrimPrefix(f[2], "grpc="):
+			default:
+			}
+		}
+	}
+	name := fmt.Sprintf("%s.%d", l.cfg.name, n)
+	p, err := startProcess(name, l.cfg.bin, l.cfg.args(listen), nil, nil,
+		filepath.Join(l.cfg.dir, l.cfg.name+".log"), onLine)
+	if err != nil {
+		return err
+	}
+	addr, err := waitLine(p, ready, lockdReadyTimeout)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.p, l.addr = p, addr
+	l.mu.Unlock()
+	return nil
+}
+
+// Addr returns the gRPC address.
+func (l *lockdProc) Addr() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addr
+}
+
+func (l *lockdProc) proc() *process {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p
+}
+
+// kill SIGKILLs the server and waits for it to exit.
+func (l *lockdProc) kill() { l.proc().kill() }
+
+// restart starts the server again on its address, retrying while the port
+// is still being released.
+func (l *lockdProc) restart() error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = l.launch(l.Addr()); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("restart %s: %w", l.cfg.name, err)
+}
+
+// alive reports whether the current incarnation runs.
+func (l *lockdProc) alive() bool { return !l.proc().done() }
+
+// stop shuts the server down (SIGTERM), killing it after a timeout. It
+// returns an error when the server had already exited: the harness restarts
+// every server it kills, so that one died on its own.
+func (l *lockdProc) stop() error {
+	p := l.proc()
+	if p.done() {
+		return p.failure()
+	}
+	if p.stop(40 * time.Second) {
+		return fmt.Errorf("%s did not stop within 40s of SIGTERM; killed it", p.name)
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package runner
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"lock.dev/lockd/test/chaos/check"
+	"lock.dev/lockd/test/chaos/history"
+)
+
+// Report is what one scenario recorded and what the checkers found.
+type Report struct {
+	Spec Spec
+	// Acquisitions counts granted acquires (OK), Writes the writes the
+	// fenced resource accepted, Rejected those its token check refused.
+	Acquisitions, Writes, Rejected int
+	// Faults counts the faults injected.
+	Faults int
+	// The checkers' results.
+	Fenced, Overlapping, Linearizable, Trusted, Tokens check.Result
+	Liveness                                           check.LivenessResult
+	// ReleaseP99 and ReleaseMax are over the Release calls that succeeded
+	// (send to reply).
+	ReleaseP99, ReleaseMax time.Duration
+	// Problems are harness observations that fail a scenario (a worker
+	// that had to be killed at the end).
+	Problems []string
+	// Wall is the scenario's wall time, setup and checks included.
+	Wall time.Duration
+}
+
+// evaluate reads what the run recorded and runs every checker.
+func (r *run) evaluate() (*Report, error) {
+	h, err := history.ReadDir(r.histDir, "*.jsonl")
+	if err != nil {
+		return nil, fmt.Errorf("read histories: %w", err)
+	}
+	writes := r.fenced.Writes()
+	rep := &Report{Spec: r.spec, Writes: len(writes), Rejected: r.fenced.Rejected(), Faults: r.faults,
+		Problems: r.problems}
+	var rel []time.Duration
+	for _, op := range h {
+		switch {
+		case op.Kind == history.Acquire && op.Outcome == history.OK:
+			rep.Acquisitions++
+		case op.Kind == history.Release && op.Outcome == history.OK:
+			rel = append(rel, time.Duration(op.Complete-op.Invoke))
+		}
+	}
+	slices.Sort(rel)
+	if n := len(rel); n > 0 {
+		rep.ReleaseP99, rep.ReleaseMax = rel[max((99*n+99)/100, 1)-1], rel[n-1]
+	}
+	rep.Fenced = check.FencedSafety(writes)
+	rep.Overlapping = check.OverlappingWriters(writes)
+	rep.Linearizable = check.Linearizable(h, check.LinOptions{Timeout: r.opts.LinTimeout,
+		VisualizeDir: r.dir})
+	rep.Trusted = check.NoTrustedOverlap(h)
+	rep.Tokens = check.TokensIncrease(h)
+	deaths := append(append([]check.Death(nil), r.deaths...), check.DeathsOf(h)...)
+	rep.Liveness = check.Liveness(check.HandOvers(h, deaths), check.LivenessBound(r.opts.TTL,
+		r.reaperBound(), r.opts.LivenessSlack))
+	return rep, nil
+}
+
+// reaperBound is the "reaper interval" of the liveness bound: how late
+// after a session's expiry its locks are freed. lockd's silence closer frees
+// them at once; the backend's own expiry (etcd checks leases every 500ms,
+// PostgreSQL's reaper runs every Options.Reaper) is the later one.
+func (r *run) reaperBound() time.Duration {
+	if r.spec.Backend == PG {
+		return r.opts.Reaper
+	}
+	return 500 * time.Millisecond
+}
+
+// Verdict says whether the scenario passed. A real scenario passes when
+// every checker found nothing and decided; a control passes when its
+// checker found the violation it must find.
+func (rep *Report) Verdict() (ok bool, why string) {
+	if len(rep.Problems) > 0 {
+		return false, "harness: " + strings.Join(rep.Problems, "; ")
+	}
+	if rep.Acquisitions == 0 {
+		return false, "no acquisitions"
+	}
+	switch rep.Spec.Control {
+	case FencingOff:
+		if rep.Overlapping.Violations == 0 {
+			return false, "control did not fail: no overlapping writers with the token check off"
+		}
+		return true, "control failed as it must"
+	case ReceiveTTL, SlowClock:
+		if rep.Trusted.Violations == 0 {
+			return false, "control did not fail: no trusted overlap"
+		}
+		return true, "control failed as it must"
+	}
+	var bad []string
+	for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
+		rep.Liveness.Result} {
+		if !res.OK() {
+			bad = append(bad, res.Checker)
+		}
+	}
+	if rep.Faults == 0 {
+		bad = append(bad, "no fault injected")
+	}
+	if len(bad) > 0 {
+		return false, "failed: " + strings.Join(bad, ", ")
+	}
+	return true, "pass"
+}
+
+// Details renders every checker's result, for logs.
+func (rep *Report) Details() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d refused by the token check\n", rep.Writes, rep.Rejected)
+	for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens} {
+		b.WriteString(res.String())
+		b.WriteByte('\n')
+	}
+	b.WriteString(rep.Liveness.String())
+	return b.String()
+}
+
+// viol renders a violation count ("?" when the checker could not decide).
+func viol(res check.Result) string {
+	if res.Inconclusive {
+		return fmt.Sprintf("%d?", res.Violations)
+	}
+	return fmt.Sprint(res.Violations)
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
+}
+
+// Table renders one row per report: the scenario, its backend and fault,
+// acquisitions, faults injected, violations per checker (fenced safety,
+// overlapping writers, linearizability, trusted overlap, token order,
+// liveness), the hand-over delay after a holder's death (p50/p99/max, ms),
+// the Release latency (p99/max, ms) and the verdict.
+func Table(reps []*Report) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tbackend\tfault\tacq\tfaults\tstale\toverlap-w\tlin\ttrusted-ovl\ttokens\tliveness\thandover p50/p99/max ms\trelease p99/max ms\tverdict")
+	for _, rep := range reps {
+		ok, why := rep.Verdict()
+		verdict := "PASS"
+		if !ok {
+			verdict = "FAIL: " + why
+		} else if rep.Spec.Control != NoControl {
+			verdict = "PASS (control " + string(rep.Spec.Control) + " caught)"
+		}
+		handover := "-"
+		if lr := rep.Liveness; lr.Granted > 0 {
+			handover = fmt.Sprintf("%s/%s/%s", ms(lr.P50), ms(lr.P99), ms(lr.Max))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\n",
+			rep.Spec.Name, rep.Spec.Backend, rep.Spec.Fault, rep.Acquisitions, rep.Faults,
+			viol(rep.Fenced), viol(rep.Overlapping), viol(rep.Linearizable), viol(rep.Trusted), viol(rep.Tokens),
+			viol(rep.Liveness.Result), handover, ms(rep.ReleaseP99), ms(rep.ReleaseMax), verdict)
+	}
+	_ = tw.Flush()
+	return b.String()
+}
+
+// family groups backends for the totals: every etcd flavour is etcd.
+func family(b Backend) string {
+	if b == PG {
+		return "pg"
+	}
+	return "etcd"
+}
+
+// Totals renders, per backend family, the acquisitions and faults of the
+// real scenarios (controls aside) and their violations over all checkers.
+func Totals(reps []*Report) string {
+	type sum struct{ acq, faults, viol, scen int }
+	sums := map[string]*sum{}
+	var fams []string
+	for _, rep := range reps {
+		if rep.Spec.Control != NoControl {
+			continue
+		}
+		f := family(rep.Spec.Backend)
+		s := sums[f]
+		if s == nil {
+			s = &sum{}
+			sums[f] = s
+			fams = append(fams, f)
+		}
+		s.scen++
+		s.acq += rep.Acquisitions
+		s.faults += rep.Faults
+		for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
+			rep.Liveness.Result} {
+			s.viol += res.Violations
+		}
+	}
+	slices.Sort(fams)
+	var b strings.Builder
+	for _, f := range fams {
+		s := sums[f]
+		fmt.Fprintf(&b, "total %s: %d scenarios, %d fenced acquisitions, %d faults, %d violations\n",
+			f, s.scen, s.acq, s.faults, s.viol)
+	}
+	return b.String()
+}

@@ -1,0 +1,708 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"lock.dev/lockd/test/chaos/check"
+	"lock.dev/lockd/test/chaos/fenced"
+	"lock.dev/lockd/test/chaos/history"
+	"lock.dev/lockd/test/chaos/worker"
+)
+
+// Backend is where a scenario's lockd keeps its state.
+type Backend string
+
+// Backends.
+const (
+	// Embedded: `lockd serve --backend embedded`, etcd inside the lockd
+	// process (killing lockd kills its etcd too).
+	Embedded Backend = "embedded"
+	// Etcd: one chaos-etcd process; lockd reaches it through the proxy
+	// when the scenario cuts the link.
+	Etcd Backend = "etcd"
+	// EtcdCluster: three chaos-etcd processes.
+	EtcdCluster Backend = "etcd-3"
+	// PG: PostgreSQL from the local binaries (the shared server with a
+	// database of the scenario's own, or a private server for restarts).
+	PG Backend = "pg"
+)
+
+// Fault is what a scenario does to the system, one bounded cycle at a time.
+type Fault string
+
+// Faults.
+const (
+	// PauseHolder SIGSTOPs a holder between its two writes for twice the
+	// TTL, then SIGCONTs it.
+	PauseHolder Fault = "pause-holder"
+	// KillHolder SIGKILLs a holder between its two writes and starts a new
+	// incarnation of the worker.
+	KillHolder Fault = "kill-holder"
+	// KillLockd SIGKILLs lockd right after a worker sent an acquire, then
+	// restarts it on the same address (and data directory).
+	KillLockd Fault = "kill-lockd"
+	// PartitionShort cuts lockd from its backend for half the TTL.
+	PartitionShort Fault = "partition-0.5ttl"
+	// PartitionLong cuts lockd from its backend for three TTLs.
+	PartitionLong Fault = "partition-3ttl"
+	// PGRestartFast restarts PostgreSQL with a fast shutdown.
+	PGRestartFast Fault = "pg-restart-fast"
+	// PGRestartImmediate restarts PostgreSQL with an immediate shutdown
+	// (crash recovery).
+	PGRestartImmediate Fault = "pg-restart-immediate"
+	// ClockSkew runs workers 0 and 1 on fast (×1.5) and slow (×0.85) SDK
+	// clocks and pauses them while they hold.
+	ClockSkew Fault = "clock-skew"
+	// ReplicaDeath runs two lockd replicas on one backend, workers spread
+	// over both, and SIGKILLs one (alternately) while its clients' sessions
+	// are live, restarting it two TTLs later.
+	ReplicaDeath Fault = "replica-death"
+	// LeaderKill SIGKILLs the leader of the three-member etcd cluster and
+	// restarts it.
+	LeaderKill Fault = "etcd-leader-kill"
+)
+
+// Control names a run that breaks a rule on purpose and must be caught.
+type Control string
+
+// Controls.
+const (
+	// NoControl: a real scenario; every checker must find 0 violations.
+	NoControl Control = ""
+	// FencingOff turns the fenced resource's token check off under
+	// PauseHolder: check.OverlappingWriters must find overlapping writers.
+	FencingOff Control = "fencing-off"
+	// ReceiveTTL makes worker 0 trust each grant for a full TTL from the
+	// receipt of the acquire reply, ignoring Done, and pauses it while it
+	// holds: check.NoTrustedOverlap must find overlaps.
+	ReceiveTTL Control = "receive-ttl"
+	// SlowClock runs worker 0 on an SDK clock at half speed, beyond what
+	// the safety margin absorbs, and pauses it while it holds:
+	// check.NoTrustedOverlap must find overlaps.
+	SlowClock Control = "slow-clock"
+)
+
+// Spec is one scenario.
+type Spec struct {
+	Name    string
+	Backend Backend
+	Fault   Fault
+	Control Control
+	// Cycles is how many fault cycles the short mode runs (default 2).
+	Cycles int
+}
+
+// Options are the settings every scenario of a suite shares.
+type Options struct {
+	// TTL and Margin are lockd's session TTL and safety margin.
+	TTL, Margin time.Duration
+	// Reaper is the PostgreSQL reaper interval.
+	Reaper time.Duration
+	// Workers and Keys: how many worker processes contend for how many
+	// keys.
+	Workers, Keys int
+	// HoldMin and HoldMax bound the time between a grant's two writes.
+	HoldMin, HoldMax time.Duration
+	// Duration is the fault phase of each scenario in long mode; 0 is the
+	// short mode (Spec.Cycles cycles).
+	Duration time.Duration
+	// LivenessSlack is the slack of check.LivenessBound.
+	LivenessSlack time.Duration
+	// LinTimeout bounds the linearizability search per key.
+	LinTimeout time.Duration
+	// Seed seeds the random choices of the harness and the workers.
+	Seed uint64
+	// Logf, if set, receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+// DefaultOptions are the short-mode settings: the shortest TTL lockd
+// allows, so that the faults that wait for expiry are quick.
+func DefaultOptions() Options {
+	return Options{
+		TTL:           2 * time.Second,
+		Margin:        500 * time.Millisecond,
+		Reaper:        200 * time.Millisecond,
+		Workers:       4,
+		Keys:          2,
+		HoldMin:       20 * time.Millisecond,
+		HoldMax:       80 * time.Millisecond,
+		LivenessSlack: 1500 * time.Millisecond,
+		LinTimeout:    check.DefaultLinTimeout,
+		Seed:          1,
+	}
+}
+
+// run is one scenario in progress.
+type run struct {
+	spec    Spec
+	opts    Options
+	env     *Env
+	dir     string
+	histDir string
+	clock   *history.Clock
+	hrec    *history.Recorder // the harness's own history: crash ops
+	fenced  *fenced.Server
+	rng     *rand.Rand
+	seed    uint64
+	keys    []string
+
+	etcd   []*etcdNode
+	pg     *pgServer
+	db     string // the run's database on pg
+	pgOwn  bool   // pg is private to this run
+	proxy  *proxy
+	lockds []*lockdProc
+
+	workerSpecs []workerSpec
+
+	mu       sync.Mutex
+	workers  []*workerProc // current incarnation per slot
+	incarn   []int
+	deaths   []check.Death // pauses past the TTL (crashes come from the history)
+	faults   int
+	problems []string
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.opts.Logf != nil {
+		r.opts.Logf("%s: "+format, append([]any{r.spec.Name}, args...)...)
+	}
+}
+
+func (r *run) problem(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run runs one scenario in dir (which must exist and be empty) and checks
+// what it recorded. An error means the scenario could not be run; a
+// Report with a failing Verdict means it ran and something is wrong.
+func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (rep *Report, err error) {
+	if spec.Cycles == 0 {
+		spec.Cycles = 2
+	}
+	start := time.Now()
+	epoch := time.Now()
+	r := &run{
+		spec:    spec,
+		opts:    opts,
+		env:     env,
+		dir:     dir,
+		histDir: filepath.Join(dir, "history"),
+		clock:   history.NewClock(epoch),
+		rng:     rand.New(rand.NewPCG(opts.Seed, uint64(len(spec.Name))<<32|uint64(epoch.UnixNano()&0xffffffff))),
+		seed:    opts.Seed,
+	}
+	for i := range opts.Keys {
+		r.keys = append(r.keys, fmt.Sprintf("chaos/%s/k%d", spec.Name, i))
+	}
+	if err := ensureDir(r.histDir); err != nil {
+		return nil, err
+	}
+	r.hrec, err = history.Create(filepath.Join(r.histDir, "harness.jsonl"), "harness", r.clock)
+	if err != nil {
+		return nil, err
+	}
+	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: spec.Control != FencingOff, Clock: r.clock})
+	if err != nil {
+		return nil, errors.Join(err, r.hrec.Close())
+	}
+
+	runErr := r.execute(ctx)
+	stopErr := r.teardown()
+	if err := errors.Join(runErr, stopErr); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w (logs in %s)", spec.Name, err, dir)
+	}
+	rep, err = r.evaluate()
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", spec.Name, err)
+	}
+	rep.Wall = time.Since(start)
+	return rep, nil
+}
+
+// execute starts the system, runs the fault cycles and stops the workers.
+func (r *run) execute(ctx context.Context) error {
+	if err := r.startBackend(); err != nil {
+		return err
+	}
+	if err := r.startLockd(); err != nil {
+		return err
+	}
+	r.planWorkers()
+	for slot := range r.workerSpecs {
+		w, err := r.startWorker(slot, 1)
+		if err != nil {
+			return err
+		}
+		r.workers = append(r.workers, w)
+		r.incarn = append(r.incarn, 1)
+	}
+	r.logf("started: lockd %v, %d workers on %v", r.lockdAddrs(), len(r.workers), r.keys)
+	if err := sleep(ctx, time.Second); err != nil { // warm up: sessions open, queues form
+		return err
+	}
+	if err := r.faultPhase(ctx); err != nil {
+		return err
+	}
+	if err := sleep(ctx, 500*time.Millisecond); err != nil {
+		return err
+	}
+	return r.stopWorkers()
+}
+
+// faultPhase runs fault cycles: Spec.Cycles in short mode, for
+// Options.Duration in long mode, with a random quiet gap between cycles.
+func (r *run) faultPhase(ctx context.Context) error {
+	end := time.Now().Add(r.opts.Duration)
+	for i := 0; ; i++ {
+		if r.opts.Duration == 0 && i >= r.spec.Cycles {
+			return nil
+		}
+		if r.opts.Duration > 0 && time.Now().After(end) {
+			return nil
+		}
+		if err := r.checkAlive(); err != nil {
+			return err
+		}
+		if err := r.cycle(ctx, i); err != nil {
+			return fmt.Errorf("fault cycle %d: %w", i+1, err)
+		}
+		if r.opts.Duration > 0 {
+			if err := sleep(ctx, time.Duration(r.rng.Int64N(int64(1500*time.Millisecond)))); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// checkAlive reports a worker that exited without being killed.
+func (r *run) checkAlive() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.workers {
+		if w.p.done() && !w.wasKilled() {
+			return fmt.Errorf("worker %s died on its own: %w", w.proc, w.p.failure())
+		}
+	}
+	return nil
+}
+
+func (r *run) lockdAddrs() []string {
+	var a []string
+	for _, l := range r.lockds {
+		a = append(a, l.Addr())
+	}
+	return a
+}
+
+// partitioned reports whether the scenario puts a proxy between lockd and
+// its backend.
+func (r *run) partitioned() bool {
+	return r.spec.Fault == PartitionShort || r.spec.Fault == PartitionLong
+}
+
+func (r *run) startBackend() error {
+	switch r.spec.Backend {
+	case Embedded:
+		return nil
+	case Etcd, EtcdCluster:
+		n := 1
+		if r.spec.Backend == EtcdCluster {
+			n = 3
+		}
+		nodes, err := startEtcd(r.env.bins.Etcd, r.dir, n)
+		if err != nil {
+			return err
+		}
+		r.etcd = nodes
+		if r.partitioned() {
+			u, err := url.Parse(nodes[0].clientURL)
+			if err != nil {
+				return err
+			}
+			if r.proxy, err = newProxy(r.spec.Name, u.Host); err != nil {
+				return err
+			}
+		}
+		return nil
+	case PG:
+		var err error
+		if r.spec.Fault == PGRestartFast || r.spec.Fault == PGRestartImmediate {
+			r.pg, r.db, err = r.env.privatePG(r.spec.Name)
+			r.pgOwn = err == nil
+		} else {
+			r.pg, r.db, err = r.env.sharedDB()
+		}
+		if err != nil {
+			return err
+		}
+		if r.partitioned() {
+			if r.proxy, err = newProxy(r.spec.Name, r.pg.addr()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown backend %q", r.spec.Backend)
+}
+
+// pgDSN is the DSN lockd uses: through the proxy when there is one.
+func (r *run) pgDSN(db string) string {
+	host := r.pg.addr()
+	if r.proxy != nil {
+		host = r.proxy.addr()
+	}
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", host, db)
+}
+
+func (r *run) startLockd() error {
+	replicas := 1
+	if r.spec.Fault == ReplicaDeath {
+		replicas = 2
+	}
+	cfg := lockdConfig{
+		bin:     r.env.bins.Lockd,
+		dir:     r.dir,
+		backend: string(r.spec.Backend),
+		ttl:     r.opts.TTL,
+		margin:  r.opts.Margin,
+		reaper:  r.opts.Reaper,
+		prefix:  "/chaos/",
+	}
+	switch r.spec.Backend {
+	case Etcd, EtcdCluster:
+		cfg.backend = "etcd"
+		cfg.etcd = endpoints(r.etcd)
+		if r.proxy != nil {
+			cfg.etcd = []string{"http://" + r.proxy.addr()}
+		}
+	case PG:
+		cfg.pgDSN = r.pgDSN(r.db)
+	}
+	for i := range replicas {
+		c := cfg
+		c.name = fmt.Sprintf("lockd%d", i)
+		l, err := startLockd(c)
+		if err != nil {
+			return err
+		}
+		r.lockds = append(r.lockds, l)
+	}
+	return nil
+}
+
+// planWorkers decides what every worker slot runs.
+func (r *run) planWorkers() {
+	addrs := r.lockdAddrs()
+	for slot := range r.opts.Workers {
+		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK}
+		for i := range addrs { // spread the workers over the replicas
+			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
+		}
+		switch {
+		case r.spec.Fault == ClockSkew && slot == 0:
+			ws.clockScale = 1.5
+		case r.spec.Fault == ClockSkew && slot == 1:
+			ws.clockScale = 0.85
+		case r.spec.Control == ReceiveTTL && slot == 0:
+			ws.trust = worker.TrustReceiveTTL
+			// The longest interval lockd allows (TTL − 2×margin): a long
+			// quiet stretch after each heartbeat (worker package doc).
+			ws.heartbeatInterval = r.opts.TTL - 2*r.opts.Margin
+		case r.spec.Control == SlowClock && slot == 0:
+			ws.clockScale = 0.5
+		}
+		r.workerSpecs = append(r.workerSpecs, ws)
+	}
+}
+
+// targets reports which workers a pause or kill may hit.
+func (r *run) targets(w *workerProc) bool {
+	switch {
+	case r.spec.Fault == ClockSkew:
+		return w.slot == 0 || w.slot == 1
+	case r.spec.Control == ReceiveTTL, r.spec.Control == SlowClock:
+		return w.slot == 0
+	}
+	return true
+}
+
+// onNext arms a trigger on every current worker that filter accepts and
+// waits until one prints a line in state on ("wait", or "hold" for a
+// pausable hold); action runs in that worker's reader at once.
+func (r *run) onNext(ctx context.Context, on string, filter func(*workerProc) bool, action func(*workerProc)) (*workerProc, error) {
+	tr := &trigger{on: on, fired: make(chan *workerProc, 1), action: action}
+	r.mu.Lock()
+	armed := append([]*workerProc(nil), r.workers...)
+	r.mu.Unlock()
+	n := 0
+	for _, w := range armed {
+		if filter(w) && !w.p.done() && !w.isStopped() {
+			w.trig.Store(tr)
+			n++
+		}
+	}
+	defer func() {
+		for _, w := range armed {
+			w.trig.CompareAndSwap(tr, nil)
+		}
+	}()
+	if n == 0 {
+		return nil, errors.New("no worker to target")
+	}
+	t := time.NewTimer(20 * time.Second)
+	defer t.Stop()
+	select {
+	case w := <-tr.fired:
+		return w, nil
+	case <-t.C:
+		return nil, fmt.Errorf("no targeted worker reached state %q within 20s", on)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (r *run) countFault() {
+	r.mu.Lock()
+	r.faults++
+	r.mu.Unlock()
+}
+
+// cycle runs fault cycle i, its recovery included.
+func (r *run) cycle(ctx context.Context, i int) error {
+	ttl := r.opts.TTL
+	switch r.spec.Fault {
+	case PauseHolder, ClockSkew:
+		return r.pauseHolder(ctx)
+	case KillHolder:
+		return r.killHolder(ctx)
+	case KillLockd:
+		l := r.lockds[0]
+		if _, err := r.onNext(ctx, "wait", func(*workerProc) bool { return true },
+			func(*workerProc) { l.proc().signal(syscall.SIGKILL) }); err != nil {
+			return err
+		}
+		<-l.proc().exited
+		r.countFault()
+		r.logf("killed lockd mid-acquire")
+		if err := sleep(ctx, 300*time.Millisecond); err != nil {
+			return err
+		}
+		if err := l.restart(); err != nil {
+			return err
+		}
+		return sleep(ctx, 2*ttl)
+	case PartitionShort, PartitionLong:
+		d := ttl / 2
+		if r.spec.Fault == PartitionLong {
+			d = 3 * ttl
+		}
+		if err := r.proxy.partition(); err != nil {
+			return err
+		}
+		r.countFault()
+		r.logf("cut lockd from the backend for %v", d)
+		if err := sleep(ctx, d); err != nil {
+			return err
+		}
+		if err := r.proxy.heal(); err != nil {
+			return err
+		}
+		return sleep(ctx, 2*ttl)
+	case PGRestartFast, PGRestartImmediate:
+		mode := pgFast
+		if r.spec.Fault == PGRestartImmediate {
+			mode = pgImmediate
+		}
+		if err := r.pg.restart(mode); err != nil {
+			return err
+		}
+		r.countFault()
+		r.logf("restarted postgresql (%s)", mode)
+		return sleep(ctx, 2*ttl)
+	case ReplicaDeath:
+		l := r.lockds[i%len(r.lockds)]
+		l.kill()
+		r.countFault()
+		r.logf("killed replica %s", l.cfg.name)
+		if err := sleep(ctx, 2*ttl); err != nil {
+			return err
+		}
+		if err := l.restart(); err != nil {
+			return err
+		}
+		return sleep(ctx, ttl)
+	case LeaderKill:
+		leader, err := etcdLeader(ctx, r.etcd)
+		if err != nil {
+			return err
+		}
+		leader.kill()
+		r.countFault()
+		r.logf("killed etcd leader %s", leader.name)
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+		if err := leader.restart(); err != nil {
+			return err
+		}
+		return sleep(ctx, 2*ttl)
+	}
+	return fmt.Errorf("unknown fault %q", r.spec.Fault)
+}
+
+// pauseHolder SIGSTOPs a targeted holder between its two writes for twice
+// the TTL, then resumes it.
+func (r *run) pauseHolder(ctx context.Context) error {
+	var at int64
+	w, err := r.onNext(ctx, "hold", r.targets, func(w *workerProc) {
+		at = r.clock.Now()
+		w.markStopped(true)
+		w.p.signal(syscall.SIGSTOP)
+	})
+	if err != nil {
+		return err
+	}
+	r.countFault()
+	r.logf("paused %s", w.proc)
+	serr := sleep(ctx, 2*r.opts.TTL)
+	w.p.signal(syscall.SIGCONT)
+	w.markStopped(false)
+	r.mu.Lock()
+	r.deaths = append(r.deaths, check.Death{Proc: w.proc, At: at})
+	r.mu.Unlock()
+	if serr != nil {
+		return serr
+	}
+	return sleep(ctx, r.opts.TTL/2)
+}
+
+// killHolder SIGKILLs a holder between its two writes (recording the crash
+// first) and starts the slot's next incarnation.
+func (r *run) killHolder(ctx context.Context) error {
+	w, err := r.onNext(ctx, "hold", r.targets, func(w *workerProc) {
+		r.hrec.Crash(w.proc, r.clock.Now())
+		w.markKilled()
+		w.p.signal(syscall.SIGKILL)
+	})
+	if err != nil {
+		return err
+	}
+	<-w.p.exited
+	r.countFault()
+	r.logf("killed %s", w.proc)
+	r.mu.Lock()
+	r.incarn[w.slot]++
+	n := r.incarn[w.slot]
+	r.mu.Unlock()
+	nw, err := r.startWorker(w.slot, n)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.workers[w.slot] = nw
+	r.mu.Unlock()
+	return sleep(ctx, r.opts.TTL+time.Second)
+}
+
+// stopWorkers resumes and stops every worker; one that does not exit in
+// time is killed (its crash recorded first).
+func (r *run) stopWorkers() error {
+	r.mu.Lock()
+	ws := append([]*workerProc(nil), r.workers...)
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		if w.p.done() {
+			continue
+		}
+		wg.Add(1)
+		go func() { // returns once the worker has exited
+			defer wg.Done()
+			w.p.signal(syscall.SIGCONT)
+			w.p.signal(syscall.SIGTERM)
+			t := time.NewTimer(20 * time.Second)
+			defer t.Stop()
+			select {
+			case <-w.p.exited:
+			case <-t.C:
+				r.hrec.Crash(w.proc, r.clock.Now())
+				w.markKilled()
+				w.p.kill()
+				r.problem("worker %s did not stop within 20s of SIGTERM; killed it", w.proc)
+			}
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, w := range ws {
+		if !w.wasKilled() && w.p.err() != nil {
+			errs = append(errs, w.p.failure())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// teardown stops everything the run started. Errors are servers that died
+// on their own.
+func (r *run) teardown() error {
+	var errs []error
+	r.mu.Lock()
+	ws := append([]*workerProc(nil), r.workers...)
+	r.mu.Unlock()
+	for _, w := range ws {
+		if !w.p.done() {
+			r.hrec.Crash(w.proc, r.clock.Now())
+			w.markKilled()
+			w.p.kill()
+		}
+	}
+	for _, l := range r.lockds {
+		if err := l.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.proxy != nil {
+		r.proxy.close()
+	}
+	for _, nd := range r.etcd {
+		if err := nd.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.pgOwn {
+		if err := r.pg.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := r.fenced.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("fenced resource: %w", err))
+	}
+	if err := r.hrec.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("harness history: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,133 @@
+package runner
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"lock.dev/lockd/test/chaos/history"
+	"lock.dev/lockd/test/chaos/worker"
+)
+
+// workerSpec is what one worker slot runs.
+type workerSpec struct {
+	lockd             []string // addresses, in the order the worker tries them
+	clockScale        float64
+	trust             worker.Trust
+	heartbeatInterval time.Duration
+}
+
+// workerProc is one incarnation of a worker slot. Its state follows the
+// worker's stdout lines (package worker doc).
+type workerProc struct {
+	slot int
+	proc string // history process id
+	p    *process
+
+	mu       sync.Mutex
+	state    string // wait, hold or free
+	key      string
+	pausable bool
+	stopped  bool // SIGSTOPped by the harness and not resumed yet
+	killed   bool // SIGKILLed by the harness
+
+	// trig, if set, fires on the next matching line (see trigger).
+	trig atomic.Pointer[trigger]
+}
+
+// trigger runs an action on the first of several workers to print a
+// matching line, in that worker's stdout reader, so that the action lands
+// within a few milliseconds of the state change (a pause between a
+// holder's two writes, a kill of lockd while an acquire is in flight).
+type trigger struct {
+	on     string // "wait" or "hold" (pausable holds only)
+	once   sync.Once
+	fired  chan *workerProc // receives the worker it fired on
+	action func(w *workerProc)
+}
+
+func (tr *trigger) fire(w *workerProc) {
+	tr.once.Do(func() {
+		tr.action(w)
+		tr.fired <- w
+	})
+}
+
+func (w *workerProc) onLine(line string) {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return
+	}
+	w.mu.Lock()
+	w.state, w.key = f[0], f[1]
+	w.pausable = f[0] == "hold" && len(f) >= 4 && f[3] == "1"
+	state, pausable := w.state, w.pausable
+	w.mu.Unlock()
+	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
+		tr.fire(w)
+	}
+}
+
+// markStopped records a SIGSTOP or SIGCONT by the harness.
+func (w *workerProc) markStopped(v bool) {
+	w.mu.Lock()
+	w.stopped = v
+	w.mu.Unlock()
+}
+
+func (w *workerProc) isStopped() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopped
+}
+
+func (w *workerProc) markKilled() {
+	w.mu.Lock()
+	w.killed = true
+	w.mu.Unlock()
+}
+
+func (w *workerProc) wasKilled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.killed
+}
+
+// procID is the history id of incarnation n (from 1) of slot.
+func procID(slot, n int) string {
+	if n == 1 {
+		return "w" + strconv.Itoa(slot)
+	}
+	return fmt.Sprintf("w%d.%d", slot, n)
+}
+
+// startWorker starts incarnation n of slot.
+func (r *run) startWorker(slot, n int) (*workerProc, error) {
+	ws := r.workerSpecs[slot]
+	w := &workerProc{slot: slot, proc: procID(slot, n), state: "free"}
+	args := []string{
+		"-proc", w.proc,
+		"-lockd", strings.Join(ws.lockd, ","),
+		"-fenced", r.fenced.URL(),
+		"-history", filepath.Join(r.histDir, w.proc+".jsonl"),
+		"-keys", strings.Join(r.keys, ","),
+		"-hold-min", r.opts.HoldMin.String(),
+		"-hold-max", r.opts.HoldMax.String(),
+		"-clock-scale", strconv.FormatFloat(ws.clockScale, 'g', -1, 64),
+		"-trust", string(ws.trust),
+		"-heartbeat-interval", ws.heartbeatInterval.String(),
+		"-seed", strconv.FormatUint(r.seed+uint64(slot)*1000+uint64(n), 10),
+	}
+	p, err := startProcess(w.proc, r.env.bins.Worker, args,
+		[]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())}, nil,
+		filepath.Join(r.dir, w.proc+".log"), w.onLine)
+	if err != nil {
+		return nil, err
+	}
+	w.p = p
+	return w, nil
+}

@@ -1,0 +1,52 @@
+// Package worker is the client process of the chaos suite: one lockd SDK
+// client in its own OS process (test/chaos/cmd/chaos-worker), so that the
+// harness can pause it (SIGSTOP) and kill it (SIGKILL).
+//
+// # Loop
+//
+// A worker opens a session and repeats: pick one of its keys at random,
+// Acquire it (waiting in the FIFO queue), write to the fenced resource with
+// the grant's token, hold it for a short random time, write again, Release.
+// Every acquire, write and release goes into the worker's history file
+// (package history) with its invoke and complete times and an outcome (ok,
+// fail for a definite refusal, unknown when the effect is not known). When a
+// lock's Done channel closes without a release, the worker records a lost op
+// whose invoke time is the session's deadline: the instant the SDK stopped
+// trusting the grant, even if the process was stopped then and only noticed
+// later. A session that ended is replaced by a new one.
+//
+// The workers write regardless of Done: the writes model a holder that was
+// paused between checking its lock and writing, which is exactly what the
+// fenced resource's token check exists for. So with the check on every late
+// write must be refused, and with it off (the control run) late writes show
+// up as overlapping writers.
+//
+// # Talking to the harness
+//
+// A worker prints one line per state change on stdout, each one write:
+//
+//	wait KEY            an acquire of KEY was sent
+//	hold KEY TOKEN P    KEY is granted and written once; P is 1 when the
+//	                    harness may pause the worker now, 0 otherwise
+//	free KEY            the release was sent (or the grant given up)
+//
+// The harness pauses and kills holders on these lines. SIGTERM or SIGINT
+// stops the worker: it finishes the current grant (release included),
+// closes its session and exits 0; any failure to record exits non-zero.
+//
+// # Clocks and the receive-time control
+//
+// Config.ClockScale runs the SDK on a clock whose rate is scaled (package
+// doc of client, WithClock): 1.5 is a fast clock, 0.85 a slow one. The
+// history always uses the real clock; the SDK's deadline is converted back
+// to real time before it is recorded.
+//
+// Config.Trust = TrustReceiveTTL is a control that breaks the timing rule of
+// shared/SAFETY.md on purpose: the worker trusts each grant for a full TTL
+// from the moment it RECEIVED the acquire reply and ignores Done; it records
+// that belief (a lost op at receive + TTL) instead of the SDK's deadline. It
+// marks a hold pausable only when the grant arrived well after the
+// session's latest heartbeat reply, so that a pause right then lets the
+// server free the key before receive + TTL: the trusted-overlap checker must
+// then report the overlap.
+package worker

@@ -1,0 +1,427 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	"lock.dev/lockd/client"
+	"lock.dev/lockd/test/chaos/fenced"
+	"lock.dev/lockd/test/chaos/history"
+)
+
+// Trust says how a worker decides how long it holds a grant.
+type Trust string
+
+const (
+	// TrustSDK trusts a grant until the SDK closes Lock.Done (the correct
+	// client).
+	TrustSDK Trust = "sdk"
+	// TrustReceiveTTL trusts a grant for a full session TTL from the
+	// receipt of the acquire reply and ignores Done: the timing control
+	// (package doc).
+	TrustReceiveTTL Trust = "receive-ttl"
+)
+
+// Config configures a worker.
+type Config struct {
+	// Proc is the process id in the history, unique per incarnation.
+	Proc string
+	// Lockd lists the lockd gRPC addresses. With more than one the SDK
+	// dials all of them through one gRPC channel (pick-first, in the given
+	// order) and moves to the next when the current one dies.
+	Lockd []string
+	// FencedURL is the fenced resource's base URL.
+	FencedURL string
+	// HistoryPath is the history file to create.
+	HistoryPath string
+	// Epoch is the run's epoch (package history).
+	Epoch time.Time
+	// Keys are the lock keys the worker picks from.
+	Keys []string
+	// SessionTTL is the TTL of the worker's sessions; 0 uses the server's.
+	SessionTTL time.Duration
+	// HoldMin and HoldMax bound the random time between the two writes of
+	// a grant.
+	HoldMin, HoldMax time.Duration
+	// ClockScale is the rate of the SDK's clock relative to real time; 0
+	// means 1 (the real clock).
+	ClockScale float64
+	// Trust is TrustSDK (default) or TrustReceiveTTL (a control).
+	Trust Trust
+	// HeartbeatInterval overrides the server's advertised interval; 0 keeps
+	// it.
+	HeartbeatInterval time.Duration
+	// Seed seeds the worker's random choices.
+	Seed uint64
+}
+
+// Gap bounds of a pausable grant under TrustReceiveTTL: the acquire reply
+// must have arrived this long after the session's latest extension, so that
+// a pause now lets the server free the key before receive + TTL (package
+// doc); and not much later, so that the next heartbeat does not slip in
+// before the harness stops the process.
+const (
+	controlMinGap = 300 * time.Millisecond
+	controlMaxGap = 650 * time.Millisecond
+	// controlHold is how long a pausable control grant is held before its
+	// second write: time for the harness to stop the process.
+	controlHold = 250 * time.Millisecond
+)
+
+// Timeouts of the calls a worker makes outside the run's context, so that
+// a stopping worker still finishes the grant it holds.
+const (
+	writeTimeout   = 5 * time.Second
+	releaseTimeout = 5 * time.Second
+	retryPause     = 50 * time.Millisecond
+)
+
+func (cfg *Config) validate() error {
+	var errs []error
+	if cfg.Proc == "" {
+		errs = append(errs, errors.New("proc is required"))
+	}
+	if len(cfg.Lockd) == 0 {
+		errs = append(errs, errors.New("at least one lockd address is required"))
+	}
+	if cfg.FencedURL == "" || cfg.HistoryPath == "" {
+		errs = append(errs, errors.New("fenced url and history path are required"))
+	}
+	if len(cfg.Keys) == 0 {
+		errs = append(errs, errors.New("at least one key is required"))
+	}
+	if cfg.HoldMin < 0 || cfg.HoldMax < cfg.HoldMin {
+		errs = append(errs, fmt.Errorf("hold bounds %v..%v: want 0 <= min <= max", cfg.HoldMin, cfg.HoldMax))
+	}
+	if cfg.ClockScale < 0 {
+		errs = append(errs, fmt.Errorf("clock scale %v is negative", cfg.ClockScale))
+	}
+	switch cfg.Trust {
+	case "":
+		cfg.Trust = TrustSDK
+	case TrustSDK, TrustReceiveTTL:
+	default:
+		errs = append(errs, fmt.Errorf("trust %q: want %s or %s", cfg.Trust, TrustSDK, TrustReceiveTTL))
+	}
+	if cfg.Epoch.IsZero() {
+		errs = append(errs, errors.New("epoch is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker: config: %w", err)
+	}
+	return nil
+}
+
+// worker is one running worker; only Run's goroutine uses its fields,
+// except rec, out and the clock, which are safe for concurrent use.
+type worker struct {
+	cfg   Config
+	rec   *history.Recorder
+	out   io.Writer
+	outMu sync.Mutex
+	c     *client.Client
+	fc    *fenced.Client
+	rng   *rand.Rand
+	clock *scaledClock // nil: the real clock
+
+	sess    *session
+	sessTTL time.Duration
+}
+
+// session is a client session with the extension tracking the receive-time
+// control needs.
+type session struct {
+	*client.Session
+	// track is set under TrustReceiveTTL: it follows the session's deadline.
+	track *deadlineTracker
+}
+
+// Run runs a worker until ctx ends, then finishes the grant it holds,
+// closes its session and the history file. out receives the state lines
+// (package doc).
+func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	rec, err := history.Create(cfg.HistoryPath, cfg.Proc, history.NewClock(cfg.Epoch))
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer func() {
+		if cerr := rec.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("worker: history: %w", cerr))
+		}
+	}()
+	w := &worker{
+		cfg: cfg,
+		rec: rec,
+		out: out,
+		fc:  fenced.NewClient(cfg.FencedURL),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x636861)),
+	}
+	defer w.fc.Close()
+
+	opts := []client.Option{client.WithBackoff(20*time.Millisecond, 500*time.Millisecond)}
+	if cfg.ClockScale != 0 && cfg.ClockScale != 1 {
+		w.clock = newScaledClock(cfg.ClockScale)
+		opts = append(opts, client.WithClock(w.clock))
+	}
+	if cfg.HeartbeatInterval > 0 {
+		opts = append(opts, client.WithHeartbeatInterval(cfg.HeartbeatInterval))
+	}
+	target := cfg.Lockd[0]
+	if len(cfg.Lockd) > 1 {
+		r := manual.NewBuilderWithScheme("chaos")
+		addrs := make([]resolver.Address, len(cfg.Lockd))
+		for i, a := range cfg.Lockd {
+			addrs[i] = resolver.Address{Addr: a}
+		}
+		r.InitialState(resolver.State{Addresses: addrs})
+		opts = append(opts, client.WithDialOptions(grpc.WithResolvers(r)))
+		target = "chaos:///lockd"
+	}
+	w.c, err = client.New(target, opts...)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer func() {
+		w.dropSession()
+		if cerr := w.c.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("worker: close client: %w", cerr))
+		}
+	}()
+
+	for ctx.Err() == nil && rec.Err() == nil {
+		w.iteration(ctx)
+	}
+	return rec.Err()
+}
+
+// say writes one state line.
+func (w *worker) say(format string, args ...any) {
+	line := fmt.Sprintf(format, args...) + "\n"
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	_, _ = io.WriteString(w.out, line)
+}
+
+// pause waits d, or less if ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (w *worker) dropSession() {
+	if w.sess == nil {
+		return
+	}
+	if w.sess.track != nil {
+		w.sess.track.stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = w.sess.Close(ctx) // best effort: an expired one is abandoned by the SDK anyway
+	cancel()
+	w.sess = nil
+}
+
+// session returns a live session, opening one if needed; nil when ctx
+// ended or the server could not be reached for now.
+func (w *worker) session(ctx context.Context) *session {
+	if w.sess != nil && w.sess.Err() == nil {
+		return w.sess
+	}
+	w.dropSession()
+	var opts []client.SessionOption
+	if w.cfg.SessionTTL > 0 {
+		opts = append(opts, client.WithSessionTTL(w.cfg.SessionTTL))
+	}
+	s, err := w.c.NewSession(ctx, opts...)
+	if err != nil {
+		pause(ctx, retryPause)
+		return nil
+	}
+	w.sess = &session{Session: s}
+	w.sessTTL = s.TTL()
+	if w.cfg.Trust == TrustReceiveTTL {
+		w.sess.track = trackDeadline(s)
+	}
+	return w.sess
+}
+
+// realTime converts a time of the SDK's clock into real time.
+func (w *worker) realTime(t time.Time) time.Time {
+	if w.clock == nil {
+		return t
+	}
+	return w.clock.real(t)
+}
+
+// iteration runs one acquire–write–hold–write–release round.
+func (w *worker) iteration(ctx context.Context) {
+	sess := w.session(ctx)
+	if sess == nil {
+		return
+	}
+	key := w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
+	w.say("wait %s", key)
+	call := w.rec.Invoke(history.Acquire, key, 0)
+	l, err := sess.Acquire(ctx, key)
+	if err != nil {
+		w.rec.Complete(call, acquireOutcome(err), 0, err)
+		w.say("free %s", key)
+		pause(ctx, retryPause)
+		return
+	}
+	recv := time.Now()
+	tok := l.Token()
+	w.rec.Complete(call, history.OK, tok, nil)
+
+	// The end of trust: the SDK's deadline (TrustSDK), or receive + TTL
+	// (the control), unless the release comes first.
+	var lost lostOnce
+	watched := make(chan struct{})
+	if w.cfg.Trust == TrustSDK {
+		go func() { // exits when Done closes: Release below closes it at the latest
+			defer close(watched)
+			<-l.Done()
+			if !errors.Is(l.Err(), client.ErrReleased) {
+				lost.record(w.rec, key, tok, w.realTime(sess.Deadline()))
+			}
+		}()
+	} else {
+		close(watched)
+	}
+
+	w.write(key, tok)
+	hold := w.cfg.HoldMin
+	if d := w.cfg.HoldMax - w.cfg.HoldMin; d > 0 {
+		hold += time.Duration(w.rng.Int64N(int64(d) + 1))
+	}
+	pausable := true
+	if sess.track != nil {
+		pausable = sess.track.pausable(recv)
+		if pausable {
+			hold = controlHold
+		}
+	}
+	w.say("hold %s %d %d", key, tok, boolDigit(pausable))
+	time.Sleep(hold) // the critical section: not cut short by a stop, the grant is finished properly
+	// trustEnd is when the worker's trust ends if nothing else ends it
+	// first: the SDK's deadline, or receive + TTL under the control.
+	trustEnd := func() time.Time { return w.realTime(sess.Deadline()) }
+	if w.cfg.Trust == TrustReceiveTTL {
+		end := recv.Add(w.sessTTL)
+		trustEnd = func() time.Time { return end }
+		if !time.Now().Before(end) {
+			lost.record(w.rec, key, tok, end)
+		}
+	}
+	w.write(key, tok)
+
+	// A deadline that passed before the release is the end of trust even if
+	// the SDK's timer has not fired yet (Done may lag the deadline when the
+	// process was stopped or starved of CPU).
+	relAt := time.Now()
+	if end := trustEnd(); end.Before(relAt) {
+		lost.record(w.rec, key, tok, end)
+	}
+	call = w.rec.Invoke(history.Release, key, tok)
+	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	err = l.Release(rctx)
+	cancel()
+	outcome := releaseOutcome(err)
+	w.rec.Complete(call, outcome, 0, err)
+	if outcome == history.Fail {
+		// The release was refused: the grant is no longer this session's
+		// current one, or will not be for long (its session died or lives
+		// on another server), and the backend frees it on its own, no
+		// earlier than the end of trust. Without this the history would
+		// show the grant held forever.
+		lost.record(w.rec, key, tok, relAt)
+	}
+	w.say("free %s", key)
+	<-watched
+}
+
+// lostOnce records at most one lost op per grant: the watcher of Done and
+// the release path may both see the end of trust.
+type lostOnce struct {
+	mu   sync.Mutex
+	done bool
+}
+
+func (o *lostOnce) record(rec *history.Recorder, key string, tok uint64, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return
+	}
+	o.done = true
+	rec.Lost(key, tok, at)
+}
+
+func boolDigit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// write writes to the fenced resource with the grant's token and records
+// it.
+func (w *worker) write(key string, tok uint64) {
+	call := w.rec.Invoke(history.Write, key, tok)
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	_, err := w.fc.Write(ctx, key, w.cfg.Proc, tok)
+	w.rec.Complete(call, fenced.OutcomeOf(err), 0, err)
+}
+
+// acquireOutcome classifies a failed Acquire. Only a request the server
+// refused as malformed certainly had no effect: after any other error
+// (cancelled wait, session ended, server gone) a grant may have been made.
+func acquireOutcome(err error) history.Outcome {
+	if errors.Is(err, client.ErrInvalidArgument) {
+		return history.Fail
+	}
+	return history.Unknown
+}
+
+// releaseOutcome classifies Release's result: nil deleted the grant; a
+// definite refusal (not the current grant; the SDK turns a not-owner after
+// an ambiguous attempt into nil) deleted nothing; anything else may or may
+// not have (a dead session after an ambiguous first attempt, a timeout).
+func releaseOutcome(err error) history.Outcome {
+	switch {
+	case err == nil:
+		return history.OK
+	case errors.Is(err, client.ErrNotOwner), errors.Is(err, client.ErrInvalidArgument):
+		return history.Fail
+	}
+	return history.Unknown
+}
+
+// ParseList splits a comma-separated flag value, dropping empty items.
+func ParseList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
