@@ -223,6 +223,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		rep.Rows = append(rep.Rows, rows...)
 	}
+	for _, sys := range b.systems {
+		if rs, ok := sys.(interface{ retries() int64 }); ok && rs.retries() > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s retried %d transient etcd errors (request timed out / unavailable), as user code would",
+				sys.name(), rs.retries()))
+		}
+	}
 	rep.Machine.LoadEnd = loadavg()
 	rep.Took = time.Since(rep.Start).Round(time.Second).String()
 	return rep, nil

@@ -119,6 +119,8 @@ type Report struct {
 	Machine  Machine   `json:"machine"`
 	Settings Settings  `json:"settings"`
 	Rows     []Row     `json:"rows"`
+	// Notes say what else happened during the run (retried errors).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -159,7 +161,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		s.Duration, s.Rounds, strings.Join(s.Scenarios, ","), s.SessionTTL)
 	b.WriteString("figures:   rates, fairness and death times are medians over rounds; latencies are percentiles of all pairs\n")
 	for _, l := range systemLegend {
-		b.WriteString("  " + l + "\n")
+		name, _, _ := strings.Cut(l, " ")
+		if name == sysLockd || (s.Backend == BackendPG) == (name == sysPGRaw) {
+			b.WriteString("  " + l + "\n")
+		}
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -193,7 +198,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench: write table: %w", err)
 	}
-	var notes []string
+	notes := slices.Clone(r.Notes)
 	for _, row := range r.Rows {
 		if row.Note != "" && !slices.Contains(notes, row.Note) {
 			notes = append(notes, row.Note)

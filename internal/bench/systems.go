@@ -8,13 +8,17 @@ import (
 	mrand "math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"lock.dev/lockd/client"
 )
@@ -141,6 +145,43 @@ feed:
 	return first
 }
 
+// etcdRetryWait is how long the etcd baselines wait before retrying a
+// transient error.
+const etcdRetryWait = 20 * time.Millisecond
+
+// etcdTransient reports whether err is a transient etcd error that a
+// user's code retries: the server timed out or was briefly unavailable
+// (overload, leader change), while the caller's ctx is still alive.
+func etcdTransient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(rpctypes.Error(err), &ee) {
+		return ee.Code() == codes.Unavailable || ee.Code() == codes.DeadlineExceeded
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded
+	}
+	return false
+}
+
+// retrier counts the transient errors a baseline retried.
+type retrier struct{ n atomic.Int64 }
+
+// retried reports whether fn's error err is transient; if so it counts it
+// and waits etcdRetryWait, so that the caller tries again.
+func (r *retrier) retried(ctx context.Context, err error) bool {
+	if !etcdTransient(ctx, err) {
+		return false
+	}
+	r.n.Add(1)
+	return sleep(ctx, etcdRetryWait) == nil
+}
+
+// retries returns how many transient errors were retried so far.
+func (r *retrier) retries() int64 { return r.n.Load() }
+
 // ---- lockd ----
 
 // lockdSystem is lockd through the SDK.
@@ -205,6 +246,7 @@ func (s *lockdSystem) die(ctx context.Context, tag string, n int) (time.Duration
 
 // etcdTxnSystem is a lock built directly on etcd transactions.
 type etcdTxnSystem struct {
+	retrier
 	cli    *clientv3.Client
 	prefix string
 }
@@ -246,19 +288,31 @@ func (l *etcdTxnLocker) acquire(ctx context.Context, key string) (func(context.C
 			Then(clientv3.OpPut(k, "", clientv3.WithLease(l.lease))).
 			Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
 			Commit()
+		if l.sys.retried(ctx, err) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		if resp.Succeeded {
-			return func(ctx context.Context) error {
+		release := func(ctx context.Context) error {
+			for {
 				_, err := cli.Delete(ctx, k)
-				return err
-			}, nil
+				if !l.sys.retried(ctx, err) {
+					return err
+				}
+			}
 		}
-		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		if resp.Succeeded {
+			return release, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		switch {
+		case len(kvs) == 0:
 			continue // deleted in between
+		case clientv3.LeaseID(kvs[0].Lease) == l.lease:
+			return release, nil // put by an earlier attempt whose answer was lost
 		}
-		if err := waitDelete(ctx, cli, k, resp.Header.Revision+1); err != nil {
+		if err := waitDelete(ctx, cli, k, resp.Header.Revision+1); err != nil && !l.sys.retried(ctx, err) {
 			return nil, err
 		}
 	}
@@ -342,6 +396,7 @@ func (s *etcdTxnSystem) die(ctx context.Context, tag string, n int) (time.Durati
 
 // etcdMutexSystem is etcd's own lock recipe.
 type etcdMutexSystem struct {
+	retrier
 	cli    *clientv3.Client
 	prefix string
 }
@@ -366,10 +421,23 @@ type etcdMutexLocker struct {
 
 func (l *etcdMutexLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {
 	m := concurrency.NewMutex(l.sess, l.sys.prefix+key)
-	if err := m.Lock(ctx); err != nil {
-		return nil, err
+	for {
+		err := m.Lock(ctx) // a retry finds its own key from the lost attempt
+		if l.sys.retried(ctx, err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			for {
+				err := m.Unlock(ctx)
+				if !l.sys.retried(ctx, err) {
+					return err
+				}
+			}
+		}, nil
 	}
-	return m.Unlock, nil
 }
 
 func (l *etcdMutexLocker) close(context.Context) error {

@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The scenarios themselves run against real backends in the smoke test of
+// `lockd bench` (internal/cli/bench_test.go); these tests cover the pure
+// parts.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestMedian(t *testing.T) {
+	inf := Value(math.Inf(1))
+	for _, tc := range []struct {
+		in   []Value
+		want Value
+	}{
+		{[]Value{3}, 3},
+		{[]Value{3, 1, 2}, 2},
+		{[]Value{4, 1, 3, 2}, 2.5},
+		{[]Value{1, inf, 2}, 2},
+		{[]Value{1, inf}, inf},
+	} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	if got := median(nil); !math.IsNaN(float64(got)) {
+		t.Errorf("median(nil) = %v, want NaN", got)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var lat []time.Duration
+	for i := 1; i <= 100; i++ {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	for _, tc := range []struct {
+		p    float64
+		want Value
+	}{{50, 50}, {99, 99}, {100, 100}, {0.1, 1}} {
+		if got := percentile(lat, tc.p); got != tc.want {
+			t.Errorf("percentile(1..100 ms, %v) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if got := percentile([]time.Duration{1500 * time.Microsecond}, 99); got != 1.5 {
+		t.Errorf("percentile of one 1.5ms sample = %v, want 1.5", got)
+	}
+}
+
+func TestFairnessAndRatio(t *testing.T) {
+	if got := fairness([]int{10, 11, 12}); got != 1.2 {
+		t.Errorf("fairness(10,11,12) = %v, want 1.2", got)
+	}
+	if got := fairness([]int{5, 0}); !math.IsInf(float64(got), 1) {
+		t.Errorf("fairness with a starved client = %v, want +Inf", got)
+	}
+	if r := ratio(3, 2); r == nil || *r != 1.5 {
+		t.Errorf("ratio(3, 2) = %v, want 1.5", r)
+	}
+	for _, tc := range [][2]Value{{1, 0}, {Value(math.Inf(1)), 2}, {1, Value(math.Inf(1))}, {Value(math.NaN()), 1}} {
+		if r := ratio(tc[0], tc[1]); r != nil {
+			t.Errorf("ratio(%v, %v) = %v, want nil", tc[0], tc[1], *r)
+		}
+	}
+}
+
+func TestValueFormats(t *testing.T) {
+	for _, tc := range []struct {
+		v    Value
+		want string
+	}{{1234.4, "1234"}, {12.34, "12.3"}, {1.234, "1.23"}, {0.1234, "0.123"}, {Value(math.Inf(1)), "inf"}} {
+		if got := tc.v.String(); got != tc.want {
+			t.Errorf("Value(%v).String() = %q, want %q", float64(tc.v), got, tc.want)
+		}
+	}
+	b, err := json.Marshal([]Value{1.5, Value(math.Inf(1))})
+	if err != nil || string(b) != "[1.5,null]" {
+		t.Errorf("json of [1.5, +Inf] = %s, %v; want [1.5,null]", b, err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string // substring of the error; "" for valid
+	}{
+		{Config{LockdCommand: []string{"lockd"}}, ""},
+		{Config{Scenarios: []string{"distinct"}}, ""},
+		{Config{}, "idle scenario needs the lockd executable"},
+		{Config{Backend: "mysql", Scenarios: []string{"death"}}, `backend "mysql"`},
+		{Config{Backend: BackendEtcd, Scenarios: []string{"death"}}, "etcd endpoints"},
+		{Config{Backend: BackendPG, Scenarios: []string{"death"}}, "PostgreSQL DSN"},
+		{Config{Scenarios: []string{"nope"}}, `unknown scenario "nope"`},
+		{Config{Scenarios: []string{"death"}, DistinctConcurrency: []int{0}}, "concurrency 0"},
+		{Config{Scenarios: []string{"death"}, Duration: time.Millisecond}, "duration 1ms"},
+		{Config{Scenarios: []string{"death"}, Rounds: -1}, "rounds -1"},
+	} {
+		err := tc.cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("Validate(%+v) = %v, want nil", tc.cfg, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("Validate(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestParallel(t *testing.T) {
+	var calls atomic.Int64
+	if err := parallel(context.Background(), 100, 7, func(context.Context, int) error { calls.Add(1); return nil }); err != nil || calls.Load() != 100 {
+		t.Errorf("parallel(100) = %v after %d calls, want nil after 100", err, calls.Load())
+	}
+	boom := errors.New("boom")
+	calls.Store(0)
+	err := parallel(context.Background(), 10000, 4, func(ctx context.Context, i int) error {
+		calls.Add(1)
+		if i == 10 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || calls.Load() >= 10000 {
+		t.Errorf("parallel with a failing call = %v after %d calls, want boom and an early stop", err, calls.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := parallel(ctx, 10, 2, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("parallel on a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+func TestProcReadings(t *testing.T) {
+	pid := os.Getpid()
+	cpu0, err := procCPU(pid)
+	if err != nil {
+		t.Fatalf("procCPU(self): %v", err)
+	}
+	for x, start := 0, time.Now(); time.Since(start) < 50*time.Millisecond; x++ {
+		_ = x * x // burn some CPU
+	}
+	cpu1, err := procCPU(pid)
+	if err != nil || cpu1 <= cpu0 {
+		t.Errorf("procCPU(self) went from %v to %v (%v) after 50ms of work; want it to grow", cpu0, cpu1, err)
+	}
+	if st, err := procStatCPU(pid); err != nil || st <= 0 {
+		t.Errorf("procStatCPU(self) = %v, %v; want > 0", st, err)
+	}
+	rss, peak, err := procRSS(pid)
+	if err != nil || rss <= 0 || peak < rss {
+		t.Errorf("procRSS(self) = %v, %v, %v; want 0 < rss <= peak", rss, peak, err)
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	tb := &tailBuffer{max: 5}
+	for _, s := range []string{"abc", "defg", "h"} {
+		if n, err := tb.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if got := tb.String(); got != "defgh" {
+		t.Errorf("tail = %q, want %q", got, "defgh")
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	raw := Value(100)
+	rep := &Report{
+		Start:    time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Took:     "1m0s",
+		Machine:  Machine{Hostname: "h", NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26", OSArch: "linux/amd64"},
+		Settings: Settings{Backend: "pg", BackendVersion: "PostgreSQL 15", Duration: "5s", Rounds: 3, Scenarios: Scenarios, SessionTTL: "15s", PGPoolMaxConns: 4},
+	}
+	row := compare(scDistinct, 64, MetricPairsPerSec, sysPGRaw, 80, raw)
+	ratioAtLeast(&row, 1.0)
+	idle := Row{Scenario: scIdle, N: 10000, Metric: MetricCPU, Lockd: 3.5, Note: "a note"}
+	lockdAtMost(&idle, 5)
+	rep.Rows = []Row{row, idle}
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "etcd-mutex") {
+		t.Errorf("the legend of a pg run explains etcd-mutex:\n%s", out)
+	}
+	for _, want := range []string{
+		"lockd bench  2026-01-02T03:04:05Z  (took 1m0s)\n",
+		"nproc 2, GOMAXPROCS 2, go1.26 linux/amd64\n",
+		"backend:   pg (PostgreSQL 15), pgxpool max 4 conns",
+		"distinct  c=64     pairs/s          80.0   pg-raw    100  0.8        ratio>=1.0 MISSED\n",
+		"idle      N=10000  cpu % of a core  3.50   -         -    -          lockd<=5 met\n",
+		"  pg-raw      raw PostgreSQL",
+		"notes:\n  a note\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var back struct{ Rows []map[string]any }
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back.Rows) != 2 || back.Rows[0]["ratio"] != 0.8 || back.Rows[0]["met"] != false {
+		t.Errorf("json round trip = %+v, %v; want 2 rows, the first with ratio 0.8, met false\n%s", back, err, b.String())
+	}
+}
