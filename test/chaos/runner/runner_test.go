@@ -1,0 +1,203 @@
+package runner
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"lock.dev/lockd/test/chaos/check"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echoServer echoes every line on every connection until the test ends.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	wg.Add(1)
+	go func() { // exits when the listener closes
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() { // exits when the connection closes
+				defer wg.Done()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// roundTrip writes a line and reads it back within timeout.
+func roundTrip(c net.Conn, r *bufio.Reader, msg string, timeout time.Duration) error {
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(c, msg+"\n"); err != nil {
+		return err
+	}
+	got, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if got != msg+"\n" {
+		return errors.New("echo mismatch: " + got)
+	}
+	return nil
+}
+
+func TestProxyPartition(t *testing.T) {
+	p, err := newProxy("test", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	c, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if err := roundTrip(c, r, "before", 5*time.Second); err != nil {
+		t.Fatalf("through the proxy before the cut: %v", err)
+	}
+	if err := p.partition(); err != nil {
+		t.Fatal(err)
+	}
+	var ne net.Error
+	if err := roundTrip(c, r, "during", 300*time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("round trip during the cut: %v; want a timeout (bytes dropped, connection open)", err)
+	}
+	c2, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatalf("dial during the cut: %v; want the connection accepted and then silent", err)
+	}
+	defer c2.Close()
+	r2 := bufio.NewReader(c2)
+	if err := roundTrip(c2, r2, "new", 300*time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("new connection during the cut: %v; want a timeout", err)
+	}
+	if err := p.heal(); err != nil {
+		t.Fatal(err)
+	}
+	// Healing closes the connections the cut held.
+	if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadString('\n'); err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Errorf("read on a cut connection after heal: %v; want it closed", err)
+	}
+	c3, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if err := roundTrip(c3, bufio.NewReader(c3), "after", 5*time.Second); err != nil {
+		t.Errorf("through the proxy after heal: %v", err)
+	}
+}
+
+func TestProcessLinesAndStop(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var got []string
+	p, err := startProcess("sh", "/bin/sh", []string{"-c", "echo one; echo two; exec sleep 60"}, nil, nil,
+		filepath.Join(dir, "sh.log"), func(l string) {
+			mu.Lock()
+			got = append(got, l)
+			mu.Unlock()
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	if strings.Join(got, ",") != "one,two" {
+		t.Errorf("lines = %q; want one, two", got)
+	}
+	mu.Unlock()
+	if p.done() {
+		t.Fatal("process exited early")
+	}
+	if killed := p.stop(10 * time.Second); killed {
+		t.Error("sleep ignored SIGTERM; had to kill it")
+	}
+	if !p.done() || p.err() == nil {
+		t.Errorf("after stop: done %v, err %v; want exited by a signal", p.done(), p.err())
+	}
+}
+
+func TestVerdictAndTable(t *testing.T) {
+	clean := func(spec Spec) *Report {
+		return &Report{Spec: spec, Acquisitions: 10, Faults: 2,
+			Fenced: check.Result{Checker: "fenced-safety"}, Overlapping: check.Result{Checker: "overlapping-writers"},
+			Linearizable: check.Result{Checker: "linearizable"}, Trusted: check.Result{Checker: "no-trusted-overlap"},
+			Tokens: check.Result{Checker: "tokens-increase"}, Liveness: check.LivenessResult{Result: check.Result{Checker: "liveness"}}}
+	}
+	pass := clean(Spec{Name: "pause-x", Backend: PG, Fault: PauseHolder})
+	broken := clean(Spec{Name: "broken", Backend: Embedded, Fault: KillHolder})
+	broken.Trusted.Violations = 1
+	undecided := clean(Spec{Name: "undecided", Backend: Etcd, Fault: KillLockd})
+	undecided.Linearizable.Inconclusive = true
+	blind := clean(Spec{Name: "blind-control", Backend: Embedded, Fault: PauseHolder, Control: FencingOff})
+	caught := clean(Spec{Name: "caught-control", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL})
+	caught.Trusted.Violations = 3
+	for _, tc := range []struct {
+		rep  *Report
+		want bool
+	}{{pass, true}, {broken, false}, {undecided, false}, {blind, false}, {caught, true}} {
+		if ok, why := tc.rep.Verdict(); ok != tc.want {
+			t.Errorf("%s: Verdict = %v (%s); want %v", tc.rep.Spec.Name, ok, why, tc.want)
+		}
+	}
+	table := Table([]*Report{pass, broken, undecided, blind, caught})
+	for _, want := range []string{"pause-x", "PASS", "FAIL: failed: no-trusted-overlap", "0?",
+		"FAIL: control did not fail", "PASS (control receive-ttl caught)"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	totals := Totals([]*Report{pass, broken, undecided, blind, caught})
+	if !strings.Contains(totals, "total etcd: 2 scenarios, 20 fenced acquisitions, 4 faults, 1 violations") ||
+		!strings.Contains(totals, "total pg: 1 scenarios, 10 fenced acquisitions") {
+		t.Errorf("totals:\n%s", totals)
+	}
+}
