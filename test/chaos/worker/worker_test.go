@@ -143,7 +143,7 @@ func TestScaledClock(t *testing.T) {
 
 func TestOutcomes(t *testing.T) {
 	for _, tc := range []struct {
-		err             error
+		err              error
 		acquire, release history.Outcome
 	}{
 		{nil, history.Unknown, history.OK},
