@@ -71,7 +71,7 @@ type Config struct {
 // doc); and not much later, so that the next heartbeat does not slip in
 // before the harness stops the process.
 const (
-	controlMinGap = 300 * time.Millisecond
+	controlMinGap = 400 * time.Millisecond
 	controlMaxGap = 650 * time.Millisecond
 	// controlHold is how long a pausable control grant is held before its
 	// second write: time for the harness to stop the process.
