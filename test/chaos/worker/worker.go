@@ -299,7 +299,7 @@ func (w *worker) iteration(ctx context.Context) {
 			defer close(watched)
 			<-l.Done()
 			if !errors.Is(l.Err(), client.ErrReleased) {
-				lost.record(w.rec, key, tok, w.realTime(sess.Deadline()))
+				lost.record(w.rec, key, tok, w.realTime(sess.Deadline()), "done closed: "+l.Err().Error())
 			}
 		}()
 	} else {
@@ -327,7 +327,7 @@ func (w *worker) iteration(ctx context.Context) {
 		end := recv.Add(w.sessTTL)
 		trustEnd = func() time.Time { return end }
 		if !time.Now().Before(end) {
-			lost.record(w.rec, key, tok, end)
+			lost.record(w.rec, key, tok, end, "control: a full TTL since the grant arrived")
 		}
 	}
 	w.write(key, tok)
@@ -337,7 +337,7 @@ func (w *worker) iteration(ctx context.Context) {
 	// process was stopped or starved of CPU).
 	relAt := time.Now()
 	if end := trustEnd(); end.Before(relAt) {
-		lost.record(w.rec, key, tok, end)
+		lost.record(w.rec, key, tok, end, "deadline passed before the release (Done not closed yet)")
 	}
 	call = w.rec.Invoke(history.Release, key, tok)
 	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -351,7 +351,7 @@ func (w *worker) iteration(ctx context.Context) {
 		// on another server), and the backend frees it on its own, no
 		// earlier than the end of trust. Without this the history would
 		// show the grant held forever.
-		lost.record(w.rec, key, tok, relAt)
+		lost.record(w.rec, key, tok, relAt, "release refused: "+err.Error())
 	}
 	w.say("free %s", key)
 	<-watched
@@ -364,14 +364,19 @@ type lostOnce struct {
 	done bool
 }
 
-func (o *lostOnce) record(rec *history.Recorder, key string, tok uint64, at time.Time) {
+// record records that trust in (key, tok) ended at at (or now, if that is
+// earlier), for the reason why: what Recorder.Lost does, with the reason in
+// the op's text for whoever reads a violation.
+func (o *lostOnce) record(rec *history.Recorder, key string, tok uint64, at time.Time, why string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.done {
 		return
 	}
 	o.done = true
-	rec.Lost(key, tok, at)
+	now := rec.Clock().Now()
+	rec.Record(history.Op{Kind: history.Lost, Key: key, Token: tok, Invoke: min(now, rec.Clock().At(at)),
+		Complete: now, Outcome: history.OK, Err: why})
 }
 
 func boolDigit(b bool) int {
