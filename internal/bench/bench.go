@@ -169,7 +169,10 @@ func (r *runner) progressf(format string, args ...any) {
 
 // Run starts the backend and lockd, runs the selected scenarios and
 // returns the report. It stops everything it started before returning.
-// When ctx ends it stops early and returns an error matching ctx.Err().
+// A scenario that fails does not stop the others: Run then returns the
+// report of the rest (with a note) and an error naming the failures. When
+// ctx ends it stops early and returns no report and an error matching
+// ctx.Err().
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -206,20 +209,30 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep.Settings.BackendVersion = b.version
 	rep.Settings.PGPoolMaxConns = b.maxConns
 	r := &runner{cfg: cfg, bed: b}
+	var failed []error
 	for _, s := range scenarios {
-		var rows []Row
+		var (
+			rows []Row
+			serr error
+		)
 		switch s {
 		case scDistinct:
-			rows, err = r.distinct(ctx)
+			rows, serr = r.distinct(ctx)
 		case scContended:
-			rows, err = r.contended(ctx)
+			rows, serr = r.contended(ctx)
 		case scDeath:
-			rows, err = r.death(ctx)
+			rows, serr = r.death(ctx)
 		case scIdle:
-			rows, err = r.idle(ctx)
+			rows, serr = r.idle(ctx)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
+		if serr != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("bench: %w", serr)
+			}
+			// Keep what the other scenarios measure.
+			r.progressf("scenario %s failed: %v", s, serr)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("scenario %s FAILED: %v", s, serr))
+			failed = append(failed, fmt.Errorf("scenario %s: %w", s, serr))
 		}
 		rep.Rows = append(rep.Rows, rows...)
 	}
@@ -231,6 +244,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	rep.Machine.LoadEnd = loadavg()
 	rep.Took = time.Since(rep.Start).Round(time.Second).String()
+	if len(failed) > 0 {
+		return rep, fmt.Errorf("bench: %w", errors.Join(failed...))
+	}
 	return rep, nil
 }
 
@@ -398,6 +414,13 @@ func ratioAtLeast(row *Row, x float64) {
 func ratioAtMost(row *Row, x float64) {
 	row.Target = fmt.Sprintf("ratio<=%.1f", x)
 	met := row.Ratio != nil && float64(*row.Ratio) <= x
+	row.Met = &met
+}
+
+// lockdAtLeast sets the target "lockd's figure ≥ x".
+func lockdAtLeast(row *Row, x float64) {
+	row.Target = fmt.Sprintf("lockd>=%g", x)
+	met := float64(row.Lockd) >= x
 	row.Met = &met
 }
 

@@ -81,7 +81,7 @@ func TestValueFormats(t *testing.T) {
 	for _, tc := range []struct {
 		v    Value
 		want string
-	}{{1234.4, "1234"}, {12.34, "12.3"}, {1.234, "1.23"}, {0.1234, "0.123"}, {Value(math.Inf(1)), "inf"}} {
+	}{{1234.4, "1234"}, {12.34, "12.3"}, {1.234, "1.23"}, {0.1234, "0.123"}, {20, "20"}, {Value(math.Inf(1)), "inf"}} {
 		if got := tc.v.String(); got != tc.want {
 			t.Errorf("Value(%v).String() = %q, want %q", float64(tc.v), got, tc.want)
 		}
@@ -201,7 +201,7 @@ func TestWriteTable(t *testing.T) {
 		"lockd bench  2026-01-02T03:04:05Z  (took 1m0s)\n",
 		"nproc 2, GOMAXPROCS 2, go1.26 linux/amd64\n",
 		"backend:   pg (PostgreSQL 15), pgxpool max 4 conns",
-		"distinct  c=64     pairs/s          80.0   pg-raw    100  0.8        ratio>=1.0 MISSED\n",
+		"distinct  c=64     pairs/s          80     pg-raw    100  0.8        ratio>=1.0 MISSED\n",
 		"idle      N=10000  cpu % of a core  3.50   -         -    -          lockd<=5 met\n",
 		"  pg-raw      raw PostgreSQL",
 		"notes:\n  a note\n",

@@ -32,11 +32,13 @@
 //   - death: one session holds N locks and ends (lockd: the client closes
 //     it; raw: lease revoke / delete of the sessions row): the time from the
 //     end until the backend holds none of the keys.
-//   - idle: N lockd sessions held open for a while: CPU (% of one core) and
-//     RSS of the lockd process. That process is a `lockd serve` child (the
-//     LockdCommand), so the SDK clients holding the sessions, which run in
-//     this process, are not counted. With the embedded backend the child
-//     runs its own embedded etcd, as the zero-configuration deployment does.
+//   - idle: N lockd sessions held open for a while: CPU (% of one core,
+//     from the child's per-thread /proc schedstat times) and RSS (VmRSS,
+//     and the peak VmHWM) of the lockd process. That process is a `lockd
+//     serve` child (Config.LockdCommand), so the SDK clients holding the
+//     sessions, which run in this process, are not counted. With the
+//     embedded backend the child runs its own embedded etcd, as the
+//     zero-configuration deployment does, and that is counted.
 //
 // # Alternation
 //

@@ -25,8 +25,8 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, f, 'g', 6, 64), nil
 }
 
-// String formats v for the table: three significant figures, at least one
-// decimal below 100, "inf" when unbounded.
+// String formats v for the table: whole numbers as such, else three
+// significant figures (no decimals from 100 up), "inf" when unbounded.
 func (v Value) String() string {
 	f := float64(v)
 	switch {
@@ -34,6 +34,8 @@ func (v Value) String() string {
 		return "inf"
 	case math.IsNaN(f):
 		return "-"
+	case f == math.Trunc(f) && math.Abs(f) < 1e15:
+		return strconv.FormatFloat(f, 'f', 0, 64)
 	case math.Abs(f) >= 100:
 		return strconv.FormatFloat(f, 'f', 0, 64)
 	case math.Abs(f) >= 10:
@@ -55,6 +57,7 @@ const (
 	MetricCPU             = "cpu % of a core"
 	MetricRSS             = "rss MiB"
 	MetricPeakRSS         = "peak rss MiB"
+	MetricAlive           = "sessions alive at end"
 )
 
 // Row is one line of the report: one lockd figure, and the same figure of

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -80,13 +81,15 @@ lasts --duration after a short warm-up and is repeated --rounds times.`,
 			return usageErrorf("%v", err)
 		}
 		rep, err := bench.Run(cmd.Context(), cfg)
-		if err != nil {
+		if rep == nil {
 			return err
 		}
+		// A failed scenario still leaves the others' figures to print.
+		write := rep.WriteTable
 		if asJSON {
-			return rep.WriteJSON(e.stdout)
+			write = rep.WriteJSON
 		}
-		return rep.WriteTable(e.stdout)
+		return errors.Join(write(e.stdout), err)
 	}
 	return cmd
 }

@@ -30,8 +30,10 @@ func init() {
 	os.Exit(code)
 }
 
-// smallBench are the sizes of the smoke runs: every scenario, tiny.
-var smallBench = []string{"--duration", "150ms", "--rounds", "2", "--death-locks", "50",
+// smallBench are the sizes of the smoke runs: every scenario, tiny. One
+// round (the systems still take turns) of 300ms windows: 64 clients on one
+// key need a moment to queue up on a loaded machine under -race.
+var smallBench = []string{"--duration", "300ms", "--rounds", "1", "--death-locks", "50",
 	"--idle-sessions", "50", "--idle-duration", "1s"}
 
 // wantRow names a row the report must contain.
@@ -65,7 +67,7 @@ func wantRows(baselines []string) []wantRow {
 		}
 	}
 	want = append(want, wantRow{"death", 50, bench.MetricGoneMs, baselines[0]})
-	for _, m := range []string{bench.MetricCPU, bench.MetricRSS, bench.MetricPeakRSS} {
+	for _, m := range []string{bench.MetricCPU, bench.MetricRSS, bench.MetricPeakRSS, bench.MetricAlive} {
 		want = append(want, wantRow{"idle", 50, m, ""})
 	}
 	return want
@@ -99,6 +101,14 @@ type jsonReport struct {
 	Rows []jsonRow `json:"rows"`
 }
 
+// show formats a figure that may be null.
+func show(v *float64) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprint(*v)
+}
+
 // checkFigure checks one figure of a row: positive, or for fairness at
 // least 1 or null (some client starved in the tiny window).
 func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
@@ -110,7 +120,7 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 		return
 	}
 	if v == nil || !(*v > 0) {
-		t.Errorf("row %v: %s figure %v, want > 0", w, which, v)
+		t.Errorf("row %v: %s figure %s, want > 0", w, which, show(v))
 	}
 }
 
@@ -166,11 +176,14 @@ func TestBenchSmoke(t *testing.T) {
 					continue
 				}
 				checkFigure(t, w, "lockd", row.Lockd)
+				if w.metric == bench.MetricAlive && (row.Lockd == nil || *row.Lockd != 50 || row.Met == nil || !*row.Met) {
+					t.Errorf("row %v: %s sessions alive (met %v), want all 50", w, show(row.Lockd), row.Met != nil && *row.Met)
+				}
 				if w.baseline != "" {
 					checkFigure(t, w, "raw", row.Raw)
 					if row.Lockd != nil && row.Raw != nil && w.metric != bench.MetricFairness &&
 						(row.Ratio == nil || *row.Ratio <= 0) {
-						t.Errorf("row %v: ratio %v, want > 0", w, row.Ratio)
+						t.Errorf("row %v: ratio %s, want > 0", w, show(row.Ratio))
 					}
 				}
 			}
@@ -181,6 +194,7 @@ func TestBenchSmoke(t *testing.T) {
 				{"death", 50, bench.MetricGoneMs, tc.baselines[0]},
 				{"idle", 50, bench.MetricCPU, ""},
 				{"idle", 50, bench.MetricRSS, ""},
+				{"idle", 50, bench.MetricAlive, ""},
 			} {
 				for _, r := range rep.Rows {
 					if r.Scenario == target.scenario && max(r.Concurrency, r.N) == target.cn && r.Metric == target.metric &&
@@ -207,6 +221,7 @@ func TestBenchSmoke(t *testing.T) {
 			`(?m)^death +N=20 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +ratio<=2\.0 (met|MISSED)$`,
 			`(?m)^idle +N=20 +cpu % of a core +[0-9.]+ +- +- +- +lockd<=5 (met|MISSED)$`,
 			`(?m)^idle +N=20 +rss MiB +[0-9.]+ +- +- +- +lockd<=250 (met|MISSED)$`,
+			`(?m)^idle +N=20 +sessions alive at end +20 +- +- +- +lockd>=20 met$`,
 		} {
 			if !regexp.MustCompile(re).MatchString(res.stdout) {
 				t.Errorf("table does not match %s:\n%s", re, res.stdout)
