@@ -1,11 +1,10 @@
 package runner
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
@@ -13,17 +12,26 @@ import (
 
 // proxy is an in-process TCP proxy between lockd and its backend, built on
 // toxiproxy v2.12.0 used as a library (github.com/Shopify/toxiproxy/v2,
-// without its HTTP API). cut partitions the link: a "timeout" toxic with
+// without its HTTP API). partition cuts the link: a "timeout" toxic with
 // timeout 0 in both directions keeps every connection open and drops every
-// byte, new connections included, as a network partition does; heal removes
-// the toxics, which closes the connections they held (toxiproxy's timeout
-// toxic closes its link on removal), so both sides see a reset after the
-// partition and reconnect.
+// byte, new connections included, as a network partition does. heal closes
+// every connection and starts a fresh proxy on the same address, so both
+// sides see a reset after the partition and reconnect.
+//
+// heal does not remove the toxics: in v2.12.0, removing a timeout toxic
+// from a link with data in flight leaves the link's reader and its first
+// (noop) stage blocked on a channel nobody reads any more, two goroutines
+// leaked per connection. Stopping the proxy with the toxics in place lets
+// every link drain and end; the stopped proxy is then dropped.
 type proxy struct {
-	p *toxiproxy.Proxy
+	srv      *toxiproxy.ApiServer
+	name     string
+	upstream string
 
-	mu  sync.Mutex
-	cut bool
+	mu     sync.Mutex
+	p      *toxiproxy.Proxy
+	listen string // fixed after the first start
+	cut    bool
 }
 
 // Toxic names of a cut.
@@ -32,54 +40,69 @@ var cutToxics = []string{"partition_up", "partition_down"}
 // newProxy starts a proxy to upstream (host:port) on a kernel-chosen
 // loopback port.
 func newProxy(name, upstream string) (*proxy, error) {
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		return nil, fmt.Errorf("proxy %s: start: %w", name, err)
+	px := &proxy{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()), name: name,
+		upstream: upstream, listen: "127.0.0.1:0"}
+	if err := px.startLocked(); err != nil {
+		return nil, err
 	}
-	return &proxy{p: p}, nil
+	return px, nil
+}
+
+// startLocked starts a fresh toxiproxy proxy on px.listen (px.mu held, or
+// px not shared yet), retrying briefly while the port is being released.
+func (px *proxy) startLocked() error {
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		p := toxiproxy.NewProxy(px.srv, px.name, px.listen, px.upstream)
+		if err = p.Start(); err == nil {
+			px.p, px.listen = p, p.Listen
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("proxy %s: start on %s: %w", px.name, px.listen, err)
 }
 
 // addr is the address to dial instead of the upstream's.
-func (p *proxy) addr() string { return p.p.Listen }
+func (px *proxy) addr() string {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	return px.listen
+}
 
 // partition starts dropping everything in both directions.
-func (p *proxy) partition() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
+func (px *proxy) partition() error {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	if px.cut {
 		return nil
 	}
 	for i, stream := range []string{"upstream", "downstream"} {
 		js := fmt.Sprintf(`{"name":%q,"type":"timeout","stream":%q,"toxicity":1,"attributes":{"timeout":0}}`,
 			cutToxics[i], stream)
-		if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-			return fmt.Errorf("proxy %s: cut: %w", p.p.Name, err)
+		if _, err := px.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			return fmt.Errorf("proxy %s: cut: %w", px.name, err)
 		}
 	}
-	p.cut = true
+	px.cut = true
 	return nil
 }
 
-// heal ends a partition.
-func (p *proxy) heal() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.cut {
+// heal ends a partition: it closes every connection and listens afresh.
+func (px *proxy) heal() error {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	if !px.cut {
 		return nil
 	}
-	var errs []error
-	for _, name := range cutToxics {
-		if err := p.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
-			errs = append(errs, fmt.Errorf("proxy %s: heal: %w", p.p.Name, err))
-		}
-	}
-	p.cut = false
-	return errors.Join(errs...)
+	px.p.Stop()
+	px.cut = false
+	return px.startLocked()
 }
 
 // close stops the proxy and closes its connections.
-func (p *proxy) close() {
-	_ = p.heal()
-	p.p.Stop()
+func (px *proxy) close() {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	px.p.Stop()
 }

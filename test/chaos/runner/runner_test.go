@@ -106,9 +106,27 @@ func TestProxyPartition(t *testing.T) {
 	if err := roundTrip(c2, r2, "new", 300*time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("new connection during the cut: %v; want a timeout", err)
 	}
+	// Keep bytes flowing into both cut connections while healing: in
+	// toxiproxy v2.12.0 removing the toxics at that moment leaks the links'
+	// goroutines (proxy doc), which goleak in TestMain would report.
+	var wg sync.WaitGroup
+	for _, cc := range []net.Conn{c, c2} {
+		wg.Add(1)
+		go func() { // ends when the heal has closed the connection
+			defer wg.Done()
+			_ = cc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			for {
+				if _, err := io.WriteString(cc, "in flight\n"); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // let the writers get going
 	if err := p.heal(); err != nil {
 		t.Fatal(err)
 	}
+	wg.Wait()
 	// Healing closes the connections the cut held.
 	if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
