@@ -126,9 +126,6 @@ func (l *lockdProc) restart() error {
 	return fmt.Errorf("restart %s: %w", l.cfg.name, err)
 }
 
-// alive reports whether the current incarnation runs.
-func (l *lockdProc) alive() bool { return !l.proc().done() }
-
 // stop shuts the server down (SIGTERM), killing it after a timeout. It
 // returns an error when the server had already exited: the harness restarts
 // every server it kills, so that one died on its own.

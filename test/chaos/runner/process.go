@@ -25,7 +25,6 @@ type process struct {
 
 	mu      sync.Mutex
 	exitErr error
-	signals []string // signals sent by the harness, for reports
 }
 
 // startProcess starts bin with args and extra environment variables.
@@ -81,9 +80,6 @@ func childEnv() []string {
 	return env
 }
 
-// pid returns the process id.
-func (p *process) pid() int { return p.cmd.Process.Pid }
-
 // signal sends sig unless the process has exited.
 func (p *process) signal(sig syscall.Signal) {
 	select {
@@ -91,9 +87,6 @@ func (p *process) signal(sig syscall.Signal) {
 		return
 	default:
 	}
-	p.mu.Lock()
-	p.signals = append(p.signals, sig.String())
-	p.mu.Unlock()
 	_ = p.cmd.Process.Signal(sig)
 }
 
