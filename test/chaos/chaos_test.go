@@ -124,7 +124,7 @@ func TestChaos(t *testing.T) {
 	if len(ordered) == 0 {
 		return // every scenario filtered out by -run, or all failed to run
 	}
-	table := runner.Table(ordered) + runner.Totals(ordered)
+	table := runner.Table(ordered) + runner.Totals(ordered) + runner.Legend
 	fmt.Printf("\nchaos suite (%s):\n%s", mode(opts), table)
 	if path := os.Getenv(envReport); path != "" {
 		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {

@@ -139,6 +139,14 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
 }
 
+// Legend explains Table's columns.
+const Legend = `columns: acq = granted acquisitions; faults = faults injected; violations per checker: stale = stale
+writes the fenced resource accepted (fenced safety), overlap-w = overlapping writers, lin = histories not
+linearizable (per key), trusted-ovl = overlapping trust intervals, tokens = token order, liveness = waiters kept
+out of a dead holder's key past TTL + reaper + slack ("N?" = undecided); handover = delay from a holder's death
+to the next grant; release = Release call latency.
+`
+
 // Table renders one row per report: the scenario, its backend and fault,
 // acquisitions, faults injected, violations per checker (fenced safety,
 // overlapping writers, linearizability, trusted overlap, token order,
