@@ -37,15 +37,16 @@ func (r loadResult) rate() Value {
 	return Value(float64(r.ops) / r.elapsed.Seconds())
 }
 
-// load runs one kind of load on clients for dur; tag makes its keys unique.
-type load func(ctx context.Context, clients []locker, dur time.Duration, tag string) (loadResult, error)
+// load runs one kind of load on clients: a warm-up of at least warm, then
+// the measured window of dur; tag makes its keys unique.
+type load func(ctx context.Context, clients []locker, warm, dur time.Duration, tag string) (loadResult, error)
 
 // warmupFor is the unmeasured warm-up before a measurement of dur: a fifth
 // of it, at most a second.
 func warmupFor(dur time.Duration) time.Duration { return min(dur/5, time.Second) }
 
-// measure opens c clients of sys, runs run on them for a warm-up and then
-// for dur, closes the clients, and returns the measured result.
+// measure opens c clients of sys, runs run on them, closes the clients, and
+// returns the measured result.
 func measure(ctx context.Context, sys system, c int, dur time.Duration, tag string, run load) (loadResult, error) {
 	clients := make([]locker, c)
 	err := parallel(ctx, c, setupWidth, func(ctx context.Context, i int) error {
@@ -66,10 +67,7 @@ func measure(ctx context.Context, sys system, c int, dur time.Duration, tag stri
 	if err != nil {
 		return loadResult{}, fmt.Errorf("%s: open %d clients: %w", sys.name(), c, err)
 	}
-	if _, err := run(ctx, clients, warmupFor(dur), tag+"-warm"); err != nil {
-		return loadResult{}, fmt.Errorf("%s: warm-up: %w", sys.name(), err)
-	}
-	res, err := run(ctx, clients, dur, tag)
+	res, err := run(ctx, clients, warmupFor(dur), dur, tag)
 	if err != nil {
 		return loadResult{}, fmt.Errorf("%s: %w", sys.name(), err)
 	}
@@ -77,9 +75,14 @@ func measure(ctx context.Context, sys system, c int, dur time.Duration, tag stri
 }
 
 // distinctLoad has every client acquire and release keys of its own, one
-// pair after another, until dur has passed. The window ends when the last
-// client finished its last pair.
-func distinctLoad(ctx context.Context, clients []locker, dur time.Duration, tag string) (loadResult, error) {
+// pair after another: for warm (on keys of their own), then for dur. The
+// measured window ends when the last client finished its last pair.
+func distinctLoad(ctx context.Context, clients []locker, warm, dur time.Duration, tag string) (loadResult, error) {
+	if warm > 0 {
+		if _, err := distinctLoad(ctx, clients, 0, warm, tag+"-warm"); err != nil {
+			return loadResult{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lats := make([][]time.Duration, len(clients))
@@ -119,18 +122,48 @@ func distinctLoad(ctx context.Context, clients []locker, dur time.Duration, tag 
 	return res, nil
 }
 
-// contendedLoad has every client loop acquire/release on one key until dur
-// has passed; waiting acquires are then cancelled. It counts the
-// acquisitions granted inside the window: in this saturated loop each one is
-// a hand-over from the previous holder (all but the very first).
-func contendedLoad(ctx context.Context, clients []locker, dur time.Duration, tag string) (loadResult, error) {
+// firstGrantTimeout bounds the wait for the grant that opens the window
+// of the contended load.
+const firstGrantTimeout = time.Minute
+
+// contendedLoad has every client loop acquire/release on one key. The
+// measured window opens at the first grant after warm has passed (so the
+// clients have queued up, and the window holds at least one grant however
+// slow the system) and lasts dur; waiting acquires are then cancelled. It
+// counts the acquisitions granted inside the window: in this saturated loop
+// each one is a hand-over from the previous holder.
+func contendedLoad(ctx context.Context, clients []locker, warm, dur time.Duration, tag string) (loadResult, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	start := time.Now()
-	wctx, wcancel := context.WithDeadline(ctx, start.Add(dur)) // ends the waiting
+	wctx, wcancel := context.WithCancel(ctx) // ends the waiting after the window
 	defer wcancel()
+	start := time.Now()
 	key := tag + "/key"
-	counts := make([]int, len(clients))
+	warmEnd := start.Add(warm)
+	first := make(chan time.Time, 1) // the time of the first grant after warmEnd
+	var windowStart time.Time        // written by the controller before ctrlDone closes
+	ctrlDone := make(chan struct{})
+	go func() { // the controller: exits after ending the window, or when ctx ends
+		defer close(ctrlDone)
+		defer wcancel()
+		noGrant := time.NewTimer(firstGrantTimeout)
+		defer noGrant.Stop()
+		select {
+		case windowStart = <-first:
+		case <-noGrant.C:
+			cancel(fmt.Errorf("no grant within %v", firstGrantTimeout))
+			return
+		case <-ctx.Done():
+			return
+		}
+		end := time.NewTimer(time.Until(windowStart.Add(dur)))
+		defer end.Stop()
+		select {
+		case <-end.C:
+		case <-ctx.Done():
+		}
+	}()
+	grants := make([][]time.Time, len(clients))
 	var wg sync.WaitGroup
 	for ci, l := range clients {
 		wg.Add(1)
@@ -139,10 +172,13 @@ func contendedLoad(ctx context.Context, clients []locker, dur time.Duration, tag
 			for wctx.Err() == nil {
 				release, err := l.acquire(wctx, key)
 				if err != nil {
-					if errors.Is(err, context.DeadlineExceeded) {
-						// The server may report the deadline a moment
-						// before this process's timer fires.
-						<-wctx.Done()
+					if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+						// The server may report the end a moment before
+						// this process's context shows it.
+						select {
+						case <-wctx.Done():
+						case <-time.After(time.Second):
+						}
 					}
 					if wctx.Err() != nil && ctx.Err() == nil {
 						return // the window ended while waiting
@@ -150,9 +186,14 @@ func contendedLoad(ctx context.Context, clients []locker, dur time.Duration, tag
 					cancel(fmt.Errorf("client %d acquire: %w", ci, err))
 					return
 				}
-				if time.Since(start) < dur {
-					counts[ci]++
+				at := time.Now()
+				if !at.Before(warmEnd) {
+					select {
+					case first <- at:
+					default:
+					}
 				}
+				grants[ci] = append(grants[ci], at)
 				if err := release(ctx); err != nil {
 					cancel(fmt.Errorf("client %d release: %w", ci, err))
 					return
@@ -161,12 +202,19 @@ func contendedLoad(ctx context.Context, clients []locker, dur time.Duration, tag
 		}()
 	}
 	wg.Wait()
+	<-ctrlDone
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}
-	res := loadResult{elapsed: dur, perClient: counts}
-	for _, n := range counts {
-		res.ops += n
+	end := windowStart.Add(dur)
+	res := loadResult{elapsed: dur, perClient: make([]int, len(clients))}
+	for ci, ts := range grants {
+		for _, at := range ts {
+			if !at.Before(windowStart) && at.Before(end) {
+				res.perClient[ci]++
+			}
+		}
+		res.ops += res.perClient[ci]
 	}
 	return res, nil
 }
