@@ -68,7 +68,10 @@ func TestErrorsRoundTrip(t *testing.T) {
 		// Retryable classes: retried until the caller's context ends.
 		for _, se := range []error{store.ErrUnavailable, store.ErrContention, store.ErrNotLeader} {
 			faulty.Fail("inspect", se)
-			_, err = c.Inspect(short(), "k")
+			// Long enough for at least one answered attempt on a loaded machine.
+			rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err = c.Inspect(rctx, "k")
+			rcancel()
 			add("retryable "+se.Error(), err, "", []error{client.ErrUnavailable, context.DeadlineExceeded})
 		}
 		faulty.Fail("inspect", errors.New("boom"))
