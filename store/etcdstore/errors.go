@@ -46,6 +46,15 @@ func classify(ctx context.Context, err error) error {
 	case errors.Is(ee, rpctypes.ErrTooManyRequests), errors.Is(ee, rpctypes.ErrCompacted):
 		return fmt.Errorf("%w: %w", store.ErrContention, err)
 	}
+	// etcd's own timeouts ("request timed out", "timed out waiting for read
+	// index") arrive as rpctypes.EtcdError, not as a gRPC status.
+	var etcdErr rpctypes.EtcdError
+	if errors.As(ee, &etcdErr) {
+		switch etcdErr.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+	}
 	if st, ok := status.FromError(err); ok {
 		switch st.Code() {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:

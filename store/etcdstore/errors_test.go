@@ -30,6 +30,7 @@ func TestClassify(t *testing.T) {
 		{"leader changed", live, rpctypes.ErrGRPCLeaderChanged, store.ErrNotLeader},
 		{"lease not found", live, rpctypes.ErrGRPCLeaseNotFound, store.ErrSessionDead},
 		{"request timed out", live, rpctypes.ErrGRPCTimeout, store.ErrUnavailable},
+		{"request timed out (client form)", live, rpctypes.ErrTimeout, store.ErrUnavailable},
 		{"too many requests", live, rpctypes.ErrGRPCRequestTooManyRequests, store.ErrContention},
 		{"unavailable", live, status.Error(codes.Unavailable, "connection refused"), store.ErrUnavailable},
 		{"deadline of our own timeout", live, status.Error(codes.DeadlineExceeded, "x"), store.ErrUnavailable},
