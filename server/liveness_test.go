@@ -214,7 +214,7 @@ func TestRevokeNotifiesHolder(t *testing.T) {
 func TestCardinality(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
-		ctx := testCtx(t, 240*time.Second)
+		ctx := testCtx(t, 480*time.Second)
 		api := dial(t, srv.Addr)
 		const sessions, keys, workers = 1000, 10, 40
 		ids := make(chan string, sessions)

@@ -97,18 +97,17 @@ func stats(lat []time.Duration) latencyStats {
 // one holder to the next, for lockd's queue and for etcd's
 // concurrency.Mutex, whose waiters watch from a revision the server has
 // already passed and so may wait for its 100 ms resync of lagging watchers.
-// It asserts that lockd hands over in about one commit, and faster than the
-// Mutex where the Mutex's re-queued waiters are still unsynced.
+// It asserts mutual exclusion of every turn (handovers) and logs both
+// latency distributions; it does not assert speed (see below).
 func TestHandoverLatency(t *testing.T) {
 	const n = 40
 	for _, sc := range []struct {
 		contenders int
 		hold       time.Duration
-		mustBeat   bool
 	}{
-		{2, 10 * time.Millisecond, true},
-		{8, 10 * time.Millisecond, false},
-		{8, 0, false},
+		{2, 10 * time.Millisecond},
+		{8, 10 * time.Millisecond},
+		{8, 0},
 	} {
 		// lockd: two Store instances (two replicas), one session per contender.
 		prefix := etcdtest.Prefix(t)
@@ -151,12 +150,9 @@ func TestHandoverLatency(t *testing.T) {
 		t.Logf("%d contenders, hold %v, %d hand-overs: lockd p50 %v p90 %v max %v | concurrency.Mutex p50 %v p90 %v max %v",
 			sc.contenders, sc.hold, n, r(oursStats.p50), r(oursStats.p90), r(oursStats.max),
 			r(theirStats.p50), r(theirStats.p90), r(theirStats.max))
-		if sc.mustBeat && oursStats.p50 >= theirStats.p50 {
-			t.Errorf("%d contenders, hold %v: lockd's median hand-over %v is not faster than concurrency.Mutex's %v",
-				sc.contenders, sc.hold, oursStats.p50, theirStats.p50)
-		}
-		if oursStats.p50 > 50*time.Millisecond {
-			t.Errorf("%d contenders, hold %v: lockd's median hand-over %v, want about one commit (< 50ms)", sc.contenders, sc.hold, oursStats.p50)
-		}
+		// Speed is reported, not asserted: timed assertions fail on a loaded
+		// machine (a CI neighbour, -race) and prove nothing there. The
+		// figures in docs/backends.md come from `go test -run
+		// TestHandoverLatency -v ./store/etcdstore/` and `lockd bench`.
 	}
 }
