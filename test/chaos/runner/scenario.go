@@ -215,7 +215,13 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 		rng:     rand.New(rand.NewPCG(opts.Seed, uint64(len(spec.Name))<<32|uint64(epoch.UnixNano()&0xffffffff))),
 		seed:    opts.Seed,
 	}
-	for i := range opts.Keys {
+	keys := opts.Keys
+	if spec.Control == ReceiveTTL {
+		// One key: the control worker's acquires wait in the queue (see
+		// planWorkers).
+		keys = 1
+	}
+	for i := range keys {
 		r.keys = append(r.keys, fmt.Sprintf("chaos/%s/k%d", spec.Name, i))
 	}
 	if err := ensureDir(r.histDir); err != nil {
@@ -418,7 +424,13 @@ func (r *run) startLockd() error {
 func (r *run) planWorkers() {
 	addrs := r.lockdAddrs()
 	for slot := range r.opts.Workers {
-		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK}
+		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax}
+		if r.spec.Control == ReceiveTTL && slot != 0 {
+			// The control's overlap needs a grant that waited in the queue
+			// (the server pushes a session's silence deadline from the
+			// receipt of its acquire request): the others hold longer.
+			ws.holdMin, ws.holdMax = 150*time.Millisecond, 300*time.Millisecond
+		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
 		}
@@ -450,6 +462,10 @@ func (r *run) targets(w *workerProc) bool {
 	return true
 }
 
+// triggerTimeout bounds the wait for a worker to reach the state a fault
+// aims at.
+const triggerTimeout = 45 * time.Second
+
 // onNext arms a trigger on every current worker that filter accepts and
 // waits until one prints a line in state on ("wait", or "hold" for a
 // pausable hold); action runs in that worker's reader at once.
@@ -473,13 +489,13 @@ func (r *run) onNext(ctx context.Context, on string, filter func(*workerProc) bo
 	if n == 0 {
 		return nil, errors.New("no worker to target")
 	}
-	t := time.NewTimer(20 * time.Second)
+	t := time.NewTimer(triggerTimeout)
 	defer t.Stop()
 	select {
 	case w := <-tr.fired:
 		return w, nil
 	case <-t.C:
-		return nil, fmt.Errorf("no targeted worker reached state %q within 20s", on)
+		return nil, fmt.Errorf("no targeted worker reached state %q within %v", on, triggerTimeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

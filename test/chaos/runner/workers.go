@@ -16,6 +16,7 @@ import (
 // workerSpec is what one worker slot runs.
 type workerSpec struct {
 	lockd             []string // addresses, in the order the worker tries them
+	holdMin, holdMax  time.Duration
 	clockScale        float64
 	trust             worker.Trust
 	heartbeatInterval time.Duration
@@ -115,8 +116,8 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-fenced", r.fenced.URL(),
 		"-history", filepath.Join(r.histDir, w.proc+".jsonl"),
 		"-keys", strings.Join(r.keys, ","),
-		"-hold-min", r.opts.HoldMin.String(),
-		"-hold-max", r.opts.HoldMax.String(),
+		"-hold-min", ws.holdMin.String(),
+		"-hold-max", ws.holdMax.String(),
 		"-clock-scale", strconv.FormatFloat(ws.clockScale, 'g', -1, 64),
 		"-trust", string(ws.trust),
 		"-heartbeat-interval", ws.heartbeatInterval.String(),

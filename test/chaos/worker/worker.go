@@ -65,11 +65,12 @@ type Config struct {
 	Seed uint64
 }
 
-// Gap bounds of a pausable grant under TrustReceiveTTL: the acquire reply
-// must have arrived this long after the session's latest extension, so that
-// a pause now lets the server free the key before receive + TTL (package
-// doc); and not much later, so that the next heartbeat does not slip in
-// before the harness stops the process.
+// Gap bounds of a pausable grant under TrustReceiveTTL (deadlineTracker.
+// pausable): the acquire reply must have arrived this long after the
+// server last pushed the session's silence deadline, so that a pause now
+// lets the server free the key before receive + TTL (package doc); and not
+// much later, so that the next heartbeat does not slip in before the
+// harness stops the process.
 const (
 	controlMinGap = 400 * time.Millisecond
 	controlMaxGap = 650 * time.Millisecond
@@ -279,6 +280,7 @@ func (w *worker) iteration(ctx context.Context) {
 	key := w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
 	w.say("wait %s", key)
 	call := w.rec.Invoke(history.Acquire, key, 0)
+	sent := time.Now()
 	l, err := sess.Acquire(ctx, key)
 	if err != nil {
 		w.rec.Complete(call, acquireOutcome(err), 0, err)
@@ -313,7 +315,7 @@ func (w *worker) iteration(ctx context.Context) {
 	}
 	pausable := true
 	if sess.track != nil {
-		pausable = sess.track.pausable(recv)
+		pausable = sess.track.pausable(sent, recv)
 		if pausable {
 			hold = controlHold
 		}
