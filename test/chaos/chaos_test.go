@@ -87,16 +87,7 @@ func TestChaos(t *testing.T) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t.Run(spec.Name, func(t *testing.T) {
-				dir := t.TempDir()
-				if keep != "" {
-					dir = filepath.Join(keep, spec.Name)
-					if err := os.RemoveAll(dir); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.MkdirAll(dir, 0o755); err != nil {
-						t.Fatal(err)
-					}
-				}
+				dir := scenarioDir(t, keep, spec.Name)
 				o := opts
 				o.Logf = t.Logf
 				rep, err := runner.Run(context.Background(), env, spec, o, dir)
@@ -131,6 +122,38 @@ func TestChaos(t *testing.T) {
 			t.Errorf("write %s: %v", path, err)
 		}
 	}
+}
+
+// scenarioDir returns the directory of a scenario's logs and histories:
+// keep/name (emptied first) when keep is set, else a temporary directory
+// that is removed when the scenario passes and kept for the post-mortem
+// when it fails.
+func scenarioDir(t *testing.T, keep, name string) string {
+	t.Helper()
+	if keep != "" {
+		dir := filepath.Join(keep, name)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	dir, err := os.MkdirTemp("", "lockd-chaos-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs and histories kept in %s", dir)
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	return dir
 }
 
 func mode(opts runner.Options) string {

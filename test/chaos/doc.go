@@ -30,6 +30,8 @@
 //	                       scenario injects faults for its share of it
 //	LOCKD_CHAOS_PARALLEL   scenarios run at once (default 4; they mostly wait)
 //	LOCKD_CHAOS_DIR        keep every scenario's logs and histories there
+//	                       (without it, only a failed scenario's are kept,
+//	                       in a temporary directory the test names)
 //	LOCKD_CHAOS_REPORT     also write the table to this file
 //	LOCKD_CHAOS_RACE=1     build lockd and the workers with -race
 //	LOCKD_CHAOS_SEED       seed of the random choices (default 1)

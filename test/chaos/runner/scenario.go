@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net/url"
 	"path/filepath"
@@ -184,6 +185,13 @@ func (r *run) problem(format string, args ...any) {
 	r.problems = append(r.problems, fmt.Sprintf(format, args...))
 }
 
+// nameHash derives a scenario's own random stream from its name.
+func nameHash(name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}
+
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -212,7 +220,7 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 		dir:     dir,
 		histDir: filepath.Join(dir, "history"),
 		clock:   history.NewClock(epoch),
-		rng:     rand.New(rand.NewPCG(opts.Seed, uint64(len(spec.Name))<<32|uint64(epoch.UnixNano()&0xffffffff))),
+		rng:     rand.New(rand.NewPCG(opts.Seed, nameHash(spec.Name))),
 		seed:    opts.Seed,
 	}
 	keys := opts.Keys
