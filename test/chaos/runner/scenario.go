@@ -59,6 +59,12 @@ const (
 	// PGRestartImmediate restarts PostgreSQL with an immediate shutdown
 	// (crash recovery).
 	PGRestartImmediate Fault = "pg-restart-immediate"
+	// PartitionReplica runs two lockd replicas on one backend and cuts
+	// only replica 0 from it for three TTLs, while replica 1 keeps serving;
+	// holds last up to 1.5 TTLs, so holders rely on heartbeats. Replica 0's
+	// clients must stop trusting before the backend lets replica 1's have
+	// their keys.
+	PartitionReplica Fault = "partition-replica-3ttl"
 	// ClockSkew runs workers 0 and 1 on fast (×1.5) and slow (×0.85) SDK
 	// clocks and pauses them while they hold.
 	ClockSkew Fault = "clock-skew"
@@ -275,7 +281,7 @@ func (r *run) execute(ctx context.Context) error {
 		r.incarn = append(r.incarn, 1)
 	}
 	r.logf("started: lockd %v, %d workers on %v", r.lockdAddrs(), len(r.workers), r.keys)
-	if err := sleep(ctx, time.Second); err != nil { // warm up: sessions open, queues form
+	if err := r.warmUp(ctx); err != nil {
 		return err
 	}
 	if err := r.faultPhase(ctx); err != nil {
@@ -285,6 +291,35 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	return r.stopWorkers()
+}
+
+// warmUpTimeout bounds the warm-up: every worker's first grant.
+const warmUpTimeout = 60 * time.Second
+
+// warmUp waits until every worker has held a key once (sessions open,
+// queues formed), then a moment more.
+func (r *run) warmUp(ctx context.Context) error {
+	deadline := time.Now().Add(warmUpTimeout)
+	for {
+		ready := true
+		r.mu.Lock()
+		for _, w := range r.workers {
+			ready = ready && w.holds.Load() > 0
+		}
+		r.mu.Unlock()
+		if ready {
+			return sleep(ctx, 500*time.Millisecond)
+		}
+		if err := r.checkAlive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("warm-up: not every worker was granted a key within %v", warmUpTimeout)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // faultPhase runs fault cycles: Spec.Cycles in short mode, for
@@ -335,7 +370,13 @@ func (r *run) lockdAddrs() []string {
 // partitioned reports whether the scenario puts a proxy between lockd and
 // its backend.
 func (r *run) partitioned() bool {
-	return r.spec.Fault == PartitionShort || r.spec.Fault == PartitionLong
+	return r.spec.Fault == PartitionShort || r.spec.Fault == PartitionLong || r.spec.Fault == PartitionReplica
+}
+
+// viaProxy reports whether replica i reaches the backend through the proxy:
+// all of them for the plain partitions, only replica 0 for PartitionReplica.
+func (r *run) viaProxy(i int) bool {
+	return r.proxy != nil && (r.spec.Fault != PartitionReplica || i == 0)
 }
 
 func (r *run) startBackend() error {
@@ -383,18 +424,18 @@ func (r *run) startBackend() error {
 	return fmt.Errorf("unknown backend %q", r.spec.Backend)
 }
 
-// pgDSN is the DSN lockd uses: through the proxy when there is one.
-func (r *run) pgDSN(db string) string {
+// pgDSN is the DSN replica i uses: through the proxy when viaProxy.
+func (r *run) pgDSN(i int) string {
 	host := r.pg.addr()
-	if r.proxy != nil {
+	if r.viaProxy(i) {
 		host = r.proxy.addr()
 	}
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", host, db)
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", host, r.db)
 }
 
 func (r *run) startLockd() error {
 	replicas := 1
-	if r.spec.Fault == ReplicaDeath {
+	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica {
 		replicas = 2
 	}
 	cfg := lockdConfig{
@@ -406,19 +447,21 @@ func (r *run) startLockd() error {
 		reaper:  r.opts.Reaper,
 		prefix:  "/chaos/",
 	}
-	switch r.spec.Backend {
-	case Etcd, EtcdCluster:
+	if r.spec.Backend == Etcd || r.spec.Backend == EtcdCluster {
 		cfg.backend = "etcd"
-		cfg.etcd = endpoints(r.etcd)
-		if r.proxy != nil {
-			cfg.etcd = []string{"http://" + r.proxy.addr()}
-		}
-	case PG:
-		cfg.pgDSN = r.pgDSN(r.db)
 	}
 	for i := range replicas {
 		c := cfg
 		c.name = fmt.Sprintf("lockd%d", i)
+		switch r.spec.Backend {
+		case Etcd, EtcdCluster:
+			c.etcd = endpoints(r.etcd)
+			if r.viaProxy(i) {
+				c.etcd = []string{"http://" + r.proxy.addr()}
+			}
+		case PG:
+			c.pgDSN = r.pgDSN(i)
+		}
 		l, err := startLockd(c)
 		if err != nil {
 			return err
@@ -438,6 +481,11 @@ func (r *run) planWorkers() {
 			// (the server pushes a session's silence deadline from the
 			// receipt of its acquire request): the others hold longer.
 			ws.holdMin, ws.holdMax = 150*time.Millisecond, 300*time.Millisecond
+		}
+		if r.spec.Fault == PartitionReplica {
+			// Holds across heartbeats, some longer than the TTL: trust
+			// must be kept by heartbeats, and lost when they fail.
+			ws.holdMin, ws.holdMax = 300*time.Millisecond, r.opts.TTL*3/2
 		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
@@ -539,16 +587,27 @@ func (r *run) cycle(ctx context.Context, i int) error {
 			return err
 		}
 		return sleep(ctx, 2*ttl)
-	case PartitionShort, PartitionLong:
+	case PartitionShort, PartitionLong, PartitionReplica:
 		d := ttl / 2
-		if r.spec.Fault == PartitionLong {
+		if r.spec.Fault != PartitionShort {
 			d = 3 * ttl
 		}
-		if err := r.proxy.partition(); err != nil {
+		if r.spec.Fault == PartitionReplica {
+			// Cut while a client of replica 0 holds a key, so that its
+			// trust must end by its deadline, not by its release.
+			var perr error
+			if _, err := r.onNext(ctx, "hold", func(w *workerProc) bool { return w.slot%2 == 0 },
+				func(*workerProc) { perr = r.proxy.partition() }); err != nil {
+				return err
+			}
+			if perr != nil {
+				return perr
+			}
+		} else if err := r.proxy.partition(); err != nil {
 			return err
 		}
 		r.countFault()
-		r.logf("cut lockd from the backend for %v", d)
+		r.logf("cut %s from the backend for %v", r.lockds[0].cfg.name, d)
 		if err := sleep(ctx, d); err != nil {
 			return err
 		}

@@ -16,6 +16,8 @@ func Suite() []Spec {
 		{Name: "partition-short-pg", Backend: PG, Fault: PartitionShort},
 		{Name: "partition-long-etcd", Backend: Etcd, Fault: PartitionLong, Cycles: 1},
 		{Name: "partition-long-pg", Backend: PG, Fault: PartitionLong, Cycles: 1},
+		{Name: "partition-replica-etcd", Backend: Etcd, Fault: PartitionReplica},
+		{Name: "partition-replica-pg", Backend: PG, Fault: PartitionReplica},
 		{Name: "pg-restart-fast", Backend: PG, Fault: PGRestartFast},
 		{Name: "pg-restart-immediate", Backend: PG, Fault: PGRestartImmediate},
 		{Name: "clock-skew-embedded", Backend: Embedded, Fault: ClockSkew},

@@ -38,6 +38,8 @@ type workerProc struct {
 
 	// trig, if set, fires on the next matching line (see trigger).
 	trig atomic.Pointer[trigger]
+	// holds counts the grants the worker reported.
+	holds atomic.Int64
 }
 
 // trigger runs an action on the first of several workers to print a
@@ -68,6 +70,9 @@ func (w *workerProc) onLine(line string) {
 	w.pausable = f[0] == "hold" && len(f) >= 4 && f[3] == "1"
 	state, pausable := w.state, w.pausable
 	w.mu.Unlock()
+	if state == "hold" {
+		w.holds.Add(1)
+	}
 	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
 		tr.fire(w)
 	}
