@@ -56,7 +56,7 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("%s=%q: want a positive duration", envDuration, v)
 		}
 		// Each scenario's share of the run, its setup (about 10s) aside.
-		opts.Duration = max(total*time.Duration(parallel)/time.Duration(len(specs))-10*time.Second, minLongPhase)
+		opts.Duration = max(total*time.Duration(parallel)/time.Duration(len(specs))-10*time.Second, minLongPhase).Round(time.Second)
 		opts.LinTimeout = 5 * time.Minute
 		t.Logf("long mode: %d scenarios, %d at a time, %v of faults each", len(specs), parallel, opts.Duration)
 	}
