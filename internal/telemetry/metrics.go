@@ -45,6 +45,14 @@ const (
 	OpMigrate      = "migrate"
 )
 
+// Kinds of group-commit batch (lockd_backend_batch_size.batch).
+const (
+	// BatchLocks: grants and releases sharing one backend commit.
+	BatchLocks = "locks"
+	// BatchHeartbeats: session renewals sharing one statement.
+	BatchHeartbeats = "heartbeats"
+)
+
 // Metrics are the C4 metrics (#ct4-metrics) for one backend label. A nil
 // *Metrics is valid and records nothing.
 type Metrics struct {
@@ -59,6 +67,7 @@ type Metrics struct {
 	releaseTotal   *prometheus.CounterVec
 	backendSeconds *prometheus.HistogramVec
 	backendErrors  *prometheus.CounterVec
+	batchSize      *prometheus.HistogramVec
 }
 
 // NewMetrics creates the C4 metrics labelled backend=backend and registers
@@ -89,10 +98,13 @@ func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}, []string{"backend", "op"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockd", Name: "backend_errors_total",
 			Help: "Backend request errors, by operation and kind."}, []string{"backend", "op", "kind"}),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockd", Name: "backend_batch_size",
+			Help:    "Requests that shared one backend commit (group commit), by kind of batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9)}, []string{"backend", "batch"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.sessionsActive, m.sessionsOpened, m.sessionsLost, m.leasesExpired,
-			m.locksHeld, m.acquireTotal, m.acquireSeconds, m.releaseTotal, m.backendSeconds, m.backendErrors} {
+			m.locksHeld, m.acquireTotal, m.acquireSeconds, m.releaseTotal, m.backendSeconds, m.backendErrors, m.batchSize} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -192,6 +204,15 @@ func (m *Metrics) Request(op string, start time.Time, err error) {
 	if kind := ErrorKind(err); kind != "" {
 		m.backendErrors.WithLabelValues(m.backend, op, kind).Inc()
 	}
+}
+
+// Batch observes one group commit of n requests of the given kind
+// (BatchLocks, BatchHeartbeats).
+func (m *Metrics) Batch(kind string, n int) {
+	if m == nil {
+		return
+	}
+	m.batchSize.WithLabelValues(m.backend, kind).Observe(float64(n))
 }
 
 // ErrorKind maps an already classified store error to a C4 error kind, or ""
