@@ -55,10 +55,11 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
 	}
 	at := time.Now()
-	resp, err := s.cli.Txn(ctx).If(s.ifFree(key)...).
-		Then(s.putGrant(ss, key, at)).
-		Else(clientv3.OpGet(s.lockKey(key))).
-		Commit()
+	// An answer lost to ctx needs no cleanup: a retry finds the grant and
+	// returns it (already mine).
+	resp, err := s.txn(ctx, key, s.ifFree(key),
+		[]clientv3.Op{s.putGrant(ss, key, at)},
+		[]clientv3.Op{clientv3.OpGet(s.lockKey(key))}, nil)
 	if err != nil {
 		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", s.sessionErr(ctx, ss, err))
 	}
@@ -113,17 +114,27 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 	}
 	lk, wk := s.lockKey(key), s.waiterKey(key, id)
 	at := time.Now()
-	resp, err := s.cli.Txn(ctx).If(s.ifFree(key)...).
-		Then(s.putGrant(ss, key, at)).
-		Else(
+	resp, err := s.txn(ctx, key, s.ifFree(key),
+		[]clientv3.Op{s.putGrant(ss, key, at)},
+		[]clientv3.Op{
 			clientv3.OpGet(lk),
 			// Queue up, unless the session holds the key already.
 			clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease)},
 				[]clientv3.Op{clientv3.OpPut(wk, string(id), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
 				nil),
-		).
-		Commit()
+		},
+		// ctx ended in flight: leave what this call did, once it is known
+		// (a grant this call made, or its place in the queue).
+		func(resp *clientv3.TxnResponse, err error) {
+			switch {
+			case err != nil:
+			case resp.Succeeded:
+				s.leave(ss, key, resp.Header.Revision-1)
+			case resp.Responses[1].GetResponseTxn().Succeeded:
+				s.leave(ss, key, resp.Header.Revision)
+			}
+		})
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", s.sessionErr(ctx, ss, err))
 	}
@@ -230,12 +241,16 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 		default:
 			// First in line and the key is free: take it, leave the queue.
 			at := time.Now()
-			tr, err := s.cli.Txn(ctx).If(
+			tr, err := s.txn(ctx, key, []clientv3.Cmp{
 				clientv3.Compare(clientv3.CreateRevision(lk), "=", 0),
 				clientv3.Compare(clientv3.CreateRevision(wk), "=", myRev),
 				// Every waiter of key was queued no earlier than us.
 				clientv3.Compare(clientv3.CreateRevision(qp), ">", myRev-1).WithPrefix(),
-			).Then(s.putGrant(ss, key, at), clientv3.OpDelete(wk)).Commit()
+			}, []clientv3.Op{s.putGrant(ss, key, at), clientv3.OpDelete(wk)}, nil,
+				// ctx ended in flight: Acquire's leave takes the waiter key
+				// (then this fails its compare) or, applied after it, the
+				// grant (newer than myRev).
+				nil)
 			if err != nil {
 				return store.Grant{}, s.sessionErr(ctx, ss, err)
 			}
@@ -489,11 +504,12 @@ func (s *Store) sessionErr(ctx context.Context, ss *session, err error) error {
 }
 
 // DeleteIfOwner releases key iff its current grant is (session, token).
-// With sessions queued for key it hands the key to the first of them in the
-// same transaction (a new grant, with a new token, attached to that
-// waiter's lease), so a hand-over costs one commit; otherwise it deletes the
-// grant. Either way a release marker is written in the same transaction
-// (see Watch).
+// With nobody queued it deletes the grant in one transaction that also
+// checks the queue is empty; with sessions queued that transaction instead
+// reads the first of them, and a second one hands the key to it (a new
+// grant, with a new token, attached to that waiter's lease), so a
+// hand-over costs one commit. Either way a release marker is written in the
+// committing transaction (see Watch).
 func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) (err error) {
 	start := time.Now()
 	defer func() { s.met.Request(telemetry.OpRelease, start, err) }()
@@ -513,27 +529,32 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		clientv3.Compare(clientv3.ModRevision(lk), "=", int64(token)),
 		clientv3.Compare(clientv3.LeaseValue(lk), "=", ss.lease),
 	}
+	marker := clientv3.OpPut(s.markerKey(key), markReleased)
+	firstWaiter := clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	var head *mvccpb.KeyValue // the first waiter, when one was seen
 	for range 10 {
-		// The first waiter, if any. A waiter queued later cannot overtake
-		// it; one that leaves meanwhile fails the compare and we look again.
-		hr, err := s.cli.Get(ctx, qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
-		if err != nil {
-			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
-		}
-		cmps := slices.Clone(owner)
-		ops := []clientv3.Op{clientv3.OpPut(s.markerKey(key), markReleased)}
-		if len(hr.Kvs) > 0 {
-			head := hr.Kvs[0]
-			next := store.SessionID(strings.TrimPrefix(string(head.Key), qp))
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(head.Key)), "=", head.CreateRevision))
-			ops = append(ops,
-				clientv3.OpPut(lk, grantValue(next, time.Now()), clientv3.WithLease(clientv3.LeaseID(head.Lease))),
-				clientv3.OpDelete(string(head.Key)))
+		var resp *clientv3.TxnResponse
+		if head == nil {
+			// Release if nobody waits, else read who is first.
+			resp, err = s.txn(ctx, key, owner,
+				[]clientv3.Op{clientv3.OpTxn(
+					[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()},
+					[]clientv3.Op{marker, clientv3.OpDelete(lk)},
+					[]clientv3.Op{firstWaiter})},
+				[]clientv3.Op{clientv3.OpGet(lk)}, nil)
 		} else {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix())
-			ops = append(ops, clientv3.OpDelete(lk))
+			// Hand over to the first waiter, unless it left meanwhile (a
+			// waiter queued later cannot overtake it); then read again.
+			next := store.SessionID(strings.TrimPrefix(string(head.Key), qp))
+			resp, err = s.txn(ctx, key,
+				append(slices.Clone(owner), clientv3.Compare(clientv3.CreateRevision(string(head.Key)), "=", head.CreateRevision)),
+				[]clientv3.Op{
+					marker,
+					clientv3.OpPut(lk, grantValue(next, time.Now()), clientv3.WithLease(clientv3.LeaseID(head.Lease))),
+					clientv3.OpDelete(string(head.Key)),
+				},
+				[]clientv3.Op{clientv3.OpGet(lk)}, nil)
 		}
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(lk)).Commit()
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
@@ -542,7 +563,16 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			if len(cur) == 0 || cur[0].ModRevision != int64(token) || clientv3.LeaseID(cur[0].Lease) != ss.lease {
 				return notOwner
 			}
-			continue // the queue changed under us: look again
+			head = nil // the first waiter left: look again
+			continue
+		}
+		if head == nil {
+			if q := resp.Responses[0].GetResponseTxn(); !q.Succeeded {
+				if kvs := q.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+					head = kvs[0]
+				}
+				continue // sessions are queued: hand over
+			}
 		}
 		g := store.Grant{Key: key, Session: id, Token: token}
 		s.mu.Lock()

@@ -62,6 +62,8 @@ type Store struct {
 	wake   chan struct{} // pokes the keepalive owner; capacity 1
 	events chan kaEvent  // keepalive streams → keepalive owner
 
+	batch *batcher // group commit of grants and releases (batch.go)
+
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
 	byLease  map[clientv3.LeaseID]*session
@@ -93,10 +95,14 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		events:   make(chan kaEvent, 64),
 		sessions: make(map[store.SessionID]*session),
 		byLease:  make(map[clientv3.LeaseID]*session),
+		batch:    newBatcher(),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(1)
+	s.wg.Add(1 + maxInflight)
 	go s.keepaliveLoop() // exits when Close cancels s.ctx
+	for range maxInflight {
+		go s.committer() // exits when Close cancels s.ctx and nothing it took is unanswered
+	}
 	return s, nil
 }
 
