@@ -14,9 +14,10 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// notice is the JSON payload of a notification on the schema's channel.
-// The triggers send the lock events (kind acquired, released, revoked,
-// expired) and "dequeued"; Watch sends "sync" markers.
+// notice is one event of a notification on the schema's channel. The
+// triggers send arrays of lock events (kind acquired, released, revoked,
+// expired) and "dequeued" events, one array per notification; Watch sends
+// single "sync" markers.
 type notice struct {
 	Kind    string `json:"kind"`
 	Key     string `json:"key,omitempty"`
@@ -138,14 +139,31 @@ func (s *Store) endWatch(w *watch, err error) {
 	close(w.ch)
 }
 
-// dispatch hands one notification to the local watches and waiters.
+// dispatch hands one notification to the local watches and waiters. The
+// triggers send JSON arrays of events (migration 0002); Watch sends single
+// sync markers.
 func (s *Store) dispatch(payload string) {
-	var n notice
-	if err := json.Unmarshal([]byte(payload), &n); err != nil {
-		return // not ours
+	var ns []notice
+	if strings.HasPrefix(payload, "[") {
+		if err := json.Unmarshal([]byte(payload), &ns); err != nil {
+			return // not ours
+		}
+	} else {
+		var n notice
+		if err := json.Unmarshal([]byte(payload), &n); err != nil {
+			return // not ours
+		}
+		ns = []notice{n}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, n := range ns {
+		s.dispatchLocked(n)
+	}
+}
+
+// dispatchLocked handles one event. s.mu is held.
+func (s *Store) dispatchLocked(n notice) {
 	if n.Kind == "sync" {
 		for w := range s.watches {
 			if !w.active && w.sync == n.Sync {
