@@ -144,7 +144,8 @@ func (s *Store) newGrant(g store.Grant, waited time.Duration) {
 	s.metrics.LocksHeld(1)
 }
 
-// TryInsert implements store.LockStore.
+// TryInsert implements store.LockStore. Concurrent grants and releases
+// share one transaction (group commit, groupcommit.go).
 func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (store.Grant, bool, error) {
 	if err := validateGrantArgs("try insert", id, key); err != nil {
 		return store.Grant{}, false, err
@@ -153,19 +154,14 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 		return store.Grant{}, false, err
 	}
 	start := time.Now()
-	var g store.Grant
-	var out outcome
-	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
-		g, out, err = s.grant(ctx, tx, id, key, false)
-		return err
-	})
-	err = classify(ctx, "try insert", err)
+	r, err := s.doLock(ctx, "try insert", &lockReq{op: opTry, id: id, key: key})
 	s.metrics.Request(telemetry.OpTryInsert, start, err)
 	if err != nil {
 		s.metrics.Acquire(acquireResult(err), 0)
 		return store.Grant{}, false, err
 	}
-	switch out {
+	g := r.g
+	switch r.out {
 	case granted:
 		s.newGrant(g, 0)
 		return g, true, nil
@@ -257,20 +253,15 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (st
 	defer recheck.Stop()
 	for {
 		opStart := time.Now()
-		var g store.Grant
-		var out outcome
-		err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
-			g, out, err = s.grant(ctx, tx, id, key, true)
-			return err
-		})
-		err = classify(ctx, "acquire", err)
+		r, err := s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key})
 		s.metrics.Request(telemetry.OpAcquire, opStart, err)
 		if err != nil {
 			s.leaveQueue(id, key)
 			s.metrics.Acquire(acquireResult(err), 0)
 			return store.Grant{}, err
 		}
-		switch out {
+		g := r.g
+		switch r.out {
 		case granted:
 			s.newGrant(g, time.Since(start))
 			return g, nil
@@ -307,7 +298,8 @@ func (s *Store) leaveQueue(id store.SessionID, key string) {
 }
 
 // DeleteIfOwner implements store.LockStore. The row is deleted only if key,
-// session and token all match and the session is live.
+// session and token all match and the session is live. Concurrent releases
+// and grants share one transaction (group commit, groupcommit.go).
 func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) error {
 	if err := validateGrantArgs("release", id, key); err != nil {
 		return err
@@ -319,20 +311,15 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		return fmt.Errorf("pgstore: release: token %d was never issued: %w", token, store.ErrNotOwner)
 	}
 	start := time.Now()
-	var at time.Time
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, s.q.release, key, string(id), int64(token)).Scan(&at)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		s.metrics.Request(telemetry.OpRelease, start, nil)
-		return fmt.Errorf("pgstore: release: %w", store.ErrNotOwner)
-	}
-	err = classify(ctx, "release", err)
+	r, err := s.doLock(ctx, "release", &lockReq{op: opRelease, id: id, key: key, token: token})
 	s.metrics.Request(telemetry.OpRelease, start, err)
 	if err != nil {
 		return err
 	}
-	s.log.LockReleased(store.Grant{Key: key, Session: id, Token: token, AcquiredAt: at}, telemetry.ReleaseRelease)
+	if r.out != freed {
+		return fmt.Errorf("pgstore: release: %w", store.ErrNotOwner)
+	}
+	s.log.LockReleased(r.g, telemetry.ReleaseRelease)
 	s.metrics.Released(telemetry.ReleaseRelease, 1)
 	return nil
 }

@@ -22,6 +22,11 @@ type queries struct {
 	enqueue    string
 	dequeue    string
 
+	grantBatch     string
+	tokenBatch     string
+	releaseBatch   string
+	heartbeatBatch string
+
 	release string
 	revoke  string
 	inspect string
@@ -46,7 +51,9 @@ func newQueries(schema string) queries {
 		heartbeat: r.Replace(`UPDATE {{s}}.sessions SET expires_at = now() + ttl_ms * interval '1 millisecond'
 			WHERE id = $1 AND expires_at > now() RETURNING ttl_ms`),
 		closeLock:   r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
-		closeLocks:  r.Replace(`SELECT key, token, acquired_at FROM {{s}}.locks WHERE session_id = $1 ORDER BY key`),
+		// Deletes the locks itself (not by cascade) to return them: no
+		// reason is set, so the watch reports them as expired.
+		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token, acquired_at`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
 		locksOf: r.Replace(`SELECT s.expires_at > now(), l.key, l.token, l.acquired_at
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
@@ -81,6 +88,62 @@ func newQueries(schema string) queries {
 			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())
 			AND set_config('lockd.reason', 'released', true) IS NOT NULL
 			RETURNING acquired_at`),
+		// The group-commit forms (groupcommit.go). grantBatch: $1 sessions,
+		// $2 keys (distinct), $3 whether each is an Acquire; one row per
+		// request, i its 1-based position. Its checks are grantCheck's.
+		grantBatch: r.Replace(`WITH req AS (
+				SELECT r.sid, r.key, r.wait, r.i
+				FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS r(sid, key, wait, i)
+			), live AS MATERIALIZED (
+				SELECT s.id, floor(extract(epoch FROM s.expires_at - now()) * 1000000)::bigint AS rem_us
+				FROM {{s}}.sessions s
+				WHERE s.id IN (SELECT sid FROM req) AND s.expires_at > now()
+				ORDER BY s.id
+				FOR KEY SHARE OF s
+			), st AS MATERIALIZED (
+				SELECT req.i, req.sid, req.key, req.wait, live.rem_us,
+					l.session_id AS holder, l.token AS htok, l.acquired_at AS hat,
+					(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = req.key ORDER BY w.id LIMIT 1) AS head
+				FROM req LEFT JOIN live ON live.id = req.sid LEFT JOIN {{s}}.locks l ON l.key = req.key
+			), el AS MATERIALIZED (
+				SELECT st.*,
+					coalesce(st.rem_us, 0) > 0 AS alive,
+					coalesce(st.rem_us, 0) > 0 AND st.holder IS NULL
+						AND (st.head IS NULL OR (st.wait AND st.head = st.sid)) AS eligible
+				FROM st
+			), ins AS (
+				INSERT INTO {{s}}.locks (key, session_id)
+				SELECT key, sid FROM el WHERE eligible ORDER BY key
+				ON CONFLICT (key) DO NOTHING
+				RETURNING key, acquired_at
+			), enq AS (
+				INSERT INTO {{s}}.waiters (key, session_id)
+				SELECT key, sid FROM el
+				WHERE wait AND alive AND NOT eligible AND holder IS DISTINCT FROM sid
+				ORDER BY key
+				ON CONFLICT (key, session_id) DO NOTHING
+			), deq AS (
+				DELETE FROM {{s}}.waiters w USING el
+				WHERE el.wait AND w.key = el.key AND w.session_id = el.sid
+				AND (NOT el.alive OR el.holder = el.sid OR el.key IN (SELECT key FROM ins))
+			)
+			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.acquired_at, el.eligible
+			FROM el LEFT JOIN ins ON ins.key = el.key`),
+		// Draws the tokens of the rows grantBatch inserted in this
+		// transaction: the only visible rows with token 0.
+		tokenBatch: r.Replace(`UPDATE {{s}}.locks SET token = nextval({{seq}})
+			WHERE key = ANY($1::text[]) AND token = 0 RETURNING key, token`),
+		// $1 keys (distinct), $2 sessions, $3 tokens; as release.
+		releaseBatch: r.Replace(`DELETE FROM {{s}}.locks l
+			USING unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, sid, token)
+			WHERE l.key = r.key AND l.session_id = r.sid AND l.token = r.token
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions s WHERE s.id = r.sid AND s.expires_at > now())
+			AND set_config('lockd.reason', 'released', true) IS NOT NULL
+			RETURNING l.key, l.acquired_at`),
+		// $1 session ids, sorted and distinct; as heartbeat.
+		heartbeatBatch: r.Replace(`UPDATE {{s}}.sessions SET expires_at = now() + ttl_ms * interval '1 millisecond'
+			WHERE id = ANY($1::text[]) AND expires_at > now() RETURNING id, ttl_ms`),
+
 		revoke: r.Replace(`DELETE FROM {{s}}.locks
 			WHERE key = $1 AND set_config('lockd.reason', 'revoked', true) IS NOT NULL
 			RETURNING session_id, token, acquired_at`),

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +78,9 @@ type Options struct {
 
 	// probeInterval overrides listenerProbeInterval (tests).
 	probeInterval time.Duration
+	// onLockBatch, if set, is called with the keys of every lock batch
+	// before it runs (tests).
+	onLockBatch func(keys []string)
 }
 
 // Store is the PostgreSQL store.LockStore. It is safe for concurrent use.
@@ -95,6 +100,11 @@ type Store struct {
 	stop      context.CancelFunc // stops the reaper and the listener
 	wg        sync.WaitGroup     // the reaper and the listener
 	closeOnce sync.Once
+
+	lockQ       *batchQueue[*lockReq] // group commit of grants and releases
+	hbQ         *batchQueue[*hbReq]   // group commit of heartbeats
+	batchers    sync.WaitGroup        // the workers of lockQ and hbQ
+	onLockBatch func(keys []string)
 
 	mu        sync.Mutex
 	closed    bool
@@ -154,6 +164,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		closing:        make(chan struct{}),
 		watches:        make(map[*watch]struct{}),
 		waiters:        make(map[string]map[*waiter]struct{}),
+		onLockBatch:    opts.onLockBatch,
 	}
 	start := time.Now()
 	err := classify(ctx, "migrate", migrate(ctx, pool, schema, s.channel))
@@ -173,12 +184,14 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	s.wg.Add(2)
 	go s.listen(bg, conn) // exits when Close cancels bg
 	go s.reapLoop(bg)     // exits when Close cancels bg
+	s.startBatchers()
 	return s, nil
 }
 
-// Close stops the reaper and the listener and waits for them, ends every
-// watch (with a final Event carrying ErrUnavailable), makes waiting Acquire
-// calls return, and closes the pool if New opened it. Sessions are not
+// Close stops the reaper, the listener and the group-commit workers and
+// waits for them (a batch in flight finishes; queued requests fail with
+// ErrUnavailable), ends every watch (with a final Event carrying
+// ErrUnavailable), makes waiting Acquire calls return, and closes the pool if New opened it. Sessions are not
 // closed: they expire on their own unless another instance keeps them
 // alive. Close is idempotent and always returns nil.
 func (s *Store) Close() error {
@@ -190,6 +203,7 @@ func (s *Store) Close() error {
 			s.endWatch(w, errClosed)
 		}
 		s.mu.Unlock()
+		s.stopBatchers()
 		s.stop()
 		s.wg.Wait()
 		s.acquires.Wait() // no new Add after closed is set
@@ -280,6 +294,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (store.Sessi
 // Heartbeat implements store.SessionRegistry. It extends a live session by
 // its TTL from the database's now(); an expired session (even one the reaper
 // has not deleted yet) is never extended and is reported not live.
+// Concurrent heartbeats share one UPDATE (group commit).
 func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (store.Liveness, error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return store.Liveness{}, fmt.Errorf("pgstore: heartbeat: %w", err)
@@ -288,20 +303,21 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (store.Livene
 		return store.Liveness{}, err
 	}
 	start := time.Now()
-	var ttlMS int64
-	err := s.pool.QueryRow(ctx, s.q.heartbeat, string(id)).Scan(&ttlMS)
-	if errors.Is(err, pgx.ErrNoRows) {
-		s.metrics.Request(telemetry.OpHeartbeat, start, nil)
-		return store.Liveness{}, nil
+	r := &hbReq{id: id}
+	j, err := s.hbQ.submit(ctx, "", r)
+	if err == nil {
+		if _, err = s.hbQ.wait(ctx, j); err == nil {
+			err = r.err
+		}
 	}
-	err = classify(ctx, "heartbeat", err)
+	err = result(ctx, "heartbeat", err)
 	s.metrics.Request(telemetry.OpHeartbeat, start, err)
-	if err != nil {
+	if err != nil || !r.live {
 		return store.Liveness{}, err
 	}
 	// The new expires_at is now() + TTL with the database's now() later
 	// than our receipt of the call (C2 #ct2-deadline).
-	return store.Liveness{Live: true, Remaining: time.Duration(ttlMS) * time.Millisecond}, nil
+	return store.Liveness{Live: true, Remaining: time.Duration(r.ttlMS) * time.Millisecond}, nil
 }
 
 // CloseSession implements store.SessionRegistry. Deleting the session row
@@ -319,22 +335,21 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 	start := time.Now()
 	var found, live bool
 	var grants []store.Grant
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		found, live, grants = false, false, nil
-		err := tx.QueryRow(ctx, s.q.closeLock, string(id)).Scan(&live)
+	// One round trip, one implicit transaction. FOR UPDATE waits for and
+	// then excludes concurrent grants, so the locks deleted are all the
+	// session had. It runs detached from ctx (bounded by commitTimeout),
+	// like a COMMIT in inTx, so the outcome is always known.
+	var b pgx.Batch
+	b.Queue(s.q.closeLock, string(id)).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&live)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		found = true
-		// FOR UPDATE above waits for and then excludes concurrent grants, so
-		// this list is exactly what the delete below removes.
-		rows, err := tx.Query(ctx, s.q.closeLocks, string(id))
-		if err != nil {
-			return err
-		}
+		found = err == nil
+		return err
+	})
+	b.Queue(s.q.closeLocks, string(id)).Query(func(rows pgx.Rows) error {
+		var err error
 		grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
 			g := store.Grant{Session: id}
 			var tok int64
@@ -342,12 +357,13 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 			g.Token = uint64(tok)
 			return g, err
 		})
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, s.q.closeDelete, string(id))
 		return err
 	})
+	b.Queue(s.q.closeDelete, string(id))
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	err := s.pool.SendBatch(bctx, &b).Close()
+	cancel()
+	slices.SortFunc(grants, func(a, b store.Grant) int { return strings.Compare(a.Key, b.Key) })
 	err = classify(ctx, "close session", err)
 	s.metrics.Request(telemetry.OpCloseSession, start, err)
 	if err != nil || !found {

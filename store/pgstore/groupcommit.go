@@ -1,0 +1,372 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+// Group commit (issue #5): concurrent grants and releases of one Store share
+// one transaction, and concurrent heartbeats one UPDATE.
+const (
+	// lockWorkers is how many lock batches may be in flight at once, and
+	// heartbeatWorkers how many heartbeat batches. Every transaction that
+	// sends a NOTIFY commits under one database-wide lock, so more
+	// concurrent lock batches mostly queue there.
+	lockWorkers      = 2
+	heartbeatWorkers = 1
+	// maxLockBatch and maxHeartbeatBatch bound the requests of one batch.
+	maxLockBatch      = 256
+	maxHeartbeatBatch = 1000
+	// batchTimeout bounds one batch (or the run of one of its requests
+	// alone after the batch failed). It runs on a context of the Store, not
+	// of any caller, so every request's outcome is known.
+	batchTimeout = 10 * time.Second
+)
+
+// lockOp says what a lockReq does.
+type lockOp int
+
+const (
+	opTry     lockOp = iota + 1 // TryInsert
+	opWait                      // one attempt of Acquire: queue if busy
+	opRelease                   // DeleteIfOwner
+)
+
+// lockReq is one grant attempt or release in a lock batch, with its result.
+type lockReq struct {
+	op    lockOp
+	id    store.SessionID
+	key   string
+	token uint64 // opRelease
+
+	out outcome     // grants: granted, held, busy, dead; releases: freed, notOwned
+	g   store.Grant // granted, held; freed: Key, Session, Token, AcquiredAt
+	err error       // classified
+}
+
+// Outcomes of a release.
+const (
+	freed    outcome = iota + 10 // the grant was the current one and is gone
+	notOwned                     // it was not (ErrNotOwner)
+)
+
+// raced is the outcome of a grant the batch could not decide: the key was
+// free in the batch's snapshot but a concurrent transaction inserted it
+// first. The request is then run alone, which reads the winner.
+const raced outcome = 20
+
+// startBatchers starts the group-commit workers. Each exits when its queue
+// is closed (Close), after finishing the batch it is running.
+func (s *Store) startBatchers() {
+	s.lockQ = newBatchQueue[*lockReq](maxLockBatch)
+	s.hbQ = newBatchQueue[*hbReq](maxHeartbeatBatch)
+	s.batchers.Add(lockWorkers + heartbeatWorkers)
+	for range lockWorkers {
+		go s.lockWorker() // exits when s.lockQ is closed
+	}
+	for range heartbeatWorkers {
+		go s.heartbeatWorker() // exits when s.hbQ is closed
+	}
+}
+
+// stopBatchers answers every queued request with errClosed and waits for
+// the batches in flight.
+func (s *Store) stopBatchers() {
+	s.lockQ.close()
+	s.hbQ.close()
+	s.batchers.Wait()
+}
+
+// doLock runs one grant attempt or release through the lock batches and
+// returns its result. The error is the classified batch error, or the
+// caller's context error (then nothing the request did survives: see
+// undo).
+func (s *Store) doLock(ctx context.Context, opName string, r *lockReq) (*lockReq, error) {
+	j, err := s.lockQ.submit(ctx, r.key, r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.lockQ.wait(ctx, j); err != nil {
+		return nil, result(ctx, opName, err)
+	}
+	return r, result(ctx, opName, r.err)
+}
+
+func (s *Store) lockWorker() {
+	defer s.batchers.Done()
+	for {
+		batch := s.lockQ.next()
+		if batch == nil {
+			return
+		}
+		reqs := make([]*lockReq, len(batch))
+		for i, j := range batch {
+			reqs[i] = j.req
+		}
+		s.runLockBatch(reqs)
+		for _, j := range s.lockQ.finish(batch) {
+			s.undo(j.req)
+		}
+	}
+}
+
+// runLockBatch runs reqs as one transaction and sets each one's result. If
+// the transaction fails as a whole, each request runs alone, so that one
+// request's failure is not its batch-mates'.
+func (s *Store) runLockBatch(reqs []*lockReq) {
+	s.metrics.Batch(telemetry.BatchLocks, len(reqs))
+	if s.onLockBatch != nil {
+		keys := make([]string, len(reqs))
+		for i, r := range reqs {
+			keys[i] = r.key
+		}
+		s.onLockBatch(keys)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	err := s.execLockBatch(ctx, reqs)
+	cancel()
+	for _, r := range reqs {
+		if err != nil || r.out == raced {
+			s.runAlone(r)
+		}
+	}
+}
+
+// execLockBatch runs the releases and grant attempts of reqs (distinct
+// keys) in one pipelined implicit transaction: one round trip, one commit.
+// The results are set only once the commit succeeded.
+//
+// Grants follow the same steps as grant (see there, and the reasoning on
+// tokens), set-wise: statement 1 checks every session (locking live ones
+// FOR KEY SHARE until commit), reads each key's holder and queue head, and
+// inserts the rows of the keys that are free for their requester, queues
+// busy waiters and dequeues waiters that got their key or whose session is
+// dead; statement 2 then draws the tokens of exactly the rows statement 1
+// inserted (token 0 marks them: no other transaction's uncommitted row is
+// visible), so each token is drawn after its row is ours.
+func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
+	var (
+		b                    pgx.Batch
+		relKeys, relSessions []string
+		relTokens            []int64
+		grKeys, grSessions   []string
+		grWait               []bool
+		rels, grants         []*lockReq
+	)
+	for _, r := range reqs {
+		if r.op == opRelease {
+			rels = append(rels, r)
+			relKeys, relSessions, relTokens = append(relKeys, r.key), append(relSessions, string(r.id)), append(relTokens, int64(r.token))
+		} else {
+			grants = append(grants, r)
+			grKeys, grSessions, grWait = append(grKeys, r.key), append(grSessions, string(r.id)), append(grWait, r.op == opWait)
+		}
+	}
+	released := make(map[string]time.Time)
+	if len(rels) > 0 {
+		b.Queue(s.q.releaseBatch, relKeys, relSessions, relTokens).Query(func(rows pgx.Rows) error {
+			var key string
+			var at time.Time
+			_, err := pgx.ForEachRow(rows, []any{&key, &at}, func() error {
+				released[key] = at
+				return nil
+			})
+			return err
+		})
+	}
+	type check struct {
+		remainingUS *int64
+		holder      *string
+		tok         *int64
+		at          *time.Time
+		inserted    *time.Time
+		eligible    bool
+	}
+	checks := make([]check, len(grants))
+	tokens := make(map[string]int64)
+	if len(grants) > 0 {
+		b.Queue(s.q.grantBatch, grSessions, grKeys, grWait).Query(func(rows pgx.Rows) error {
+			var i int
+			var c check
+			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.inserted, &c.eligible}, func() error {
+				if i < 1 || i > len(checks) {
+					return fmt.Errorf("grant batch returned row %d of %d", i, len(checks))
+				}
+				checks[i-1] = c
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q.tokenBatch, grKeys).Query(func(rows pgx.Rows) error {
+			var key string
+			var tok int64
+			_, err := pgx.ForEachRow(rows, []any{&key, &tok}, func() error {
+				tokens[key] = tok
+				return nil
+			})
+			return err
+		})
+	}
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
+		return err
+	}
+
+	for _, r := range rels {
+		if at, ok := released[r.key]; ok {
+			r.out, r.g = freed, store.Grant{Key: r.key, Session: r.id, Token: r.token, AcquiredAt: at}
+		} else {
+			r.out = notOwned
+		}
+	}
+	for i, r := range grants {
+		c := checks[i]
+		g := store.Grant{Key: r.key, Session: r.id}
+		switch {
+		case c.remainingUS == nil || *c.remainingUS <= 0:
+			r.out = dead
+			continue
+		case c.holder != nil && *c.holder == string(r.id):
+			g.Token, g.AcquiredAt = uint64(*c.tok), *c.at
+			r.out = held
+		case c.inserted != nil:
+			tok, ok := tokens[r.key]
+			if !ok {
+				return fmt.Errorf("grant batch: no token drawn for %q", r.key)
+			}
+			g.Token, g.AcquiredAt = uint64(tok), *c.inserted
+			r.out = granted
+		case c.eligible:
+			r.out = raced
+			continue
+		default:
+			r.out = busy
+			continue
+		}
+		g.Remaining = time.Duration(*c.remainingUS) * time.Microsecond
+		r.g = g
+	}
+	return nil
+}
+
+// runAlone runs one request in a transaction of its own (the path every
+// request took before group commit).
+func (s *Store) runAlone(r *lockReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	r.out, r.g = 0, store.Grant{}
+	var err error
+	if r.op == opRelease {
+		var at time.Time
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, s.q.release, r.key, string(r.id), int64(r.token)).Scan(&at)
+		})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			r.out, err = notOwned, nil
+		case err == nil:
+			r.out, r.g = freed, store.Grant{Key: r.key, Session: r.id, Token: r.token, AcquiredAt: at}
+		}
+	} else {
+		err = s.inTx(ctx, func(tx pgx.Tx) (err error) {
+			r.g, r.out, err = s.grant(ctx, tx, r.id, r.key, r.op == opWait)
+			return err
+		})
+	}
+	// Classified against a context that never ends: a timeout of the batch
+	// is the backend's, never the caller's.
+	r.err = classify(context.Background(), opTitle(r.op), err)
+}
+
+func opTitle(op lockOp) string {
+	switch op {
+	case opTry:
+		return "try insert"
+	case opWait:
+		return "acquire"
+	}
+	return "release"
+}
+
+// undo reverts what a request did for a caller that gave up while its batch
+// ran, so that a cancelled call leaves nothing behind: a new grant is
+// released, a waiter that was queued leaves the queue. Best effort, like
+// leaveQueue.
+func (s *Store) undo(r *lockReq) {
+	switch {
+	case r.err != nil:
+	case r.out == granted:
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = s.inTx(ctx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, s.q.release, r.key, string(r.id), int64(r.g.Token))
+			return err
+		})
+	case r.out == busy && r.op == opWait:
+		s.leaveQueue(r.id, r.key)
+	}
+}
+
+// hbReq is one Heartbeat in a heartbeat batch, with its result.
+type hbReq struct {
+	id    store.SessionID
+	live  bool
+	ttlMS int64
+	err   error // classified
+}
+
+func (s *Store) heartbeatWorker() {
+	defer s.batchers.Done()
+	for {
+		batch := s.hbQ.next()
+		if batch == nil {
+			return
+		}
+		reqs := make([]*hbReq, len(batch))
+		for i, j := range batch {
+			reqs[i] = j.req
+		}
+		s.runHeartbeatBatch(reqs)
+		s.hbQ.finish(batch) // a heartbeat leaves nothing to undo
+	}
+}
+
+// runHeartbeatBatch extends every live session of reqs in one UPDATE (ids
+// in order, so concurrent batches lock rows in one order) and sets each
+// request's result.
+func (s *Store) runHeartbeatBatch(reqs []*hbReq) {
+	s.metrics.Batch(telemetry.BatchHeartbeats, len(reqs))
+	ids := make([]string, 0, len(reqs))
+	for _, r := range reqs {
+		ids = append(ids, string(r.id))
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	ttls := make(map[string]int64, len(ids))
+	rows, err := s.pool.Query(ctx, s.q.heartbeatBatch, ids)
+	if err == nil {
+		var id string
+		var ttlMS int64
+		_, err = pgx.ForEachRow(rows, []any{&id, &ttlMS}, func() error {
+			ttls[id] = ttlMS
+			return nil
+		})
+	}
+	err = classify(context.Background(), "heartbeat", err)
+	for _, r := range reqs {
+		r.err = err
+		if err == nil {
+			r.ttlMS = ttls[string(r.id)]
+			r.live = r.ttlMS > 0
+		}
+	}
+}
