@@ -50,7 +50,7 @@ func newQueries(schema string) queries {
 		// updated, so the session stays dead.
 		heartbeat: r.Replace(`UPDATE {{s}}.sessions SET expires_at = now() + ttl_ms * interval '1 millisecond'
 			WHERE id = $1 AND expires_at > now() RETURNING ttl_ms`),
-		closeLock:   r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
+		closeLock: r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.
 		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token, acquired_at`),
