@@ -70,9 +70,9 @@ type batcher struct {
 	busy  map[string]struct{} // keys of requests being committed
 	limit int                 // current cap of a batch (lowered if etcd refuses a size)
 
-	// hookFn, set by tests before the Store is used, is called by the
-	// committer with each batch's size before sending it.
-	hookFn func(n int)
+	// hookFn, set by tests, is called by the committer with each batch's
+	// keys before sending it.
+	hookFn func(keys []string)
 }
 
 func newBatcher() *batcher {
@@ -89,11 +89,10 @@ func (b *batcher) poke() {
 // take forms the next batch: queued requests in arrival order, skipping
 // (and keeping queued, in order) any whose key is already in this batch or
 // in one being committed, and discarding dropped ones. The keys it returns
-// are busy until done.
-func (b *batcher) take() []*txnReq {
+// are busy until done. hook is hookFn.
+func (b *batcher) take() (batch []*txnReq, hook func([]string)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var batch []*txnReq
 	inBatch := make(map[string]struct{})
 	keep := b.queue[:0]
 	for i, r := range b.queue {
@@ -120,7 +119,7 @@ func (b *batcher) take() []*txnReq {
 	for k := range inBatch {
 		b.busy[k] = struct{}{}
 	}
-	return batch
+	return batch, b.hookFn
 }
 
 // done frees a committed batch's keys.
@@ -142,9 +141,13 @@ func (b *batcher) done(batch []*txnReq) {
 func (s *Store) committer() {
 	defer s.wg.Done()
 	for {
-		if batch := s.batch.take(); len(batch) > 0 {
-			if s.batch.hookFn != nil {
-				s.batch.hookFn(len(batch))
+		if batch, hook := s.batch.take(); len(batch) > 0 {
+			if hook != nil {
+				keys := make([]string, len(batch))
+				for i, r := range batch {
+					keys[i] = r.key
+				}
+				hook(keys)
 			}
 			s.commitBatch(batch)
 			s.batch.done(batch)
