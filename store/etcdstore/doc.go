@@ -61,6 +61,52 @@
 // from PostgreSQL, where session rows survive a lockd restart
 // (docs/backends.md).
 //
+// # Group commit
+//
+// Grants (TryInsert, Acquire's first transaction, a first-in-line waiter
+// taking a free key) and releases (DeleteIfOwner) are each one conditional
+// transaction on one lockd key. They are not sent one by one: a Store
+// queues them and its committer goroutines (maxInflight of them, started
+// by New and stopped by Close) send what is queued as ONE etcd Txn whose
+// operations are the requests' transactions, nested (clientv3.OpTxn) under
+// an outer Txn without compares. Batching is natural: a committer that is
+// free sends at once whatever is queued, so on an idle Store a request goes
+// out alone and immediately (there is no timer); requests arriving while
+// every committer is busy form the next batch. A batch holds at most
+// maxBatch requests and each lockd key at most once: every etcd key a
+// request touches (grant, marker, waiters) belongs to its lockd key, so the
+// nested transactions of a batch never touch the same etcd key, and a
+// second request for a key waits, in arrival order, until the first one's
+// batch has committed.
+//
+// Each nested transaction is evaluated exactly as it would be alone, and
+// all its writes get the batch's revision: a grant's token is still the
+// revision of its own put, strictly increasing per key. Grants of
+// different keys in one batch share a token value, which C2 allows
+// (tokens of different keys are not comparable).
+//
+// etcd fails a whole Txn when one put names a lease that no longer exists
+// (a session that died), or when the Txn is too large. Then the batch is
+// committed again request by request, so the dead session's caller gets
+// ErrSessionDead and the others their own answers; a size refusal also
+// lowers the cap. A transient failure (etcd unreachable, no leader) is every
+// request's answer alike.
+//
+// A commit runs on the Store's context with a bounded timeout, not on a
+// caller's; each caller waits for its own answer or its own ctx. A request
+// whose caller gives up before it is sent is dropped. One whose caller
+// gives up while it is in flight has an unknown outcome, as a cancelled
+// Txn always has: TryInsert leaves a possible grant in place (a retry
+// returns it, already held), Acquire leaves the queue and drops a grant
+// this call made once the answer arrives.
+//
+// A release (DeleteIfOwner) costs one commit when nobody waits: its
+// transaction checks the owner, and in a nested transaction deletes the
+// grant if the queue is empty or else reads the first waiter. Only when
+// somebody waits does a second transaction hand the key to that waiter —
+// one commit for the hand-over, and the owner check keeps a retried release
+// from ever deleting a newer grant.
+//
 // # Key layout
 //
 // Under the configured prefix P (default "/lockd/"):
