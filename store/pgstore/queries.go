@@ -36,7 +36,9 @@ type queries struct {
 	reapLocks  string
 	reapDelete string
 
-	notify string
+	notify       string
+	notifyMany   string
+	notifiedSelf string
 }
 
 func newQueries(schema string) queries {
@@ -165,6 +167,10 @@ func newQueries(schema string) queries {
 			WHERE session_id = ANY($1) ORDER BY session_id, key`),
 		reapDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = ANY($1) AND expires_at < now()`),
 
-		notify: `SELECT pg_notify($1, $2)`,
+		notify:     `SELECT pg_notify($1, $2)`,
+		notifyMany: `SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p`,
+		// Silences the lock delete trigger for the rest of the transaction,
+		// which sends those events itself (migration 0002).
+		notifiedSelf: `SELECT set_config('lockd.notified', 'on', true)`,
 	}
 }

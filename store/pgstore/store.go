@@ -335,11 +335,15 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 	start := time.Now()
 	var found, live bool
 	var grants []store.Grant
-	// One round trip, one implicit transaction. FOR UPDATE waits for and
-	// then excludes concurrent grants, so the locks deleted are all the
-	// session had. It runs detached from ctx (bounded by commitTimeout),
-	// like a COMMIT in inTx, so the outcome is always known.
+	// FOR UPDATE waits for and then excludes concurrent grants, so the
+	// locks deleted are all the session had. The transaction sends their
+	// events itself (notifyExpired) rather than through the trigger. It runs
+	// detached from ctx (bounded by commitTimeout), like a COMMIT in inTx,
+	// so the outcome is always known; three round trips.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
 	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
 	b.Queue(s.q.closeLock, string(id)).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&live)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -348,6 +352,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 		found = err == nil
 		return err
 	})
+	b.Queue(s.q.notifiedSelf)
 	b.Queue(s.q.closeLocks, string(id)).Query(func(rows pgx.Rows) error {
 		var err error
 		grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
@@ -360,9 +365,20 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 		return err
 	})
 	b.Queue(s.q.closeDelete, string(id))
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	err := s.pool.SendBatch(bctx, &b).Close()
-	cancel()
+	br := s.pool.SendBatch(bctx, &b)
+	tx := br.Tx()
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx) // no-op after a commit
+	}()
+	err := br.Close()
+	if err == nil {
+		err = s.notifyExpired(bctx, tx, grants)
+	}
+	if err == nil {
+		err = tx.Commit(bctx)
+	}
 	slices.SortFunc(grants, func(a, b store.Grant) int { return strings.Compare(a.Key, b.Key) })
 	err = classify(ctx, "close session", err)
 	s.metrics.Request(telemetry.OpCloseSession, start, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,14 +17,40 @@ import (
 
 // notice is one event of a notification on the schema's channel. The
 // triggers send arrays of lock events (kind acquired, released, revoked,
-// expired) and "dequeued" events, one array per notification; Watch sends
-// single "sync" markers.
+// expired) and "dequeued" events, one array per notification, each event
+// itself an array (see UnmarshalJSON); Watch sends single "sync" markers
+// as objects.
 type notice struct {
 	Kind    string `json:"kind"`
 	Key     string `json:"key,omitempty"`
 	Session string `json:"session,omitempty"`
 	Token   uint64 `json:"token,omitempty"`
 	Sync    string `json:"sync,omitempty"`
+}
+
+// UnmarshalJSON reads either form of an event: the triggers' array
+// [kind, key, session, token] (session and token absent for "dequeued") or
+// an object (sync markers).
+func (n *notice) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '[' {
+		type plain notice // without this method
+		return json.Unmarshal(b, (*plain)(n))
+	}
+	var f []json.RawMessage
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	if len(f) < 2 || len(f) > 4 {
+		return fmt.Errorf("event has %d fields, want 2 to 4", len(f))
+	}
+	*n = notice{}
+	dst := []any{&n.Kind, &n.Key, &n.Session, &n.Token}
+	for i, raw := range f {
+		if err := json.Unmarshal(raw, dst[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 var eventKinds = map[string]store.EventKind{
@@ -197,6 +224,68 @@ func (s *Store) dispatchLocked(n notice) {
 	}
 }
 
+// maxPayload bounds the notifications pgstore sends itself, below
+// PostgreSQL's limit of 8000 bytes.
+const maxPayload = 7000
+
+// notifyExpired sends, inside tx, the expired events of grants whose rows tx
+// deletes with the trigger silenced (notifiedSelf), in the triggers' format:
+// several events per notification.
+func (s *Store) notifyExpired(ctx context.Context, tx pgx.Tx, grants []store.Grant) error {
+	if len(grants) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, s.q.notifyMany, s.channel, eventPayloads("expired", grants))
+	return err
+}
+
+// eventPayloads encodes one event of kind per grant as the triggers do: JSON
+// arrays of [kind, key, session, token], each at most maxPayload bytes.
+func eventPayloads(kind string, grants []store.Grant) []string {
+	var payloads []string
+	buf := make([]byte, 0, maxPayload)
+	var ev []byte
+	for _, g := range grants {
+		ev = append(ev[:0], '[')
+		ev = appendJSONString(ev, kind)
+		ev = append(ev, ',')
+		ev = appendJSONString(ev, g.Key)
+		ev = append(ev, ',')
+		ev = appendJSONString(ev, string(g.Session))
+		ev = append(ev, ',')
+		ev = strconv.AppendUint(ev, g.Token, 10)
+		ev = append(ev, ']')
+		if len(buf) > 0 && len(buf)+len(ev)+2 > maxPayload {
+			payloads = append(payloads, string(append(buf, ']')))
+			buf = buf[:0]
+		}
+		if len(buf) == 0 {
+			buf = append(buf, '[')
+		} else {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, ev...)
+	}
+	if len(buf) > 0 {
+		payloads = append(payloads, string(append(buf, ']')))
+	}
+	return payloads
+}
+
+// appendJSONString appends s as a JSON string. Printable ASCII other than
+// '"' and '\\' goes as is; any other string takes encoding/json's way.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			enc, _ := json.Marshal(s) // a string always encodes
+			return append(b, enc...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
 // connectListener opens the listening connection and issues LISTEN.
 func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.listenConfig.Copy())
@@ -341,8 +430,15 @@ func (s *Store) reap(ctx context.Context) {
 			if err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, s.q.reapDelete, ids)
-			return err
+			if _, err := tx.Exec(ctx, s.q.notifiedSelf); err != nil {
+				return err
+			}
+			// FOR UPDATE above keeps grants out of these sessions, so the
+			// cascade deletes exactly the locks read above.
+			if _, err := tx.Exec(ctx, s.q.reapDelete, ids); err != nil {
+				return err
+			}
+			return s.notifyExpired(ctx, tx, grants)
 		})
 		err = classify(ctx, "reap", err)
 		s.metrics.Request(telemetry.OpReap, start, err)
