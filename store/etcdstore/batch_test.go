@@ -469,8 +469,38 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 	if info, found, err := st.Inspect(ctxT(t), "taken"); err != nil || !found || info.Session != other {
 		t.Fatalf("Inspect(taken) = %+v, %v, %v; want still held by the other session", info, found, err)
 	}
-	// The Store's session map and queue are consistent: it still grants.
+	// A TryInsert given up on in flight leaves its grant (a retry returns
+	// it), and the Store records it so CloseSession counts it.
+	g4 := newGate(1)
+	setGate(t, st, g4)
+	ctx4, cancel4 := context.WithCancel(ctxT(t))
+	done4 := make(chan error, 1)
+	go func() { // exits when TryInsert returns
+		_, _, err := st.TryInsert(ctx4, id, "orphan")
+		done4 <- err
+	}()
+	g4.waitHeld(t)
+	cancel4()
+	if err := <-done4; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryInsert(orphan) cancelled in flight: %v, want context.Canceled", err)
+	}
+	g4.open()
+	eventually(t, 10*time.Second, "the abandoned TryInsert's grant recorded", func() error {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if _, ok := st.sessions[id].held["orphan"]; !ok {
+			return errors.New("not recorded")
+		}
+		return nil
+	})
 	mustTry(t, st, id, "after")
+	// held/0, held/1, orphan, after.
+	if n, err := st.CloseSession(ctxT(t), id); err != nil || n != 4 {
+		t.Fatalf("CloseSession = %d, %v; want 4 grants, nil", n, err)
+	}
+	if got := lockKeys(t, etcdtest.NewClient(t), st.prefix); !slices.Equal(got, []string{"taken"}) {
+		t.Fatalf("grant keys after CloseSession: %v, want only the other session's", got)
+	}
 }
 
 // BenchmarkGrantRelease measures TryInsert + DeleteIfOwner pairs on

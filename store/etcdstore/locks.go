@@ -56,10 +56,21 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 	}
 	at := time.Now()
 	// An answer lost to ctx needs no cleanup: a retry finds the grant and
-	// returns it (already mine).
+	// returns it (already mine). It is recorded, though, so CloseSession
+	// counts it.
 	resp, err := s.txn(ctx, key, s.ifFree(key),
 		[]clientv3.Op{s.putGrant(ss, key, at)},
-		[]clientv3.Op{clientv3.OpGet(s.lockKey(key))}, nil)
+		[]clientv3.Op{clientv3.OpGet(s.lockKey(key))},
+		func(resp *clientv3.TxnResponse, err error) {
+			if err == nil && resp.Succeeded {
+				s.mu.Lock()
+				if _, ok := ss.held[key]; !ok && !ss.dead {
+					ss.held[key] = uint64(resp.Header.Revision)
+					s.met.LocksHeld(1)
+				}
+				s.mu.Unlock()
+			}
+		})
 	if err != nil {
 		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", s.sessionErr(ctx, ss, err))
 	}
