@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -92,6 +93,9 @@ func (s *Store) poke() {
 // keepaliveInterval after the previous send; an answer overdue by TTL/3
 // tears the stream down (its requests are void) and a new one is opened with backoff. When a
 // session's proven bound runs out, one TimeToLive probe decides its fate.
+// Sessions wait in s.due, ordered by when they next need attention, so a
+// wake-up costs what is due, not a pass over every session; only a stream
+// change (torn down, opened) looks at all of them.
 // It returns when Close cancels s.ctx.
 func (s *Store) keepaliveLoop() {
 	defer s.wg.Done()
@@ -100,7 +104,9 @@ func (s *Store) keepaliveLoop() {
 		gen       uint64
 		backoff   = minStreamBackoff
 		retryAt   time.Time
+		rescan    bool // the stream changed: every session needs a look
 		lastPrune = time.Now()
+		due       []*session
 	)
 	defer func() {
 		if cur != nil {
@@ -110,6 +116,7 @@ func (s *Store) keepaliveLoop() {
 	teardown := func(now time.Time) {
 		cur.cancel()
 		cur = nil
+		rescan = true
 		retryAt = now.Add(time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64())))
 		backoff = min(2*backoff, maxStreamBackoff)
 	}
@@ -136,6 +143,44 @@ func (s *Store) keepaliveLoop() {
 		// Sent at sentAt, renewed by etcd on receipt (later): the lease
 		// lives at least until sentAt + TTL.
 		ss.extendLocked(ss.sentAt.Add(time.Duration(ev.resp.TTL) * time.Second))
+		s.scheduleLocked(ss, ss.nextSend) // a late answer: nextSend is past, so at once
+	}
+	// step does what is due for one session and returns when it next needs
+	// attention (zero: only a probe's end or a stream change will tell),
+	// and whether its keepalive answer is overdue.
+	step := func(ss *session, now time.Time) (next time.Time, overdue bool) {
+		if ss.inflight && (cur == nil || ss.sentGen != gen) {
+			ss.inflight = false // its stream is gone: void, resend at once
+			ss.nextSend = now
+		}
+		switch {
+		case ss.inflight:
+			if at := ss.sentAt.Add(overdueAfter(ss.ttl)); now.Before(at) {
+				next = at
+			} else {
+				overdue = true
+			}
+		case cur == nil:
+		case now.Before(ss.nextSend):
+			next = ss.nextSend
+		default:
+			ss.inflight, ss.sentAt, ss.sentGen = true, now, gen
+			ss.nextSend = now.Add(keepaliveInterval(ss.ttl))
+			cur.enqueue(ss.lease)
+			next = ss.nextSend
+		}
+		if !ss.probing {
+			if at := latest(ss.expiry, ss.nextProbe); now.Before(at) {
+				if next.IsZero() || at.Before(next) {
+					next = at
+				}
+			} else {
+				ss.probing = true
+				s.wg.Add(1)
+				go s.probe(ss) // one TimeToLive, bounded by probeTimeout; schedules ss again
+			}
+		}
+		return next, overdue
 	}
 
 	timer := time.NewTimer(time.Hour)
@@ -148,37 +193,33 @@ func (s *Store) keepaliveLoop() {
 		if cur == nil && len(s.byLease) > 0 && !now.Before(retryAt) {
 			gen++
 			cur = s.startStreamLocked(gen)
+			rescan = true
 		}
-		for _, ss := range s.byLease {
-			if ss.inflight && (cur == nil || ss.sentGen != gen) {
-				ss.inflight = false // its stream is gone: void, resend at once
-				ss.nextSend = now
+		if rescan {
+			rescan = false
+			for _, ss := range s.byLease {
+				s.scheduleLocked(ss, now)
 			}
-			switch {
-			case ss.inflight:
-				if due := ss.sentAt.Add(overdueAfter(ss.ttl)); now.Before(due) {
-					next = earliest(next, due)
-				} else {
-					overdue = true
-				}
-			case cur == nil:
-			case now.Before(ss.nextSend):
-				next = earliest(next, ss.nextSend)
-			default:
-				ss.inflight, ss.sentAt, ss.sentGen = true, now, gen
-				ss.nextSend = now.Add(keepaliveInterval(ss.ttl))
-				cur.enqueue(ss.lease)
-				next = earliest(next, ss.nextSend)
+		}
+		// Take what is due first, then schedule it again: a session
+		// rescheduled at once (overdue) must not be taken twice.
+		due = due[:0]
+		for len(s.due) > 0 && !s.due[0].dueAt.After(now) {
+			due = append(due, heap.Pop(&s.due).(*session))
+		}
+		for _, ss := range due {
+			if s.byLease[ss.lease] != ss {
+				continue // dead meanwhile
 			}
-			if !ss.probing {
-				if at := latest(ss.expiry, ss.nextProbe); now.Before(at) {
-					next = earliest(next, at)
-				} else {
-					ss.probing = true
-					s.wg.Add(1)
-					go s.probe(ss) // one TimeToLive, bounded by probeTimeout
-				}
+			at, od := step(ss, now)
+			overdue = overdue || od
+			if !at.IsZero() {
+				s.scheduleLocked(ss, at)
 			}
+		}
+		clear(due)
+		if len(s.due) > 0 {
+			next = earliest(next, s.due[0].dueAt)
 		}
 		if cur == nil && len(s.byLease) > 0 {
 			next = earliest(next, retryAt)
@@ -218,6 +259,42 @@ func (s *Store) keepaliveLoop() {
 	}
 }
 
+// dueHeap orders sessions by dueAt, when the keepalive owner next needs to
+// look at them. Guarded by Store.mu.
+type dueHeap []*session
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].dueAt.Before(h[j].dueAt) }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].dueIdx, h[j].dueIdx = i+1, j+1
+}
+func (h *dueHeap) Push(x any) {
+	ss := x.(*session)
+	ss.dueIdx = len(*h) + 1
+	*h = append(*h, ss)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	ss := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	ss.dueIdx = 0
+	return ss
+}
+
+// scheduleLocked makes the keepalive owner look at ss at at (moving it if
+// it is scheduled already). The caller pokes the owner if at may be
+// earlier than anything it waits for.
+func (s *Store) scheduleLocked(ss *session, at time.Time) {
+	ss.dueAt = at
+	if ss.dueIdx > 0 {
+		heap.Fix(&s.due, ss.dueIdx-1)
+		return
+	}
+	heap.Push(&s.due, ss)
+}
+
 // probe asks etcd once about a lease whose proven bound ran out. A TTL
 // gives a fresh bound (probe send time + TTL); a missing lease is death by
 // expiry; no answer at all is death by keepalive failure, unless a
@@ -236,6 +313,7 @@ func (s *Store) probe(ss *session) {
 		return
 	}
 	now := time.Now()
+	s.scheduleLocked(ss, now) // the owner decides what comes next
 	switch {
 	case err == nil && resp.TTL > 0:
 		ss.extendLocked(sent.Add(time.Duration(resp.TTL) * time.Second))

@@ -39,6 +39,8 @@ type session struct {
 	nextSend  time.Time
 	probing   bool
 	nextProbe time.Time
+	dueAt     time.Time // when the keepalive owner next looks at it
+	dueIdx    int       // 1 + index in Store.due; 0 when not in it
 }
 
 // extendLocked raises the bound to until if that is later.
@@ -93,6 +95,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 	}
 	s.sessions[ss.id] = ss
 	s.byLease[ss.lease] = ss
+	s.scheduleLocked(ss, time.Now())
 	rem := ss.remainingLocked(start)
 	s.mu.Unlock()
 	s.poke()

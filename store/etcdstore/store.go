@@ -67,6 +67,7 @@ type Store struct {
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
 	byLease  map[clientv3.LeaseID]*session
+	due      dueHeap // sessions by when the keepalive owner next looks at them
 	closed   bool
 }
 
