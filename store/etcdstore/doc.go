@@ -27,11 +27,11 @@
 // request was sent, and it re-sends while an answer is late, so no such bound
 // can be derived from it (SAFETY.md, the timing argument: "Server grant").
 //
-// The keepalive of a lease goes out a third of its TTL (at most a second)
-// after the previous one was sent, so a lease revoked behind lockd's back is
-// noticed within about a second. An answer overdue by more than a third of
-// the TTL tears the stream down;
-// a new one is opened with backoff and requests on the old one are void. When
+// The keepalive of a lease goes out a third of its TTL (at most three
+// seconds) after the previous one was sent, so a lease revoked behind
+// lockd's back is noticed within about three seconds. An answer overdue by
+// more than a third of the TTL tears the stream down; a new one is opened
+// with backoff and requests on the old one are void. When
 // a session's bound runs out, the Store probes the lease once with
 // TimeToLive: a positive TTL gives a fresh bound (probe send time + TTL); a
 // missing lease makes the session dead (reason lease_expired); no answer
@@ -44,6 +44,22 @@
 //
 // Not-live is terminal: a dead session is never reported live again, and an
 // unknown session id is reported not-live.
+//
+// # Keepalive interval
+//
+// Every keepalive costs etcd and lockd a message each way, so the interval
+// is what 10 000 idle sessions cost: min(TTL/3, 3 s) is 3 333 keepalives a
+// second at the usual 15 s TTL, where a one-second cap was 10 000. The
+// interval does not weaken the timing argument (SAFETY.md). Remaining is
+// still the send time of the last ANSWERED keepalive plus the TTL in its
+// answer, minus now: a longer interval only lets that bound run lower
+// (down to about 2/3 of the TTL before the next answer, instead of TTL − 1 s)
+// before it is refreshed, so the client is promised less, never more. An
+// unanswered keepalive still extends nothing, an answer overdue by TTL/3
+// still replaces the stream, and a bound that runs out still leads to a
+// probe and, without an answer, to not-live. What the interval does set is
+// how soon an out-of-band revoke of the lease is noticed (the next answer
+// says the lease is gone): within about three seconds.
 //
 // # SPI divergence: who keeps a session alive
 //

@@ -23,8 +23,9 @@ import (
 const (
 	// maxKeepaliveInterval caps the time between two keepalives of a lease
 	// (TTL/3 otherwise), so that a lease revoked behind lockd's back is
-	// noticed within about a second, and Remaining stays close to the TTL.
-	maxKeepaliveInterval = time.Second
+	// noticed within about three seconds whatever the TTL. It is a cost
+	// knob, not a safety one: see the package doc ("Keepalive interval").
+	maxKeepaliveInterval = 3 * time.Second
 	minStreamBackoff     = 20 * time.Millisecond
 	maxStreamBackoff     = 500 * time.Millisecond
 	// deadRetention is how long a dead session is remembered; afterwards
