@@ -124,11 +124,7 @@ func (s *Store) lockWorker() {
 func (s *Store) runLockBatch(reqs []*lockReq) {
 	s.metrics.Batch(telemetry.BatchLocks, len(reqs))
 	if s.onLockBatch != nil {
-		keys := make([]string, len(reqs))
-		for i, r := range reqs {
-			keys[i] = r.key
-		}
-		s.onLockBatch(keys)
+		s.onLockBatch(reqs)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	err := s.execLockBatch(ctx, reqs)

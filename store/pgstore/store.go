@@ -78,9 +78,9 @@ type Options struct {
 
 	// probeInterval overrides listenerProbeInterval (tests).
 	probeInterval time.Duration
-	// onLockBatch, if set, is called with the keys of every lock batch
-	// before it runs (tests).
-	onLockBatch func(keys []string)
+	// onLockBatch, if set, is called with every lock batch before it runs
+	// (tests).
+	onLockBatch func(batch []*lockReq)
 }
 
 // Store is the PostgreSQL store.LockStore. It is safe for concurrent use.
@@ -104,7 +104,7 @@ type Store struct {
 	lockQ       *batchQueue[*lockReq] // group commit of grants and releases
 	hbQ         *batchQueue[*hbReq]   // group commit of heartbeats
 	batchers    sync.WaitGroup        // the workers of lockQ and hbQ
-	onLockBatch func(keys []string)
+	onLockBatch func(batch []*lockReq)
 
 	mu        sync.Mutex
 	closed    bool
