@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +37,7 @@ var (
 	DefaultRounds               = 3
 	DefaultDistinctConcurrency  = []int{1, 8, 64}
 	DefaultContendedConcurrency = []int{8, 64}
-	DefaultDeathLocks           = 10000
+	DefaultDeathLocks           = []int{1, 100, 10000}
 	DefaultIdleSessions         = 10000
 	DefaultIdleDuration         = 20 * time.Second
 )
@@ -62,8 +63,9 @@ type Config struct {
 	// clients of the distinct and contended scenarios.
 	DistinctConcurrency  []int
 	ContendedConcurrency []int
-	// DeathLocks is how many locks the dying session holds.
-	DeathLocks int
+	// DeathLocks are the numbers of locks the dying session holds: the
+	// death scenario is measured once for each.
+	DeathLocks []int
 	// IdleSessions and IdleDuration size the idle scenario.
 	IdleSessions int
 	IdleDuration time.Duration
@@ -72,6 +74,13 @@ type Config struct {
 	LockdCommand []string
 	// Progress receives one line per measurement; nil discards them.
 	Progress io.Writer
+	// CPUProfile, when set, receives a pprof CPU profile of this process
+	// while the scenarios run (not the setup). Its samples carry the
+	// label "system": lockd (SDK, gRPC server, store and its backend
+	// client), etcd-txn, etcd-mutex or pg-raw (the baselines' clients), or
+	// backend (an embedded etcd), so `go tool pprof -tagfocus
+	// system=lockd` shows lockd's own CPU.
+	CPUProfile io.Writer
 }
 
 func (c Config) withDefaults() Config {
@@ -93,7 +102,7 @@ func (c Config) withDefaults() Config {
 	if len(c.ContendedConcurrency) == 0 {
 		c.ContendedConcurrency = DefaultContendedConcurrency
 	}
-	if c.DeathLocks == 0 {
+	if len(c.DeathLocks) == 0 {
 		c.DeathLocks = DefaultDeathLocks
 	}
 	if c.IdleSessions == 0 {
@@ -142,8 +151,10 @@ func (c Config) Validate() error {
 			bad("concurrency %d out of [1, 10000]", n)
 		}
 	}
-	if c.DeathLocks < 1 {
-		bad("death locks %d must be at least 1", c.DeathLocks)
+	for _, n := range c.DeathLocks {
+		if n < 1 || n > 1000000 {
+			bad("death locks %d out of [1, 1000000]", n)
+		}
 	}
 	if c.IdleSessions < 1 {
 		bad("idle sessions %d must be at least 1", c.IdleSessions)
@@ -209,6 +220,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep.Settings.BackendVersion = b.version
 	rep.Settings.PGPoolMaxConns = b.maxConns
 	r := &runner{cfg: cfg, bed: b}
+	if cfg.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil {
+			return nil, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile() // before the bed stops (deferred earlier, runs later)
+	}
 	var failed []error
 	for _, s := range scenarios {
 		var (
@@ -349,20 +366,6 @@ func (r *runner) death(ctx context.Context) ([]Row, error) {
 			systems = append(systems, sys)
 		}
 	}
-	n := r.cfg.DeathLocks
-	res, err := r.rounds(ctx, fmt.Sprintf("death N=%d", n), systems,
-		func(ctx context.Context, sys system, round int) (loadResult, string, error) {
-			tag := fmt.Sprintf("death-r%d", round)
-			d, err := sys.(dier).die(ctx, tag, n)
-			if err != nil {
-				return loadResult{}, "", fmt.Errorf("%s: %w", sys.name(), err)
-			}
-			// One "op" taking d: rate() is then 1/d.
-			return loadResult{ops: 1, elapsed: d}, fmt.Sprintf("%s ms until all %d keys gone", ms(d), n), nil
-		})
-	if err != nil {
-		return nil, err
-	}
 	times := func(rs []loadResult) []Value {
 		var vs []Value
 		for _, r := range rs {
@@ -371,13 +374,34 @@ func (r *runner) death(ctx context.Context) ([]Row, error) {
 		return vs
 	}
 	var rows []Row
-	for _, sys := range systems[1:] {
-		lt, rt := times(res[sysLockd]), times(res[sys.name()])
-		row := compare(scDeath, 0, MetricGoneMs, sys.name(), median(lt), median(rt))
-		row.N, row.LockdRounds, row.RawRounds = n, lt, rt
-		row.Note = "death: lockd = the client closes its session (Session.Close); etcd-txn = lease revoke; pg-raw = DELETE of the sessions row (cascade)"
-		ratioAtMost(&row, 2.0)
-		rows = append(rows, row)
+	for _, n := range r.cfg.DeathLocks {
+		res, err := r.rounds(ctx, fmt.Sprintf("death N=%d", n), systems,
+			func(ctx context.Context, sys system, round int) (loadResult, string, error) {
+				tag := fmt.Sprintf("death-n%d-r%d", n, round)
+				var (
+					d   time.Duration
+					err error
+				)
+				pprof.Do(ctx, pprof.Labels(labelSystem, sys.name()), func(ctx context.Context) {
+					d, err = sys.(dier).die(ctx, tag, n)
+				})
+				if err != nil {
+					return loadResult{}, "", fmt.Errorf("%s: %w", sys.name(), err)
+				}
+				// One "op" taking d: rate() is then 1/d.
+				return loadResult{ops: 1, elapsed: d}, fmt.Sprintf("%s ms until all %d keys gone", ms(d), n), nil
+			})
+		if err != nil {
+			return rows, err
+		}
+		for _, sys := range systems[1:] {
+			lt, rt := times(res[sysLockd]), times(res[sys.name()])
+			row := compare(scDeath, 0, MetricGoneMs, sys.name(), median(lt), median(rt))
+			row.N, row.LockdRounds, row.RawRounds = n, lt, rt
+			row.Note = "death: lockd = the client closes its session (Session.Close); etcd-txn = lease revoke; pg-raw = DELETE of the sessions row (cascade)"
+			ratioAtMost(&row, 2.0)
+			rows = append(rows, row)
+		}
 	}
 	return rows, nil
 }

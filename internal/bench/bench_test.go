@@ -107,6 +107,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Scenarios: []string{"death"}, DistinctConcurrency: []int{0}}, "concurrency 0"},
 		{Config{Scenarios: []string{"death"}, Duration: time.Millisecond}, "duration 1ms"},
 		{Config{Scenarios: []string{"death"}, Rounds: -1}, "rounds -1"},
+		{Config{Scenarios: []string{"death"}, DeathLocks: []int{1, 0}}, "death locks 0"},
 	} {
 		err := tc.cfg.Validate()
 		switch {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -35,6 +36,21 @@ const (
 	etcdMutexPrefix = "/lockd-bench-mutex/"
 	etcdIdlePrefix  = "/lockd-bench-idle/"
 )
+
+// labelSystem is the pprof label that says which system a CPU sample
+// belongs to (Config.CPUProfile); labelBackend is its value for an
+// embedded etcd. Goroutines inherit the labels of the goroutine that
+// starts them, so the label is set while each system's clients, servers
+// and stores are created, and while its load runs.
+const (
+	labelSystem  = "system"
+	labelBackend = "backend"
+)
+
+// withLabel runs f with the pprof label system=value.
+func withLabel(value string, f func()) {
+	pprof.Do(context.Background(), pprof.Labels(labelSystem, value), func(context.Context) { f() })
+}
 
 // dialTimeout bounds connecting to the backend.
 const dialTimeout = 10 * time.Second
@@ -122,7 +138,11 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 			dir = tmp
 			b.onClose(func(context.Context) error { return os.RemoveAll(tmp) })
 		}
-		ee, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: dir})
+		var (
+			ee  *embedetcd.Server
+			err error
+		)
+		withLabel(labelBackend, func() { ee, err = embedetcd.Start(ctx, embedetcd.Config{DataDir: dir}) })
 		if err != nil {
 			return nil, fmt.Errorf("start embedded etcd in %s: %w", dir, err)
 		}
@@ -153,13 +173,15 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	})
 
 	// lockd's own client, as `lockd serve` has.
-	lc, err := clientv3.New(etcdstore.ClientConfig(b.endpoints, dialTimeout))
+	var lc *clientv3.Client
+	withLabel(sysLockd, func() { lc, err = clientv3.New(etcdstore.ClientConfig(b.endpoints, dialTimeout)) })
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", b.endpoints, err)
 	}
 	b.onClose(func(context.Context) error { return lc.Close() })
 	lockdPrefix := etcdLockdPrefix + b.run + "/"
-	st, err := etcdstore.New(sctx, lc, etcdstore.Options{Prefix: lockdPrefix})
+	var st *etcdstore.Store
+	withLabel(sysLockd, func() { st, err = etcdstore.New(sctx, lc, etcdstore.Options{Prefix: lockdPrefix}) })
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store: %w", err)
 	}
@@ -218,7 +240,8 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 			return nil, fmt.Errorf("create pg-raw schema: %w", err)
 		}
 	}
-	st, err := pgstore.New(ctx, pgstore.Options{DSN: cfg.PGDSN, Schema: pgLockdSchema})
+	var st *pgstore.Store
+	withLabel(sysLockd, func() { st, err = pgstore.New(ctx, pgstore.Options{DSN: cfg.PGDSN, Schema: pgLockdSchema}) })
 	if err != nil {
 		return nil, fmt.Errorf("open postgresql store: %w", err)
 	}
@@ -237,7 +260,12 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 
 // startLockd starts the lockd server over st on 127.0.0.1 and connects the
 // SDK client to it.
-func (b *bed) startLockd(st store.LockStore) error {
+func (b *bed) startLockd(st store.LockStore) (err error) {
+	withLabel(sysLockd, func() { err = b.startLockdLabelled(st) })
+	return err
+}
+
+func (b *bed) startLockdLabelled(st store.LockStore) error {
 	cfg := server.DefaultConfig()
 	cfg.Backend = b.backend
 	cfg.PGDSN = b.dsn

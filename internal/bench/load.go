@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -67,7 +68,10 @@ func measure(ctx context.Context, sys system, c int, dur time.Duration, tag stri
 	if err != nil {
 		return loadResult{}, fmt.Errorf("%s: open %d clients: %w", sys.name(), c, err)
 	}
-	res, err := run(ctx, clients, warmupFor(dur), dur, tag)
+	var res loadResult
+	pprof.Do(ctx, pprof.Labels(labelSystem, sys.name()), func(ctx context.Context) {
+		res, err = run(ctx, clients, warmupFor(dur), dur, tag)
+	})
 	if err != nil {
 		return loadResult{}, fmt.Errorf("%s: %w", sys.name(), err)
 	}

@@ -108,7 +108,7 @@ type Settings struct {
 	Scenarios            []string `json:"scenarios"`
 	DistinctConcurrency  []int    `json:"distinct_concurrency"`
 	ContendedConcurrency []int    `json:"contended_concurrency"`
-	DeathLocks           int      `json:"death_locks"`
+	DeathLocks           []int    `json:"death_locks"`
 	IdleSessions         int      `json:"idle_sessions"`
 	IdleDuration         string   `json:"idle_duration"`
 	SessionTTL           string   `json:"session_ttl"`

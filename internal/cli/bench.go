@@ -34,13 +34,19 @@ Scenarios (--scenarios, comma-separated; default all):
              (acquire + release) and p50/p99 latency of a pair
   contended  one key at concurrency 8, 64: hand-overs/s and fairness
              (max/min acquisitions per client)
-  death      one session holding --death-locks locks ends: time until the
-             backend holds none of them
+  death      one session holding N locks ends, for each N of --death-locks:
+             time until the backend holds none of them
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
              RSS of a 'lockd serve' child process
 
 Progress goes to stderr; the table (or --json) to stdout. Each measurement
-lasts --duration after a short warm-up and is repeated --rounds times.`,
+lasts --duration after a short warm-up and is repeated --rounds times.
+
+--cpuprofile FILE writes a pprof CPU profile of the scenarios (setup
+excluded). Samples are labelled by system, so
+  go tool pprof -tagfocus system=lockd lockd FILE
+shows what lockd itself (SDK, gRPC server, store) costs; the other values
+are the baselines' names and "backend" (the embedded etcd).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	var (
@@ -48,6 +54,8 @@ lasts --duration after a short warm-up and is repeated --rounds times.`,
 		scenarios string
 		distinct  string
 		contended string
+		death     string
+		profile   string
 		asJSON    bool
 	)
 	f := cmd.Flags()
@@ -60,10 +68,11 @@ lasts --duration after a short warm-up and is repeated --rounds times.`,
 	f.StringVar(&scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run, comma-separated")
 	f.StringVar(&distinct, "distinct-concurrency", joinInts(bench.DefaultDistinctConcurrency), "client counts of the distinct scenario")
 	f.StringVar(&contended, "contended-concurrency", joinInts(bench.DefaultContendedConcurrency), "client counts of the contended scenario")
-	f.IntVar(&cfg.DeathLocks, "death-locks", bench.DefaultDeathLocks, "locks held by the dying session")
+	f.StringVar(&death, "death-locks", joinInts(bench.DefaultDeathLocks), "locks held by the dying session, comma-separated (one measurement each)")
 	f.IntVar(&cfg.IdleSessions, "idle-sessions", bench.DefaultIdleSessions, "sessions of the idle scenario")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the scenarios to this file (labelled by system)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Scenarios = splitList(scenarios)
 		var err error
@@ -73,6 +82,9 @@ lasts --duration after a short warm-up and is repeated --rounds times.`,
 		if cfg.ContendedConcurrency, err = parseInts(contended); err != nil {
 			return usageErrorf("--contended-concurrency: %v", err)
 		}
+		if cfg.DeathLocks, err = parseInts(death); err != nil {
+			return usageErrorf("--death-locks: %v", err)
+		}
 		if exe, err := os.Executable(); err == nil {
 			cfg.LockdCommand = []string{exe}
 		}
@@ -80,7 +92,19 @@ lasts --duration after a short warm-up and is repeated --rounds times.`,
 		if err := cfg.Validate(); err != nil {
 			return usageErrorf("%v", err)
 		}
+		var pf *os.File
+		if profile != "" {
+			if pf, err = os.Create(profile); err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			cfg.CPUProfile = pf
+		}
 		rep, err := bench.Run(cmd.Context(), cfg)
+		if pf != nil {
+			if cerr := pf.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("--cpuprofile: %w", cerr))
+			}
+		}
 		if rep == nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -33,7 +34,7 @@ func init() {
 // smallBench are the sizes of the smoke runs: every scenario, tiny. One
 // round (the systems still take turns) of 300ms windows: 64 clients on one
 // key need a moment to queue up on a loaded machine under -race.
-var smallBench = []string{"--duration", "300ms", "--rounds", "1", "--death-locks", "50",
+var smallBench = []string{"--duration", "300ms", "--rounds", "1", "--death-locks", "1,50",
 	"--idle-sessions", "50", "--idle-duration", "1s"}
 
 // wantRow names a row the report must contain.
@@ -66,7 +67,9 @@ func wantRows(baselines []string) []wantRow {
 			}
 		}
 	}
-	want = append(want, wantRow{"death", 50, bench.MetricGoneMs, baselines[0]})
+	for _, n := range []int{1, 50} {
+		want = append(want, wantRow{"death", n, bench.MetricGoneMs, baselines[0]})
+	}
 	for _, m := range []string{bench.MetricCPU, bench.MetricRSS, bench.MetricPeakRSS, bench.MetricAlive} {
 		want = append(want, wantRow{"idle", 50, m, ""})
 	}
@@ -109,13 +112,21 @@ func show(v *float64) string {
 	return fmt.Sprint(*v)
 }
 
-// checkFigure checks one figure of a row: positive, or for fairness at
-// least 1 or null (some client starved in the tiny window).
+// checkFigure checks one figure of a row: positive; for fairness at least 1
+// or null (some client starved in the tiny window); for the idle CPU at
+// least 0 (in a 1s window over an external etcd no heartbeat or keepalive
+// may fall due, and an idle Go process then uses no CPU at all).
 func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 	t.Helper()
-	if w.metric == bench.MetricFairness {
+	switch w.metric {
+	case bench.MetricFairness:
 		if v != nil && *v < 1 {
 			t.Errorf("row %v: %s fairness %v, want >= 1 or null", w, which, *v)
+		}
+		return
+	case bench.MetricCPU:
+		if v == nil || !(*v >= 0) {
+			t.Errorf("row %v: %s cpu %s, want >= 0", w, which, show(v))
 		}
 		return
 	}
@@ -191,6 +202,7 @@ func TestBenchSmoke(t *testing.T) {
 				{"distinct", 64, bench.MetricPairsPerSec, tc.baselines[0]},
 				{"distinct", 1, bench.MetricP50, tc.baselines[0]},
 				{"contended", 8, bench.MetricFairness, tc.baselines[0]},
+				{"death", 1, bench.MetricGoneMs, tc.baselines[0]},
 				{"death", 50, bench.MetricGoneMs, tc.baselines[0]},
 				{"idle", 50, bench.MetricCPU, ""},
 				{"idle", 50, bench.MetricRSS, ""},
@@ -208,16 +220,22 @@ func TestBenchSmoke(t *testing.T) {
 
 	t.Run("embedded-table", func(t *testing.T) {
 		t.Parallel()
-		res := lockd(t, nil, "bench", "--scenarios", "death,idle", "--rounds", "1", "--death-locks", "20",
-			"--idle-sessions", "20", "--idle-duration", "500ms", "--data-dir", t.TempDir())
+		profile := filepath.Join(t.TempDir(), "cpu.prof")
+		res := lockd(t, nil, "bench", "--scenarios", "death,idle", "--rounds", "1", "--death-locks", "1,20",
+			"--idle-sessions", "20", "--idle-duration", "500ms", "--data-dir", t.TempDir(), "--cpuprofile", profile)
 		if res.code != 0 {
 			t.Fatalf("lockd bench: %v", res)
+		}
+		// A pprof profile is gzip-compressed protobuf.
+		if b, err := os.ReadFile(profile); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("--cpuprofile %s: %d bytes, %v; want a gzip-compressed pprof profile", profile, len(b), err)
 		}
 		for _, re := range []string{
 			`(?m)^machine: .*nproc \d+, GOMAXPROCS \d+, go\d`,
 			`(?m)^lockd bench  \d{4}-\d\d-\d\dT`,
 			`(?m)^backend:   embedded \(etcd \d`,
 			`(?m)^SCENARIO +C/N +METRIC +LOCKD +BASELINE +RAW +LOCKD/RAW +TARGET$`,
+			`(?m)^death +N=1 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +ratio<=2\.0 (met|MISSED)$`,
 			`(?m)^death +N=20 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +ratio<=2\.0 (met|MISSED)$`,
 			`(?m)^idle +N=20 +cpu % of a core +[0-9.]+ +- +- +- +lockd<=5 (met|MISSED)$`,
 			`(?m)^idle +N=20 +rss MiB +[0-9.]+ +- +- +- +lockd<=250 (met|MISSED)$`,
@@ -239,6 +257,7 @@ func TestBenchSmoke(t *testing.T) {
 			{"bench", "--backend", "pg"},
 			{"bench", "--scenarios", "distinct,nope"},
 			{"bench", "--distinct-concurrency", "1,x"},
+			{"bench", "--death-locks", "0"},
 			{"bench", "extra"},
 		} {
 			if res := lockd(t, nil, args...); res.code != ExitUsage || res.stdout != "" {
