@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,7 +190,7 @@ func (s *Store) commitBatch(batch []*txnReq) {
 		return
 	}
 	if !splittable(err) {
-		err = s.commitErr(err)
+		err = s.commitErr(ctx, err)
 		for _, r := range batch {
 			r.res <- txnResult{err: err}
 		}
@@ -215,13 +216,21 @@ func (s *Store) commitBatch(batch []*txnReq) {
 // commitOne commits one request as its own Txn.
 func (s *Store) commitOne(ctx context.Context, r *txnReq) {
 	resp, err := s.cli.Txn(ctx).If(r.cmps...).Then(r.then...).Else(r.els...).Commit()
-	r.res <- txnResult{resp: resp, err: s.commitErr(err)}
+	r.res <- txnResult{resp: resp, err: s.commitErr(ctx, err)}
 }
 
-// commitErr turns a commit's failure caused by Close into errClosed.
-func (s *Store) commitErr(err error) error {
-	if err != nil && s.ctx.Err() != nil {
+// commitErr turns a commit's failure caused by Close into errClosed, and
+// one caused by the commit's own timeout into ErrUnavailable without the
+// context error in its chain: a caller must not mistake it for its own ctx
+// ending.
+func (s *Store) commitErr(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case s.ctx.Err() != nil:
 		return errClosed
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: etcdstore: commit not answered within %v", store.ErrUnavailable, commitTimeout)
 	}
 	return err
 }

@@ -574,3 +574,99 @@ func runPairs(b *testing.B, c int, pair func(ctx context.Context, worker, i int)
 		b.Fatal(err)
 	}
 }
+
+// TestGroupCommitTimeout: a commit etcd does not answer ends after
+// commitTimeout with a retryable error that is not the caller's own ctx
+// error, while the caller's ctx is still alive.
+func TestGroupCommitTimeout(t *testing.T) {
+	p := etcdtest.NewProxy(t)
+	st := newStore(t, etcdtest.NewClient(t, p.Endpoint()), etcdtest.Prefix(t), nil)
+	id := openSession(t, st, 30*time.Second)
+	p.Pause()
+	defer p.Restore()
+	ctx, cancel := context.WithTimeout(ctxT(t), 4*commitTimeout)
+	defer cancel()
+	_, _, err := st.TryInsert(ctx, id, "k")
+	if ctx.Err() != nil {
+		t.Fatalf("TryInsert during a pause returned only after the caller's ctx ended: %v", err)
+	}
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		t.Fatalf("TryInsert during a pause: %v; want ErrUnavailable without a context error in its chain", err)
+	}
+	p.Restore()
+	eventually(t, 30*time.Second, "a grant once etcd answers again", func() error {
+		_, ok, err := st.TryInsert(ctxT(t), id, "k")
+		if err == nil && !ok {
+			err = errors.New("not acquired")
+		}
+		return err
+	})
+}
+
+// TestReleaseCommits: a release with nobody queued is one commit; a release
+// with a waiter queued is two (the owner check that reads the first waiter,
+// then the hand-over), unless the holder itself waited for its grant: then
+// the first waiter is read with a plain read and the hand-over is the only
+// commit.
+func TestReleaseCommits(t *testing.T) {
+	st, _ := metricStore(t)
+	a := openSession(t, st, 10*time.Second)
+	b := openSession(t, st, 10*time.Second)
+	c := openSession(t, st, 10*time.Second)
+	// commits counts the batches sent while fn runs.
+	commits := func(fn func()) int {
+		g := newGate(0)
+		setGate(t, st, g)
+		fn()
+		return len(g.recorded())
+	}
+	// queue starts Acquire(k) for id and waits until it is queued.
+	queue := func(id store.SessionID) <-chan error {
+		done := make(chan error, 1)
+		go func() { // exits when Acquire returns
+			_, err := st.Acquire(ctxT(t), id, "k")
+			done <- err
+		}()
+		eventually(t, 30*time.Second, "queued", func() error {
+			info, _, err := st.Inspect(ctxT(t), "k")
+			if err == nil && !slices.Contains(info.Waiters, id) {
+				err = errors.New("not queued yet")
+			}
+			return err
+		})
+		return done
+	}
+	release := func(id store.SessionID) {
+		info, _, err := st.Inspect(ctxT(t), "k")
+		if err != nil || info.Session != id {
+			t.Fatalf("Inspect(k) = %+v, %v; want held by %s", info, err, id)
+		}
+		if err := st.DeleteIfOwner(ctxT(t), id, "k", info.Token); err != nil {
+			t.Fatalf("DeleteIfOwner(k) by %s: %v", id, err)
+		}
+	}
+
+	if n := commits(func() { mustTry(t, st, a, "k") }); n != 1 {
+		t.Fatalf("TryInsert on a free key: %d commits, want 1", n)
+	}
+	bDone := queue(b)
+	if n := commits(func() { release(a) }); n != 2 {
+		t.Fatalf("release of a grant taken at once, with a waiter: %d commits, want 2", n)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatalf("Acquire(k) by the waiter: %v", err)
+	}
+	cDone := queue(c)
+	if n := commits(func() { release(b) }); n != 1 {
+		t.Fatalf("release of a grant waited for, with a waiter: %d commits, want 1 (the hand-over)", n)
+	}
+	if err := <-cDone; err != nil {
+		t.Fatalf("Acquire(k) by the second waiter: %v", err)
+	}
+	if n := commits(func() { release(c) }); n != 1 {
+		t.Fatalf("release of a grant waited for, nobody queued: %d commits, want 1", n)
+	}
+	if _, found, err := st.Inspect(ctxT(t), "k"); err != nil || found {
+		t.Fatalf("Inspect(k) after the last release = found %v, %v; want free", found, err)
+	}
+}

@@ -29,6 +29,10 @@ type session struct {
 	// plus the TTL in its answer. It only ever grows.
 	expiry time.Time
 	held   map[string]uint64 // grants made through this Store (a cache; key → token)
+	// queued holds the keys of held grants that this session waited for in
+	// the queue: others likely wait too, so their release looks at the
+	// queue first (see DeleteIfOwner). A hint only.
+	queued map[string]bool
 
 	// Keepalive state, guarded by Store.mu and driven by the keepalive
 	// owner: at most one keepalive in flight, sent on stream sentGen at
@@ -85,6 +89,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 		done:     make(chan struct{}),
 		expiry:   sent.Add(granted), // etcd starts the lease when it applies the grant, after sent
 		held:     make(map[string]uint64),
+		queued:   make(map[string]bool),
 		nextSend: sent.Add(keepaliveInterval(granted)),
 	}
 	s.mu.Lock()
@@ -357,7 +362,7 @@ func (s *Store) releaseHeldLocked(ss *session, reason string) {
 		s.log.LockReleased(store.Grant{Key: k, Session: ss.id, Token: tok}, reason)
 	}
 	s.met.Released(reason, len(ss.held))
-	ss.held = nil
+	ss.held, ss.queued = nil, nil
 }
 
 // revokeLater revokes a lease of a session given up on, retrying while etcd
