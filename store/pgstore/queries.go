@@ -55,7 +55,7 @@ func newQueries(schema string) queries {
 		closeLock: r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.
-		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token, acquired_at`),
+		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
 		locksOf: r.Replace(`SELECT s.expires_at > now(), l.key, l.token, l.acquired_at
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id

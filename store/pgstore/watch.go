@@ -19,13 +19,17 @@ import (
 // triggers send arrays of lock events (kind acquired, released, revoked,
 // expired) and "dequeued" events, one array per notification, each event
 // itself an array (see UnmarshalJSON); Watch sends single "sync" markers
-// as objects.
+// as objects. The events pgstore sends itself (eventPayloads) are objects
+// too, each standing for the events of many keys of one session: Keys and
+// Tokens instead of Key and Token.
 type notice struct {
-	Kind    string `json:"kind"`
-	Key     string `json:"key,omitempty"`
-	Session string `json:"session,omitempty"`
-	Token   uint64 `json:"token,omitempty"`
-	Sync    string `json:"sync,omitempty"`
+	Kind    string   `json:"kind"`
+	Key     string   `json:"key,omitempty"`
+	Session string   `json:"session,omitempty"`
+	Token   uint64   `json:"token,omitempty"`
+	Sync    string   `json:"sync,omitempty"`
+	Keys    []string `json:"keys,omitempty"`
+	Tokens  []uint64 `json:"tokens,omitempty"`
 }
 
 // UnmarshalJSON reads either form of an event: the triggers' array
@@ -185,7 +189,16 @@ func (s *Store) dispatch(payload string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range ns {
-		s.dispatchLocked(n)
+		if len(n.Keys) == 0 {
+			s.dispatchLocked(n)
+			continue
+		}
+		if len(n.Tokens) != len(n.Keys) {
+			continue // not ours
+		}
+		for i, key := range n.Keys {
+			s.dispatchLocked(notice{Kind: n.Kind, Key: key, Session: n.Session, Token: n.Tokens[i]})
+		}
 	}
 }
 
@@ -239,36 +252,55 @@ func (s *Store) notifyExpired(ctx context.Context, tx pgx.Tx, grants []store.Gra
 	return err
 }
 
-// eventPayloads encodes one event of kind per grant as the triggers do: JSON
-// arrays of [kind, key, session, token], each at most maxPayload bytes.
+// eventPayloads encodes one event of kind per grant, compactly: each
+// payload is a JSON array holding one object for a run of grants of one
+// session, {"kind", "session", "keys": [...], "tokens": [...]}, at most
+// maxPayload bytes. (The triggers' [kind, key, session, token] form repeats
+// kind and session per key: more than twice the bytes for the 10 000 locks
+// of one session, and PostgreSQL's NOTIFY costs by the byte.)
 func eventPayloads(kind string, grants []store.Grant) []string {
-	var payloads []string
-	buf := make([]byte, 0, maxPayload)
-	var ev []byte
+	var (
+		payloads     []string
+		head         []byte // [{"kind":...,"session":...,"keys":[
+		keys, tokens []byte // the run's keys and tokens so far, comma-separated
+		session      store.SessionID
+		ev, tok      []byte
+	)
+	flush := func() {
+		if len(keys) == 0 {
+			return
+		}
+		p := make([]byte, 0, len(head)+len(keys)+len(tokens)+16)
+		p = append(p, head...)
+		p = append(p, keys...)
+		p = append(p, `],"tokens":[`...)
+		p = append(p, tokens...)
+		p = append(p, "]}]"...)
+		payloads = append(payloads, string(p))
+		keys, tokens = keys[:0], tokens[:0]
+	}
 	for _, g := range grants {
-		ev = append(ev[:0], '[')
-		ev = appendJSONString(ev, kind)
-		ev = append(ev, ',')
-		ev = appendJSONString(ev, g.Key)
-		ev = append(ev, ',')
-		ev = appendJSONString(ev, string(g.Session))
-		ev = append(ev, ',')
-		ev = strconv.AppendUint(ev, g.Token, 10)
-		ev = append(ev, ']')
-		if len(buf) > 0 && len(buf)+len(ev)+2 > maxPayload {
-			payloads = append(payloads, string(append(buf, ']')))
-			buf = buf[:0]
+		if g.Session != session || len(keys) == 0 {
+			flush()
+			session = g.Session
+			head = append(head[:0], `[{"kind":`...)
+			head = appendJSONString(head, kind)
+			head = append(head, `,"session":`...)
+			head = appendJSONString(head, string(g.Session))
+			head = append(head, `,"keys":[`...)
 		}
-		if len(buf) == 0 {
-			buf = append(buf, '[')
-		} else {
-			buf = append(buf, ',')
+		ev = appendJSONString(ev[:0], g.Key)
+		tok = strconv.AppendUint(tok[:0], g.Token, 10)
+		// 17: the closing and joining punctuation, with two commas.
+		if len(keys) > 0 && len(head)+len(keys)+len(tokens)+len(ev)+len(tok)+17 > maxPayload {
+			flush()
 		}
-		buf = append(buf, ev...)
+		if len(keys) > 0 {
+			keys, tokens = append(keys, ','), append(tokens, ',')
+		}
+		keys, tokens = append(keys, ev...), append(tokens, tok...)
 	}
-	if len(buf) > 0 {
-		payloads = append(payloads, string(append(buf, ']')))
-	}
+	flush()
 	return payloads
 }
 
