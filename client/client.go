@@ -17,6 +17,13 @@ import (
 	"lock.dev/lockd/store"
 )
 
+// HTTP/2 flow-control windows of the client's connection. Replies are
+// small; static windows this large never stall them.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+)
+
 // Client is a connection to a lockd server. It is safe for concurrent use.
 // All sessions of a Client share one KeepAlive stream.
 type Client struct {
@@ -52,7 +59,13 @@ func New(target string, opts ...Option) (*Client, error) {
 	case o.backoffMin <= 0 || o.backoffMax < o.backoffMin:
 		return nil, fmt.Errorf("%w: backoff bounds must satisfy 0 < min <= max", ErrInvalidArgument)
 	}
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.dial...)
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Static flow-control windows: no bandwidth-delay PING after each
+		// reply (see the server's transport settings).
+		grpc.WithStaticStreamWindowSize(streamWindow),
+		grpc.WithStaticConnWindowSize(connWindow),
+	}, o.dial...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %q: %w", target, err)

@@ -151,7 +151,7 @@ func (s *Session) deadlineReached(gen uint64) {
 		s.mu.Unlock()
 		return
 	}
-	if s.c.clock.Now().Before(s.deadline) { // early wake-up of a real timer
+	if s.c.clock.Now().Before(s.deadline) { // extended since armed, or an early wake-up of a real timer
 		s.armLocked()
 		s.mu.Unlock()
 		return
@@ -176,8 +176,10 @@ func (s *Session) extend(sent time.Time, remaining time.Duration) {
 		return
 	}
 	if d := sent.Add(remaining - s.margin); d.After(s.deadline) {
+		// The timer stays armed at the earlier deadline: when it fires it
+		// finds the later one and arms itself again (deadlineReached), so
+		// an extension costs no timer operation.
 		s.deadline = d
-		s.armLocked()
 	}
 	s.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -23,8 +24,32 @@ import (
 
 // badRequests marks request messages whose decoding failed. Entries live
 // from decoding until an interceptor checks them, which every decoded
-// request passes.
-type badRequests struct{ m sync.Map }
+// request passes. n counts the entries, so that the common case (no bad
+// request anywhere) costs the interceptors one atomic load.
+type badRequests struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+// mark records that v failed to decode.
+func (b *badRequests) mark(v any) {
+	if _, loaded := b.m.LoadOrStore(v, struct{}{}); !loaded {
+		b.n.Add(1)
+	}
+}
+
+// take reports whether v was marked bad, and forgets it. The decoding of a
+// request happens before, and on the same goroutine as, its interceptor.
+func (b *badRequests) take(v any) bool {
+	if b.n.Load() == 0 {
+		return false
+	}
+	if _, bad := b.m.LoadAndDelete(v); bad {
+		b.n.Add(-1)
+		return true
+	}
+	return false
+}
 
 // requestCodec is the standard proto codec, except that a request that does
 // not decode is marked bad instead of failing (see above).
@@ -39,7 +64,7 @@ func newRequestCodec(bad *badRequests) requestCodec {
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.CodecV2.Unmarshal(data, v); err != nil {
-		c.bad.m.Store(v, struct{}{})
+		c.bad.mark(v)
 	}
 	return nil
 }
@@ -49,7 +74,7 @@ func errBadUTF8() error {
 }
 
 func (s *Server) unaryBadUTF8(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if _, bad := s.bad.m.LoadAndDelete(req); bad {
+	if s.bad.take(req) {
 		return nil, s.toStatus(ctx, info.FullMethod, errBadUTF8())
 	}
 	return handler(ctx, req)
@@ -71,7 +96,7 @@ func (cs *checkedStream) RecvMsg(m any) error {
 	if err := cs.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if _, bad := cs.s.bad.m.LoadAndDelete(m); bad {
+	if cs.s.bad.take(m) {
 		return cs.s.toStatus(cs.Context(), cs.method, errBadUTF8())
 	}
 	return nil

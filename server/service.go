@@ -120,9 +120,9 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	if err := s.checkAcquire(req); err != nil {
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
-	ss := s.pin(id)
+	ss, closing := s.pinUse(id)
 	defer s.unpin(ss)
-	if s.isClosing(ss) {
+	if closing {
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
 

@@ -131,6 +131,19 @@ func (s *Server) register(sess store.Session, recv time.Time) bool {
 func (s *Server) pin(id store.SessionID) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.pinLocked(id)
+}
+
+// pinUse is pin for a request that uses the session: it also reports
+// whether the session is closing (as isClosing), under the same lock.
+func (s *Server) pinUse(id store.SessionID) (*session, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.pinLocked(id)
+	return ss, ss.closing || ss.gone || s.closingAll
+}
+
+func (s *Server) pinLocked(id store.SessionID) *session {
 	ss := s.sessions[id]
 	if ss == nil {
 		ss = &session{id: id, heapIdx: -1, locks: map[string]uint64{}}
