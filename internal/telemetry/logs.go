@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"time"
 
@@ -39,7 +38,7 @@ const (
 
 // Discard is a logger that drops everything: the default of every library
 // package.
-var Discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+var Discard = slog.New(slog.DiscardHandler)
 
 // OrDiscard returns l, or Discard when l is nil.
 func OrDiscard(l *slog.Logger) *slog.Logger {
@@ -57,11 +56,17 @@ type Log struct {
 
 func (g Log) info(msg string, attrs ...slog.Attr) {
 	l := OrDiscard(g.L)
+	if !l.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	l.LogAttrs(context.Background(), slog.LevelInfo, msg, append([]slog.Attr{slog.String("backend", g.Backend)}, attrs...)...)
 }
 
 func (g Log) warn(msg string, attrs ...slog.Attr) {
 	l := OrDiscard(g.L)
+	if !l.Enabled(context.Background(), slog.LevelWarn) {
+		return
+	}
 	l.LogAttrs(context.Background(), slog.LevelWarn, msg, append([]slog.Attr{slog.String("backend", g.Backend)}, attrs...)...)
 }
 
