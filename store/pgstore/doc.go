@@ -16,6 +16,10 @@
 //   - fencing_token: the sequence tokens come from. No cascade touches it
 //     and it is never reset, so tokens are never reused.
 //
+// Migration 0002 changed the notification format (see Waiting and
+// watching): a lockd built before it must not share a schema with one built
+// after it.
+//
 // # Time
 //
 // Expiry uses the database clock only: expires_at is set from now() inside
@@ -29,20 +33,44 @@
 //
 // Remaining (C2 #ct2-deadline): Heartbeat and OpenSession report the
 // session's full TTL, since expires_at = now() + TTL and the database's now()
-// is later than the moment lockd received the call. Grants report
+// is later than the moment lockd received the call (for a batched heartbeat,
+// later than the receipt of every heartbeat in the batch). Grants report
 // expires_at - now(), computed in SQL; they do not extend the session.
+//
+// # Group commit
+//
+// Concurrent grant attempts (TryInsert, each attempt of Acquire) and
+// releases (DeleteIfOwner) of one Store share one transaction, sent as one
+// pipelined batch of set-wise statements: one round trip, one commit
+// (groupcommit.go). A request goes out at once when a worker is free (there
+// is no linger); requests that arrive while every worker's batch is in
+// flight form the next batch. A key is in at most one batch in flight, and
+// requests for one key go out in arrival order. Each request gets its own
+// outcome, computed inside the statements (a dead session, a busy key or a
+// stale token fails only its own request); if the transaction fails as a
+// whole, each of its requests runs again alone. Tokens are drawn by a
+// second statement, after the first has inserted the rows, as grant
+// explains. Concurrent heartbeats likewise share one UPDATE. A request
+// whose caller gives up before it is sent is dropped; once sent, its caller
+// returns at once and the worker undoes what the batch did for it (a new
+// grant is released, a queued waiter leaves the queue). The batch size is
+// lockd_backend_batch_size.
 //
 // # Waiting and watching
 //
-// Triggers on locks and waiters NOTIFY a channel private to the schema when
-// a lock is granted, released, revoked or expires and when a waiter leaves a
-// queue. Each Store holds one dedicated listening connection and dispatches
-// those notifications to its waiting Acquire calls (by key) and to its
-// watches (by prefix); NOTIFY delivers in commit order, so watches see
-// events in commit order. There is no polling on the hot path. As a safety
-// net against a lost notification, a waiting Acquire re-checks its queue
-// every few seconds (recheckInterval), and every waiter re-checks when the
-// listening connection is re-established after a loss.
+// Statement-level triggers on locks and waiters NOTIFY a channel private to
+// the schema when locks are granted, released, revoked or expire and when
+// waiters leave a queue: one notification per few kilobytes of events, not
+// one per row. CloseSession and the reaper, which read the deleted locks
+// anyway, silence the lock trigger (lockd.notified) and send those expired
+// events themselves, more compactly. Each Store holds one dedicated
+// listening connection and dispatches those notifications to its waiting
+// Acquire calls (by key) and to its watches (by prefix); NOTIFY delivers in
+// commit order, so watches see events in commit order. There is no polling
+// on the hot path. As a safety net against a lost notification, a waiting
+// Acquire re-checks its queue every few seconds (recheckInterval), and every
+// waiter re-checks when the listening connection is re-established after a
+// loss.
 //
 // A lock row's delete reports the reason its transaction set in the
 // transaction-local setting lockd.reason ("released", "revoked"); without

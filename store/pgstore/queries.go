@@ -9,7 +9,6 @@ import (
 // queries are the statements of one schema, with the schema name quoted in.
 type queries struct {
 	openSession string
-	heartbeat   string
 	closeLock   string
 	closeLocks  string
 	closeDelete string
@@ -48,10 +47,6 @@ func newQueries(schema string) queries {
 	return queries{
 		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at)
 			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond')`),
-		// Never resurrects: an expired row (expires_at <= now()) is not
-		// updated, so the session stays dead.
-		heartbeat: r.Replace(`UPDATE {{s}}.sessions SET expires_at = now() + ttl_ms * interval '1 millisecond'
-			WHERE id = $1 AND expires_at > now() RETURNING ttl_ms`),
 		closeLock: r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.
@@ -142,7 +137,9 @@ func newQueries(schema string) queries {
 			AND EXISTS (SELECT 1 FROM {{s}}.sessions s WHERE s.id = r.sid AND s.expires_at > now())
 			AND set_config('lockd.reason', 'released', true) IS NOT NULL
 			RETURNING l.key, l.acquired_at`),
-		// $1 session ids, sorted and distinct; as heartbeat.
+		// $1 session ids, sorted and distinct. Never resurrects: an expired
+		// row (expires_at <= now()) is not updated, so the session stays
+		// dead.
 		heartbeatBatch: r.Replace(`UPDATE {{s}}.sessions SET expires_at = now() + ttl_ms * interval '1 millisecond'
 			WHERE id = ANY($1::text[]) AND expires_at > now() RETURNING id, ttl_ms`),
 
