@@ -112,9 +112,10 @@
 // caller's; each caller waits for its own answer or its own ctx. A request
 // whose caller gives up before it is sent is dropped. One whose caller
 // gives up while it is in flight has an unknown outcome, as a cancelled
-// Txn always has: TryInsert leaves a possible grant in place (a retry
-// returns it, already held), Acquire leaves the queue and drops a grant
-// this call made once the answer arrives.
+// Txn always has: a grant the request made stays in place (a retry
+// returns it, already held) and is recorded as held once the answer
+// arrives; a place in the queue that Acquire's request took is left then,
+// unless a retry of the same session queued again meanwhile.
 //
 // A release (DeleteIfOwner) costs one commit when nobody waits: its
 // transaction checks the owner, and in a nested transaction deletes the

@@ -63,12 +63,7 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 		[]clientv3.Op{clientv3.OpGet(s.lockKey(key))},
 		func(resp *clientv3.TxnResponse, err error) {
 			if err == nil && resp.Succeeded {
-				s.mu.Lock()
-				if _, ok := ss.held[key]; !ok && !ss.dead {
-					ss.held[key] = uint64(resp.Header.Revision)
-					s.met.LocksHeld(1)
-				}
-				s.mu.Unlock()
+				s.recordAbandoned(ss, key, resp.Header.Revision)
 			}
 		})
 	if err != nil {
@@ -135,15 +130,21 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 				[]clientv3.Op{clientv3.OpPut(wk, string(id), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
 				nil),
 		},
-		// ctx ended in flight: leave what this call did, once it is known
-		// (a grant this call made, or its place in the queue).
+		// ctx ended in flight. A grant this call made stays, as with
+		// TryInsert: a retry returns it (already held). A place in the
+		// queue it took is left, unless a retry queued again meanwhile
+		// (its put moved the waiter key's mod revision). Only the waiter
+		// key is touched: a grant of a later call must never be deleted.
 		func(resp *clientv3.TxnResponse, err error) {
 			switch {
 			case err != nil:
 			case resp.Succeeded:
-				s.leave(ss, key, resp.Header.Revision-1)
+				s.recordAbandoned(ss, key, resp.Header.Revision)
 			case resp.Responses[1].GetResponseTxn().Succeeded:
-				s.leave(ss, key, resp.Header.Revision)
+				ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+				defer cancel()
+				mine := clientv3.Compare(clientv3.ModRevision(wk), "=", resp.Header.Revision)
+				s.cli.Txn(ctx).If(mine).Then(clientv3.OpDelete(wk)).Commit() //nolint:errcheck // best effort: the lease's end removes it too
 			}
 		})
 	if err != nil {
@@ -462,6 +463,18 @@ func (s *Store) leave(ss *session, key string, myRev int64) {
 			delay = min(2*delay, time.Second)
 		}
 	}()
+}
+
+// recordAbandoned records a grant written for the session by a call whose
+// caller gave up while it was in flight: the grant is real (a retry returns
+// it), so the Store counts it as held.
+func (s *Store) recordAbandoned(ss *session, key string, rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := ss.held[key]; !ok && !ss.dead {
+		ss.held[key] = uint64(rev)
+		s.met.LocksHeld(1)
+	}
 }
 
 // granted records a grant just written for the session.
