@@ -59,7 +59,11 @@
 // still replaces the stream, and a bound that runs out still leads to a
 // probe and, without an answer, to not-live. What the interval does set is
 // how soon an out-of-band revoke of the lease is noticed (the next answer
-// says the lease is gone): within about three seconds.
+// says the lease is gone): within about three seconds. Sends are also
+// aligned to a 100 ms grid (a send is due at the first tick after its
+// interval): the keepalive owner then wakes at most ten times a second and
+// sends what is due together, instead of once per lease. That delays a send
+// by under a tick, which again only lets the bound run lower.
 //
 // # SPI divergence: who keeps a session alive
 //

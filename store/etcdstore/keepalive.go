@@ -31,6 +31,11 @@ const (
 	// deadRetention is how long a dead session is remembered; afterwards
 	// it is unknown, which is reported the same way (not live).
 	deadRetention = 10 * time.Minute
+	// sendTick is the grid keepalive sends are aligned to: a send is due at
+	// the first tick after its interval has passed, so the owner wakes at
+	// most once a tick and sends what is due together (fewer wake-ups and
+	// fewer writes on the stream than one per lease).
+	sendTick = 100 * time.Millisecond
 	// probeRetry is the pause before probing again a lease that exists but
 	// has under a second left.
 	probeRetry = 100 * time.Millisecond
@@ -39,6 +44,15 @@ const (
 // keepaliveInterval is the time from one keepalive send of a lease to the
 // next (when the previous one has been answered by then).
 func keepaliveInterval(ttl time.Duration) time.Duration { return min(ttl/3, maxKeepaliveInterval) }
+
+// nextSendAfter is when the keepalive after one sent at sent is due: the
+// interval later, rounded up to the Store's sendTick grid. The grid counts
+// from s.epoch on the monotonic clock.
+func (s *Store) nextSendAfter(sent time.Time, ttl time.Duration) time.Time {
+	at := sent.Add(keepaliveInterval(ttl))
+	ticks := (at.Sub(s.epoch) + sendTick - 1) / sendTick
+	return s.epoch.Add(ticks * sendTick)
+}
 
 // overdueAfter is how long an answer may take before the stream is
 // considered stuck and replaced.
@@ -166,7 +180,7 @@ func (s *Store) keepaliveLoop() {
 			next = ss.nextSend
 		default:
 			ss.inflight, ss.sentAt, ss.sentGen = true, now, gen
-			ss.nextSend = now.Add(keepaliveInterval(ss.ttl))
+			ss.nextSend = s.nextSendAfter(now, ss.ttl)
 			cur.enqueue(ss.lease)
 			next = ss.nextSend
 		}

@@ -90,7 +90,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 		expiry:   sent.Add(granted), // etcd starts the lease when it applies the grant, after sent
 		held:     make(map[string]uint64),
 		queued:   make(map[string]bool),
-		nextSend: sent.Add(keepaliveInterval(granted)),
+		nextSend: s.nextSendAfter(sent, granted),
 	}
 	s.mu.Lock()
 	if s.closed {

@@ -59,6 +59,7 @@ type Store struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
+	epoch  time.Time     // New's time: origin of the keepalive send grid
 	wake   chan struct{} // pokes the keepalive owner; capacity 1
 	events chan kaEvent  // keepalive streams → keepalive owner
 
@@ -92,6 +93,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		prefix:   prefix,
 		log:      telemetry.Log{L: opts.Logger, Backend: Backend},
 		met:      opts.Metrics,
+		epoch:    time.Now(),
 		wake:     make(chan struct{}, 1),
 		events:   make(chan kaEvent, 64),
 		sessions: make(map[store.SessionID]*session),
