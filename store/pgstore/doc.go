@@ -48,9 +48,9 @@
 // requests for one key go out in arrival order. Each request gets its own
 // outcome, computed inside the statements (a dead session, a busy key or a
 // stale token fails only its own request); if the transaction fails as a
-// whole, each of its requests runs again alone. Tokens are drawn by a
-// second statement, after the first has inserted the rows, as grant
-// explains. Concurrent heartbeats likewise share one UPDATE. A request
+// whole, each of its requests runs again alone. Every grant, batched or
+// not, draws its token in the INSERT while it holds the key's advisory lock
+// (keyLock), as grant explains. Concurrent heartbeats likewise share one UPDATE. A request
 // whose caller gives up before it is sent is dropped; once sent, its caller
 // returns at once and the worker undoes what the batch did for it (a new
 // grant is released, a queued waiter leaves the queue). The batch size is

@@ -59,8 +59,9 @@ const (
 )
 
 // raced is the outcome of a grant the batch could not decide: the key was
-// free in the batch's snapshot but a concurrent transaction inserted it
-// first. The request is then run alone, which reads the winner.
+// free in the batch's snapshot but the INSERT found it taken (which the key
+// locks rule out between grants; kept as a safe fallback). The request is
+// then run alone, which reads the winner.
 const raced outcome = 20
 
 // startBatchers starts the group-commit workers. Each exits when its queue
@@ -141,13 +142,12 @@ func (s *Store) runLockBatch(reqs []*lockReq) {
 // The results are set only once the commit succeeded.
 //
 // Grants follow the same steps as grant (see there, and the reasoning on
-// tokens), set-wise: statement 1 checks every session (locking live ones
-// FOR KEY SHARE until commit), reads each key's holder and queue head, and
-// inserts the rows of the keys that are free for their requester, queues
+// tokens), set-wise: keyLock takes the advisory lock of every key to grant,
+// then one statement checks every session (locking live ones FOR KEY SHARE
+// until commit), reads each key's holder and queue head, inserts the rows
+// (with their tokens) of the keys that are free for their requester, queues
 // busy waiters and dequeues waiters that got their key or whose session is
-// dead; statement 2 then draws the tokens of exactly the rows statement 1
-// inserted (token 0 marks them: no other transaction's uncommitted row is
-// visible), so each token is drawn after its row is ours.
+// dead.
 func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 	var (
 		b                    pgx.Batch
@@ -166,6 +166,12 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			grKeys, grSessions, grWait = append(grKeys, r.key), append(grSessions, string(r.id)), append(grWait, r.op == opWait)
 		}
 	}
+	// Grants take their keys' locks first, before this transaction holds
+	// any row lock (the releases below), so that waiting for a key lock
+	// never closes a cycle with a row lock.
+	if len(grants) > 0 {
+		b.Queue(s.q.keyLock, grKeys)
+	}
 	released := make(map[string]time.Time)
 	if len(rels) > 0 {
 		b.Queue(s.q.releaseBatch, relKeys, relSessions, relTokens).Query(func(rows pgx.Rows) error {
@@ -183,29 +189,20 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		holder      *string
 		tok         *int64
 		at          *time.Time
+		newTok      *int64
 		inserted    *time.Time
 		eligible    bool
 	}
 	checks := make([]check, len(grants))
-	tokens := make(map[string]int64)
 	if len(grants) > 0 {
 		b.Queue(s.q.grantBatch, grSessions, grKeys, grWait).Query(func(rows pgx.Rows) error {
 			var i int
 			var c check
-			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.inserted, &c.eligible}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible}, func() error {
 				if i < 1 || i > len(checks) {
 					return fmt.Errorf("grant batch returned row %d of %d", i, len(checks))
 				}
 				checks[i-1] = c
-				return nil
-			})
-			return err
-		})
-		b.Queue(s.q.tokenBatch, grKeys).Query(func(rows pgx.Rows) error {
-			var key string
-			var tok int64
-			_, err := pgx.ForEachRow(rows, []any{&key, &tok}, func() error {
-				tokens[key] = tok
 				return nil
 			})
 			return err
@@ -233,11 +230,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			g.Token, g.AcquiredAt = uint64(*c.tok), *c.at
 			r.out = held
 		case c.inserted != nil:
-			tok, ok := tokens[r.key]
-			if !ok {
-				return fmt.Errorf("grant batch: no token drawn for %q", r.key)
-			}
-			g.Token, g.AcquiredAt = uint64(tok), *c.inserted
+			g.Token, g.AcquiredAt = uint64(*c.newTok), *c.inserted
 			r.out = granted
 		case c.eligible:
 			r.out = raced

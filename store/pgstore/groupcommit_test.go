@@ -254,8 +254,8 @@ func TestGroupCommitFailuresStayPrivate(t *testing.T) {
 			_, _, err := s.TryInsert(testCtx(t), live[0], fmt.Sprintf("fp/plug%d", i))
 			plugs <- err
 		}()
+		waitSent(t, rec, before+i+1) // one plug per batch
 	}
-	waitSent(t, rec, before+lockWorkers)
 	before += lockWorkers
 	type res struct {
 		g   store.Grant
@@ -418,7 +418,7 @@ func TestGroupCommitLoneRequestGoesAtOnce(t *testing.T) {
 	}()
 	// The batch is sent (and then waits for the table) with no other
 	// request ever submitted.
-	waitAllSubmitted(t, s, rec, 1)
+	waitSent(t, rec, 1)
 	if q := s.lockQ.queued(); q != 0 {
 		t.Fatalf("%d requests still queued", q)
 	}
@@ -590,10 +590,7 @@ func TestTriggerPayloads(t *testing.T) {
 		// One statement grants all (the trigger sees them together), one
 		// revokes all.
 		err = pgx.BeginFunc(testCtx(t), s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(testCtx(t), "INSERT INTO "+s.schemaIdent()+".locks (key, session_id) SELECT unnest($1::text[]), $2", ks, string(id)); err != nil {
-				return err
-			}
-			_, err := tx.Exec(testCtx(t), "UPDATE "+s.schemaIdent()+".locks SET token = nextval('"+s.schema+".fencing_token') WHERE token = 0")
+			_, err := tx.Exec(testCtx(t), "INSERT INTO "+s.schemaIdent()+".locks (key, session_id, token) SELECT k, $2, nextval('"+s.schema+".fencing_token') FROM unnest($1::text[]) AS k", ks, string(id))
 			return err
 		})
 		if err != nil {

@@ -46,6 +46,10 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		return err
 	}
 
+	// The key's lock first, then the look: see the token reasoning below.
+	if _, err := tx.Exec(ctx, s.q.keyLock, []string{key}); err != nil {
+		return store.Grant{}, 0, err
+	}
 	var (
 		remainingUS int64
 		holder      *string
@@ -75,10 +79,27 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		return store.Grant{}, busy, enqueue()
 	}
 
-	err = tx.QueryRow(ctx, s.q.insertLock, key, sid).Scan(&g.AcquiredAt)
+	// The fencing token is drawn in the INSERT, under the key's advisory
+	// lock (keyLock), which every grant takes before it draws a token and
+	// holds until it commits.
+	//
+	// Why this is strictly increasing per key: let P be an earlier grant of
+	// this key. P held the key's lock from before it drew its token until
+	// it committed, and we took the lock after that (had we taken it
+	// first, P would have waited for our commit, and P would have found our
+	// row, or been a later grant). So P's token was drawn before ours, and
+	// the sequence is monotonic across transactions and never rolled back.
+	// The lock is what makes drawing the token in the INSERT safe: nextval
+	// runs before the uniqueness check, and without the lock a statement
+	// could draw a token, wait on a conflicting row (one being deleted),
+	// and insert after another grant of the key drew a larger one,
+	// committed and was released. With the lock, no other grant of the key
+	// can commit meanwhile; only deletes can, which draw nothing.
+	var token int64
+	err = tx.QueryRow(ctx, s.q.insertLock, key, sid).Scan(&token, &g.AcquiredAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Another transaction took the key after we looked: perhaps a
-		// concurrent call of this same session.
+		// The key was taken after we looked, which the key lock rules out
+		// for grants of this schema; read the holder all the same.
 		holder, tok, at, found, err := s.holder(ctx, tx, key)
 		switch {
 		case err != nil:
@@ -92,25 +113,11 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 	if err != nil {
 		return store.Grant{}, 0, err
 	}
-
-	// The fencing token is drawn only now that the row is ours. Drawing it
-	// in the INSERT (VALUES (nextval(...)) ON CONFLICT DO NOTHING) would be
-	// wrong: nextval runs before the uniqueness check, so a statement could
-	// draw a token, stall, and insert it after another grant of the same
-	// key drew a larger one, committed and was released.
-	//
-	// Why this is strictly increasing per key: our INSERT succeeded, so the
-	// previous grant P of this key had already been deleted and that delete
-	// committed (ON CONFLICT waits for an uncommitted row or delete). P drew
-	// its token inside its own transaction, before P committed, hence before
-	// its delete committed, hence before our INSERT and this nextval. The
-	// sequence is monotonic across transactions and never rolled back, so
-	// our token is larger than P's, and than every earlier grant's.
-	var token int64
-	if err := tx.QueryRow(ctx, s.q.setToken, key, sid).Scan(&token); err != nil {
+	g.Token = uint64(token)
+	// The granted session leaves the key's queue if it was in it.
+	if _, err := tx.Exec(ctx, s.q.dequeue, key, sid); err != nil {
 		return store.Grant{}, 0, err
 	}
-	g.Token = uint64(token)
 	return g, granted, nil
 }
 

@@ -17,12 +17,11 @@ type queries struct {
 	grantCheck string
 	holder     string
 	insertLock string
-	setToken   string
+	keyLock    string
 	enqueue    string
 	dequeue    string
 
 	grantBatch     string
-	tokenBatch     string
 	releaseBatch   string
 	heartbeatBatch string
 
@@ -43,7 +42,8 @@ type queries struct {
 func newQueries(schema string) queries {
 	qs := pgx.Identifier{schema}.Sanitize()
 	seq := quoteLiteral(pgx.Identifier{schema, "fencing_token"}.Sanitize())
-	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq)
+	keylock := quoteLiteral("lockd.key:" + schema + ":")
+	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock)
 	return queries{
 		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at)
 			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond')`),
@@ -67,12 +67,17 @@ func newQueries(schema string) queries {
 			(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = $2 ORDER BY w.id LIMIT 1)
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.key = $2
 			WHERE s.id = $1 FOR KEY SHARE OF s`),
-		holder:     r.Replace(`SELECT session_id, token, acquired_at FROM {{s}}.locks WHERE key = $1`),
-		insertLock: r.Replace(`INSERT INTO {{s}}.locks (key, session_id) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING acquired_at`),
-		// Sets the token of the row just inserted; the granted session also
-		// leaves the key's queue if it was in it.
-		setToken: r.Replace(`WITH dequeued AS (DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2)
-			UPDATE {{s}}.locks SET token = nextval({{seq}}) WHERE key = $1 RETURNING token`),
+		holder: r.Replace(`SELECT session_id, token, acquired_at FROM {{s}}.locks WHERE key = $1`),
+		// Grants draw their token in the INSERT, under keyLock (see grant).
+		insertLock: r.Replace(`INSERT INTO {{s}}.locks (key, session_id, token) VALUES ($1, $2, nextval({{seq}}))
+			ON CONFLICT (key) DO NOTHING RETURNING token, acquired_at`),
+		// The transaction-scoped advisory lock of each key of $1, taken in
+		// one order (by hash) so that batches never deadlock on them. Every
+		// grant holds its keys' locks from before it draws a token until it
+		// commits (see grant).
+		keyLock: r.Replace(`SELECT count(pg_advisory_xact_lock(x.h)) FROM (
+				SELECT DISTINCT hashtextextended({{keylock}} || k, 0) AS h
+				FROM unnest($1::text[]) AS k ORDER BY h) x`),
 		enqueue: r.Replace(`INSERT INTO {{s}}.waiters (key, session_id) VALUES ($1, $2) ON CONFLICT (key, session_id) DO NOTHING`),
 		dequeue: r.Replace(`DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2`),
 
@@ -87,7 +92,8 @@ func newQueries(schema string) queries {
 			RETURNING acquired_at`),
 		// The group-commit forms (groupcommit.go). grantBatch: $1 sessions,
 		// $2 keys (distinct), $3 whether each is an Acquire; one row per
-		// request, i its 1-based position. Its checks are grantCheck's.
+		// request, i its 1-based position. Its checks are grantCheck's; it
+		// runs after keyLock of all the keys.
 		grantBatch: r.Replace(`WITH req AS (
 				SELECT r.sid, r.key, r.wait, r.i
 				FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS r(sid, key, wait, i)
@@ -109,10 +115,10 @@ func newQueries(schema string) queries {
 						AND (st.head IS NULL OR (st.wait AND st.head = st.sid)) AS eligible
 				FROM st
 			), ins AS (
-				INSERT INTO {{s}}.locks (key, session_id)
-				SELECT key, sid FROM el WHERE eligible ORDER BY key
+				INSERT INTO {{s}}.locks (key, session_id, token)
+				SELECT key, sid, nextval({{seq}}) FROM el WHERE eligible ORDER BY key
 				ON CONFLICT (key) DO NOTHING
-				RETURNING key, acquired_at
+				RETURNING key, token, acquired_at
 			), enq AS (
 				INSERT INTO {{s}}.waiters (key, session_id)
 				SELECT key, sid FROM el
@@ -121,15 +127,11 @@ func newQueries(schema string) queries {
 				ON CONFLICT (key, session_id) DO NOTHING
 			), deq AS (
 				DELETE FROM {{s}}.waiters w USING el
-				WHERE el.wait AND w.key = el.key AND w.session_id = el.sid
-				AND (NOT el.alive OR el.holder = el.sid OR el.key IN (SELECT key FROM ins))
+				WHERE w.key = el.key AND w.session_id = el.sid
+				AND (el.wait AND (NOT el.alive OR el.holder = el.sid) OR el.key IN (SELECT key FROM ins))
 			)
-			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.acquired_at, el.eligible
+			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.token, ins.acquired_at, el.eligible
 			FROM el LEFT JOIN ins ON ins.key = el.key`),
-		// Draws the tokens of the rows grantBatch inserted in this
-		// transaction: the only visible rows with token 0.
-		tokenBatch: r.Replace(`UPDATE {{s}}.locks SET token = nextval({{seq}})
-			WHERE key = ANY($1::text[]) AND token = 0 RETURNING key, token`),
 		// $1 keys (distinct), $2 sessions, $3 tokens; as release.
 		releaseBatch: r.Replace(`DELETE FROM {{s}}.locks l
 			USING unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, sid, token)

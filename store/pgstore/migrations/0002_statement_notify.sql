@@ -1,4 +1,5 @@
--- 0002: notifications per statement instead of per row.
+-- 0002: notifications per statement instead of per row; acquired events on
+-- INSERT (tokens are drawn in it).
 --
 -- 0001 sent one NOTIFY per changed row, so closing a session with 10 000
 -- locks queued 10 000 notifications. These statement-level triggers read the
@@ -24,13 +25,15 @@ DROP FUNCTION {{schema}}.notify_waiter();
 -- reaches PostgreSQL's limit of 8000 bytes. Events of one statement have distinct keys,
 -- so the order of the chunks does not matter.
 
--- Lock events. The acquired event fires when the granting transaction sets
--- the token (the only UPDATE of locks: from 0 to the real token); a delete
--- reports the reason its transaction set with set_config('lockd.reason',
--- ..., true), or "expired" when none was set: closes, reaps and every other
--- cascade from sessions. A transaction that sends the delete events itself
--- (CloseSession and the reaper, which have the rows anyway) sets
--- lockd.notified to 'on' and the trigger stays silent.
+-- Lock events. The acquired event fires when a lock row is inserted with
+-- its token: from this migration on, a grant draws its token in the INSERT,
+-- under the key's advisory lock (see grant in locks.go), instead of
+-- inserting token 0 and setting the token by an UPDATE. A delete reports the
+-- reason its transaction set with set_config('lockd.reason', ..., true), or
+-- "expired" when none was set: closes, reaps and every other cascade from
+-- sessions. A transaction that sends the delete events itself (CloseSession
+-- and the reaper, which have the rows anyway) sets lockd.notified to 'on'
+-- and the trigger stays silent.
 CREATE FUNCTION {{schema}}.notify_locks_acquired() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     n bigint;
@@ -40,8 +43,8 @@ BEGIN
     PERFORM pg_notify({{channel}}, '[' || string_agg(e.ev, ',') || ']')
     FROM (SELECT json_build_array('acquired', nw.key, nw.session_id, nw.token)::text AS ev,
                  row_number() OVER () AS rn
-          FROM new_locks nw JOIN old_locks o ON o.key = nw.key
-          WHERE o.token = 0 AND nw.token <> 0) e
+          FROM new_locks nw
+          WHERE nw.token <> 0) e
     GROUP BY (e.rn - 1) / n;
     RETURN NULL;
 END
@@ -66,8 +69,8 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER locks_acquired AFTER UPDATE ON {{schema}}.locks
-    REFERENCING OLD TABLE AS old_locks NEW TABLE AS new_locks
+CREATE TRIGGER locks_acquired AFTER INSERT ON {{schema}}.locks
+    REFERENCING NEW TABLE AS new_locks
     FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.notify_locks_acquired();
 CREATE TRIGGER locks_deleted AFTER DELETE ON {{schema}}.locks
     REFERENCING OLD TABLE AS old_locks
