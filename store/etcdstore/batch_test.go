@@ -616,28 +616,32 @@ func TestGroupCommitTimeout(t *testing.T) {
 	})
 }
 
-// TestReleaseCommits: a release with nobody queued is one commit; a release
-// with a waiter queued is two (the owner check that reads the first waiter,
-// then the hand-over), unless the holder itself waited for its grant: then
-// the first waiter is read with a plain read and the hand-over is the only
-// commit.
+// TestReleaseCommits: how many commits a release costs. Nobody queued: one.
+// A waiter queued through another Store instance: two (the owner check that
+// reads the first waiter, then the hand-over), unless the holder itself
+// waited for its grant: then the first waiter is read with a plain read and
+// the hand-over is the only commit. A waiter queued through this Store: one
+// (the hand-over checks the guess).
 func TestReleaseCommits(t *testing.T) {
 	st, _ := metricStore(t)
+	other := newStore(t, etcdtest.NewClient(t), st.prefix, nil)
 	a := openSession(t, st, 10*time.Second)
-	b := openSession(t, st, 10*time.Second)
-	c := openSession(t, st, 10*time.Second)
-	// commits counts the batches sent while fn runs.
+	b := openSession(t, other, 10*time.Second)
+	c := openSession(t, other, 10*time.Second)
+	d := openSession(t, st, 10*time.Second)
+	// commits counts the batches st sends while fn runs.
 	commits := func(fn func()) int {
 		g := newGate(0)
 		setGate(t, st, g)
 		fn()
 		return len(g.recorded())
 	}
-	// queue starts Acquire(k) for id and waits until it is queued.
-	queue := func(id store.SessionID) <-chan error {
+	// queue starts Acquire(k) for id through in and waits until it is
+	// queued.
+	queue := func(in *Store, id store.SessionID) <-chan error {
 		done := make(chan error, 1)
 		go func() { // exits when Acquire returns
-			_, err := st.Acquire(ctxT(t), id, "k")
+			_, err := in.Acquire(ctxT(t), id, "k")
 			done <- err
 		}()
 		eventually(t, 30*time.Second, "queued", func() error {
@@ -649,37 +653,100 @@ func TestReleaseCommits(t *testing.T) {
 		})
 		return done
 	}
-	release := func(id store.SessionID) {
+	release := func(in *Store, id store.SessionID) {
 		info, _, err := st.Inspect(ctxT(t), "k")
 		if err != nil || info.Session != id {
 			t.Fatalf("Inspect(k) = %+v, %v; want held by %s", info, err, id)
 		}
-		if err := st.DeleteIfOwner(ctxT(t), id, "k", info.Token); err != nil {
+		if err := in.DeleteIfOwner(ctxT(t), id, "k", info.Token); err != nil {
 			t.Fatalf("DeleteIfOwner(k) by %s: %v", id, err)
+		}
+	}
+	granted := func(what string, done <-chan error) {
+		if err := <-done; err != nil {
+			t.Fatalf("Acquire(k) by %s: %v", what, err)
 		}
 	}
 
 	if n := commits(func() { mustTry(t, st, a, "k") }); n != 1 {
 		t.Fatalf("TryInsert on a free key: %d commits, want 1", n)
 	}
-	bDone := queue(b)
-	if n := commits(func() { release(a) }); n != 2 {
-		t.Fatalf("release of a grant taken at once, with a waiter: %d commits, want 2", n)
+	bDone := queue(other, b)
+	if n := commits(func() { release(st, a) }); n != 2 {
+		t.Fatalf("release of a grant taken at once, waiter of another instance: %d commits, want 2", n)
 	}
-	if err := <-bDone; err != nil {
-		t.Fatalf("Acquire(k) by the waiter: %v", err)
+	granted("b", bDone)
+	aDone := queue(st, a)
+	release(other, b)
+	granted("a", aDone)
+	cDone := queue(other, c)
+	if n := commits(func() { release(st, a) }); n != 1 {
+		t.Fatalf("release of a grant waited for, waiter of another instance: %d commits, want 1 (the hand-over)", n)
 	}
-	cDone := queue(c)
-	if n := commits(func() { release(b) }); n != 1 {
-		t.Fatalf("release of a grant waited for, with a waiter: %d commits, want 1 (the hand-over)", n)
+	granted("c", cDone)
+	dDone := queue(st, d)
+	release(other, c)
+	granted("d", dDone)
+	aDone = queue(st, a)
+	if n := commits(func() { release(st, d) }); n != 1 {
+		t.Fatalf("release with a waiter of this instance: %d commits, want 1 (the hand-over)", n)
 	}
-	if err := <-cDone; err != nil {
-		t.Fatalf("Acquire(k) by the second waiter: %v", err)
-	}
-	if n := commits(func() { release(c) }); n != 1 {
+	granted("a", aDone)
+	if n := commits(func() { release(st, a) }); n != 1 {
 		t.Fatalf("release of a grant waited for, nobody queued: %d commits, want 1", n)
 	}
 	if _, found, err := st.Inspect(ctxT(t), "k"); err != nil || found {
 		t.Fatalf("Inspect(k) after the last release = found %v, %v; want free", found, err)
+	}
+}
+
+// TestReleaseGuessNotFirst: a waiter of this Store that is not first in
+// line (an older waiter came through another instance) does not get the key
+// out of turn: the hand-over's check fails and the key goes to the first.
+func TestReleaseGuessNotFirst(t *testing.T) {
+	st := newStore(t, etcdtest.NewClient(t), etcdtest.Prefix(t), nil)
+	other := newStore(t, etcdtest.NewClient(t), st.prefix, nil)
+	holder := openSession(t, st, 10*time.Second)
+	first := openSession(t, other, 10*time.Second)
+	second := openSession(t, st, 10*time.Second)
+	g := mustTry(t, st, holder, "k")
+	type res struct {
+		g   store.Grant
+		err error
+	}
+	acquire := func(in *Store, id store.SessionID) <-chan res {
+		ch := make(chan res, 1)
+		go func() { // exits when Acquire returns
+			g, err := in.Acquire(ctxT(t), id, "k")
+			ch <- res{g, err}
+		}()
+		eventually(t, 30*time.Second, "queued", func() error {
+			info, _, err := st.Inspect(ctxT(t), "k")
+			if err == nil && !slices.Contains(info.Waiters, id) {
+				err = errors.New("not queued yet")
+			}
+			return err
+		})
+		return ch
+	}
+	firstDone := acquire(other, first)
+	secondDone := acquire(st, second)
+	if err := st.DeleteIfOwner(ctxT(t), holder, "k", g.Token); err != nil {
+		t.Fatalf("DeleteIfOwner: %v", err)
+	}
+	r := <-firstDone
+	if r.err != nil || r.g.Session != first {
+		t.Fatalf("Acquire by the first in line = %+v, %v; want the grant", r.g, r.err)
+	}
+	select {
+	case r := <-secondDone:
+		t.Fatalf("Acquire by the second in line returned %+v, %v while the first holds the key", r.g, r.err)
+	default:
+	}
+	if err := other.DeleteIfOwner(ctxT(t), first, "k", r.g.Token); err != nil {
+		t.Fatalf("DeleteIfOwner by the first: %v", err)
+	}
+	if r := <-secondDone; r.err != nil || r.g.Session != second || r.g.Token <= g.Token {
+		t.Fatalf("Acquire by the second in line = %+v, %v; want a later grant", r.g, r.err)
 	}
 }

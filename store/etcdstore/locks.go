@@ -193,6 +193,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 // line does not have to set up a watch while the key is being handed to it.
 func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, start time.Time) (store.Grant, error) {
 	lk, wk, qp := s.lockKey(key), s.waiterKey(key, ss.id), s.queuePrefix(key)
+	defer s.waitingFor(key, localWaiter{ss: ss, rev: myRev})()
 	var lw *keyWatch // on the grant key, once we are at most second in line
 	defer func() { lw.close() }()
 	for {
@@ -276,6 +277,47 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 			}
 		}
 	}
+}
+
+// localWaiter is an Acquire call of this Store waiting in a key's queue,
+// with its waiter key's create revision.
+type localWaiter struct {
+	ss  *session
+	rev int64
+}
+
+// waitingFor registers w as waiting for key until the returned function is
+// called.
+func (s *Store) waitingFor(key string, w localWaiter) func() {
+	s.mu.Lock()
+	s.waiting[key] = append(s.waiting[key], w)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ws := s.waiting[key]
+		if i := slices.Index(ws, w); i >= 0 {
+			ws = slices.Delete(ws, i, i+1)
+		}
+		if len(ws) == 0 {
+			delete(s.waiting, key)
+		} else {
+			s.waiting[key] = ws
+		}
+	}
+}
+
+// firstLocalWaiter is the guess for the first in key's queue: the live
+// local waiter queued earliest. ok is false when this Store has none.
+func (s *Store) firstLocalWaiter(key string) (w localWaiter, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.waiting[key] {
+		if !c.ss.dead && (!ok || c.rev < w.rev) {
+			w, ok = c, true
+		}
+	}
+	return w, ok
 }
 
 // handedOver records a grant another party wrote for the session.
@@ -541,10 +583,14 @@ func (s *Store) sessionErr(ctx context.Context, ss *session, err error) error {
 // committing transaction (see Watch).
 //
 // A transaction that could write goes through etcd's log even when its
-// compares send it down a read-only branch, so on a key that is likely
-// contended (the session waited in its queue for this grant) the first
-// waiter is read with a plain read instead, before the hand-over: a read
-// and a commit rather than two commits.
+// compares send it down a read-only branch, so the first transaction is
+// skipped where the queue is likely not empty. If Acquire calls of this
+// Store wait for key, the earliest queued of them is taken as the first in
+// line and the hand-over checks that guess (its waiter key still there, no
+// older one): one commit in all when the guess is right. Else, if the
+// session waited in the queue for this grant (others likely wait too), the
+// first waiter is read with a plain read: a read and a commit rather than
+// two commits.
 func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) (err error) {
 	start := time.Now()
 	defer func() { s.met.Request(telemetry.OpRelease, start, err) }()
@@ -567,24 +613,42 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	marker := clientv3.OpPut(s.markerKey(key), markReleased)
 	firstInLine := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
 	firstWaiter := clientv3.OpGet(qp, firstInLine...)
-	var head *mvccpb.KeyValue // the first waiter, when one was seen
-	s.mu.Lock()
-	lookFirst := ss.queued[key]
-	delete(ss.queued, key)
-	s.mu.Unlock()
-	for range 10 {
-		if lookFirst && head == nil {
-			lookFirst = false
+	// next is the waiter to hand over to, once known or guessed.
+	type waiter struct {
+		key   string
+		rev   int64 // create revision of its waiter key
+		lease clientv3.LeaseID
+	}
+	var next *waiter
+	fromKV := func(kvs []*mvccpb.KeyValue) *waiter {
+		if len(kvs) == 0 {
+			return nil
+		}
+		return &waiter{string(kvs[0].Key), kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease)}
+	}
+	// Who is first in line: a guess from this Store's own waiters (the
+	// hand-over then checks it), or, if the session waited for this grant
+	// (others likely wait too), a plain read.
+	if w, ok := s.firstLocalWaiter(key); ok {
+		next = &waiter{s.waiterKey(key, w.ss.id), w.rev, w.ss.lease}
+	} else {
+		s.mu.Lock()
+		lookFirst := ss.queued[key]
+		s.mu.Unlock()
+		if lookFirst {
 			hr, err := s.cli.Get(ctx, qp, firstInLine...)
 			if err != nil {
 				return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 			}
-			if len(hr.Kvs) > 0 {
-				head = hr.Kvs[0]
-			}
+			next = fromKV(hr.Kvs)
 		}
+	}
+	s.mu.Lock()
+	delete(ss.queued, key)
+	s.mu.Unlock()
+	for range 10 {
 		var resp *clientv3.TxnResponse
-		if head == nil {
+		if next == nil {
 			// Release if nobody waits, else read who is first.
 			resp, err = s.txn(ctx, key, owner,
 				[]clientv3.Op{clientv3.OpTxn(
@@ -593,17 +657,19 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 					[]clientv3.Op{firstWaiter})},
 				[]clientv3.Op{clientv3.OpGet(lk)}, nil)
 		} else {
-			// Hand over to the first waiter, unless it left meanwhile (a
-			// waiter queued later cannot overtake it); then read again.
-			next := store.SessionID(strings.TrimPrefix(string(head.Key), qp))
+			// Hand over to next if it is still queued and first in line
+			// (no waiter key of key older than its own); else read again.
+			to := store.SessionID(strings.TrimPrefix(next.key, qp))
 			resp, err = s.txn(ctx, key,
-				append(slices.Clone(owner), clientv3.Compare(clientv3.CreateRevision(string(head.Key)), "=", head.CreateRevision)),
+				append(slices.Clone(owner),
+					clientv3.Compare(clientv3.CreateRevision(next.key), "=", next.rev),
+					clientv3.Compare(clientv3.CreateRevision(qp), ">", next.rev-1).WithPrefix()),
 				[]clientv3.Op{
 					marker,
-					clientv3.OpPut(lk, grantValue(next, time.Now()), clientv3.WithLease(clientv3.LeaseID(head.Lease))),
-					clientv3.OpDelete(string(head.Key)),
+					clientv3.OpPut(lk, grantValue(to, time.Now()), clientv3.WithLease(next.lease)),
+					clientv3.OpDelete(next.key),
 				},
-				[]clientv3.Op{clientv3.OpGet(lk)}, nil)
+				[]clientv3.Op{clientv3.OpGet(lk), firstWaiter}, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
@@ -613,14 +679,16 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			if len(cur) == 0 || cur[0].ModRevision != int64(token) || clientv3.LeaseID(cur[0].Lease) != ss.lease {
 				return notOwner
 			}
-			head = nil // the first waiter left: look again
+			// Still ours: the waiter left, or the guess was not first.
+			next = nil
+			if len(resp.Responses) > 1 {
+				next = fromKV(resp.Responses[1].GetResponseRange().Kvs)
+			}
 			continue
 		}
-		if head == nil {
+		if next == nil {
 			if q := resp.Responses[0].GetResponseTxn(); !q.Succeeded {
-				if kvs := q.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-					head = kvs[0]
-				}
+				next = fromKV(q.Responses[0].GetResponseRange().Kvs)
 				continue // sessions are queued: hand over
 			}
 		}

@@ -67,9 +67,13 @@ type Store struct {
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
-	byLease  map[clientv3.LeaseID]*session
-	due      dueHeap // sessions by when the keepalive owner next looks at them
-	closed   bool
+	// waiting holds, per lockd key, the Acquire calls of this Store waiting
+	// in its queue: a release guesses the first in line from it (see
+	// DeleteIfOwner).
+	waiting map[string][]localWaiter
+	byLease map[clientv3.LeaseID]*session
+	due     dueHeap // sessions by when the keepalive owner next looks at them
+	closed  bool
 }
 
 var _ store.LockStore = (*Store)(nil)
@@ -97,6 +101,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		wake:     make(chan struct{}, 1),
 		events:   make(chan kaEvent, 64),
 		sessions: make(map[store.SessionID]*session),
+		waiting:  make(map[string][]localWaiter),
 		byLease:  make(map[clientv3.LeaseID]*session),
 		batch:    newBatcher(),
 	}
