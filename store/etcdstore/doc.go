@@ -124,9 +124,15 @@
 // A release (DeleteIfOwner) costs one commit when nobody waits: its
 // transaction checks the owner, and in a nested transaction deletes the
 // grant if the queue is empty or else reads the first waiter. Only when
-// somebody waits does a second transaction hand the key to that waiter —
-// one commit for the hand-over, and the owner check keeps a retried release
-// from ever deleting a newer grant.
+// somebody waits does a second transaction hand the key to that waiter, so
+// the hand-over itself is one commit; the owner check keeps a retried
+// release from ever deleting a newer grant. Where the queue is likely not
+// empty the first transaction is skipped: when Acquire calls of the same
+// Store wait for the key, the earliest of them is the guess for the first
+// in line, and the hand-over checks it (its waiter key still there, no
+// older one; a wrong guess fails the compare and reads the true first);
+// when the releasing session itself waited for the grant, a plain read
+// finds the first in line.
 //
 // # Key layout
 //
