@@ -58,10 +58,10 @@
 //
 // # Waiting and watching
 //
-// Statement-level triggers on locks and waiters NOTIFY a channel private to
-// the schema when locks are granted, released, revoked or expire and when
-// waiters leave a queue: one notification per few kilobytes of events, not
-// one per row. CloseSession and the reaper, which read the deleted locks
+// Statement-level triggers on locks NOTIFY a channel private to the schema
+// when locks are granted, released, revoked or expire (one notification per
+// few kilobytes of events, not one per row), and a row trigger on waiters
+// when a waiter leaves a queue. CloseSession and the reaper, which read the deleted locks
 // anyway, silence the lock trigger (lockd.notified) and send those expired
 // events themselves, more compactly. Each Store holds one dedicated
 // listening connection and dispatches those notifications to its waiting

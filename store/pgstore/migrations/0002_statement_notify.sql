@@ -5,7 +5,8 @@
 -- locks queued 10 000 notifications. These statement-level triggers read the
 -- statement's transition table and send its events several per
 -- notification, as a JSON array of events, each event itself an array
--- [kind, key, session, token] (a "dequeued" event is [kind, key]).
+-- [kind, key, session, token]. Queue events stay per row (a "dequeued"
+-- event is [kind, key], alone in its array).
 -- (json_build_array, not json_build_object: the latter costs far more per
 -- row.)
 --
@@ -76,22 +77,16 @@ CREATE TRIGGER locks_deleted AFTER DELETE ON {{schema}}.locks
     REFERENCING OLD TABLE AS old_locks
     FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.notify_locks_deleted();
 
--- Queue events: waiters left these keys' queues (granted, cancelled, or
--- their sessions ended), so the next one may now be first. One event per
--- key and statement.
-CREATE FUNCTION {{schema}}.notify_waiters_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    n bigint;
+-- Queue events: a waiter left its key's queue (granted, cancelled, or its
+-- session ended), so the next one may now be first. Per row, unlike the lock
+-- events: queues are short, and most statements that may dequeue (every
+-- grant batch) dequeue nobody, which costs a row trigger nothing.
+CREATE FUNCTION {{schema}}.notify_waiter_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    SELECT greatest(1, 3800 / (6 * max(octet_length(k.key)) + 40)) INTO n FROM old_waiters k;
-    PERFORM pg_notify({{channel}}, '[' || string_agg(e.ev, ',') || ']')
-    FROM (SELECT json_build_array('dequeued', d.key)::text AS ev, row_number() OVER () AS rn
-          FROM (SELECT DISTINCT w.key FROM old_waiters w) d) e
-    GROUP BY (e.rn - 1) / n;
+    PERFORM pg_notify({{channel}}, json_build_array(json_build_array('dequeued', OLD.key))::text);
     RETURN NULL;
 END
 $$;
 
 CREATE TRIGGER waiters_deleted AFTER DELETE ON {{schema}}.waiters
-    REFERENCING OLD TABLE AS old_waiters
-    FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.notify_waiters_deleted();
+    FOR EACH ROW EXECUTE FUNCTION {{schema}}.notify_waiter_deleted();
