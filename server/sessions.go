@@ -54,8 +54,12 @@ type session struct {
 	// expireAt is the monotonic instant after which the client has been
 	// silent long enough to be closed.
 	expireAt time.Time
-	heapIdx  int // index in Server.silence, -1 when not in it
-	pins     int // RPCs in flight that use this record
+	// heapAt is where the record sits in the silence heap: never later
+	// than expireAt. An extension of expireAt leaves it in place; the
+	// silence loop files the record again when heapAt comes (schedule).
+	heapAt  time.Time
+	heapIdx int // index in Server.silence, -1 when not in it
+	pins    int // RPCs in flight that use this record
 	// stream is the KeepAlive stream the latest heartbeat came on.
 	stream *kaStream
 	// locks are the grants made to the session through this server, key →
@@ -64,12 +68,13 @@ type session struct {
 	pending []*lockdv1.LockLost
 }
 
-// silenceHeap orders known, live sessions by expireAt: the one owned
-// goroutine (silenceLoop) sleeps until the earliest one.
+// silenceHeap orders known, live sessions by heapAt (a lower bound of
+// expireAt): the one owned goroutine (silenceLoop) sleeps until the
+// earliest one.
 type silenceHeap []*session
 
 func (h silenceHeap) Len() int           { return len(h) }
-func (h silenceHeap) Less(i, j int) bool { return h[i].expireAt.Before(h[j].expireAt) }
+func (h silenceHeap) Less(i, j int) bool { return h[i].heapAt.Before(h[j].heapAt) }
 func (h silenceHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].heapIdx, h[j].heapIdx = i, j
@@ -89,11 +94,19 @@ func (h *silenceHeap) Pop() any {
 }
 
 // schedule puts ss in the silence heap at its expireAt (s.mu held) and wakes
-// the silence loop when it became the earliest.
+// the silence loop when it became the earliest. A record already in the heap
+// whose expireAt only moved later (every heartbeat and grant) stays where it
+// is: the silence loop finds the later expireAt when the record comes up and
+// files it again, so a heartbeat costs no heap operation.
 func (s *Server) schedule(ss *session) {
 	if ss.heapIdx >= 0 {
+		if !ss.expireAt.Before(ss.heapAt) {
+			return
+		}
+		ss.heapAt = ss.expireAt
 		heap.Fix(&s.silence, ss.heapIdx)
 	} else {
+		ss.heapAt = ss.expireAt
 		heap.Push(&s.silence, ss)
 	}
 	if ss.heapIdx == 0 {
@@ -232,6 +245,11 @@ func (s *Server) beginClose(ss *session) {
 	s.unschedule(ss)
 }
 
+// refileAhead is how far ahead of their heapAt the silence loop files
+// extended records again, so that one wake-up refiles a second's worth of
+// them instead of waking once per record.
+const refileAhead = time.Second
+
 // silenceLoop is the one goroutine that closes sessions whose clients fell
 // silent. It sleeps until the earliest expireAt in the heap and exits when
 // the server's context ends (Shutdown).
@@ -243,7 +261,16 @@ func (s *Server) silenceLoop() {
 		s.mu.Lock()
 		now := time.Now()
 		var due []*session
-		for len(s.silence) > 0 && !s.silence[0].expireAt.After(now) {
+		for len(s.silence) > 0 && !s.silence[0].heapAt.After(now.Add(refileAhead)) {
+			if first := s.silence[0]; first.expireAt.After(now) {
+				if !first.heapAt.Before(first.expireAt) {
+					break // filed at its expireAt, which is still to come
+				}
+				// Extended since it was filed: file it at its expireAt.
+				first.heapAt = first.expireAt
+				heap.Fix(&s.silence, 0)
+				continue
+			}
 			ss := heap.Pop(&s.silence).(*session)
 			if !ss.closing {
 				ss.closing = true
@@ -254,7 +281,7 @@ func (s *Server) silenceLoop() {
 		}
 		wait := time.Hour
 		if len(s.silence) > 0 {
-			wait = s.silence[0].expireAt.Sub(now)
+			wait = s.silence[0].heapAt.Sub(now)
 		}
 		s.mu.Unlock()
 
