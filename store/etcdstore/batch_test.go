@@ -695,9 +695,32 @@ func TestReleaseCommits(t *testing.T) {
 	if n := commits(func() { release(st, a) }); n != 1 {
 		t.Fatalf("release of a grant waited for, nobody queued: %d commits, want 1", n)
 	}
+	// Taken at once (no hint), a waiter of this instance: only the guess
+	// makes it one commit.
+	mustTry(t, st, a, "k")
+	dDone = queue(st, d)
+	waitLocal(t, st, "k", 1)
+	if n := commits(func() { release(st, a) }); n != 1 {
+		t.Fatalf("release of a grant taken at once, waiter of this instance: %d commits, want 1 (the hand-over)", n)
+	}
+	granted("d", dDone)
+	release(st, d)
 	if _, found, err := st.Inspect(ctxT(t), "k"); err != nil || found {
 		t.Fatalf("Inspect(k) after the last release = found %v, %v; want free", found, err)
 	}
+}
+
+// waitLocal polls until n Acquire calls of st wait for key in its queue.
+func waitLocal(t *testing.T, st *Store, key string, n int) {
+	t.Helper()
+	eventually(t, 30*time.Second, "local waiters registered", func() error {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if got := len(st.waiting[key]); got != n {
+			return fmt.Errorf("%d local waiters", got)
+		}
+		return nil
+	})
 }
 
 // TestReleaseGuessNotFirst: a waiter of this Store that is not first in
@@ -731,6 +754,7 @@ func TestReleaseGuessNotFirst(t *testing.T) {
 	}
 	firstDone := acquire(other, first)
 	secondDone := acquire(st, second)
+	waitLocal(t, st, "k", 1) // the guess will be second, not first in line
 	if err := st.DeleteIfOwner(ctxT(t), holder, "k", g.Token); err != nil {
 		t.Fatalf("DeleteIfOwner: %v", err)
 	}
