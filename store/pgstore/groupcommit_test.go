@@ -644,3 +644,58 @@ func waitersAreT(t *testing.T, s *Store, key string, want []store.SessionID) {
 		t.Fatalf("Inspect(%s) = %+v, %v; want waiters %v", key, info, found, want)
 	}
 }
+
+// TestWakeFirstWaiterOnly: a notification that names the key's first waiter
+// wakes only that waiter's local Acquire; one that names none wakes them
+// all (their queue entries may not be committed yet).
+func TestWakeFirstWaiterOnly(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, pgtest.NewDatabase(t))
+	ids := []store.SessionID{"A", "B", "C"}
+	ws := make([]*waiter, len(ids))
+	for i, id := range ids {
+		w, err := s.addWaiter(id, "k")
+		if err != nil {
+			t.Fatalf("addWaiter: %v", err)
+		}
+		defer s.removeWaiter(w)
+		ws[i] = w
+	}
+	other, err := s.addWaiter("A", "other")
+	if err != nil {
+		t.Fatalf("addWaiter: %v", err)
+	}
+	defer s.removeWaiter(other)
+	woken := func() []store.SessionID {
+		var got []store.SessionID
+		for i, w := range append(ws, other) {
+			select {
+			case <-w.wake:
+				if i < len(ids) {
+					got = append(got, ids[i])
+				} else {
+					got = append(got, "other")
+				}
+			default:
+			}
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		payload string
+		want    []store.SessionID
+	}{
+		{`[["released","k","H",7,"B"]]`, []store.SessionID{"B"}},
+		{`[["expired","k","H",7,null]]`, ids},
+		{`[["revoked","k","H",7]]`, ids},
+		{`[["dequeued","k",null,null,"C"]]`, []store.SessionID{"C"}},
+		{`[["dequeued","k",null,null,null]]`, ids},
+		{`[["acquired","k","H",8,"A"]]`, nil},
+		{`[{"kind":"expired","session":"H","keys":["x","k"],"tokens":[1,2]}]`, ids},
+	} {
+		s.dispatch(tc.payload)
+		if got := woken(); !slices.Equal(got, tc.want) {
+			t.Errorf("dispatch(%s) woke %v, want %v", tc.payload, got, tc.want)
+		}
+	}
+}

@@ -75,7 +75,12 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		return store.Grant{}, busy, enqueue()
 	case head != nil && (!asWaiter || *head != sid):
 		// TryInsert never jumps a queue; a waiter takes the key only first
-		// in line.
+		// in line. The key is free, so the first waiter should be taking
+		// it: wake it, in case the wake-up it had went to another waiter
+		// (nudgeHead).
+		if _, err := tx.Exec(ctx, s.q.nudgeHead, key, *head); err != nil {
+			return store.Grant{}, 0, err
+		}
 		return store.Grant{}, busy, enqueue()
 	}
 
@@ -192,19 +197,21 @@ func acquireResult(err error) string {
 
 // waiter is a local Acquire call waiting for its key.
 type waiter struct {
-	key  string
-	wake chan struct{} // capacity 1: a pending wake-up is never lost
+	key     string
+	session store.SessionID
+	wake    chan struct{} // capacity 1: a pending wake-up is never lost
 }
 
-// addWaiter registers a waiter for key, or returns errClosed.
-func (s *Store) addWaiter(key string) (*waiter, error) {
+// addWaiter registers a waiter of session id for key, or returns
+// errClosed.
+func (s *Store) addWaiter(id store.SessionID, key string) (*waiter, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errClosed
 	}
 	s.acquires.Add(1)
-	w := &waiter{key: key, wake: make(chan struct{}, 1)}
+	w := &waiter{key: key, session: id, wake: make(chan struct{}, 1)}
 	if s.waiters[key] == nil {
 		s.waiters[key] = make(map[*waiter]struct{})
 	}
@@ -222,9 +229,24 @@ func (s *Store) removeWaiter(w *waiter) {
 	s.acquires.Done()
 }
 
-// wakeLocked wakes the local waiters of key. s.mu is held.
-func (s *Store) wakeLocked(key string) {
+// wakeLocked wakes the local waiters of key: only those of session next
+// (the key's first waiter, as the notification saw it) unless next is
+// empty. s.mu is held.
+//
+// Waking only the first waiter spares the others an attempt each (with
+// group commit, attempts for one key go one per batch, so a herd of them
+// delays the one that matters). An empty next means the notifying
+// transaction saw no waiter: every local waiter may then be one whose
+// queue entry was not yet committed, so all are woken. A waiter can also
+// become first after the notification was sent (its entry, with the
+// smaller id, committed later); the attempt of whichever waiter was woken
+// instead then finds the key free with another waiter first, and wakes
+// that one (nudgeHead).
+func (s *Store) wakeLocked(key string, next store.SessionID) {
 	for w := range s.waiters[key] {
+		if next != "" && w.session != next {
+			continue
+		}
 		select {
 		case w.wake <- struct{}{}:
 		default: // a wake-up is already pending
@@ -235,7 +257,7 @@ func (s *Store) wakeLocked(key string) {
 // wakeAllLocked wakes every local waiter. s.mu is held.
 func (s *Store) wakeAllLocked() {
 	for key := range s.waiters {
-		s.wakeLocked(key)
+		s.wakeLocked(key, "")
 	}
 }
 
@@ -250,7 +272,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (st
 	if err := s.begin(ctx, "acquire"); err != nil {
 		return store.Grant{}, err
 	}
-	w, err := s.addWaiter(key)
+	w, err := s.addWaiter(id, key)
 	if err != nil {
 		return store.Grant{}, err
 	}

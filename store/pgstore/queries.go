@@ -37,13 +37,14 @@ type queries struct {
 	notify       string
 	notifyMany   string
 	notifiedSelf string
+	nudgeHead    string
 }
 
-func newQueries(schema string) queries {
+func newQueries(schema, channel string) queries {
 	qs := pgx.Identifier{schema}.Sanitize()
 	seq := quoteLiteral(pgx.Identifier{schema, "fencing_token"}.Sanitize())
 	keylock := quoteLiteral("lockd.key:" + schema + ":")
-	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock)
+	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock, "{{channel}}", quoteLiteral(channel))
 	return queries{
 		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at)
 			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond')`),
@@ -93,7 +94,9 @@ func newQueries(schema string) queries {
 		// The group-commit forms (groupcommit.go). grantBatch: $1 sessions,
 		// $2 keys (distinct), $3 whether each is an Acquire; one row per
 		// request, i its 1-based position. Its checks are grantCheck's; it
-		// runs after keyLock of all the keys.
+		// runs after keyLock of all the keys. nudge wakes the first waiter
+		// of a free key that a request found queued ahead of it (see
+		// nudgeHead).
 		grantBatch: r.Replace(`WITH req AS (
 				SELECT r.sid, r.key, r.wait, r.i
 				FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS r(sid, key, wait, i)
@@ -129,9 +132,12 @@ func newQueries(schema string) queries {
 				DELETE FROM {{s}}.waiters w USING el
 				WHERE w.key = el.key AND w.session_id = el.sid
 				AND (el.wait AND (NOT el.alive OR el.holder = el.sid) OR el.key IN (SELECT key FROM ins))
+			), nudge AS MATERIALIZED (
+				SELECT pg_notify({{channel}}, json_build_array(json_build_array('dequeued', key, NULL, NULL, head))::text)
+				FROM el WHERE alive AND holder IS NULL AND head IS NOT NULL AND head <> sid
 			)
 			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.token, ins.acquired_at, el.eligible
-			FROM el LEFT JOIN ins ON ins.key = el.key`),
+			FROM el LEFT JOIN ins ON ins.key = el.key CROSS JOIN (SELECT count(*) FROM nudge) nz`),
 		// $1 keys (distinct), $2 sessions, $3 tokens; as release.
 		releaseBatch: r.Replace(`DELETE FROM {{s}}.locks l
 			USING unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, sid, token)
@@ -166,7 +172,10 @@ func newQueries(schema string) queries {
 			WHERE session_id = ANY($1) ORDER BY session_id, key`),
 		reapDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = ANY($1) AND expires_at < now()`),
 
-		notify:     `SELECT pg_notify($1, $2)`,
+		notify: `SELECT pg_notify($1, $2)`,
+		// Wakes $2, the first waiter of the free key $1, wherever it waits
+		// (see grant).
+		nudgeHead:  r.Replace(`SELECT pg_notify({{channel}}, json_build_array(json_build_array('dequeued', $1::text, NULL, NULL, $2::text))::text)`),
 		notifyMany: `SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p`,
 		// Silences the lock delete trigger for the rest of the transaction,
 		// which sends those events itself (migration 0002).

@@ -155,7 +155,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		listenConfig:   pool.Config().ConnConfig,
 		schema:         schema,
 		channel:        "lockd_" + hex.EncodeToString(sum[:8]),
-		q:              newQueries(schema),
+		q:              newQueries(schema, "lockd_"+hex.EncodeToString(sum[:8])),
 		reaperInterval: interval,
 		probeInterval:  cmp.Or(opts.probeInterval, listenerProbeInterval),
 		log:            telemetry.Log{L: opts.Logger, Backend: "pg"},

@@ -30,11 +30,15 @@ type notice struct {
 	Sync    string   `json:"sync,omitempty"`
 	Keys    []string `json:"keys,omitempty"`
 	Tokens  []uint64 `json:"tokens,omitempty"`
+	// Next is the key's first waiter after the change, when the sender
+	// knew it: only that waiter is woken (see wakeLocked).
+	Next string `json:"next,omitempty"`
 }
 
 // UnmarshalJSON reads either form of an event: the triggers' array
-// [kind, key, session, token] (session and token absent for "dequeued") or
-// an object (sync markers).
+// [kind, key, session, token, next] (session and token null for
+// "dequeued"; next, the key's first waiter, null or absent when there is
+// none) or an object (sync markers, the events pgstore sends itself).
 func (n *notice) UnmarshalJSON(b []byte) error {
 	if len(b) == 0 || b[0] != '[' {
 		type plain notice // without this method
@@ -44,11 +48,11 @@ func (n *notice) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return err
 	}
-	if len(f) < 2 || len(f) > 4 {
-		return fmt.Errorf("event has %d fields, want 2 to 4", len(f))
+	if len(f) < 2 || len(f) > 5 {
+		return fmt.Errorf("event has %d fields, want 2 to 5", len(f))
 	}
 	*n = notice{}
-	dst := []any{&n.Kind, &n.Key, &n.Session, &n.Token}
+	dst := []any{&n.Kind, &n.Key, &n.Session, &n.Token, &n.Next} // null leaves a field empty
 	for i, raw := range f {
 		if err := json.Unmarshal(raw, dst[i]); err != nil {
 			return err
@@ -214,7 +218,7 @@ func (s *Store) dispatchLocked(n notice) {
 		return
 	}
 	if n.Kind == "dequeued" {
-		s.wakeLocked(n.Key) // the next waiter may now be first
+		s.wakeLocked(n.Key, store.SessionID(n.Next)) // the next waiter may now be first
 		return
 	}
 	kind, ok := eventKinds[n.Kind]
@@ -222,7 +226,7 @@ func (s *Store) dispatchLocked(n notice) {
 		return
 	}
 	if kind != store.EventAcquired {
-		s.wakeLocked(n.Key) // the key is free
+		s.wakeLocked(n.Key, store.SessionID(n.Next)) // the key is free
 	}
 	ev := store.Event{Kind: kind, Key: n.Key, Session: store.SessionID(n.Session), Token: n.Token}
 	for w := range s.watches {

@@ -5,8 +5,10 @@
 -- locks queued 10 000 notifications. These statement-level triggers read the
 -- statement's transition table and send its events several per
 -- notification, as a JSON array of events, each event itself an array
--- [kind, key, session, token]. Queue events stay per row (a "dequeued"
--- event is [kind, key], alone in its array).
+-- [kind, key, session, token, next]. Queue events stay per row (a
+-- "dequeued" event is [kind, key, null, null, next], alone in its array).
+-- next is the key's first waiter after the change (null: none), the only
+-- waiter that needs waking.
 -- (json_build_array, not json_build_object: the latter costs far more per
 -- row.)
 --
@@ -22,7 +24,7 @@ DROP FUNCTION {{schema}}.notify_waiter();
 -- Each trigger sends the events of its statement in chunks: n events per
 -- notification, n = 3800 bytes over the longest event's worst case (every
 -- byte of the key a control character, escaped as \u00XX, every byte of the
--- session id escaped as \", plus 60 bytes for the rest), so no payload
+-- session ids escaped as \", plus 60 bytes for the rest), so no payload
 -- reaches PostgreSQL's limit of 8000 bytes. Events of one statement have distinct keys,
 -- so the order of the chunks does not matter.
 
@@ -59,10 +61,11 @@ BEGIN
     IF current_setting('lockd.notified', true) = 'on' THEN
         RETURN NULL;
     END IF;
-    SELECT greatest(1, 3800 / (6 * max(octet_length(k.key)) + 2 * max(octet_length(k.session_id)) + 60)) INTO n
+    SELECT greatest(1, 3800 / (6 * max(octet_length(k.key)) + 4 * max(octet_length(k.session_id)) + 60)) INTO n
     FROM old_locks k;
     PERFORM pg_notify({{channel}}, '[' || string_agg(e.ev, ',') || ']')
-    FROM (SELECT json_build_array(reason, o.key, o.session_id, o.token)::text AS ev,
+    FROM (SELECT json_build_array(reason, o.key, o.session_id, o.token,
+                     (SELECT w.session_id FROM {{schema}}.waiters w WHERE w.key = o.key ORDER BY w.id LIMIT 1))::text AS ev,
                  row_number() OVER () AS rn
           FROM old_locks o) e
     GROUP BY (e.rn - 1) / n;
@@ -83,7 +86,8 @@ CREATE TRIGGER locks_deleted AFTER DELETE ON {{schema}}.locks
 -- grant batch) dequeue nobody, which costs a row trigger nothing.
 CREATE FUNCTION {{schema}}.notify_waiter_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify({{channel}}, json_build_array(json_build_array('dequeued', OLD.key))::text);
+    PERFORM pg_notify({{channel}}, json_build_array(json_build_array('dequeued', OLD.key, NULL, NULL,
+        (SELECT w.session_id FROM {{schema}}.waiters w WHERE w.key = OLD.key ORDER BY w.id LIMIT 1)))::text);
     RETURN NULL;
 END
 $$;
