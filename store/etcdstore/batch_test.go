@@ -699,7 +699,7 @@ func TestReleaseCommits(t *testing.T) {
 	// makes it one commit.
 	mustTry(t, st, a, "k")
 	dDone = queue(st, d)
-	waitLocal(t, st, "k", 1)
+	waitLocal(t, st, "k", 1, true)
 	if n := commits(func() { release(st, a) }); n != 1 {
 		t.Fatalf("release of a grant taken at once, waiter of this instance: %d commits, want 1 (the hand-over)", n)
 	}
@@ -710,22 +710,28 @@ func TestReleaseCommits(t *testing.T) {
 	}
 }
 
-// waitLocal polls until n Acquire calls of st wait for key in its queue.
-func waitLocal(t *testing.T, st *Store, key string, n int) {
+// waitLocal polls until n Acquire calls of st wait for key in its queue
+// and, if first, one of them has seen itself first in line.
+func waitLocal(t *testing.T, st *Store, key string, n int, first bool) {
 	t.Helper()
 	eventually(t, 30*time.Second, "local waiters registered", func() error {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if got := len(st.waiting[key]); got != n {
-			return fmt.Errorf("%d local waiters", got)
+		ws := st.waiting[key]
+		if len(ws) != n {
+			return fmt.Errorf("%d local waiters", len(ws))
+		}
+		if first && !slices.ContainsFunc(ws, func(w *localWaiter) bool { return w.first }) {
+			return errors.New("none has seen itself first in line")
 		}
 		return nil
 	})
 }
 
-// TestReleaseGuessNotFirst: a waiter of this Store that is not first in
-// line (an older waiter came through another instance) does not get the key
-// out of turn: the hand-over's check fails and the key goes to the first.
+// TestReleaseGuessNotFirst: a wrong guess of the first in line (here a
+// waiter of this Store marked first by hand, while an older waiter came
+// through another instance) does not give the key out of turn: the
+// hand-over's check fails and the key goes to the true first.
 func TestReleaseGuessNotFirst(t *testing.T) {
 	st := newStore(t, etcdtest.NewClient(t), etcdtest.Prefix(t), nil)
 	other := newStore(t, etcdtest.NewClient(t), st.prefix, nil)
@@ -754,7 +760,10 @@ func TestReleaseGuessNotFirst(t *testing.T) {
 	}
 	firstDone := acquire(other, first)
 	secondDone := acquire(st, second)
-	waitLocal(t, st, "k", 1) // the guess will be second, not first in line
+	waitLocal(t, st, "k", 1, false)
+	st.mu.Lock()
+	st.waiting["k"][0].first = true // a stale view: the guess will be second
+	st.mu.Unlock()
 	if err := st.DeleteIfOwner(ctxT(t), holder, "k", g.Token); err != nil {
 		t.Fatalf("DeleteIfOwner: %v", err)
 	}

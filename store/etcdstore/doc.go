@@ -127,10 +127,11 @@
 // somebody waits does a second transaction hand the key to that waiter, so
 // the hand-over itself is one commit; the owner check keeps a retried
 // release from ever deleting a newer grant. Where the queue is likely not
-// empty the first transaction is skipped: when Acquire calls of the same
-// Store wait for the key, the earliest of them is the guess for the first
-// in line, and the hand-over checks it (its waiter key still there, no
-// older one; a wrong guess fails the compare and reads the true first);
+// empty the first transaction is skipped: when an Acquire call of the same
+// Store waits for the key and has seen itself first in line, the key is
+// handed to it, and the hand-over checks that (its waiter key still there,
+// no older one; if it left meanwhile, the compare fails and reads the true
+// first);
 // when the releasing session itself waited for the grant, a plain read
 // finds the first in line.
 //

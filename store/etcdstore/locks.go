@@ -193,7 +193,8 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 // line does not have to set up a watch while the key is being handed to it.
 func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, start time.Time) (store.Grant, error) {
 	lk, wk, qp := s.lockKey(key), s.waiterKey(key, ss.id), s.queuePrefix(key)
-	defer s.waitingFor(key, localWaiter{ss: ss, rev: myRev})()
+	lw0 := &localWaiter{ss: ss, rev: myRev}
+	defer s.waitingFor(key, lw0)()
 	var lw *keyWatch // on the grant key, once we are at most second in line
 	defer func() { lw.close() }()
 	for {
@@ -211,6 +212,13 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 		lock := resp.Responses[0].GetResponseRange().Kvs
 		mine := resp.Responses[1].GetResponseRange().Kvs
 		ahead := resp.Responses[2].GetResponseRange().Kvs
+		if len(ahead) == 0 && len(mine) > 0 && mine[0].CreateRevision == myRev {
+			// First in line, and nobody can get ahead any more: a release
+			// through this Store may hand over to us without reading.
+			s.mu.Lock()
+			lw0.first = true
+			s.mu.Unlock()
+		}
 		switch {
 		case len(lock) > 0 && s.owns(ss, lock[0]):
 			// Handed over by the releasing holder, which also removed our
@@ -282,13 +290,14 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 // localWaiter is an Acquire call of this Store waiting in a key's queue,
 // with its waiter key's create revision.
 type localWaiter struct {
-	ss  *session
-	rev int64
+	ss    *session
+	rev   int64
+	first bool // it has seen itself first in line; guarded by Store.mu
 }
 
 // waitingFor registers w as waiting for key until the returned function is
 // called.
-func (s *Store) waitingFor(key string, w localWaiter) func() {
+func (s *Store) waitingFor(key string, w *localWaiter) func() {
 	s.mu.Lock()
 	s.waiting[key] = append(s.waiting[key], w)
 	s.mu.Unlock()
@@ -307,14 +316,15 @@ func (s *Store) waitingFor(key string, w localWaiter) func() {
 	}
 }
 
-// firstLocalWaiter is the guess for the first in key's queue: the live
-// local waiter queued earliest. ok is false when this Store has none.
+// firstLocalWaiter is the guess for the first in key's queue: a live local
+// waiter that has seen itself first in line (it stays first until it is
+// granted the key or leaves). ok is false when this Store has none.
 func (s *Store) firstLocalWaiter(key string) (w localWaiter, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.waiting[key] {
-		if !c.ss.dead && (!ok || c.rev < w.rev) {
-			w, ok = c, true
+		if c.first && !c.ss.dead && (!ok || c.rev < w.rev) {
+			w, ok = *c, true
 		}
 	}
 	return w, ok
@@ -584,10 +594,11 @@ func (s *Store) sessionErr(ctx context.Context, ss *session, err error) error {
 //
 // A transaction that could write goes through etcd's log even when its
 // compares send it down a read-only branch, so the first transaction is
-// skipped where the queue is likely not empty. If Acquire calls of this
-// Store wait for key, the earliest queued of them is taken as the first in
-// line and the hand-over checks that guess (its waiter key still there, no
-// older one): one commit in all when the guess is right. Else, if the
+// skipped where the queue is likely not empty. If an Acquire call of this
+// Store waits for key first in line, it is taken as the one to hand over
+// to and the hand-over checks that guess (its waiter key still there, no
+// older one; the waiter has seen itself first in line, so the guess is
+// right unless it left meanwhile): one commit in all. Else, if the
 // session waited in the queue for this grant (others likely wait too), the
 // first waiter is read with a plain read: a read and a commit rather than
 // two commits.

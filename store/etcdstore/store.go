@@ -70,7 +70,7 @@ type Store struct {
 	// waiting holds, per lockd key, the Acquire calls of this Store waiting
 	// in its queue: a release guesses the first in line from it (see
 	// DeleteIfOwner).
-	waiting map[string][]localWaiter
+	waiting map[string][]*localWaiter
 	byLease map[clientv3.LeaseID]*session
 	due     dueHeap // sessions by when the keepalive owner next looks at them
 	closed  bool
@@ -101,7 +101,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		wake:     make(chan struct{}, 1),
 		events:   make(chan kaEvent, 64),
 		sessions: make(map[store.SessionID]*session),
-		waiting:  make(map[string][]localWaiter),
+		waiting:  make(map[string][]*localWaiter),
 		byLease:  make(map[clientv3.LeaseID]*session),
 		batch:    newBatcher(),
 	}
