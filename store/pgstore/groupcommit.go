@@ -23,7 +23,10 @@ const (
 	lockWorkers      = 2
 	heartbeatWorkers = 1
 	// maxLockBatch and maxHeartbeatBatch bound the requests of one batch.
-	maxLockBatch      = 256
+	// A lock batch holds one advisory lock per key it grants, from
+	// PostgreSQL's shared lock table (max_locks_per_transaction per
+	// connection, 64 by default), so it stays well below a few hundred.
+	maxLockBatch      = 128
 	maxHeartbeatBatch = 1000
 	// batchTimeout bounds one batch (or the run of one of its requests
 	// alone after the batch failed). It runs on a context of the Store, not
