@@ -104,7 +104,7 @@ func TestServeEmbedded(t *testing.T) {
 		}
 		for _, m := range labels.FindAllStringSubmatch(line, -1) {
 			switch m[1] {
-			case "backend", "reason", "result", "op", "kind", "le":
+			case "backend", "reason", "result", "op", "kind", "batch", "le":
 			default:
 				t.Errorf("/metrics series has label %q: %s", m[1], line)
 			}
