@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 )
 
@@ -198,11 +196,8 @@ func result(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		if errors.Is(err, ctxErr) {
-			return fmt.Errorf("pgstore: %s: %w", op, ctxErr)
-		}
-		return fmt.Errorf("pgstore: %s: %w (%v)", op, ctxErr, err)
+	if cerr := callerDone(ctx, op, err); cerr != nil {
+		return cerr
 	}
 	return err
 }

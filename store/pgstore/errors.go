@@ -42,11 +42,8 @@ func classify(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		if errors.Is(err, ctxErr) {
-			return fmt.Errorf("pgstore: %s: %w", op, ctxErr)
-		}
-		return fmt.Errorf("pgstore: %s: %w (%v)", op, ctxErr, err)
+	if cerr := callerDone(ctx, op, err); cerr != nil {
+		return cerr
 	}
 	var sentinel error
 	var pgErr *pgconn.PgError
@@ -81,4 +78,17 @@ func connectionProblem(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err)
+}
+
+// callerDone returns, when the caller's ctx has ended, err as an error
+// matching ctx.Err() (never a retryable sentinel); nil otherwise.
+func callerDone(ctx context.Context, op string, err error) error {
+	ctxErr := ctx.Err()
+	switch {
+	case ctxErr == nil:
+		return nil
+	case errors.Is(err, ctxErr):
+		return fmt.Errorf("pgstore: %s: %w", op, ctxErr)
+	}
+	return fmt.Errorf("pgstore: %s: %w (%v)", op, ctxErr, err)
 }
