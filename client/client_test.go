@@ -11,6 +11,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -202,7 +203,7 @@ func TestFIFOThreeClients(t *testing.T) {
 				granted <- grant{who: i, token: l.Token()}
 			}()
 			// Wait until client i is queued before the next one queues.
-			lockdtest.Eventually(t, 10*time.Second, "client queued", func() bool {
+			testkit.Eventually(t, 10*time.Second, "client queued", func() bool {
 				info, err := srv.Client.Inspect(ctx, "fifo")
 				return err == nil && len(info.Waiters) == i+1 && info.Waiters[i] == s.ID()
 			})

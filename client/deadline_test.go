@@ -10,6 +10,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -128,19 +129,19 @@ func TestDeadlineMath(t *testing.T) {
 		}
 		// The first heartbeat (sent at once on the new stream) reports the
 		// same Remaining; after it, a longer Remaining on the next one.
-		lockdtest.Eventually(t, 10*time.Second, "first heartbeat answered by the store", func() bool {
+		testkit.Eventually(t, 10*time.Second, "first heartbeat answered by the store", func() bool {
 			return len(faulty.Reported()) >= 2
 		})
 		faulty.SetRemaining(2800 * time.Millisecond)
 		// The keepaliver has scheduled the next heartbeat (jittered, within
 		// one interval).
-		lockdtest.Eventually(t, 10*time.Second, "next heartbeat scheduled", func() bool {
+		testkit.Eventually(t, 10*time.Second, "next heartbeat scheduled", func() bool {
 			return clock.pending(t0, t0.Add(interval))
 		})
 		clock.Advance(interval)
 		t1 := clock.Now()
 		want := t1.Add(2800*time.Millisecond - margin)
-		if !eventually(10*time.Second, func() bool { return s.Deadline().Equal(want) }) {
+		if testkit.Poll(10*time.Second, func() bool { return s.Deadline().Equal(want) }) != nil {
 			t.Fatalf("deadline after the heartbeat sent at t0+1s = t0%+v; want t0%+v (reported %v)",
 				s.Deadline().Sub(t0), want.Sub(t0), faulty.Reported())
 		}
@@ -202,7 +203,7 @@ func TestDoneWhileServerUnreachable(t *testing.T) {
 			t.Fatalf("Acquire: %v", err)
 		}
 		// Let a few heartbeats pass, then kill lockd: server and store.
-		lockdtest.Eventually(t, 10*time.Second, "deadline extended by heartbeats", func() bool {
+		testkit.Eventually(t, 10*time.Second, "deadline extended by heartbeats", func() bool {
 			return s.Deadline().After(time.Now().Add(lockdtest.TTL / 2))
 		})
 		doneAt := make(chan time.Time, 1)
@@ -219,7 +220,7 @@ func TestDoneWhileServerUnreachable(t *testing.T) {
 		}
 		deadline := s.Deadline()
 		var freeAt time.Time
-		lockdtest.Eventually(t, lockdtest.TTL+15*time.Second, "key freed by the backend", func() bool {
+		testkit.Eventually(t, lockdtest.TTL+15*time.Second, "key freed by the backend", func() bool {
 			_, held, err := observer.Inspect(ctx, "k")
 			if err == nil && !held {
 				freeAt = time.Now()
@@ -245,15 +246,4 @@ func TestDoneWhileServerUnreachable(t *testing.T) {
 		t.Logf("stop → client stopped trusting: %v; stop → backend freed the key: %v",
 			done.Sub(stoppedAt).Round(time.Millisecond), freeAt.Sub(stoppedAt).Round(time.Millisecond))
 	})
-}
-
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }

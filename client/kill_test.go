@@ -13,6 +13,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 )
 
 // childEnv, when set to a lockd address, makes the test binary act as the
@@ -82,7 +83,7 @@ func TestKilledClientLosesLocks(t *testing.T) {
 			l, err := s.Acquire(ctx, "killed")
 			got <- result{l, err, time.Now()}
 		}()
-		lockdtest.Eventually(t, 10*time.Second, "waiter queued", func() bool {
+		testkit.Eventually(t, 10*time.Second, "waiter queued", func() bool {
 			info, err := srv.Client.Inspect(ctx, "killed")
 			return err == nil && len(info.Waiters) == 1
 		})

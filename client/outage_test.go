@@ -6,6 +6,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 )
 
 // TestReconnectAfterCut: the connection to lockd is cut for less than the
@@ -14,7 +15,7 @@ import (
 func TestReconnectAfterCut(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{})
-		proxy := lockdtest.NewProxy(t, srv.Addr)
+		proxy := testkit.NewProxy(t, srv.Addr)
 		c, err := client.New(proxy.Addr(), client.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -30,7 +31,7 @@ func TestReconnectAfterCut(t *testing.T) {
 		<-time.After(500 * time.Millisecond) // the outage
 		proxy.Restore()
 		restored := time.Now()
-		lockdtest.Eventually(t, 10*time.Second, "deadline extended after the outage", func() bool {
+		testkit.Eventually(t, 10*time.Second, "deadline extended after the outage", func() bool {
 			return s.Deadline().After(restored.Add(lockdtest.TTL / 2))
 		})
 		if closed(s.Done()) || closed(l.Done()) {
@@ -53,7 +54,7 @@ func TestReconnectAfterCut(t *testing.T) {
 func TestPartitionNoOverlap(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{})
-		proxy := lockdtest.NewProxy(t, srv.Addr)
+		proxy := testkit.NewProxy(t, srv.Addr)
 		holderClient, err := client.New(proxy.Addr())
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +82,7 @@ func TestPartitionNoOverlap(t *testing.T) {
 			l, err := waiter.Acquire(ctx, "k")
 			got <- result{l, err, time.Now()}
 		}()
-		lockdtest.Eventually(t, 10*time.Second, "waiter queued", func() bool {
+		testkit.Eventually(t, 10*time.Second, "waiter queued", func() bool {
 			info, err := srv.Client.Inspect(ctx, "k")
 			return err == nil && len(info.Waiters) == 1
 		})

@@ -13,6 +13,7 @@ import (
 
 	"lock.dev/lockd/internal/lockdtest"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -146,7 +147,7 @@ func TestSilenceWaitsForGrantedRemaining(t *testing.T) {
 			t.Fatalf("heartbeat = %v, %v; want live with remaining %v", r, err, granted)
 		}
 		var closedAt time.Time
-		lockdtest.Eventually(t, granted+10*time.Second, "silent session closed", func() bool {
+		testkit.Eventually(t, granted+10*time.Second, "silent session closed", func() bool {
 			recs := logs.Find(telemetry.EventSessionLost, map[string]string{"session": id, "reason": telemetry.LostClientSilent})
 			if len(recs) > 0 {
 				closedAt = recs[0].Time

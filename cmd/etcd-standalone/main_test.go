@@ -11,12 +11,13 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"lock.dev/lockd/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, nil)
 }
 
 // lineWriter collects what is written and sends the first complete line on

@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"lock.dev/lockd/internal/testkit"
 )
 
 // The scenarios themselves run against real backends in the smoke test of
 // `lockd bench` (internal/cli/bench_test.go); these tests cover the pure
 // parts.
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 func TestMedian(t *testing.T) {
 	inf := Value(math.Inf(1))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 )
 
 // TestInspectLsRevoke checks the read commands in text and JSON, and revoke.
@@ -30,7 +31,7 @@ func TestInspectLsRevoke(t *testing.T) {
 		waited := make(chan error, 1)
 		go func() { _, err := ws.Acquire(wctx, "app/a"); waited <- err }() // ends at wcancel or grant
 		defer func() { wcancel(); <-waited }()
-		eventually(t, 30*time.Second, "the waiter to queue", func() bool {
+		testkit.Eventually(t, 30*time.Second, "the waiter to queue", func() bool {
 			info, err := srv.Client.Inspect(ctx, "app/a")
 			return err == nil && len(info.Waiters) == 1
 		})
@@ -100,7 +101,7 @@ func TestWatch(t *testing.T) {
 		text := start(t, environ, "watch", "w/")
 		js := start(t, environ, "watch", "--output", "json", "w/")
 		for _, r := range []*running{text, js} {
-			eventually(t, 30*time.Second, "the watch to be established", func() bool {
+			testkit.Eventually(t, 30*time.Second, "the watch to be established", func() bool {
 				return strings.Contains(r.stderr.String(), `watching "w/"`)
 			})
 		}
@@ -114,8 +115,8 @@ func TestWatch(t *testing.T) {
 		if _, err := srv.Client.Revoke(ctx, "w/x"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "four text events", func() bool { return strings.Count(text.stdout.String(), "\n") >= 4 })
-		eventually(t, 30*time.Second, "four json events", func() bool { return strings.Count(js.stdout.String(), "\n") >= 4 })
+		testkit.Eventually(t, 30*time.Second, "four text events", func() bool { return strings.Count(text.stdout.String(), "\n") >= 4 })
+		testkit.Eventually(t, 30*time.Second, "four json events", func() bool { return strings.Count(js.stdout.String(), "\n") >= 4 })
 
 		res := text.stop(t, 30*time.Second)
 		want := []string{

@@ -1,40 +1,20 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 )
 
 func TestMain(m *testing.M) { lockdtest.Main(m) }
-
-// syncBuffer is a bytes.Buffer safe for a command writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // result is a finished command.
 type result struct {
@@ -51,7 +31,7 @@ type running struct {
 	cancel         context.CancelFunc
 	done           chan struct{}
 	code           int
-	stdout, stderr *syncBuffer
+	stdout, stderr *testkit.LogBuffer
 }
 
 // start runs lockd args in-process in the background with the given
@@ -59,7 +39,7 @@ type running struct {
 func start(t *testing.T, environ []string, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan struct{}), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	r := &running{cancel: cancel, done: make(chan struct{}), stdout: &testkit.LogBuffer{}, stderr: &testkit.LogBuffer{}}
 	e := &env{stdout: r.stdout, stderr: r.stderr, environ: func() []string { return environ }}
 	go func() { // ends when the command returns; cleanup waits for it
 		defer close(r.done)
@@ -96,25 +76,13 @@ func lockd(t *testing.T, environ []string, args ...string) result {
 	return start(t, environ, args...).wait(t, 60*time.Second)
 }
 
-// eventually polls cond every 20ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) metrics=(\S+) backend=(\S+)\n$`)
 
 // serving waits for serve's one line and returns the gRPC and metrics
 // addresses.
 func (r *running) serving(t *testing.T) (grpcAddr, metricsAddr, backend string) {
 	t.Helper()
-	eventually(t, 60*time.Second, "lockd serve's line", func() bool {
+	testkit.Eventually(t, 60*time.Second, "lockd serve's line", func() bool {
 		select {
 		case <-r.done:
 			t.Fatalf("lockd serve exited with %d\nstderr:\n%s", r.code, r.stderr)

@@ -13,6 +13,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 )
 
 // forBackends runs f against a fresh lockd server on every test backend.
@@ -118,7 +119,7 @@ func TestRunRevokeKills(t *testing.T) {
 		// The shell starts a grandchild (sleep) in the same process group.
 		r := start(t, environ, "run", "--grace", "10s", "victim", "--",
 			"sh", "-c", fmt.Sprintf(`sleep 60 & echo $! > %s.tmp; mv %[1]s.tmp %[1]s; wait`, pidFile))
-		eventually(t, 30*time.Second, "the command to start", func() bool { return fileContent(t, pidFile) != "" })
+		testkit.Eventually(t, 30*time.Second, "the command to start", func() bool { return fileContent(t, pidFile) != "" })
 		pid, err := strconv.Atoi(strings.TrimSpace(fileContent(t, pidFile)))
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +136,7 @@ func TestRunRevokeKills(t *testing.T) {
 		if took := time.Since(revoked); took > 8*time.Second {
 			t.Errorf("lockd run took %v after the revoke, want well under the grace", took)
 		}
-		eventually(t, 5*time.Second, "the grandchild to be gone", func() bool {
+		testkit.Eventually(t, 5*time.Second, "the grandchild to be gone", func() bool {
 			return syscall.Kill(pid, 0) != nil
 		})
 	})
@@ -149,7 +150,7 @@ func TestRunRevokeGraceKill(t *testing.T) {
 	ready := tempFile(t, "ready")
 	r := start(t, environ, "run", "--grace", "1s", "stubborn", "--",
 		"sh", "-c", fmt.Sprintf(`trap '' TERM; touch %s; sleep 60`, ready))
-	eventually(t, 30*time.Second, "the command to start", func() bool { return fileContent(t, ready) != "" || fileExists(ready) })
+	testkit.Eventually(t, 30*time.Second, "the command to start", func() bool { return fileContent(t, ready) != "" || fileExists(ready) })
 	revoked := time.Now()
 	if _, err := srv.Client.Revoke(context.Background(), "stubborn"); err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func TestRunWait(t *testing.T) {
 		}
 
 		r := start(t, environ, "run", "busy", "--", "sh", "-c", `echo "$LOCKD_FENCING_TOKEN"`)
-		eventually(t, 30*time.Second, "lockd run to queue", func() bool {
+		testkit.Eventually(t, 30*time.Second, "lockd run to queue", func() bool {
 			return strings.Contains(r.stderr.String(), "waiting for")
 		})
 		if err := l.Release(context.Background()); err != nil {
@@ -214,7 +215,7 @@ func TestRunCancel(t *testing.T) {
 	ready := tempFile(t, "ready")
 	r := start(t, environ, "run", "k", "--", "sh", "-c",
 		fmt.Sprintf(`trap 'kill $!; exit 5' TERM; sleep 60 & touch %s; wait`, ready))
-	eventually(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
+	testkit.Eventually(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
 	if res := r.stop(t, 30*time.Second); res.code != 5 {
 		t.Errorf("after cancel: %v, want the command's exit 5", res)
 	}
@@ -232,7 +233,7 @@ func TestRunForwardsSignal(t *testing.T) {
 	ready, got := tempFile(t, "ready"), tempFile(t, "got")
 	r := start(t, environ, "run", "k", "--", "sh", "-c",
 		fmt.Sprintf(`trap 'echo INT > %[2]s; kill $!; exit 7' INT; trap 'echo TERM > %[2]s; kill $!; exit 8' TERM; sleep 60 & touch %[1]s; wait`, ready, got))
-	eventually(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
+	testkit.Eventually(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestRunServerGone(t *testing.T) {
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
 	ready := tempFile(t, "ready")
 	r := start(t, environ, "run", "--grace", "1s", "k", "--", "sh", "-c", fmt.Sprintf(`echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60`, ready))
-	eventually(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
+	testkit.Eventually(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
 	pid, err := strconv.Atoi(strings.TrimSpace(fileContent(t, ready)))
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +292,7 @@ func TestRunServerGone(t *testing.T) {
 	}
 	// The local deadline is at most TTL − safety margin after the last
 	// acknowledgement; then SIGTERM kills sleep at once.
-	eventually(t, lockdtest.TTL+5*time.Second, "the command to be killed", func() bool { return syscall.Kill(pid, 0) != nil })
+	testkit.Eventually(t, lockdtest.TTL+5*time.Second, "the command to be killed", func() bool { return syscall.Kill(pid, 0) != nil })
 	t.Logf("command killed %v after the server stopped (TTL %v)", time.Since(stopped), lockdtest.TTL)
 	res := r.wait(t, 30*time.Second)
 	if res.code != ExitLockLost || !strings.Contains(res.stderr, `lost the lock on "k"`) {

@@ -14,11 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
 )
 
 // openPTY returns a pseudo-terminal's terminal side and a buffer collecting
 // what is written to it; both are closed, and the reader stopped, at cleanup.
-func openPTY(t *testing.T) (*os.File, *syncBuffer) {
+func openPTY(t *testing.T) (*os.File, *testkit.LogBuffer) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
@@ -35,7 +36,7 @@ func openPTY(t *testing.T) (*os.File, *syncBuffer) {
 	if err != nil {
 		t.Fatalf("open pty %d: %v", n, err)
 	}
-	out := &syncBuffer{}
+	out := &testkit.LogBuffer{}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // ends when the pty is closed
@@ -71,9 +72,9 @@ func TestRunStatusOnTerminal(t *testing.T) {
 	}
 
 	done := make(chan int, 1)
-	e := &env{stdout: &syncBuffer{}, stderr: tty, environ: func() []string { return []string{EnvServer + "=" + srv.Addr} }}
+	e := &env{stdout: &testkit.LogBuffer{}, stderr: tty, environ: func() []string { return []string{EnvServer + "=" + srv.Addr} }}
 	go func() { done <- run(context.Background(), []string{"run", "tty", "--", "true"}, e) }() // ends once granted
-	eventually(t, 30*time.Second, "two status updates", func() bool {
+	testkit.Eventually(t, 30*time.Second, "two status updates", func() bool {
 		return strings.Count(out.String(), "\r\x1b[Klockd run: waiting for \"tty\": held by token "+itoa(l.Token())) >= 2
 	})
 	if err := l.Release(context.Background()); err != nil {
@@ -87,7 +88,7 @@ func TestRunStatusOnTerminal(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("lockd run did not finish after the release")
 	}
-	eventually(t, 5*time.Second, "the status line to be cleared", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the status line to be cleared", func() bool {
 		return strings.HasSuffix(out.String(), "\r\x1b[K")
 	})
 	if strings.Contains(out.String(), "\n") {

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"lock.dev/lockd/internal/embedetcd"
+	"lock.dev/lockd/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, nil)
 }
 
 // put writes one key through a fresh client and returns the revision of the

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"lock.dev/lockd/internal/embedetcd"
+	"lock.dev/lockd/internal/testkit"
 )
 
 // Ticks of the shared server: etcd's minimum lease TTL is then one second.
@@ -36,15 +37,7 @@ var shared struct {
 // fails the run if goroutines leaked (goleak; opts are passed on). It does
 // not return.
 func Main(m *testing.M, opts ...goleak.Option) {
-	code := m.Run()
-	Stop()
-	if code == 0 {
-		if err := goleak.Find(opts...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testkit.Main(m, []func(){Stop}, opts...)
 }
 
 // Stop stops the shared server, if one was started, and removes its data.

@@ -31,7 +31,7 @@ func put(cli *clientv3.Client, key string, d time.Duration) error {
 func TestProxyCutPauseRestore(t *testing.T) {
 	key := etcdtest.Prefix(t) + "k"
 	p := etcdtest.NewProxy(t)
-	cli := etcdtest.NewClient(t, p.Endpoint())
+	cli := etcdtest.NewClient(t, etcdtest.ProxyEndpoint(p))
 
 	if err := put(cli, key, 5*time.Second); err != nil {
 		t.Fatalf("Put through the proxy: %v", err)

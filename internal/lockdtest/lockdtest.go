@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 )
@@ -34,15 +34,7 @@ const (
 // servers, then fails the run if goroutines leaked (goleak; opts are passed
 // on). It does not return.
 func Main(m *testing.M, opts ...goleak.Option) {
-	code := pgtest.M{M: m}.Run()
-	stopShared()
-	if code == 0 {
-		if err := goleak.Find(opts...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testkit.Main(pgtest.M{M: m}, []func(){stopShared}, opts...)
 }
 
 // Config returns a valid server.Config for tests: TTL and SafetyMargin
@@ -108,19 +100,6 @@ func StartOn(t testing.TB, ns *Namespace, opts Options) *Server {
 	}
 	st := ns.OpenStore(t, StoreOptions{Logger: opts.Logger, Metrics: m})
 	return start(t, st, ns.backend, reg, m, opts)
-}
-
-// Eventually polls cond every 10ms until it is true, failing the test if
-// it is still false after timeout.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // Start starts a server over st (closed by the caller).

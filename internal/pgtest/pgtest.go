@@ -51,7 +51,7 @@ func sharedDSN() (string, error) {
 
 // M wraps a *testing.M: its Run runs the tests and then stops the shared
 // server. Use it where TestMain hands m to another runner, for example
-// goleak.VerifyTestMain(pgtest.M{M: m}); otherwise use Main.
+// testkit.Main(pgtest.M{M: m}, nil); otherwise use Main.
 type M struct{ M *testing.M }
 
 // Run runs the tests, stops the shared server if one was started, and

@@ -8,10 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.uber.org/goleak"
+
+	"lock.dev/lockd/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(M{M: m}) }
+func TestMain(m *testing.M) { testkit.Main(M{M: m}, nil) }
 
 func TestNewDatabaseIsolated(t *testing.T) {
 	t.Parallel()

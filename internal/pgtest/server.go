@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"lock.dev/lockd/internal/testkit"
 )
 
 // Server is a PostgreSQL server started by this package from the local
@@ -138,7 +140,7 @@ func (s *Server) launch(bin, data string, cred *syscall.Credential) error {
 	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", s.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=300")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = childEnv()
+	cmd.Env = pgEnv()
 	cmd.Dir = s.dir // our working directory may be unreadable for nobody
 	// If the test binary dies without stopping the server, the kernel sends
 	// the postmaster SIGQUIT (immediate shutdown). Go sets this after
@@ -295,24 +297,10 @@ func run(cmd *exec.Cmd, cred *syscall.Credential, logPath string) error {
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = childEnv()
+	cmd.Env = pgEnv()
 	cmd.Dir = filepath.Dir(logPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	return cmd.Run()
-}
-
-// childEnv is our environment without PG* variables (which would redirect
-// the tools), with a fixed locale and time zone.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=") ||
-			strings.HasPrefix(kv, "TZ=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "LC_ALL=C", "TZ=UTC")
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -335,4 +323,10 @@ func tail(path string) string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
+}
+
+// pgEnv is the environment of PostgreSQL's tools: ours without PG*
+// variables (which would redirect them), with a fixed locale and time zone.
+func pgEnv() []string {
+	return testkit.ChildEnv([]string{"PG", "LC_", "LANG=", "TZ="}, "LC_ALL=C", "TZ=UTC")
 }

@@ -15,6 +15,7 @@ import (
 
 	"lock.dev/lockd/internal/etcdtest"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -105,7 +106,7 @@ func queued(st *Store) int {
 // waitQueued polls until n requests wait in the queue.
 func waitQueued(t *testing.T, st *Store, n int) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%d requests queued", n), func() error {
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("%d requests queued", n), func() error {
 		if got := queued(st); got != n {
 			return fmt.Errorf("%d queued", got)
 		}
@@ -454,7 +455,7 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 		}
 		g3.open()
 		if key == "free" {
-			eventually(t, 10*time.Second, "the abandoned Acquire(free)'s grant recorded", func() error {
+			testkit.Eventually(t, 10*time.Second, "the abandoned Acquire(free)'s grant recorded", func() error {
 				st.mu.Lock()
 				defer st.mu.Unlock()
 				if _, ok := st.sessions[id].held["free"]; !ok {
@@ -471,7 +472,7 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 			}
 			continue
 		}
-		eventually(t, 10*time.Second, "the abandoned Acquire(taken) left the queue", func() error {
+		testkit.Eventually(t, 10*time.Second, "the abandoned Acquire(taken) left the queue", func() error {
 			info, _, err := st.Inspect(ctxT(t), key)
 			if err == nil && len(info.Waiters) > 0 {
 				err = fmt.Errorf("waiters %v", info.Waiters)
@@ -498,7 +499,7 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 		t.Fatalf("TryInsert(orphan) cancelled in flight: %v, want context.Canceled", err)
 	}
 	g4.open()
-	eventually(t, 10*time.Second, "the abandoned TryInsert's grant recorded", func() error {
+	testkit.Eventually(t, 10*time.Second, "the abandoned TryInsert's grant recorded", func() error {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		if _, ok := st.sessions[id].held["orphan"]; !ok {
@@ -593,7 +594,7 @@ func runPairs(b *testing.B, c int, pair func(ctx context.Context, worker, i int)
 // error, while the caller's ctx is still alive.
 func TestGroupCommitTimeout(t *testing.T) {
 	p := etcdtest.NewProxy(t)
-	st := newStore(t, etcdtest.NewClient(t, p.Endpoint()), etcdtest.Prefix(t), nil)
+	st := newStore(t, etcdtest.NewClient(t, etcdtest.ProxyEndpoint(p)), etcdtest.Prefix(t), nil)
 	id := openSession(t, st, 30*time.Second)
 	p.Pause()
 	defer p.Restore()
@@ -607,7 +608,7 @@ func TestGroupCommitTimeout(t *testing.T) {
 		t.Fatalf("TryInsert during a pause: %v; want ErrUnavailable without a context error in its chain", err)
 	}
 	p.Restore()
-	eventually(t, 30*time.Second, "a grant once etcd answers again", func() error {
+	testkit.Eventually(t, 30*time.Second, "a grant once etcd answers again", func() error {
 		_, ok, err := st.TryInsert(ctxT(t), id, "k")
 		if err == nil && !ok {
 			err = errors.New("not acquired")
@@ -644,7 +645,7 @@ func TestReleaseCommits(t *testing.T) {
 			_, err := in.Acquire(ctxT(t), id, "k")
 			done <- err
 		}()
-		eventually(t, 30*time.Second, "queued", func() error {
+		testkit.Eventually(t, 30*time.Second, "queued", func() error {
 			info, _, err := st.Inspect(ctxT(t), "k")
 			if err == nil && !slices.Contains(info.Waiters, id) {
 				err = errors.New("not queued yet")
@@ -714,7 +715,7 @@ func TestReleaseCommits(t *testing.T) {
 // and, if first, one of them has seen itself first in line.
 func waitLocal(t *testing.T, st *Store, key string, n int, first bool) {
 	t.Helper()
-	eventually(t, 30*time.Second, "local waiters registered", func() error {
+	testkit.Eventually(t, 30*time.Second, "local waiters registered", func() error {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		ws := st.waiting[key]
@@ -749,7 +750,7 @@ func TestReleaseGuessNotFirst(t *testing.T) {
 			g, err := in.Acquire(ctxT(t), id, "k")
 			ch <- res{g, err}
 		}()
-		eventually(t, 30*time.Second, "queued", func() error {
+		testkit.Eventually(t, 30*time.Second, "queued", func() error {
 			info, _, err := st.Inspect(ctxT(t), "k")
 			if err == nil && !slices.Contains(info.Waiters, id) {
 				err = errors.New("not queued yet")

@@ -1,18 +1,17 @@
 package etcdstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/storetest"
 )
@@ -56,22 +55,6 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// eventually polls cond until it returns nil, failing after within.
-func eventually(t testing.TB, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 // lockKeys reads every grant key under the store's prefix with one range
@@ -196,7 +179,7 @@ func TestEtcdSessionLease(t *testing.T) {
 			t.Fatalf("Heartbeat while the stream is up = %+v, %v; want live", l, err)
 		}
 		revokeLease(t, cli, st, id)
-		eventually(t, ttl+time.Second, "heartbeat not live after an out-of-band revoke", func() error {
+		testkit.Eventually(t, ttl+time.Second, "heartbeat not live after an out-of-band revoke", func() error {
 			l, err := st.Heartbeat(ctxT(t), id)
 			if err != nil {
 				return err
@@ -226,7 +209,7 @@ func TestEtcdSessionLease(t *testing.T) {
 		if err != nil || resp.TTL <= 0 {
 			t.Fatalf("TimeToLive right after the keepalive stopped = %+v, %v; want the lease still alive", resp, err)
 		}
-		eventually(t, ttl+2*time.Second, "lease expires after its keepalive stopped", func() error {
+		testkit.Eventually(t, ttl+2*time.Second, "lease expires after its keepalive stopped", func() error {
 			resp, err := cli.TimeToLive(ctxT(t), lease)
 			if err != nil {
 				return err
@@ -286,25 +269,6 @@ func TestEtcdSessionLease(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer safe for a slog handler and a test reading
-// it concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // sample is one heartbeat: when it was called and returned, and its reply.
 type sample struct {
 	start, end time.Time
@@ -331,7 +295,7 @@ func TestOutageShorterThanTTL(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			prefix := etcdtest.Prefix(t)
 			p := etcdtest.NewProxy(t)
-			st := newStore(t, etcdtest.NewClient(t, p.Endpoint()), prefix, nil)
+			st := newStore(t, etcdtest.NewClient(t, etcdtest.ProxyEndpoint(p)), prefix, nil)
 			direct := etcdtest.NewClient(t)
 			id := openSession(t, st, ttl)
 			for _, k := range []string{"x", "y"} {
@@ -369,7 +333,7 @@ func TestOutageShorterThanTTL(t *testing.T) {
 			}
 			p.Restore()
 
-			eventually(t, ttl, "a fresh keepalive answer after the outage", func() error {
+			testkit.Eventually(t, ttl, "a fresh keepalive answer after the outage", func() error {
 				s := beat(st, id)
 				switch {
 				case s.err != nil:
@@ -395,8 +359,8 @@ func TestOutagePermanent(t *testing.T) {
 	const ttl = 3 * time.Second
 	prefix := etcdtest.Prefix(t)
 	p := etcdtest.NewProxy(t)
-	logs := &syncBuffer{}
-	st := newStore(t, etcdtest.NewClient(t, p.Endpoint()), prefix, slog.New(slog.NewJSONHandler(logs, nil)))
+	logs := &testkit.LogBuffer{}
+	st := newStore(t, etcdtest.NewClient(t, etcdtest.ProxyEndpoint(p)), prefix, slog.New(slog.NewJSONHandler(logs, nil)))
 	direct := etcdtest.NewClient(t)
 	id := openSession(t, st, ttl)
 	mustTry(t, st, id, "k")
@@ -404,7 +368,7 @@ func TestOutagePermanent(t *testing.T) {
 	p.Cut()
 	cut := time.Now()
 	var notLive time.Duration
-	eventually(t, ttl+3*time.Second, "heartbeat not live during a permanent outage", func() error {
+	testkit.Eventually(t, ttl+3*time.Second, "heartbeat not live during a permanent outage", func() error {
 		s := beat(st, id)
 		if s.err != nil {
 			if !store.IsRetryable(s.err) {
@@ -429,7 +393,7 @@ func TestOutagePermanent(t *testing.T) {
 	}
 
 	p.Restore()
-	eventually(t, ttl+2*time.Second, "the given-up session's key is gone once etcd is back", func() error {
+	testkit.Eventually(t, ttl+2*time.Second, "the given-up session's key is gone once etcd is back", func() error {
 		if got := lockKeys(t, direct, prefix); len(got) != 0 {
 			return errors.New("key still there")
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -34,7 +35,7 @@ func TestWatchHandOver(t *testing.T) {
 		g2, err = b.Acquire(ctx, waiter, "h")
 		got <- err
 	}()
-	eventually(t, 5*time.Second, "waiter queued", func() error {
+	testkit.Eventually(t, 5*time.Second, "waiter queued", func() error {
 		info, _, err := a.Inspect(ctxT(t), "h")
 		if err != nil || len(info.Waiters) != 1 {
 			return fmt.Errorf("waiters %v, %v", info.Waiters, err)

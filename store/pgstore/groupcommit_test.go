@@ -16,6 +16,7 @@ import (
 
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -100,7 +101,7 @@ func blockTable(t *testing.T, s *Store, table string) (release func()) {
 // was sent or queued.
 func waitAllSubmitted(t *testing.T, s *Store, rec *batchRecorder, n int) {
 	t.Helper()
-	eventually(t, 30*time.Second, "every request sent or queued", func() error {
+	testkit.Eventually(t, 30*time.Second, "every request sent or queued", func() error {
 		_, sent := rec.sent()
 		if q := s.lockQ.queued(); sent+q != n {
 			return fmt.Errorf("%d sent, %d queued, want %d in all", sent, q, n)
@@ -112,7 +113,7 @@ func waitAllSubmitted(t *testing.T, s *Store, rec *batchRecorder, n int) {
 // waitSent polls until n lock requests were sent in batches.
 func waitSent(t *testing.T, rec *batchRecorder, n int) {
 	t.Helper()
-	eventually(t, 30*time.Second, "requests sent", func() error {
+	testkit.Eventually(t, 30*time.Second, "requests sent", func() error {
 		if _, sent := rec.sent(); sent != n {
 			return fmt.Errorf("%d sent, want %d", sent, n)
 		}
@@ -470,7 +471,7 @@ func TestGroupCommitHeartbeats(t *testing.T) {
 			results[i] = res{l, err}
 		}()
 	}
-	eventually(t, 30*time.Second, "every heartbeat sent or queued", func() error {
+	testkit.Eventually(t, 30*time.Second, "every heartbeat sent or queued", func() error {
 		b, r := batchSizes(t, reg, telemetry.BatchHeartbeats)
 		if q := s.hbQ.queued(); int(r)+q != n+2 || b != heartbeatWorkers {
 			return fmt.Errorf("%v batches of %v sent, %d queued", b, r, q)
@@ -519,7 +520,7 @@ func TestGroupCommitCancelledInFlight(t *testing.T) {
 		}
 	}
 	release()
-	eventually(t, 30*time.Second, "the cancelled calls' writes are undone", func() error {
+	testkit.Eventually(t, 30*time.Second, "the cancelled calls' writes are undone", func() error {
 		if _, found := inspectT(t, s, "cf/new"); found {
 			return errors.New("cf/new still held")
 		}

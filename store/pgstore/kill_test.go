@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -133,7 +134,7 @@ func TestKilledProcessLocksAreReaped(t *testing.T) {
 	// reaper's commit.
 	var freeAt time.Time
 	bound := ttl + testReaperInterval + 2*time.Second
-	eventually(t, bound, "locks of the killed process reaped", func() error {
+	testkit.Eventually(t, bound, "locks of the killed process reaped", func() error {
 		var n int
 		if err := s.pool.QueryRow(testCtx(t), "SELECT count(*), clock_timestamp() FROM "+s.schemaIdent()+
 			".locks WHERE key LIKE 'kill/%'").Scan(&n, &freeAt); err != nil {

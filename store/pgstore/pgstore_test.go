@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/storetest"
 )
@@ -20,7 +19,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) != "" {
 		os.Exit(runChild())
 	}
-	goleak.VerifyTestMain(pgtest.M{M: m})
+	testkit.Main(pgtest.M{M: m}, nil)
 }
 
 // newStore opens a Store on dsn, closed when the test ends.

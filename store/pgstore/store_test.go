@@ -3,7 +3,6 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -66,23 +66,6 @@ func count(t testing.TB, s *Store, table string) int {
 		t.Fatalf("count %s: %v", table, err)
 	}
 	return n
-}
-
-// eventually polls cond every 10ms until it returns nil, failing the test
-// after within.
-func eventually(t testing.TB, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v: %v", what, within, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 func TestExpiredSessionIsDeadBeforeReap(t *testing.T) {
@@ -234,7 +217,7 @@ func TestCancelledAcquireLeavesNoWaiterRow(t *testing.T) {
 		_, err := b.Acquire(ctx, w, "k")
 		done <- err
 	}()
-	eventually(t, 10*time.Second, "waiter row appears", func() error {
+	testkit.Eventually(t, 10*time.Second, "waiter row appears", func() error {
 		if n := count(t, a, "waiters"); n != 1 {
 			return fmt.Errorf("%d waiter rows", n)
 		}
@@ -272,7 +255,7 @@ func TestCloseEndsWaitersAndWatches(t *testing.T) {
 		_, err := b.Acquire(testCtx(t), w, "k")
 		done <- err
 	}()
-	eventually(t, 10*time.Second, "waiter row appears", func() error {
+	testkit.Eventually(t, 10*time.Second, "waiter row appears", func() error {
 		if n := count(t, a, "waiters"); n != 1 {
 			return fmt.Errorf("%d waiter rows", n)
 		}
@@ -326,7 +309,7 @@ func TestReaper(t *testing.T) {
 		_, err := other.Acquire(testCtx(t), dying, "c") // queued behind living
 		w <- err
 	}()
-	eventually(t, 10*time.Second, "waiter row appears", func() error {
+	testkit.Eventually(t, 10*time.Second, "waiter row appears", func() error {
 		if n := count(t, s, "waiters"); n != 1 {
 			return fmt.Errorf("%d waiter rows", n)
 		}
@@ -336,7 +319,7 @@ func TestReaper(t *testing.T) {
 	if err := <-w; !errors.Is(err, store.ErrSessionDead) {
 		t.Fatalf("waiter of the reaped session: %v, want ErrSessionDead", err)
 	}
-	eventually(t, 5*testReaperInterval+time.Second, "reaped", func() error {
+	testkit.Eventually(t, 5*testReaperInterval+time.Second, "reaped", func() error {
 		if n := count(t, s, "sessions"); n != 1 {
 			return fmt.Errorf("%d session rows", n)
 		}
@@ -362,7 +345,7 @@ func TestReaperCountsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewMetrics: %v", err)
 	}
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	s, err := New(testCtx(t), Options{DSN: pgtest.NewDatabase(t), ReaperInterval: testReaperInterval, Metrics: metrics,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
@@ -372,7 +355,7 @@ func TestReaperCountsOnce(t *testing.T) {
 	id := openSession(t, s)
 	mustTry(t, s, id, "a")
 	expire(t, s, id)
-	eventually(t, 5*testReaperInterval+time.Second, "reaped", func() error {
+	testkit.Eventually(t, 5*testReaperInterval+time.Second, "reaped", func() error {
 		if n := count(t, s, "sessions"); n != 0 {
 			return fmt.Errorf("%d session rows", n)
 		}
@@ -394,7 +377,7 @@ func TestReaperCountsOnce(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	evs := logs.events(t)
+	evs := logs.Records()
 	var msgs []string
 	for _, e := range evs {
 		msgs = append(msgs, e["msg"].(string))
@@ -482,7 +465,7 @@ func TestListenerLossBreaksWatchAndRecovers(t *testing.T) {
 		_, err := s.Acquire(testCtx(t), waiter, "k")
 		res <- err
 	}()
-	eventually(t, 10*time.Second, "waiter row appears", func() error {
+	testkit.Eventually(t, 10*time.Second, "waiter row appears", func() error {
 		if n := count(t, s, "waiters"); n != 1 {
 			return fmt.Errorf("%d waiter rows", n)
 		}
@@ -503,7 +486,7 @@ func TestListenerLossBreaksWatchAndRecovers(t *testing.T) {
 	// the waiter is woken by it (not by the periodic re-check, which would
 	// take recheckInterval).
 	var ch2 <-chan store.Event
-	eventually(t, 10*time.Second, "Watch works again", func() error {
+	testkit.Eventually(t, 10*time.Second, "Watch works again", func() error {
 		ch2, err = s.Watch(testCtx(t), "")
 		return err
 	})
@@ -562,7 +545,7 @@ func TestListenerProbeKeepsHealthyWatch(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // let several probes run while quiet; not synchronisation
 	}
 	// The probes did run: the listening backend's last statement is one.
-	eventually(t, 10*time.Second, "listener probed", func() error {
+	testkit.Eventually(t, 10*time.Second, "listener probed", func() error {
 		var n int
 		err := s.pool.QueryRow(testCtx(t), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = 'SELECT 1'`).Scan(&n)
@@ -935,33 +918,4 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 		}
 	}
 	return sum
-}
-
-// syncBuffer is a concurrency-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// events decodes the JSON log lines written so far.
-func (b *syncBuffer) events(t testing.TB) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var evs []map[string]any
-	dec := json.NewDecoder(bytes.NewReader(b.buf.Bytes()))
-	for dec.More() {
-		var e map[string]any
-		if err := dec.Decode(&e); err != nil {
-			t.Fatalf("decode log line: %v", err)
-		}
-		evs = append(evs, e)
-	}
-	return evs
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -76,7 +77,7 @@ func (s *suite) testHeartbeatTerminalAfterExpiry(t *testing.T) {
 	id := openSession(t, st)
 	mustTry(t, st, id, "hb/x")
 	s.cfg.Expire(t, st, id)
-	eventually(t, s.expiryBound(), "heartbeat reports not live after expiry", func() error {
+	testkit.Eventually(t, s.expiryBound(), "heartbeat reports not live after expiry", func() error {
 		l, err := st.Heartbeat(ctxT(t), id)
 		if err != nil {
 			return err
@@ -94,7 +95,7 @@ func (s *suite) testHeartbeatTerminalAfterExpiry(t *testing.T) {
 	if _, _, err := st.TryInsert(ctxT(t), id, "hb/y"); !errors.Is(err, store.ErrSessionDead) {
 		t.Fatalf("TryInsert on expired session: err = %v, want ErrSessionDead", err)
 	}
-	eventually(t, s.expiryBound(), "expired session's lock is gone", func() error {
+	testkit.Eventually(t, s.expiryBound(), "expired session's lock is gone", func() error {
 		if _, found := inspect(t, st, "hb/x"); found {
 			return errors.New("hb/x still held")
 		}
@@ -206,7 +207,7 @@ func (s *suite) testDeadSessionWritesNothing(t *testing.T) {
 	// A session expired out of band writes nothing either.
 	id2 := openSession(t, insts[0])
 	s.cfg.Expire(t, insts[0], id2)
-	eventually(t, s.expiryBound(), "expired session reported dead", func() error {
+	testkit.Eventually(t, s.expiryBound(), "expired session reported dead", func() error {
 		l, err := insts[0].Heartbeat(ctxT(t), id2)
 		if err != nil {
 			return err
@@ -243,7 +244,7 @@ func (s *suite) testSessionDeathReleasesLocks(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	eventually(t, s.expiryBound(), "locks of a session whose instance stopped are freed", func() error {
+	testkit.Eventually(t, s.expiryBound(), "locks of a session whose instance stopped are freed", func() error {
 		for _, k := range keys[1:] {
 			if _, found := inspect(t, b, k); found {
 				return fmt.Errorf("%s still held", k)
@@ -267,7 +268,7 @@ func (s *suite) testExpiredSessionReleasesLocks(t *testing.T) {
 		mustTry(t, insts[0], id, k)
 	}
 	s.cfg.Expire(t, insts[0], id)
-	eventually(t, s.expiryBound(), "expired session's locks are freed", func() error {
+	testkit.Eventually(t, s.expiryBound(), "expired session's locks are freed", func() error {
 		l, err := insts[1].List(ctxT(t), "exp/", "", 0)
 		if err != nil {
 			return err
@@ -315,7 +316,7 @@ func (s *suite) testFencingAcrossReap(t *testing.T) {
 	id := openSession(t, a)
 	g1 := mustTry(t, a, id, "reap/k")
 	s.cfg.Expire(t, a, id)
-	eventually(t, s.expiryBound(), "reap/k freed by expiry", func() error {
+	testkit.Eventually(t, s.expiryBound(), "reap/k freed by expiry", func() error {
 		if _, found := inspect(t, a, "reap/k"); found {
 			return errors.New("still held")
 		}
@@ -631,7 +632,7 @@ func (s *suite) testWatchOrder(t *testing.T) {
 		}
 	}
 	cancel()
-	eventually(t, 5*time.Second, "watch channel closes after cancel", func() error {
+	testkit.Eventually(t, 5*time.Second, "watch channel closes after cancel", func() error {
 		select {
 		case ev, ok := <-ch:
 			if ok {

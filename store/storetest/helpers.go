@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -124,26 +125,10 @@ func heartbeat(t *testing.T, st store.LockStore, id store.SessionID) store.Liven
 	return l
 }
 
-// eventually polls cond every 20ms until it returns nil or within passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
-
 // waitersAre polls until key's waiter list equals want.
 func waitersAre(t *testing.T, st store.LockStore, key string, want []store.SessionID) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("waiters of %q", key), func() error {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("waiters of %q", key), func() error {
 		info, _, err := st.Inspect(ctxT(t), key)
 		if err != nil {
 			return err

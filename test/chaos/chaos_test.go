@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/test/chaos/runner"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 // Environment variables of the suite (package doc).
 const (

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/server"
 )
@@ -71,19 +72,6 @@ func rawAPI(t *testing.T, addr string) lockdv1.LockServiceClient {
 	return lockdv1.NewLockServiceClient(conn)
 }
 
-// eventually polls cond every 10ms until it is true, failing the test if it
-// is still false after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // await receives one value from ch, failing the test after timeout.
 func await[T any](t *testing.T, ch <-chan T, timeout time.Duration, what string) T {
 	t.Helper()
@@ -126,7 +114,7 @@ func acquireAsync(ctx context.Context, s *client.Session, key, who string, ch ch
 // waitQueued polls Inspect until key has n waiters.
 func waitQueued(t *testing.T, ctx context.Context, c *client.Client, key string, n int) {
 	t.Helper()
-	eventually(t, 20*time.Second, fmt.Sprintf("%d waiter(s) queued for %q", n, key), func() bool {
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d waiter(s) queued for %q", n, key), func() bool {
 		info, err := c.Inspect(ctx, key)
 		return err == nil && len(info.Waiters) == n
 	})

@@ -9,34 +9,22 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childClientEnv); spec != "" {
 		os.Exit(runChildClient(spec)) // the client process of client-sigkill
 	}
-	code := goleakRun(m)
+	testkit.Main(pgtest.M{M: m}, []func(){removeBuildDir})
+}
+
+// removeBuildDir removes the binaries built for the child processes.
+func removeBuildDir() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
-	os.Exit(code)
-}
-
-// goleakRun runs the tests (stopping the shared PostgreSQL afterwards) and
-// then checks for leaked goroutines. Child processes are killed by then
-// (t.Cleanup).
-func goleakRun(m *testing.M) int {
-	code := pgtest.M{M: m}.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			return 1
-		}
-	}
-	return code
 }
 
 // Backend names as the table prints them.

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"lock.dev/lockd/internal/testkit"
 )
 
 // Timeouts for child processes on a loaded two-core machine.
@@ -68,18 +70,6 @@ func build(t *testing.T) binaries {
 	return built
 }
 
-// childEnv is the environment of every child process: ours without LOCKD_*
-// configuration, so that nothing but the flags configures lockd.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LOCKD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // proc is a child process of the test. It is killed (SIGKILL) in t.Cleanup
 // if still running; its stderr is kept in a file and shown when the test
 // failed, and scanned for data race reports.
@@ -122,7 +112,7 @@ func startProc(t *testing.T, name, bin string, args []string, extraEnv []string,
 	defer errf.Close() // the child has its own descriptor
 	out := &firstLine{line: make(chan string, 1)}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(childEnv(), extraEnv...)
+	cmd.Env = testkit.ChildEnv([]string{"LOCKD_"}, extraEnv...)
 	cmd.Stdout = out
 	cmd.Stderr = errf
 	if err := cmd.Start(); err != nil {

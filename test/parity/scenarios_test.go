@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 
@@ -431,7 +432,7 @@ func watchOrder(t *testing.T, e *env) string {
 		t.Errorf("event tokens %v; want the grants' %v", tokens, wantTokens)
 	}
 	cancel()
-	eventually(t, 10*time.Second, "watch channel closed after cancel", func() bool {
+	testkit.Eventually(t, 10*time.Second, "watch channel closed after cancel", func() bool {
 		select {
 		case _, ok := <-events:
 			return !ok

@@ -4,12 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/test/chaos/history"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 const ms = int64(1_000_000) // history times are nanoseconds
 

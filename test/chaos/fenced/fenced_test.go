@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/test/chaos/history"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 func start(t *testing.T, check bool) (*Server, *Client) {
 	t.Helper()

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"lock.dev/lockd/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 func TestEpochRoundTrip(t *testing.T) {
 	epoch := time.Unix(1700000000, 123456789)

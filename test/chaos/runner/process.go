@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"lock.dev/lockd/internal/testkit"
 )
 
 // process is a child process of the harness: its stdout is read line by
@@ -37,7 +39,7 @@ func startProcess(name, bin string, args, env []string, cred *syscall.Credential
 	}
 	defer logf.Close() // the child has its own copy
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(childEnv(), env...)
+	cmd.Env = testkit.ChildEnv([]string{"LOCKD_"}, env...)
 	cmd.Stderr = logf
 	cmd.Dir = filepath.Dir(logPath) // readable by a child running as another user
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
@@ -66,18 +68,6 @@ func startProcess(name, bin string, args, env []string, cred *syscall.Credential
 		close(p.exited)
 	}()
 	return p, nil
-}
-
-// childEnv is the harness's environment without LOCKD_* variables: lockd
-// refuses unknown ones, and the suite's own settings are not the children's.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LOCKD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // signal sends sig unless the process has exited.

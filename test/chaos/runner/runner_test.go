@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/test/chaos/check"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 // echoServer echoes every line on every connection until the test ends.
 func echoServer(t *testing.T) string {

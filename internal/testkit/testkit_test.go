@@ -1,0 +1,96 @@
+package testkit
+
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) { Main(m, nil) }
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if err := Poll(time.Second, func() bool { n++; return n == 3 }); err != nil || n != 3 {
+		t.Fatalf("Poll(bool) = %v after %d calls; want nil after 3", err, n)
+	}
+	want := errors.New("still down")
+	if err := Poll(30*time.Millisecond, func() error { return want }); !errors.Is(err, want) {
+		t.Fatalf("Poll(error) never nil = %v; want the last error %v", err, want)
+	}
+	if err := Poll(30*time.Millisecond, func() bool { return false }); err == nil {
+		t.Fatal("Poll(false) = nil; want an error once the deadline passed")
+	}
+}
+
+func TestChildEnv(t *testing.T) {
+	t.Setenv("LOCKD_TESTKIT_X", "1")
+	for _, kv := range ChildEnv([]string{"LOCKD_"}, "A=b") {
+		if kv == "LOCKD_TESTKIT_X=1" {
+			t.Fatalf("ChildEnv kept %s", kv)
+		}
+	}
+	env := ChildEnv(nil, "A=b")
+	if env[len(env)-1] != "A=b" {
+		t.Fatalf("ChildEnv extra not last: %v", env[len(env)-1])
+	}
+}
+
+func TestLogBufferEvents(t *testing.T) {
+	log, buf := NewLogger()
+	log.Info("x", "event", "lock_acquired", "key", "k")
+	log.Info("y", "event", "other")
+	if got := buf.Events("lock_acquired"); len(got) != 1 || got[0]["key"] != "k" {
+		t.Fatalf("Events(lock_acquired) = %v; want one record with key k", got)
+	}
+}
+
+// TestProxy: bytes flow, Pause holds them, Restore releases them, Cut drops
+// the connection.
+func TestProxy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // echo server; ends when the listener closes
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	p := NewProxy(t, ln.Addr().String())
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo := func(d time.Duration) error {
+		if _, err := c.Write([]byte("x")); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(d))
+		_, err := c.Read(make([]byte, 1))
+		return err
+	}
+	if err := echo(5 * time.Second); err != nil {
+		t.Fatalf("echo through the proxy: %v", err)
+	}
+	p.Pause()
+	if err := echo(100 * time.Millisecond); err == nil {
+		t.Fatal("echo answered while paused")
+	}
+	p.Restore()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("held byte after Restore: %v", err)
+	}
+	p.Cut()
+	if err := echo(5 * time.Second); err == nil {
+		t.Fatal("echo answered after Cut")
+	}
+}
