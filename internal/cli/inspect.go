@@ -41,7 +41,7 @@ func newInspectCmd(e *env) *cobra.Command {
 			return writeJSON(e.stdout, toJSON(info, now))
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "key:       %s\n", info.Key)
+		fmt.Fprintf(&b, "key:       %s\n", displayKey(info.Key))
 		if !info.Held {
 			fmt.Fprintf(&b, "held:      no\n")
 		} else {

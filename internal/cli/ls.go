@@ -58,7 +58,7 @@ func newLsCmd(e *env) *cobra.Command {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KEY\tTOKEN\tHELD FOR\tWAITERS")
 		for _, info := range all {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", info.Key, info.Token, formatHeld(heldFor(info, now)), len(info.Waiters))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", displayKey(info.Key), info.Token, formatHeld(heldFor(info, now)), len(info.Waiters))
 		}
 		return tw.Flush()
 	}

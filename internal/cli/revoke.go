@@ -35,10 +35,10 @@ protects the resource in the meantime. The holder's session stays open.`,
 			return err
 		}
 		if !info.Held {
-			_, err = fmt.Fprintf(e.stdout, "%s was not held\n", args[0])
+			_, err = fmt.Fprintf(e.stdout, "%s was not held\n", displayKey(args[0]))
 			return err
 		}
-		_, err = fmt.Fprintf(e.stdout, "revoked %s (token %d, session %s)\n", args[0], info.Token, info.Session)
+		_, err = fmt.Fprintf(e.stdout, "revoked %s (token %d, session %s)\n", displayKey(args[0]), info.Token, info.Session)
 		return err
 	}
 	return cmd

@@ -61,7 +61,7 @@ established it says so on stderr; every change after that is printed.`,
 			if out.json() {
 				err = writeJSON(e.stdout, eventJSON{Kind: ev.Kind.String(), Key: ev.Key, Token: ev.Token, Session: ev.Session})
 			} else {
-				_, err = fmt.Fprintf(e.stdout, "%-8s %s token=%d session=%s\n", ev.Kind, ev.Key, ev.Token, ev.Session)
+				_, err = fmt.Fprintf(e.stdout, "%-8s %s token=%d session=%s\n", ev.Kind, displayKey(ev.Key), ev.Token, ev.Session)
 			}
 			if err != nil {
 				return err
