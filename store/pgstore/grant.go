@@ -157,18 +157,17 @@ func (s *Store) newGrant(g store.Grant, waited time.Duration) {
 
 // TryInsert implements store.LockStore. Concurrent grants and releases
 // share one transaction (group commit, groupcommit.go).
-func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (store.Grant, bool, error) {
+func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (_ store.Grant, _ bool, err error) {
 	if err := validateGrantArgs("try insert", id, key); err != nil {
 		return store.Grant{}, false, err
 	}
 	if err := s.begin(ctx, "try insert"); err != nil {
 		return store.Grant{}, false, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpTryInsert)(&err)
 	r, err := s.doLock(ctx, "try insert", &lockReq{op: opTry, id: id, key: key})
-	s.metrics.Request(telemetry.OpTryInsert, start, err)
 	if err != nil {
-		s.metrics.Acquire(acquireResult(err), 0)
+		s.metrics.Acquire(telemetry.AcquireResult(err), 0)
 		return store.Grant{}, false, err
 	}
 	g := r.g
@@ -186,18 +185,10 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 	return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead)
 }
 
-// acquireResult is the lockd_lock_acquire_total result of a failed attempt.
-func acquireResult(err error) string {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return telemetry.AcquireTimeout
-	}
-	return telemetry.AcquireError
-}
-
 // DeleteIfOwner implements store.LockStore. The row is deleted only if key,
 // session and token all match and the session is live. Concurrent releases
 // and grants share one transaction (group commit, groupcommit.go).
-func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) error {
+func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) (err error) {
 	if err := validateGrantArgs("release", id, key); err != nil {
 		return err
 	}
@@ -207,9 +198,8 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	if token == 0 || token > 1<<63-1 {
 		return fmt.Errorf("pgstore: release: token %d was never issued: %w", token, store.ErrNotOwner)
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpRelease)(&err)
 	r, err := s.doLock(ctx, "release", &lockReq{op: opRelease, id: id, key: key, token: token})
-	s.metrics.Request(telemetry.OpRelease, start, err)
 	if err != nil {
 		return err
 	}
@@ -222,27 +212,24 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 }
 
 // Revoke implements store.LockStore.
-func (s *Store) Revoke(ctx context.Context, key string) (store.Grant, bool, error) {
+func (s *Store) Revoke(ctx context.Context, key string) (_ store.Grant, _ bool, err error) {
 	if err := store.ValidateKey(key); err != nil {
 		return store.Grant{}, false, fmt.Errorf("pgstore: revoke: %w", err)
 	}
 	if err := s.begin(ctx, "revoke"); err != nil {
 		return store.Grant{}, false, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpRevoke)(&err)
 	g := store.Grant{Key: key}
 	var sid string
 	var tok int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, s.q.revoke, key).Scan(&sid, &tok, &g.AcquiredAt)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		s.metrics.Request(telemetry.OpRevoke, start, nil)
 		return store.Grant{}, false, nil
 	}
-	err = classify(ctx, "revoke", err)
-	s.metrics.Request(telemetry.OpRevoke, start, err)
-	if err != nil {
+	if err = classify(ctx, "revoke", err); err != nil {
 		return store.Grant{}, false, err
 	}
 	g.Session, g.Token = store.SessionID(sid), uint64(tok)

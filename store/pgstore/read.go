@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
@@ -15,26 +14,23 @@ import (
 
 // Inspect implements store.LockStore. Holder and waiters come from one
 // statement, so one snapshot.
-func (s *Store) Inspect(ctx context.Context, key string) (store.LockInfo, bool, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (_ store.LockInfo, _ bool, err error) {
 	if err := store.ValidateKey(key); err != nil {
 		return store.LockInfo{}, false, fmt.Errorf("pgstore: inspect: %w", err)
 	}
 	if err := s.begin(ctx, "inspect"); err != nil {
 		return store.LockInfo{}, false, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpInspect)(&err)
 	info := store.LockInfo{Key: key}
 	var sid string
 	var tok int64
 	var waiters []string
-	err := s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters)
+	err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters)
 	if errors.Is(err, pgx.ErrNoRows) {
-		s.metrics.Request(telemetry.OpInspect, start, nil)
 		return store.LockInfo{}, false, nil
 	}
-	err = classify(ctx, "inspect", err)
-	s.metrics.Request(telemetry.OpInspect, start, err)
-	if err != nil {
+	if err = classify(ctx, "inspect", err); err != nil {
 		return store.LockInfo{}, false, err
 	}
 	info.Session, info.Token, info.Waiters = store.SessionID(sid), uint64(tok), sessionIDs(waiters)
@@ -42,7 +38,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.LockInfo, bool, 
 }
 
 // List implements store.LockStore.
-func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.LockInfo, error) {
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []store.LockInfo, err error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
@@ -51,14 +47,13 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 			return nil, fmt.Errorf("pgstore: list: after: %w", err)
 		}
 	}
-	limit, err := store.ListLimit(limit)
-	if err != nil {
+	if limit, err = store.ListLimit(limit); err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
 	if err := s.begin(ctx, "list"); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpList)(&err)
 	var end *string
 	if e, ok := prefixEnd(prefix); ok {
 		end = &e
@@ -76,9 +71,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 			return nil
 		})
 	}
-	err = classify(ctx, "list", err)
-	s.metrics.Request(telemetry.OpList, start, err)
-	if err != nil {
+	if err = classify(ctx, "list", err); err != nil {
 		return nil, err
 	}
 	return infos, nil

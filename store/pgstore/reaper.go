@@ -43,45 +43,7 @@ func (s *Store) reap(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, reapTimeout)
 	defer cancel()
 	for {
-		start := time.Now()
-		var ids []string
-		var grants []store.Grant
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			ids, grants = nil, nil
-			rows, err := tx.Query(ctx, s.q.reapSelect, reapBatch)
-			if err != nil {
-				return err
-			}
-			if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(ids) == 0 {
-				return err
-			}
-			rows, err = tx.Query(ctx, s.q.reapLocks, ids)
-			if err != nil {
-				return err
-			}
-			grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
-				var g store.Grant
-				var sid string
-				var tok int64
-				err := r.Scan(&sid, &g.Key, &tok, &g.AcquiredAt)
-				g.Session, g.Token = store.SessionID(sid), uint64(tok)
-				return g, err
-			})
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, s.q.notifiedSelf); err != nil {
-				return err
-			}
-			// FOR UPDATE above keeps grants out of these sessions, so the
-			// cascade deletes exactly the locks read above.
-			if _, err := tx.Exec(ctx, s.q.reapDelete, ids); err != nil {
-				return err
-			}
-			return s.notifyExpired(ctx, tx, grants)
-		})
-		err = classify(ctx, "reap", err)
-		s.metrics.Request(telemetry.OpReap, start, err)
+		ids, grants, err := s.reapOnce(ctx)
 		if err != nil {
 			return
 		}
@@ -96,4 +58,46 @@ func (s *Store) reap(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// reapOnce deletes up to reapBatch expired sessions in one transaction and
+// returns their ids and the grants deleted with them. It is observed as one
+// request.
+func (s *Store) reapOnce(ctx context.Context) (ids []string, grants []store.Grant, err error) {
+	defer s.metrics.Observe(telemetry.OpReap)(&err)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		ids, grants = nil, nil
+		rows, err := tx.Query(ctx, s.q.reapSelect, reapBatch)
+		if err != nil {
+			return err
+		}
+		if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(ids) == 0 {
+			return err
+		}
+		rows, err = tx.Query(ctx, s.q.reapLocks, ids)
+		if err != nil {
+			return err
+		}
+		grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
+			var g store.Grant
+			var sid string
+			var tok int64
+			err := r.Scan(&sid, &g.Key, &tok, &g.AcquiredAt)
+			g.Session, g.Token = store.SessionID(sid), uint64(tok)
+			return g, err
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.q.notifiedSelf); err != nil {
+			return err
+		}
+		// FOR UPDATE above keeps grants out of these sessions, so the
+		// cascade deletes exactly the locks read above.
+		if _, err := tx.Exec(ctx, s.q.reapDelete, ids); err != nil {
+			return err
+		}
+		return s.notifyExpired(ctx, tx, grants)
+	})
+	return ids, grants, classify(ctx, "reap", err)
 }

@@ -16,22 +16,20 @@ import (
 )
 
 // OpenSession implements store.SessionRegistry.
-func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (store.Session, error) {
+func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Session, err error) {
 	if err := store.ValidateTTL(ttl); err != nil {
 		return store.Session{}, fmt.Errorf("pgstore: open session: %w", err)
 	}
 	if err := s.begin(ctx, "open session"); err != nil {
 		return store.Session{}, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpOpenSession)(&err)
 	id := store.NewSessionID()
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds())
 		return err
 	})
-	err = classify(ctx, "open session", err)
-	s.metrics.Request(telemetry.OpOpenSession, start, err)
-	if err != nil {
+	if err = classify(ctx, "open session", err); err != nil {
 		return store.Session{}, err
 	}
 	s.log.SessionOpened(id, ttl)
@@ -45,14 +43,14 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (store.Sessi
 // its TTL from the database's now(); an expired session (even one the reaper
 // has not deleted yet) is never extended and is reported not live.
 // Concurrent heartbeats share one UPDATE (group commit).
-func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (store.Liveness, error) {
+func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Liveness, err error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return store.Liveness{}, fmt.Errorf("pgstore: heartbeat: %w", err)
 	}
 	if err := s.begin(ctx, "heartbeat"); err != nil {
 		return store.Liveness{}, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpHeartbeat)(&err)
 	r := &hbReq{id: id}
 	j, err := s.hbQ.submit(ctx, "", r)
 	if err == nil {
@@ -60,9 +58,7 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (store.Livene
 			err = r.err
 		}
 	}
-	err = result(ctx, "heartbeat", err)
-	s.metrics.Request(telemetry.OpHeartbeat, start, err)
-	if err != nil || !r.live {
+	if err = result(ctx, "heartbeat", err); err != nil || !r.live {
 		return store.Liveness{}, err
 	}
 	// The new expires_at is now() + TTL with the database's now() later
@@ -82,9 +78,25 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 	if err := s.begin(ctx, "close session"); err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	var found, live bool
-	var grants []store.Grant
+	found, live, grants, err := s.closeSession(ctx, id)
+	if err != nil || !found {
+		return 0, err
+	}
+	if !live {
+		s.sessionExpired(id, grants)
+		return 0, nil
+	}
+	s.logReleased(grants, telemetry.ReleaseSessionClosed)
+	s.metrics.Released(telemetry.ReleaseSessionClosed, len(grants))
+	s.metrics.SessionEnded("")
+	s.log.SessionClosed(id, len(grants))
+	return len(grants), nil
+}
+
+// closeSession deletes session id and its locks, and returns whether it
+// existed, whether it was live, and the grants deleted with it.
+func (s *Store) closeSession(ctx context.Context, id store.SessionID) (found, live bool, grants []store.Grant, err error) {
+	defer s.metrics.Observe(telemetry.OpCloseSession)(&err)
 	// FOR UPDATE waits for and then excludes concurrent grants, so the
 	// locks deleted are all the session had. The transaction sends their
 	// events itself (notifyExpired) rather than through the trigger. It runs
@@ -120,27 +132,14 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 		defer cancel()
 		_ = tx.Rollback(rctx) // no-op after a commit
 	}()
-	err := br.Close()
+	err = br.Close()
 	if err == nil {
 		err = s.notifyExpired(bctx, tx, grants)
 	}
 	if err == nil {
 		err = tx.Commit(bctx)
 	}
-	err = classify(ctx, "close session", err)
-	s.metrics.Request(telemetry.OpCloseSession, start, err)
-	if err != nil || !found {
-		return 0, err
-	}
-	if !live {
-		s.sessionExpired(id, grants)
-		return 0, nil
-	}
-	s.logReleased(grants, telemetry.ReleaseSessionClosed)
-	s.metrics.Released(telemetry.ReleaseSessionClosed, len(grants))
-	s.metrics.SessionEnded("")
-	s.log.SessionClosed(id, len(grants))
-	return len(grants), nil
+	return found, live, grants, classify(ctx, "close session", err)
 }
 
 // logReleased logs lock_released for each of grants, in key order; nothing
@@ -168,14 +167,14 @@ func (s *Store) sessionExpired(id store.SessionID, grants []store.Grant) {
 }
 
 // LocksOf implements store.SessionRegistry.
-func (s *Store) LocksOf(ctx context.Context, id store.SessionID) ([]store.Grant, error) {
+func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Grant, err error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return nil, fmt.Errorf("pgstore: locks of: %w", err)
 	}
 	if err := s.begin(ctx, "locks of"); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpLocksOf)(&err)
 	found, live := false, false
 	grants := []store.Grant{}
 	rows, err := s.pool.Query(ctx, s.q.locksOf, string(id))
@@ -191,9 +190,7 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) ([]store.Grant,
 			return nil
 		})
 	}
-	err = classify(ctx, "locks of", err)
-	s.metrics.Request(telemetry.OpLocksOf, start, err)
-	if err != nil {
+	if err = classify(ctx, "locks of", err); err != nil {
 		return nil, err
 	}
 	if !found || !live {

@@ -143,10 +143,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		waiters:        make(map[string]map[*waiter]struct{}),
 		onLockBatch:    opts.onLockBatch,
 	}
-	start := time.Now()
-	err := classify(ctx, "migrate", migrate(ctx, pool, schema, s.channel))
-	s.metrics.Request(telemetry.OpMigrate, start, err)
-	if err != nil {
+	if err := s.applyMigrations(ctx); err != nil {
 		s.closePool()
 		return nil, err
 	}

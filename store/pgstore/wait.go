@@ -85,7 +85,8 @@ func (s *Store) wakeAllLocked() {
 // Acquire implements store.LockStore. The waiter is registered locally
 // before its first look at the queue, so a notification for any change
 // committed after that look wakes it; between wake-ups it holds no
-// connection.
+// connection. Each attempt is observed as a request of its own; the
+// outcome (lockd_lock_acquire_total) once, for the call.
 func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
 	if err := validateGrantArgs("acquire", id, key); err != nil {
 		return store.Grant{}, err
@@ -102,12 +103,10 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (st
 	recheck := time.NewTimer(recheckInterval)
 	defer recheck.Stop()
 	for {
-		opStart := time.Now()
-		r, err := s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key})
-		s.metrics.Request(telemetry.OpAcquire, opStart, err)
+		r, err := s.attempt(ctx, id, key)
 		if err != nil {
 			s.leaveQueue(id, key)
-			s.metrics.Acquire(acquireResult(err), 0)
+			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
 			return store.Grant{}, err
 		}
 		g := r.g
@@ -135,6 +134,13 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (st
 			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
 		}
 	}
+}
+
+// attempt is one attempt of Acquire: the grant, or a place in the key's
+// queue. It is observed as one request.
+func (s *Store) attempt(ctx context.Context, id store.SessionID, key string) (_ *lockReq, err error) {
+	defer s.metrics.Observe(telemetry.OpAcquire)(&err)
+	return s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key})
 }
 
 // leaveQueue removes the session's waiter row for key, best effort, with a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
@@ -36,20 +35,18 @@ type watch struct {
 // connection: NOTIFY delivers in commit order, so from then on it sees every
 // change committed after the marker, hence every change committed after
 // Watch returns, and nothing committed before Watch was called.
-func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event, err error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("pgstore: watch: %w", err)
 	}
 	if err := s.begin(ctx, "watch"); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	defer s.metrics.Observe(telemetry.OpWatch)(&err)
 	s.mu.Lock()
 	if !s.listening {
 		s.mu.Unlock()
-		err := fmt.Errorf("pgstore: watch: notification listener is reconnecting: %w", store.ErrUnavailable)
-		s.metrics.Request(telemetry.OpWatch, start, err)
-		return nil, err
+		return nil, fmt.Errorf("pgstore: watch: notification listener is reconnecting: %w", store.ErrUnavailable)
 	}
 	s.syncSeq++
 	w := &watch{
@@ -79,9 +76,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	if err != nil {
 		s.endWatch(w, nil)
 		s.mu.Unlock()
-		err = classify(ctx, "watch", err)
-		s.metrics.Request(telemetry.OpWatch, start, err)
-		return nil, err
+		return nil, classify(ctx, "watch", err)
 	}
 	// Ends the watch when ctx ends; runs at once if it already has.
 	stop := context.AfterFunc(ctx, func() {
@@ -91,7 +86,6 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	})
 	w.stop = func() { stop() }
 	s.mu.Unlock()
-	s.metrics.Request(telemetry.OpWatch, start, nil)
 	return w.ch, nil
 }
 
