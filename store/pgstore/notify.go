@@ -164,8 +164,7 @@ func (s *Store) notifyExpired(ctx context.Context, tx pgx.Tx, grants []store.Gra
 // payload is a JSON array holding one object for a run of grants of one
 // session, {"kind", "session", "keys": [...], "tokens": [...]}, at most
 // maxPayload bytes. (The triggers' [kind, key, session, token] form repeats
-// kind and session per key: more than twice the bytes for the 10 000 locks
-// of one session, and PostgreSQL's NOTIFY costs by the byte.)
+// kind and session per key, and PostgreSQL's NOTIFY costs by the byte.)
 func eventPayloads(kind string, grants []store.Grant) []string {
 	var (
 		payloads     []string

@@ -144,7 +144,7 @@ func (s *Store) closeSession(ctx context.Context, id store.SessionID) (found, li
 
 // logReleased logs lock_released for each of grants, in key order; nothing
 // at all (not even the sort) when the logger discards info events, which
-// matters for a session with 10 000 locks.
+// matters for a session with many locks.
 func (s *Store) logReleased(grants []store.Grant, reason string) {
 	if !telemetry.OrDiscard(s.log.L).Enabled(context.Background(), slog.LevelInfo) {
 		return
