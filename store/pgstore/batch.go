@@ -188,16 +188,3 @@ func (q *batchQueue[T]) queued() int {
 	defer q.mu.Unlock()
 	return len(q.pending)
 }
-
-// result turns what wait returned into the error a Store method returns:
-// when the caller's ctx has ended, an error matching ctx.Err(), never a
-// retryable sentinel.
-func result(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if cerr := callerDone(ctx, op, err); cerr != nil {
-		return cerr
-	}
-	return err
-}

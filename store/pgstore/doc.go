@@ -16,9 +16,8 @@
 //   - fencing_token: the sequence tokens come from. No cascade touches it
 //     and it is never reset, so tokens are never reused.
 //
-// Migration 0002 changed the notification format (see Waiting and
-// watching): a lockd built before it must not share a schema with one built
-// after it.
+// Builds of lockd on either side of migration 0002 must not share a schema:
+// they send different notifications (docs/backends.md, upgrade note).
 //
 // # Time
 //
@@ -59,8 +58,8 @@
 // # Waiting and watching
 //
 // Statement-level triggers on locks NOTIFY a channel private to the schema
-// when locks are granted, released, revoked or expire (one notification per
-// few kilobytes of events, not one per row), and a row trigger on waiters
+// when locks are granted, released, revoked or expire (several events per
+// notification, not one per row), and a row trigger on waiters
 // when a waiter leaves a queue. CloseSession and the reaper, which read the deleted locks
 // anyway, silence the lock trigger (lockd.notified) and send those expired
 // events themselves, more compactly. Each Store holds one dedicated

@@ -19,6 +19,10 @@ import (
 // from the caller's point of view as if the backend were unreachable.
 var errClosed = fmt.Errorf("pgstore: store closed: %w", store.ErrUnavailable)
 
+// errSlowConsumer ends a watch whose consumer fell watchBuffer events
+// behind.
+var errSlowConsumer = fmt.Errorf("pgstore: watch consumer fell %d events behind: %w", watchBuffer, store.ErrContention)
+
 // classify turns an error from pgx (or the server) into a store error. It is
 // the only place in the package that inspects driver errors:
 //
@@ -91,4 +95,17 @@ func callerDone(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("pgstore: %s: %w", op, ctxErr)
 	}
 	return fmt.Errorf("pgstore: %s: %w (%v)", op, ctxErr, err)
+}
+
+// result turns what wait returned into the error a Store method returns:
+// when the caller's ctx has ended, an error matching ctx.Err(), never a
+// retryable sentinel.
+func result(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := callerDone(ctx, op, err); cerr != nil {
+		return cerr
+	}
+	return err
 }

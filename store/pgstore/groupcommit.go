@@ -13,7 +13,7 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// Group commit (issue #5): concurrent grants and releases of one Store share
+// Group commit: concurrent grants and releases of one Store share
 // one transaction, and concurrent heartbeats one UPDATE.
 const (
 	// lockWorkers is how many lock batches may be in flight at once, and
@@ -248,8 +248,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 	return nil
 }
 
-// runAlone runs one request in a transaction of its own (the path every
-// request took before group commit).
+// runAlone runs one request in a transaction of its own.
 func (s *Store) runAlone(r *lockReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()

@@ -2,16 +2,13 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/lockd/internal/pgtest"
@@ -325,115 +322,12 @@ func TestGroupCommitFailuresStayPrivate(t *testing.T) {
 	}
 }
 
-// TestGroupCommitSameKeyWaits sends requests for one key while the first
-// is in flight: each goes in a batch of its own, in arrival order, so a
-// TryInsert that arrives after a waiter does not jump the waiter's queue.
-func TestGroupCommitSameKeyWaits(t *testing.T) {
-	t.Parallel()
-	s, rec, _ := gcStore(t)
-	holder, waiter, barger, other := openSession(t, s), openSession(t, s), openSession(t, s), openSession(t, s)
-
-	release := blockTable(t, s, "locks")
-	first := make(chan error, 1)
-	go func() {
-		_, ok, err := s.TryInsert(testCtx(t), holder, "sk/k")
-		if err == nil && !ok {
-			err = errors.New("not acquired")
-		}
-		first <- err
-	}()
-	waitAllSubmitted(t, s, rec, 1)
-	acq := make(chan error, 1)
-	go func() {
-		_, err := s.Acquire(testCtx(t), waiter, "sk/k")
-		acq <- err
-	}()
-	waitAllSubmitted(t, s, rec, 2)
-	if q := s.lockQ.queued(); q != 1 {
-		t.Fatalf("%d requests queued, want the waiter's (its key is in flight)", q)
+func keysOf(b []sentReq) []string {
+	keys := make([]string, len(b))
+	for i, r := range b {
+		keys[i] = r.key
 	}
-	bargeRes := make(chan error, 1)
-	go func() {
-		_, ok, err := s.TryInsert(testCtx(t), barger, "sk/k")
-		if err == nil && ok {
-			err = errors.New("acquired")
-		}
-		bargeRes <- err
-	}()
-	otherRes := make(chan error, 1)
-	go func() {
-		_, _, err := s.TryInsert(testCtx(t), other, "sk/other")
-		otherRes <- err
-	}()
-	waitAllSubmitted(t, s, rec, 4)
-	release()
-	if err := <-first; err != nil {
-		t.Fatalf("first TryInsert: %v", err)
-	}
-	if err := <-bargeRes; err != nil {
-		t.Fatalf("TryInsert after a queued waiter: %v; want not acquired", err)
-	}
-	if err := <-otherRes; err != nil {
-		t.Fatalf("TryInsert of another key: %v", err)
-	}
-	waitersAreT(t, s, "sk/k", []store.SessionID{waiter})
-
-	batches, _ := rec.sent()
-	var order []store.SessionID
-	for _, b := range batches {
-		n := 0
-		for _, r := range b {
-			if r.key == "sk/k" {
-				n++
-				order = append(order, r.id)
-			}
-		}
-		if n > 1 {
-			t.Fatalf("batch %v holds sk/k %d times", b, n)
-		}
-	}
-	if want := []store.SessionID{holder, waiter, barger}; !slices.Equal(order[:3], want) {
-		t.Fatalf("sk/k went out for %v, want %v (arrival order)", order, want)
-	}
-	info, _ := inspectT(t, s, "sk/k")
-	if err := s.DeleteIfOwner(testCtx(t), holder, "sk/k", info.Token); err != nil {
-		t.Fatalf("DeleteIfOwner: %v", err)
-	}
-	if err := <-acq; err != nil {
-		t.Fatalf("waiter: %v", err)
-	}
-}
-
-// TestGroupCommitLoneRequestGoesAtOnce: with nothing else going on, a
-// request is sent as a batch of its own while its caller is still the only
-// one waiting: nothing holds it back for company.
-func TestGroupCommitLoneRequestGoesAtOnce(t *testing.T) {
-	t.Parallel()
-	s, rec, reg := gcStore(t)
-	id := openSession(t, s)
-	release := blockTable(t, s, "locks")
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := s.TryInsert(testCtx(t), id, "lone")
-		done <- err
-	}()
-	// The batch is sent (and then waits for the table) with no other
-	// request ever submitted.
-	waitSent(t, rec, 1)
-	if q := s.lockQ.queued(); q != 0 {
-		t.Fatalf("%d requests still queued", q)
-	}
-	batches, _ := rec.sent()
-	if len(batches) != 1 || len(batches[0]) != 1 || batches[0][0].key != "lone" {
-		t.Fatalf("batches %v, want one batch of the lone request", batches)
-	}
-	release()
-	if err := <-done; err != nil {
-		t.Fatalf("TryInsert: %v", err)
-	}
-	if b, r := batchSizes(t, reg, telemetry.BatchLocks); b != 1 || r != 1 {
-		t.Fatalf("lockd_backend_batch_size{batch=locks}: %v batches of %v requests, want 1 of 1", b, r)
-	}
+	return keys
 }
 
 // TestGroupCommitHeartbeats holds the sessions table while heartbeats pile
@@ -529,174 +423,4 @@ func TestGroupCommitCancelledInFlight(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// TestEventPayloads checks the events pgstore sends itself: the triggers'
-// format, read back by dispatch, within the payload limit.
-func TestEventPayloads(t *testing.T) {
-	var grants []store.Grant
-	for i := range 500 {
-		sess := store.SessionID(fmt.Sprintf("S%d", i/200)) // runs of one session
-		grants = append(grants, store.Grant{Key: fmt.Sprintf("k/%d\"\\\n\u00e9", i), Session: sess, Token: uint64(1<<62 + i)})
-	}
-	grants = append(grants, store.Grant{Key: strings.Repeat("\x01", store.MaxKeyLen), Session: "s", Token: 1})
-	payloads := eventPayloads("expired", grants)
-	if len(payloads) < 2 {
-		t.Fatalf("%d payloads for %d events, want several", len(payloads), len(grants))
-	}
-	var got []store.Grant
-	for _, p := range payloads {
-		if len(p) > maxPayload {
-			t.Fatalf("payload of %d bytes, limit %d", len(p), maxPayload)
-		}
-		var ns []notice
-		if err := json.Unmarshal([]byte(p), &ns); err != nil {
-			t.Fatalf("payload %q: %v", p, err)
-		}
-		for _, n := range ns {
-			if n.Kind != "expired" || len(n.Keys) == 0 || len(n.Keys) != len(n.Tokens) {
-				t.Fatalf("event %+v, want expired events of keys with their tokens", n)
-			}
-			for i, k := range n.Keys {
-				got = append(got, store.Grant{Key: k, Session: store.SessionID(n.Session), Token: n.Tokens[i]})
-			}
-		}
-	}
-	if !slices.Equal(got, grants) {
-		t.Fatalf("decoded events differ from the grants sent")
-	}
-}
-
-// TestTriggerPayloads makes the triggers send many events in one
-// statement, with awkward keys: the watch gets every one intact.
-func TestTriggerPayloads(t *testing.T) {
-	t.Parallel()
-	s := newStore(t, pgtest.NewDatabase(t))
-	ch, err := s.Watch(testCtx(t), "tp/")
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	id := openSession(t, s)
-	// 2n events stay within the watch's buffer (the test reads as they
-	// come, but a loaded machine may not run it meanwhile). The long key
-	// of control characters goes in statements of its own, one event per
-	// notification; the others share notifications.
-	const n = 101
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("tp/%03d/\"\\\t\u00e9", i)
-	}
-	keys[n-1] = "tp/" + strings.Repeat("\x01", store.MaxKeyLen-3)
-	for _, ks := range [][]string{keys[:n-1], keys[n-1:]} {
-		// One statement grants all (the trigger sees them together), one
-		// revokes all.
-		err = pgx.BeginFunc(testCtx(t), s.pool, func(tx pgx.Tx) error {
-			_, err := tx.Exec(testCtx(t), "INSERT INTO "+s.schemaIdent()+".locks (key, session_id, token) SELECT k, $2, nextval('"+s.schema+".fencing_token') FROM unnest($1::text[]) AS k", ks, string(id))
-			return err
-		})
-		if err != nil {
-			t.Fatalf("grant: %v", err)
-		}
-		if _, err := s.pool.Exec(testCtx(t), "DELETE FROM "+s.schemaIdent()+".locks WHERE set_config('lockd.reason', 'revoked', true) IS NOT NULL"); err != nil {
-			t.Fatalf("revoke: %v", err)
-		}
-	}
-	seen := map[store.EventKind]map[string]bool{store.EventAcquired: {}, store.EventRevoked: {}}
-	timeout := time.After(30 * time.Second)
-	for len(seen[store.EventAcquired])+len(seen[store.EventRevoked]) < 2*n {
-		select {
-		case ev := <-ch:
-			if ev.Err != nil || seen[ev.Kind] == nil || ev.Session != id || ev.Token == 0 {
-				t.Fatalf("event %+v", ev)
-			}
-			seen[ev.Kind][ev.Key] = true
-		case <-timeout:
-			t.Fatalf("%d acquired and %d revoked events, want %d of each", len(seen[store.EventAcquired]), len(seen[store.EventRevoked]), n)
-		}
-	}
-	for _, k := range keys {
-		if !seen[store.EventAcquired][k] || !seen[store.EventRevoked][k] {
-			t.Fatalf("events of %q missing", k)
-		}
-	}
-}
-
-func keysOf(b []sentReq) []string {
-	keys := make([]string, len(b))
-	for i, r := range b {
-		keys[i] = r.key
-	}
-	return keys
-}
-
-func inspectT(t *testing.T, s *Store, key string) (store.LockInfo, bool) {
-	t.Helper()
-	info, found, err := s.Inspect(testCtx(t), key)
-	if err != nil {
-		t.Fatalf("Inspect(%s): %v", key, err)
-	}
-	return info, found
-}
-
-func waitersAreT(t *testing.T, s *Store, key string, want []store.SessionID) {
-	t.Helper()
-	info, found := inspectT(t, s, key)
-	if !found || !slices.Equal(info.Waiters, want) {
-		t.Fatalf("Inspect(%s) = %+v, %v; want waiters %v", key, info, found, want)
-	}
-}
-
-// TestWakeFirstWaiterOnly: a notification that names the key's first waiter
-// wakes only that waiter's local Acquire; one that names none wakes them
-// all (their queue entries may not be committed yet).
-func TestWakeFirstWaiterOnly(t *testing.T) {
-	t.Parallel()
-	s := newStore(t, pgtest.NewDatabase(t))
-	ids := []store.SessionID{"A", "B", "C"}
-	ws := make([]*waiter, len(ids))
-	for i, id := range ids {
-		w, err := s.addWaiter(id, "k")
-		if err != nil {
-			t.Fatalf("addWaiter: %v", err)
-		}
-		defer s.removeWaiter(w)
-		ws[i] = w
-	}
-	other, err := s.addWaiter("A", "other")
-	if err != nil {
-		t.Fatalf("addWaiter: %v", err)
-	}
-	defer s.removeWaiter(other)
-	woken := func() []store.SessionID {
-		var got []store.SessionID
-		for i, w := range append(ws, other) {
-			select {
-			case <-w.wake:
-				if i < len(ids) {
-					got = append(got, ids[i])
-				} else {
-					got = append(got, "other")
-				}
-			default:
-			}
-		}
-		return got
-	}
-	for _, tc := range []struct {
-		payload string
-		want    []store.SessionID
-	}{
-		{`[["released","k","H",7,"B"]]`, []store.SessionID{"B"}},
-		{`[["expired","k","H",7,null]]`, ids},
-		{`[["revoked","k","H",7]]`, ids},
-		{`[["dequeued","k",null,null,"C"]]`, []store.SessionID{"C"}},
-		{`[["dequeued","k",null,null,null]]`, ids},
-		{`[["acquired","k","H",8,"A"]]`, nil},
-		{`[{"kind":"expired","session":"H","keys":["x","k"],"tokens":[1,2]}]`, ids},
-	} {
-		s.dispatch(tc.payload)
-		if got := woken(); !slices.Equal(got, tc.want) {
-			t.Errorf("dispatch(%s) woke %v, want %v", tc.payload, got, tc.want)
-		}
-	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/lockd/internal/telemetry"
 )
 
 // migrationFiles are the schema migrations, NNNN_name.sql, applied in order.
@@ -107,6 +109,13 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema, channel string) er
 		}
 		return nil
 	})
+}
+
+// applyMigrations runs migrate on s's pool and schema, observed as one
+// request.
+func (s *Store) applyMigrations(ctx context.Context) (err error) {
+	defer s.metrics.Observe(telemetry.OpMigrate)(&err)
+	return classify(ctx, "migrate", migrate(ctx, s.pool, s.schema, s.channel))
 }
 
 // quoteLiteral quotes s as an SQL string literal.

@@ -3,8 +3,12 @@ package pgstore
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/testkit"
@@ -65,4 +69,96 @@ func TestConformance(t *testing.T) {
 			expire(t, s.(*Store), id)
 		},
 	})
+}
+
+const (
+	// ttl is the TTL of sessions meant to expire.
+	ttl = store.MinTTL
+	// longTTL is the TTL of sessions that must outlive their test, which
+	// does not heartbeat them, however slowly a loaded machine runs it.
+	longTTL = 10 * time.Minute
+)
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openSession(t testing.TB, s *Store) store.SessionID {
+	t.Helper()
+	sess, err := s.OpenSession(testCtx(t), longTTL)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	return sess.ID
+}
+
+func mustTry(t testing.TB, s *Store, id store.SessionID, key string) store.Grant {
+	t.Helper()
+	g, ok, err := s.TryInsert(testCtx(t), id, key)
+	if err != nil || !ok {
+		t.Fatalf("TryInsert(%q) = %v, %v; want a grant", key, ok, err)
+	}
+	return g
+}
+
+// count returns the number of rows of a table of s's schema.
+func count(t testing.TB, s *Store, table string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(testCtx(t), "SELECT count(*) FROM "+s.schemaIdent()+"."+table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+func inspectT(t *testing.T, s *Store, key string) (store.LockInfo, bool) {
+	t.Helper()
+	info, found, err := s.Inspect(testCtx(t), key)
+	if err != nil {
+		t.Fatalf("Inspect(%s): %v", key, err)
+	}
+	return info, found
+}
+
+func waitersAreT(t *testing.T, s *Store, key string, want []store.SessionID) {
+	t.Helper()
+	info, found := inspectT(t, s, key)
+	if !found || !slices.Equal(info.Waiters, want) {
+		t.Fatalf("Inspect(%s) = %+v, %v; want waiters %v", key, info, found, want)
+	}
+}
+
+// metricValue sums the samples of a metric family whose labels include
+// labels.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for k, v := range labels {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == k && l.GetValue() == v }) {
+					continue metrics
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
 }

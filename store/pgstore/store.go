@@ -6,11 +6,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,32 +25,12 @@ const (
 )
 
 const (
-	// recheckInterval is how often a waiting Acquire re-checks its queue
-	// without being woken: the safety net for a lost notification. Wake-ups
-	// normally come from NOTIFY within one commit.
-	recheckInterval = 3 * time.Second
 	// commitTimeout bounds a COMMIT, which runs detached from the caller's
 	// context so the outcome of a write is always known (see inTx).
 	commitTimeout = 5 * time.Second
 	// cleanupTimeout bounds the removal of a waiter row after its Acquire
 	// gave up, and other best-effort cleanups.
 	cleanupTimeout = 5 * time.Second
-	// watchBuffer is how many events a watch consumer may fall behind
-	// before its watch breaks with ErrContention.
-	watchBuffer = 256
-	// reapBatch is how many sessions one reaper transaction deletes.
-	reapBatch = 500
-	// reapTimeout bounds one reaper run, so a hung connection cannot stall
-	// the reaper for longer.
-	reapTimeout = 30 * time.Second
-	// listenerProbeInterval is how long the listening connection may be
-	// quiet before the listener checks that it still answers, and
-	// listenerProbeTimeout how long that check may take.
-	listenerProbeInterval = 10 * time.Second
-	listenerProbeTimeout  = 5 * time.Second
-	// listenerConnectTimeout bounds one attempt to re-open the listening
-	// connection.
-	listenerConnectTimeout = 10 * time.Second
 )
 
 // Options configure a Store.
@@ -166,10 +143,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		waiters:        make(map[string]map[*waiter]struct{}),
 		onLockBatch:    opts.onLockBatch,
 	}
-	start := time.Now()
-	err := classify(ctx, "migrate", migrate(ctx, pool, schema, s.channel))
-	s.metrics.Request(telemetry.OpMigrate, start, err)
-	if err != nil {
+	if err := s.applyMigrations(ctx); err != nil {
 		s.closePool()
 		return nil, err
 	}
@@ -263,193 +237,6 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	return tx.Commit(cctx)
-}
-
-// OpenSession implements store.SessionRegistry.
-func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (store.Session, error) {
-	if err := store.ValidateTTL(ttl); err != nil {
-		return store.Session{}, fmt.Errorf("pgstore: open session: %w", err)
-	}
-	if err := s.begin(ctx, "open session"); err != nil {
-		return store.Session{}, err
-	}
-	start := time.Now()
-	id := store.NewSessionID()
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds())
-		return err
-	})
-	err = classify(ctx, "open session", err)
-	s.metrics.Request(telemetry.OpOpenSession, start, err)
-	if err != nil {
-		return store.Session{}, err
-	}
-	s.log.SessionOpened(id, ttl)
-	s.metrics.SessionOpened()
-	// expires_at = now() + ttl, and the database's now() is later than our
-	// receipt of the call: the full TTL is a lower bound from receipt.
-	return store.Session{ID: id, TTL: ttl, Remaining: ttl}, nil
-}
-
-// Heartbeat implements store.SessionRegistry. It extends a live session by
-// its TTL from the database's now(); an expired session (even one the reaper
-// has not deleted yet) is never extended and is reported not live.
-// Concurrent heartbeats share one UPDATE (group commit).
-func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (store.Liveness, error) {
-	if err := store.ValidateSessionID(id); err != nil {
-		return store.Liveness{}, fmt.Errorf("pgstore: heartbeat: %w", err)
-	}
-	if err := s.begin(ctx, "heartbeat"); err != nil {
-		return store.Liveness{}, err
-	}
-	start := time.Now()
-	r := &hbReq{id: id}
-	j, err := s.hbQ.submit(ctx, "", r)
-	if err == nil {
-		if _, err = s.hbQ.wait(ctx, j); err == nil {
-			err = r.err
-		}
-	}
-	err = result(ctx, "heartbeat", err)
-	s.metrics.Request(telemetry.OpHeartbeat, start, err)
-	if err != nil || !r.live {
-		return store.Liveness{}, err
-	}
-	// The new expires_at is now() + TTL with the database's now() later
-	// than our receipt of the call (C2 #ct2-deadline).
-	return store.Liveness{Live: true, Remaining: time.Duration(r.ttlMS) * time.Millisecond}, nil
-}
-
-// CloseSession implements store.SessionRegistry. Deleting the session row
-// deletes its locks and queue entries by cascade; the watch reports those
-// locks as EventExpired. A session that had already expired (but was not yet
-// reaped) is deleted as the reaper would and counts as 0 released: its
-// locks were already forfeit.
-func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, error) {
-	if err := store.ValidateSessionID(id); err != nil {
-		return 0, fmt.Errorf("pgstore: close session: %w", err)
-	}
-	if err := s.begin(ctx, "close session"); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	var found, live bool
-	var grants []store.Grant
-	// FOR UPDATE waits for and then excludes concurrent grants, so the
-	// locks deleted are all the session had. The transaction sends their
-	// events itself (notifyExpired) rather than through the trigger. It runs
-	// detached from ctx (bounded by commitTimeout), like a COMMIT in inTx,
-	// so the outcome is always known; three round trips.
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	var b pgx.Batch
-	b.BeginTx(pgx.TxOptions{})
-	b.Queue(s.q.closeLock, string(id)).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&live)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	b.Queue(s.q.notifiedSelf)
-	b.Queue(s.q.closeLocks, string(id)).Query(func(rows pgx.Rows) error {
-		var key string
-		var tok int64
-		_, err := pgx.ForEachRow(rows, []any{&key, &tok}, func() error {
-			grants = append(grants, store.Grant{Key: key, Session: id, Token: uint64(tok)})
-			return nil
-		})
-		return err
-	})
-	b.Queue(s.q.closeDelete, string(id))
-	br := s.pool.SendBatch(bctx, &b)
-	tx := br.Tx()
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_ = tx.Rollback(rctx) // no-op after a commit
-	}()
-	err := br.Close()
-	if err == nil {
-		err = s.notifyExpired(bctx, tx, grants)
-	}
-	if err == nil {
-		err = tx.Commit(bctx)
-	}
-	err = classify(ctx, "close session", err)
-	s.metrics.Request(telemetry.OpCloseSession, start, err)
-	if err != nil || !found {
-		return 0, err
-	}
-	if !live {
-		s.sessionExpired(id, grants)
-		return 0, nil
-	}
-	s.logReleased(grants, telemetry.ReleaseSessionClosed)
-	s.metrics.Released(telemetry.ReleaseSessionClosed, len(grants))
-	s.metrics.SessionEnded("")
-	s.log.SessionClosed(id, len(grants))
-	return len(grants), nil
-}
-
-// logReleased logs lock_released for each of grants, in key order; nothing
-// at all (not even the sort) when the logger discards info events, which
-// matters for a session with 10 000 locks.
-func (s *Store) logReleased(grants []store.Grant, reason string) {
-	if !telemetry.OrDiscard(s.log.L).Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	slices.SortFunc(grants, func(a, b store.Grant) int { return strings.Compare(a.Key, b.Key) })
-	for _, g := range grants {
-		s.log.LockReleased(g, reason)
-	}
-}
-
-// sessionExpired records the C4 telemetry of a session that ended by expiry,
-// with the grants that went with it.
-func (s *Store) sessionExpired(id store.SessionID, grants []store.Grant) {
-	s.logReleased(grants, telemetry.ReleaseSessionLost)
-	s.metrics.Released(telemetry.ReleaseSessionLost, len(grants))
-	s.log.LeaseExpired(id)
-	s.log.SessionLost(id, telemetry.LostLeaseExpired)
-	s.metrics.LeaseExpired()
-	s.metrics.SessionEnded(telemetry.LostLeaseExpired)
-}
-
-// LocksOf implements store.SessionRegistry.
-func (s *Store) LocksOf(ctx context.Context, id store.SessionID) ([]store.Grant, error) {
-	if err := store.ValidateSessionID(id); err != nil {
-		return nil, fmt.Errorf("pgstore: locks of: %w", err)
-	}
-	if err := s.begin(ctx, "locks of"); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	found, live := false, false
-	grants := []store.Grant{}
-	rows, err := s.pool.Query(ctx, s.q.locksOf, string(id))
-	if err == nil {
-		var key *string
-		var tok *int64
-		var at *time.Time
-		_, err = pgx.ForEachRow(rows, []any{&live, &key, &tok, &at}, func() error {
-			found = true
-			if key != nil { // the LEFT JOIN found a lock
-				grants = append(grants, store.Grant{Key: *key, Session: id, Token: uint64(*tok), AcquiredAt: *at})
-			}
-			return nil
-		})
-	}
-	err = classify(ctx, "locks of", err)
-	s.metrics.Request(telemetry.OpLocksOf, start, err)
-	if err != nil {
-		return nil, err
-	}
-	if !found || !live {
-		return nil, fmt.Errorf("pgstore: locks of: %w", store.ErrSessionDead)
-	}
-	return grants, nil
 }
 
 // schemaIdent is the quoted schema name.

@@ -1,0 +1,154 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+const (
+	// recheckInterval is how often a waiting Acquire re-checks its queue
+	// without being woken: the safety net for a lost notification. Wake-ups
+	// normally come from NOTIFY within one commit.
+	recheckInterval = 3 * time.Second
+)
+
+// waiter is a local Acquire call waiting for its key.
+type waiter struct {
+	key     string
+	session store.SessionID
+	wake    chan struct{} // capacity 1: a pending wake-up is never lost
+}
+
+// addWaiter registers a waiter of session id for key, or returns
+// errClosed.
+func (s *Store) addWaiter(id store.SessionID, key string) (*waiter, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	s.acquires.Add(1)
+	w := &waiter{key: key, session: id, wake: make(chan struct{}, 1)}
+	if s.waiters[key] == nil {
+		s.waiters[key] = make(map[*waiter]struct{})
+	}
+	s.waiters[key][w] = struct{}{}
+	return w, nil
+}
+
+func (s *Store) removeWaiter(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiters[w.key], w)
+	if len(s.waiters[w.key]) == 0 {
+		delete(s.waiters, w.key)
+	}
+	s.acquires.Done()
+}
+
+// wakeLocked wakes the local waiters of key: only those of session next
+// (the key's first waiter, as the notification saw it) unless next is
+// empty. s.mu is held.
+//
+// Waking only the first waiter spares the others an attempt each (with
+// group commit, attempts for one key go one per batch, so a herd of them
+// delays the one that matters). An empty next means the notifying
+// transaction saw no waiter: every local waiter may then be one whose
+// queue entry was not yet committed, so all are woken. A waiter can also
+// become first after the notification was sent (its entry, with the
+// smaller id, committed later); the attempt of whichever waiter was woken
+// instead then finds the key free with another waiter first, and wakes
+// that one (nudgeHead).
+func (s *Store) wakeLocked(key string, next store.SessionID) {
+	for w := range s.waiters[key] {
+		if next != "" && w.session != next {
+			continue
+		}
+		select {
+		case w.wake <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// wakeAllLocked wakes every local waiter. s.mu is held.
+func (s *Store) wakeAllLocked() {
+	for key := range s.waiters {
+		s.wakeLocked(key, "")
+	}
+}
+
+// Acquire implements store.LockStore. The waiter is registered locally
+// before its first look at the queue, so a notification for any change
+// committed after that look wakes it; between wake-ups it holds no
+// connection. Each attempt is observed as a request of its own; the
+// outcome (lockd_lock_acquire_total) once, for the call.
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
+	if err := validateGrantArgs("acquire", id, key); err != nil {
+		return store.Grant{}, err
+	}
+	if err := s.begin(ctx, "acquire"); err != nil {
+		return store.Grant{}, err
+	}
+	w, err := s.addWaiter(id, key)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	defer s.removeWaiter(w)
+	start := time.Now()
+	recheck := time.NewTimer(recheckInterval)
+	defer recheck.Stop()
+	for {
+		r, err := s.attempt(ctx, id, key)
+		if err != nil {
+			s.leaveQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
+			return store.Grant{}, err
+		}
+		g := r.g
+		switch r.out {
+		case granted:
+			s.newGrant(g, time.Since(start))
+			return g, nil
+		case held:
+			return g, nil
+		case dead:
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+		}
+		recheck.Reset(recheckInterval)
+		select {
+		case <-w.wake:
+		case <-recheck.C:
+		case <-ctx.Done():
+			s.leaveQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireTimeout, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", ctx.Err())
+		case <-s.closing:
+			s.leaveQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
+		}
+	}
+}
+
+// attempt is one attempt of Acquire: the grant, or a place in the key's
+// queue. It is observed as one request.
+func (s *Store) attempt(ctx context.Context, id store.SessionID, key string) (_ *lockReq, err error) {
+	defer s.metrics.Observe(telemetry.OpAcquire)(&err)
+	return s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key})
+}
+
+// leaveQueue removes the session's waiter row for key, best effort, with a
+// context of its own: it runs because the caller's context ended. If it
+// fails, the row stays until the session ends, and a later Acquire of the
+// same session and key reuses it.
+func (s *Store) leaveQueue(id store.SessionID, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, s.q.dequeue, key, string(id))
+}

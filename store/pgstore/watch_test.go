@@ -1,0 +1,75 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/store"
+)
+
+func TestWatchSlowConsumerBreaks(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, pgtest.NewDatabase(t))
+	ch, err := s.Watch(testCtx(t), "slow/")
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	id := openSession(t, s)
+	// Each grant and release is two events; nobody reads the channel.
+	for i := 0; i < watchBuffer/2+2; i++ {
+		g := mustTry(t, s, id, "slow/k")
+		if err := s.DeleteIfOwner(testCtx(t), id, "slow/k", g.Token); err != nil {
+			t.Fatalf("DeleteIfOwner: %v", err)
+		}
+	}
+	n := 0
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatalf("channel closed after %d events without a final error", n)
+			}
+			if ev.Err != nil {
+				if !errors.Is(ev.Err, store.ErrContention) {
+					t.Fatalf("final event error %v, want ErrContention", ev.Err)
+				}
+				if n != watchBuffer {
+					t.Fatalf("watch broke after %d buffered events, want %d", n, watchBuffer)
+				}
+				if _, ok := <-ch; ok {
+					t.Fatal("channel not closed after the final event")
+				}
+				return
+			}
+			n++
+		case <-timeout:
+			t.Fatalf("no final error event after %d events", n)
+		}
+	}
+}
+
+func TestWatchSeesNothingBeforeIt(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, pgtest.NewDatabase(t))
+	id := openSession(t, s)
+	for i := range 20 {
+		mustTry(t, s, id, fmt.Sprintf("before/%d", i))
+	}
+	ch, err := s.Watch(testCtx(t), "")
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	g := mustTry(t, s, id, "after")
+	select {
+	case ev := <-ch:
+		if ev.Key != "after" || ev.Kind != store.EventAcquired || ev.Token != g.Token {
+			t.Fatalf("first event %+v, want the grant of after (nothing committed before Watch)", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+	}
+}
