@@ -716,9 +716,9 @@ func TestReleaseCommits(t *testing.T) {
 func waitLocal(t *testing.T, st *Store, key string, n int, first bool) {
 	t.Helper()
 	testkit.Eventually(t, 30*time.Second, "local waiters registered", func() error {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		ws := st.waiting[key]
+		st.waiters.mu.Lock()
+		defer st.waiters.mu.Unlock()
+		ws := st.waiters.byKey[key]
 		if len(ws) != n {
 			return fmt.Errorf("%d local waiters", len(ws))
 		}
@@ -762,9 +762,9 @@ func TestReleaseGuessNotFirst(t *testing.T) {
 	firstDone := acquire(other, first)
 	secondDone := acquire(st, second)
 	waitLocal(t, st, "k", 1, false)
-	st.mu.Lock()
-	st.waiting["k"][0].first = true // a stale view: the guess will be second
-	st.mu.Unlock()
+	st.waiters.mu.Lock()
+	st.waiters.byKey["k"][0].first = true // a stale view: the guess will be second
+	st.waiters.mu.Unlock()
 	if err := st.DeleteIfOwner(ctxT(t), holder, "k", g.Token); err != nil {
 		t.Fatalf("DeleteIfOwner: %v", err)
 	}

@@ -26,18 +26,18 @@ func TestKeepaliveInterval(t *testing.T) {
 }
 
 // TestNextSendAfter: the next keepalive is due at least the interval after
-// the send, less than a tick later than that, and on the Store's grid.
+// the send, less than a tick later than that, and on the keeper's grid.
 func TestNextSendAfter(t *testing.T) {
-	s := &Store{epoch: time.Now()}
+	k := &keeper{epoch: time.Now()}
 	for _, off := range []time.Duration{0, time.Nanosecond, 37 * time.Millisecond, sendTick, 12345 * time.Millisecond} {
 		for _, ttl := range []time.Duration{2 * time.Second, 15 * time.Second} {
-			sent := s.epoch.Add(off)
-			at := s.nextSendAfter(sent, ttl)
+			sent := k.epoch.Add(off)
+			at := k.nextSendAfter(sent, ttl)
 			if d := at.Sub(sent); d < keepaliveInterval(ttl) || d >= keepaliveInterval(ttl)+sendTick {
 				t.Errorf("nextSendAfter(epoch+%v, %v) = sent+%v, want in [%v, %v)", off, ttl, d, keepaliveInterval(ttl), keepaliveInterval(ttl)+sendTick)
 			}
-			if at.Sub(s.epoch)%sendTick != 0 {
-				t.Errorf("nextSendAfter(epoch+%v, %v) = epoch+%v, not on the %v grid", off, ttl, at.Sub(s.epoch), sendTick)
+			if at.Sub(k.epoch)%sendTick != 0 {
+				t.Errorf("nextSendAfter(epoch+%v, %v) = epoch+%v, not on the %v grid", off, ttl, at.Sub(k.epoch), sendTick)
 			}
 		}
 	}
