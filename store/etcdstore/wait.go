@@ -21,11 +21,10 @@ import (
 // straight to the first waiter in its own transaction (DeleteIfOwner), and
 // the waiter learns it from a watch event. A waiter watches only its
 // predecessor's waiter key, and the first two in line the grant key too, so
-// a release wakes at most two waiters, never the whole queue. Each watch starts at the current revision and
-// the state is read again once it exists: a watch that starts at a revision
-// the server has passed is only served by etcd's periodic resync of lagging
-// watchers (every 100 ms), which is what makes concurrency.Mutex slow to
-// hand over.
+// a release wakes at most two waiters, never the whole queue. Each watch
+// starts at the current revision and the state is read again once it
+// exists: a watch that starts at a revision the server has passed is only
+// served by etcd's periodic resync of lagging watchers (every 100 ms).
 func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g store.Grant, err error) {
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpAcquire)(&err)
