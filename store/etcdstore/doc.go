@@ -47,23 +47,33 @@
 //
 // # Keepalive interval
 //
-// Every keepalive costs etcd and lockd a message each way, so the interval
-// is what 10 000 idle sessions cost: min(TTL/3, 3 s) is 3 333 keepalives a
-// second at the usual 15 s TTL, where a one-second cap was 10 000. The
-// interval does not weaken the timing argument (SAFETY.md). Remaining is
-// still the send time of the last ANSWERED keepalive plus the TTL in its
-// answer, minus now: a longer interval only lets that bound run lower
-// (down to about 2/3 of the TTL before the next answer, instead of TTL − 1 s)
-// before it is refreshed, so the client is promised less, never more. An
-// unanswered keepalive still extends nothing, an answer overdue by TTL/3
-// still replaces the stream, and a bound that runs out still leads to a
-// probe and, without an answer, to not-live. What the interval does set is
-// how soon an out-of-band revoke of the lease is noticed (the next answer
-// says the lease is gone): within about three seconds. Sends are also
-// aligned to a 100 ms grid (a send is due at the first tick after its
-// interval): the keepalive owner then wakes at most ten times a second and
-// sends what is due together, instead of once per lease. That delays a send
-// by under a tick, which again only lets the bound run lower.
+// Every keepalive costs etcd and lockd a message each way, so the interval,
+// min(TTL/3, 3 s), is what idle sessions cost (the figures are in
+// docs/backends.md). The interval does not weaken the timing argument
+// (SAFETY.md). Remaining is still the send time of the last ANSWERED
+// keepalive plus the TTL in its answer, minus now: a longer interval only
+// lets that bound run lower before it is refreshed, so the client is
+// promised less, never more. An unanswered keepalive still extends nothing,
+// an answer overdue by TTL/3 still replaces the stream, and a bound that
+// runs out still leads to a probe and, without an answer, to not-live. What
+// the interval does set is how soon an out-of-band revoke of the lease is
+// noticed (the next answer says the lease is gone): within about three
+// seconds. Sends are also aligned to a 100 ms grid (a send is due at the
+// first tick after its interval): the keepalive owner then wakes at most ten
+// times a second and sends what is due together, instead of once per lease.
+// That delays a send by under a tick, which again only lets the bound run
+// lower.
+//
+// # Ownership and locks
+//
+// Each piece of a Store's state has one owner with its own lock: the
+// session table (Store.mu: the sessions map and each session's liveness and
+// grant record; session.go), the lease keeping (a keeper: every lease's
+// keepalive state and proven bound, the send schedule; keepalive.go), the
+// group-commit queue (a batcher; batch.go) and the Acquire calls of this
+// Store waiting in a queue (localQueues; wait.go). The only nesting is
+// Store.mu before the keeper's lock; the keeper reports a lease it found
+// dead to the session table with its own lock released.
 //
 // # SPI divergence: who keeps a session alive
 //

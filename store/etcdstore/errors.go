@@ -18,6 +18,18 @@ import (
 // errClosed is returned by every method of a closed Store.
 var errClosed = fmt.Errorf("%w: etcdstore: store closed", store.ErrUnavailable)
 
+// errMalformed reports a key this package did not write the way it reads
+// it: someone else writes under the prefix.
+var errMalformed = errors.New("etcdstore: malformed data under the prefix")
+
+// errWatchEnded: a watch ended without the caller's ctx ending; the caller
+// reads the state again.
+var errWatchEnded = errors.New("etcdstore: watch ended")
+
+func deadErr(ss *session) error {
+	return fmt.Errorf("%w: session %s ended while waiting", store.ErrSessionDead, ss.id)
+}
+
 // classify maps an error from clientv3/gRPC into the store sentinels. It is
 // the one place that knows etcd's errors. When the caller's ctx is done the
 // result matches ctx.Err() and is not retryable. Errors it does not know are

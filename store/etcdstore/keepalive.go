@@ -15,10 +15,11 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// The keepalive machinery. One owner goroutine (keepaliveLoop) decides
-// what to send and interprets every answer; one goroutine per stream
-// (runStream, plus its receiver) moves bytes. Why clientv3's Lease.KeepAlive
-// is not used: see the package doc.
+// The keepalive machinery. A keeper owns the leases of a Store's sessions:
+// one owner goroutine (keeper.run) decides what to send and interprets
+// every answer; one goroutine per stream (runStream, plus its receiver,
+// keepalive_stream.go) moves bytes. Why clientv3's Lease.KeepAlive is not
+// used: see the package doc.
 
 const (
 	// maxKeepaliveInterval caps the time between two keepalives of a lease
@@ -28,9 +29,6 @@ const (
 	maxKeepaliveInterval = 3 * time.Second
 	minStreamBackoff     = 20 * time.Millisecond
 	maxStreamBackoff     = 500 * time.Millisecond
-	// deadRetention is how long a dead session is remembered; afterwards
-	// it is unknown, which is reported the same way (not live).
-	deadRetention = 10 * time.Minute
 	// sendTick is the grid keepalive sends are aligned to: a send is due at
 	// the first tick after its interval has passed, so the owner wakes at
 	// most once a tick and sends what is due together (fewer wake-ups and
@@ -45,75 +43,160 @@ const (
 // next (when the previous one has been answered by then).
 func keepaliveInterval(ttl time.Duration) time.Duration { return min(ttl/3, maxKeepaliveInterval) }
 
-// nextSendAfter is when the keepalive after one sent at sent is due: the
-// interval later, rounded up to the Store's sendTick grid. The grid counts
-// from s.epoch on the monotonic clock.
-func (s *Store) nextSendAfter(sent time.Time, ttl time.Duration) time.Time {
-	at := sent.Add(keepaliveInterval(ttl))
-	ticks := (at.Sub(s.epoch) + sendTick - 1) / sendTick
-	return s.epoch.Add(ticks * sendTick)
-}
-
 // overdueAfter is how long an answer may take before the stream is
 // considered stuck and replaced.
 func overdueAfter(ttl time.Duration) time.Duration { return ttl / 3 }
 
-// kaEvent is what a stream reports to the owner: an answer or the error
-// that ended the stream.
-type kaEvent struct {
-	gen  uint64
-	resp *pb.LeaseKeepAliveResponse
-	err  error
+// probeTimeout bounds one TimeToLive probe of a lease whose bound ran out.
+func probeTimeout(ttl time.Duration) time.Duration { return max(ttl/3, 500*time.Millisecond) }
+
+// keeper keeps the leases of a Store's sessions alive over one
+// LeaseKeepAlive stream and holds each lease's proven bound (see the
+// package doc, "Keepalive and the deadline bound").
+//
+// Locking: mu guards leases, due and every session's ka; it is a leaf
+// lock. The Store may call keeper methods while holding Store.mu; the
+// keeper never takes Store.mu while holding mu, and calls lost and prune
+// with mu released.
+type keeper struct {
+	cli    *clientv3.Client // TimeToLive probes
+	lc     pb.LeaseClient   // the LeaseKeepAlive streams
+	ctx    context.Context  // the Store's: cancelled by Close
+	wg     sync.WaitGroup   // the owner, the streams and the probes
+	epoch  time.Time        // origin of the send grid
+	wake   chan struct{}    // pokes the owner; capacity 1
+	events chan kaEvent     // streams → owner
+
+	// lost is told, with mu released, that a lease is gone
+	// (LostLeaseExpired) or can no longer be shown alive
+	// (LostKeepaliveFailed): the session is dead.
+	lost func(ss *session, reason string)
+	// prune is called by the owner about once a minute, with mu released,
+	// to forget sessions dead for longer than deadRetention.
+	prune func(now time.Time)
+
+	mu     sync.Mutex
+	leases map[clientv3.LeaseID]*session // the sessions whose leases are kept
+	due    dueHeap                       // sessions by when the owner next looks at them
 }
 
-// kaStream is one LeaseKeepAlive stream. Requests queued before the stream
-// is open are sent once it is.
-type kaStream struct {
-	gen    uint64
-	cancel context.CancelFunc
-	kick   chan struct{} // capacity 1
-
-	mu      sync.Mutex
-	pending []int64
+// kaState is the keepalive state of a session's lease, guarded by
+// keeper.mu and driven by the owner: at most one keepalive in flight, sent
+// on stream sentGen at sentAt.
+type kaState struct {
+	// expiry is the proven lower bound of the lease's end on the monotonic
+	// clock: send time of the last answered keepalive (or grant, or probe)
+	// plus the TTL in its answer. It only ever grows.
+	expiry    time.Time
+	inflight  bool
+	sentAt    time.Time
+	sentGen   uint64
+	nextSend  time.Time
+	probing   bool
+	nextProbe time.Time
+	dueAt     time.Time // when the owner next looks at it
+	dueIdx    int       // 1 + index in keeper.due; 0 when not in it
 }
 
-func (st *kaStream) enqueue(lease clientv3.LeaseID) {
-	st.mu.Lock()
-	st.pending = append(st.pending, int64(lease))
-	st.mu.Unlock()
+func newKeeper(ctx context.Context, cli *clientv3.Client, lost func(*session, string), prune func(time.Time)) *keeper {
+	return &keeper{
+		cli:    cli,
+		lc:     pb.NewLeaseClient(cli.ActiveConnection()),
+		ctx:    ctx,
+		epoch:  time.Now(),
+		wake:   make(chan struct{}, 1),
+		events: make(chan kaEvent, 64),
+		lost:   lost,
+		prune:  prune,
+		leases: make(map[clientv3.LeaseID]*session),
+	}
+}
+
+// start starts the owner goroutine; it returns when ctx is cancelled, and
+// wait waits for it and everything it started.
+func (k *keeper) start() {
+	k.wg.Add(1)
+	go k.run() // exits when Close cancels k.ctx
+}
+
+func (k *keeper) wait() { k.wg.Wait() }
+
+// add starts keeping ss's lease, granted by a request sent at sent: etcd
+// starts the lease when it applies the grant, after sent.
+func (k *keeper) add(ss *session, sent time.Time) {
+	k.mu.Lock()
+	ss.ka.expiry = sent.Add(ss.ttl)
+	ss.ka.nextSend = k.nextSendAfter(sent, ss.ttl)
+	k.leases[ss.lease] = ss
+	k.scheduleLocked(ss, time.Now())
+	k.mu.Unlock()
+	k.poke()
+}
+
+// remove stops keeping ss's lease (the session is dead). Idempotent.
+func (k *keeper) remove(ss *session) {
+	k.mu.Lock()
+	if k.leases[ss.lease] == ss {
+		delete(k.leases, ss.lease)
+	}
+	k.mu.Unlock()
+}
+
+// extend raises ss's bound to until if that is later.
+func (k *keeper) extend(ss *session, until time.Time) {
+	k.mu.Lock()
+	ss.ka.extendLocked(until)
+	k.mu.Unlock()
+}
+
+// remaining is ss's bound measured from now, at most the TTL.
+func (k *keeper) remaining(ss *session, now time.Time) time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return min(ss.ka.expiry.Sub(now), ss.ttl)
+}
+
+func (ka *kaState) extendLocked(until time.Time) {
+	if until.After(ka.expiry) {
+		ka.expiry = until
+	}
+}
+
+// nextSendAfter is when the keepalive after one sent at sent is due: the
+// interval later, rounded up to the keeper's sendTick grid. The grid counts
+// from k.epoch on the monotonic clock.
+func (k *keeper) nextSendAfter(sent time.Time, ttl time.Duration) time.Time {
+	at := sent.Add(keepaliveInterval(ttl))
+	ticks := (at.Sub(k.epoch) + sendTick - 1) / sendTick
+	return k.epoch.Add(ticks * sendTick)
+}
+
+// poke wakes the owner (a lease was added or a probe ended).
+func (k *keeper) poke() {
 	select {
-	case st.kick <- struct{}{}:
+	case k.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (st *kaStream) take() []int64 {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	p := st.pending
-	st.pending = nil
-	return p
+// death is a lease the owner or a probe found dead, reported to lost once
+// mu is released.
+type death struct {
+	ss     *session
+	reason string
 }
 
-// poke wakes the keepalive owner (a session was added).
-func (s *Store) poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// keepaliveLoop owns the keepalive stream and every session's keepalive
-// state. Per lease: at most one keepalive in flight, the next one
+// run is the owner: it owns the keepalive stream and every lease's
+// keepalive state. Per lease: at most one keepalive in flight, the next one
 // keepaliveInterval after the previous send; an answer overdue by TTL/3
-// tears the stream down (its requests are void) and a new one is opened with backoff. When a
-// session's proven bound runs out, one TimeToLive probe decides its fate.
-// Sessions wait in s.due, ordered by when they next need attention, so a
-// wake-up costs what is due, not a pass over every session; only a stream
-// change (torn down, opened) looks at all of them.
-// It returns when Close cancels s.ctx.
-func (s *Store) keepaliveLoop() {
-	defer s.wg.Done()
+// tears the stream down (its requests are void) and a new one is opened
+// with backoff. When a session's proven bound runs out, one TimeToLive
+// probe decides its fate. Sessions wait in k.due, ordered by when they next
+// need attention, so a wake-up costs what is due, not a pass over every
+// session; only a stream change (torn down, opened) looks at all of them.
+// It returns when Close cancels k.ctx.
+func (k *keeper) run() {
+	defer k.wg.Done()
 	var (
 		cur       *kaStream
 		gen       uint64
@@ -122,6 +205,7 @@ func (s *Store) keepaliveLoop() {
 		rescan    bool // the stream changed: every session needs a look
 		lastPrune = time.Now()
 		due       []*session
+		dead      []death
 	)
 	defer func() {
 		if cur != nil {
@@ -135,7 +219,9 @@ func (s *Store) keepaliveLoop() {
 		retryAt = now.Add(time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64())))
 		backoff = min(2*backoff, maxStreamBackoff)
 	}
-	handle := func(ev kaEvent) {
+	// handleLocked interprets one event; a lease found gone is appended to
+	// dead.
+	handleLocked := func(ev kaEvent) {
 		if cur == nil || ev.gen != cur.gen {
 			return // from a stream already torn down: void
 		}
@@ -144,58 +230,66 @@ func (s *Store) keepaliveLoop() {
 			return
 		}
 		backoff = minStreamBackoff
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		ss := s.byLease[clientv3.LeaseID(ev.resp.ID)]
-		if ss == nil || !ss.inflight || ss.sentGen != ev.gen {
+		ss := k.leases[clientv3.LeaseID(ev.resp.ID)]
+		if ss == nil || !ss.ka.inflight || ss.ka.sentGen != ev.gen {
 			return
 		}
-		ss.inflight = false
+		ss.ka.inflight = false
 		if ev.resp.TTL <= 0 {
-			s.markDeadLocked(ss, telemetry.LostLeaseExpired)
+			delete(k.leases, ss.lease)
+			dead = append(dead, death{ss, telemetry.LostLeaseExpired})
 			return
 		}
 		// Sent at sentAt, renewed by etcd on receipt (later): the lease
 		// lives at least until sentAt + TTL.
-		ss.extendLocked(ss.sentAt.Add(time.Duration(ev.resp.TTL) * time.Second))
-		s.scheduleLocked(ss, ss.nextSend) // a late answer: nextSend is past, so at once
+		ss.ka.extendLocked(ss.ka.sentAt.Add(time.Duration(ev.resp.TTL) * time.Second))
+		k.scheduleLocked(ss, ss.ka.nextSend) // a late answer: nextSend is past, so at once
 	}
 	// step does what is due for one session and returns when it next needs
 	// attention (zero: only a probe's end or a stream change will tell),
 	// and whether its keepalive answer is overdue.
 	step := func(ss *session, now time.Time) (next time.Time, overdue bool) {
-		if ss.inflight && (cur == nil || ss.sentGen != gen) {
-			ss.inflight = false // its stream is gone: void, resend at once
-			ss.nextSend = now
+		ka := &ss.ka
+		if ka.inflight && (cur == nil || ka.sentGen != gen) {
+			ka.inflight = false // its stream is gone: void, resend at once
+			ka.nextSend = now
 		}
 		switch {
-		case ss.inflight:
-			if at := ss.sentAt.Add(overdueAfter(ss.ttl)); now.Before(at) {
+		case ka.inflight:
+			if at := ka.sentAt.Add(overdueAfter(ss.ttl)); now.Before(at) {
 				next = at
 			} else {
 				overdue = true
 			}
 		case cur == nil:
-		case now.Before(ss.nextSend):
-			next = ss.nextSend
+		case now.Before(ka.nextSend):
+			next = ka.nextSend
 		default:
-			ss.inflight, ss.sentAt, ss.sentGen = true, now, gen
-			ss.nextSend = s.nextSendAfter(now, ss.ttl)
+			ka.inflight, ka.sentAt, ka.sentGen = true, now, gen
+			ka.nextSend = k.nextSendAfter(now, ss.ttl)
 			cur.enqueue(ss.lease)
-			next = ss.nextSend
+			next = ka.nextSend
 		}
-		if !ss.probing {
-			if at := latest(ss.expiry, ss.nextProbe); now.Before(at) {
+		if !ka.probing {
+			if at := latest(ka.expiry, ka.nextProbe); now.Before(at) {
 				if next.IsZero() || at.Before(next) {
 					next = at
 				}
 			} else {
-				ss.probing = true
-				s.wg.Add(1)
-				go s.probe(ss) // one TimeToLive, bounded by probeTimeout; schedules ss again
+				ka.probing = true
+				k.wg.Add(1)
+				go k.probe(ss) // one TimeToLive, bounded by probeTimeout; schedules ss again
 			}
 		}
 		return next, overdue
+	}
+	// report tells lost about the leases found dead, with mu released.
+	report := func() {
+		for i, d := range dead {
+			k.lost(d.ss, d.reason)
+			dead[i] = death{}
+		}
+		dead = dead[:0]
 	}
 
 	timer := time.NewTimer(time.Hour)
@@ -204,50 +298,46 @@ func (s *Store) keepaliveLoop() {
 		now := time.Now()
 		next := now.Add(time.Hour)
 		overdue := false
-		s.mu.Lock()
-		if cur == nil && len(s.byLease) > 0 && !now.Before(retryAt) {
+		k.mu.Lock()
+		if cur == nil && len(k.leases) > 0 && !now.Before(retryAt) {
 			gen++
-			cur = s.startStreamLocked(gen)
+			cur = k.startStream(gen)
 			rescan = true
 		}
 		if rescan {
 			rescan = false
-			for _, ss := range s.byLease {
-				s.scheduleLocked(ss, now)
+			for _, ss := range k.leases {
+				k.scheduleLocked(ss, now)
 			}
 		}
 		// Take what is due first, then schedule it again: a session
 		// rescheduled at once (overdue) must not be taken twice.
 		due = due[:0]
-		for len(s.due) > 0 && !s.due[0].dueAt.After(now) {
-			due = append(due, heap.Pop(&s.due).(*session))
+		for len(k.due) > 0 && !k.due[0].ka.dueAt.After(now) {
+			due = append(due, heap.Pop(&k.due).(*session))
 		}
 		for _, ss := range due {
-			if s.byLease[ss.lease] != ss {
+			if k.leases[ss.lease] != ss {
 				continue // dead meanwhile
 			}
 			at, od := step(ss, now)
 			overdue = overdue || od
 			if !at.IsZero() {
-				s.scheduleLocked(ss, at)
+				k.scheduleLocked(ss, at)
 			}
 		}
 		clear(due)
-		if len(s.due) > 0 {
-			next = earliest(next, s.due[0].dueAt)
+		if len(k.due) > 0 {
+			next = earliest(next, k.due[0].ka.dueAt)
 		}
-		if cur == nil && len(s.byLease) > 0 {
+		if cur == nil && len(k.leases) > 0 {
 			next = earliest(next, retryAt)
 		}
+		k.mu.Unlock()
 		if now.Sub(lastPrune) > time.Minute {
 			lastPrune = now
-			for id, ss := range s.sessions {
-				if ss.dead && now.Sub(ss.deadAt) > deadRetention {
-					delete(s.sessions, id)
-				}
-			}
+			k.prune(now)
 		}
-		s.mu.Unlock()
 		if overdue && cur != nil {
 			teardown(now)
 			continue
@@ -255,38 +345,41 @@ func (s *Store) keepaliveLoop() {
 
 		timer.Reset(next.Sub(now))
 		select {
-		case <-s.ctx.Done():
+		case <-k.ctx.Done():
 			return
-		case <-s.wake:
+		case <-k.wake:
 		case <-timer.C:
-		case ev := <-s.events:
-			handle(ev)
+		case ev := <-k.events:
+			k.mu.Lock()
+			handleLocked(ev)
 		drain:
 			for {
 				select {
-				case ev := <-s.events:
-					handle(ev)
+				case ev := <-k.events:
+					handleLocked(ev)
 				default:
 					break drain
 				}
 			}
+			k.mu.Unlock()
+			report()
 		}
 	}
 }
 
-// dueHeap orders sessions by dueAt, when the keepalive owner next needs to
-// look at them. Guarded by Store.mu.
+// dueHeap orders sessions by ka.dueAt, when the owner next needs to look
+// at them. Guarded by keeper.mu.
 type dueHeap []*session
 
 func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].dueAt.Before(h[j].dueAt) }
+func (h dueHeap) Less(i, j int) bool { return h[i].ka.dueAt.Before(h[j].ka.dueAt) }
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].dueIdx, h[j].dueIdx = i+1, j+1
+	h[i].ka.dueIdx, h[j].ka.dueIdx = i+1, j+1
 }
 func (h *dueHeap) Push(x any) {
 	ss := x.(*session)
-	ss.dueIdx = len(*h) + 1
+	ss.ka.dueIdx = len(*h) + 1
 	*h = append(*h, ss)
 }
 func (h *dueHeap) Pop() any {
@@ -294,110 +387,61 @@ func (h *dueHeap) Pop() any {
 	ss := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	ss.dueIdx = 0
+	ss.ka.dueIdx = 0
 	return ss
 }
 
-// scheduleLocked makes the keepalive owner look at ss at at (moving it if
-// it is scheduled already). The caller pokes the owner if at may be
-// earlier than anything it waits for.
-func (s *Store) scheduleLocked(ss *session, at time.Time) {
-	ss.dueAt = at
-	if ss.dueIdx > 0 {
-		heap.Fix(&s.due, ss.dueIdx-1)
+// scheduleLocked makes the owner look at ss at at (moving it if it is
+// scheduled already). The caller pokes the owner if at may be earlier
+// than anything it waits for.
+func (k *keeper) scheduleLocked(ss *session, at time.Time) {
+	ss.ka.dueAt = at
+	if ss.ka.dueIdx > 0 {
+		heap.Fix(&k.due, ss.ka.dueIdx-1)
 		return
 	}
-	heap.Push(&s.due, ss)
+	heap.Push(&k.due, ss)
 }
 
 // probe asks etcd once about a lease whose proven bound ran out. A TTL
 // gives a fresh bound (probe send time + TTL); a missing lease is death by
 // expiry; no answer at all is death by keepalive failure, unless a
 // keepalive answer extended the bound meanwhile.
-func (s *Store) probe(ss *session) {
-	defer s.wg.Done()
-	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout(ss.ttl))
+func (k *keeper) probe(ss *session) {
+	defer k.wg.Done()
+	ctx, cancel := context.WithTimeout(k.ctx, probeTimeout(ss.ttl))
 	sent := time.Now()
-	resp, err := s.cli.TimeToLive(ctx, ss.lease)
+	resp, err := k.cli.TimeToLive(ctx, ss.lease)
 	cancel()
-	s.mu.Lock()
-	defer s.poke()
-	defer s.mu.Unlock()
-	ss.probing = false
-	if ss.dead || s.closed {
-		return
+	reason := ""
+	defer func() {
+		if reason != "" {
+			k.lost(ss, reason)
+		}
+	}()
+	defer k.poke()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ss.ka.probing = false
+	if k.leases[ss.lease] != ss || k.ctx.Err() != nil {
+		return // dead meanwhile, or the Store closed
 	}
 	now := time.Now()
-	s.scheduleLocked(ss, now) // the owner decides what comes next
+	k.scheduleLocked(ss, now) // the owner decides what comes next
 	switch {
 	case err == nil && resp.TTL > 0:
-		ss.extendLocked(sent.Add(time.Duration(resp.TTL) * time.Second))
+		ss.ka.extendLocked(sent.Add(time.Duration(resp.TTL) * time.Second))
 	case err == nil && resp.TTL < 0, errors.Is(classify(context.Background(), err), store.ErrSessionDead):
-		s.markDeadLocked(ss, telemetry.LostLeaseExpired)
-	case now.Before(ss.expiry):
+		reason = telemetry.LostLeaseExpired
+	case now.Before(ss.ka.expiry):
 		// A keepalive answer arrived while probing.
 	case err == nil:
-		ss.nextProbe = now.Add(probeRetry) // exists, under a second left
+		ss.ka.nextProbe = now.Add(probeRetry) // exists, under a second left
 	default:
-		s.markDeadLocked(ss, telemetry.LostKeepaliveFailed)
+		reason = telemetry.LostKeepaliveFailed
 	}
-}
-
-// startStreamLocked opens stream gen in the background.
-func (s *Store) startStreamLocked(gen uint64) *kaStream {
-	ctx, cancel := context.WithCancel(s.ctx)
-	st := &kaStream{gen: gen, cancel: cancel, kick: make(chan struct{}, 1)}
-	s.wg.Add(1)
-	go s.runStream(ctx, st) // exits when the stream breaks or ctx is cancelled (teardown, Close)
-	return st
-}
-
-func (s *Store) runStream(ctx context.Context, st *kaStream) {
-	defer s.wg.Done()
-	stream, err := s.lc.LeaseKeepAlive(clientv3.WithRequireLeader(ctx))
-	if err != nil {
-		s.report(ctx, kaEvent{gen: st.gen, err: err})
-		return
-	}
-	recvDone := make(chan struct{})
-	go func() { // exits when the stream breaks; cancelling ctx breaks it
-		defer close(recvDone)
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				s.report(ctx, kaEvent{gen: st.gen, err: err})
-				return
-			}
-			s.report(ctx, kaEvent{gen: st.gen, resp: resp})
-		}
-	}()
-	defer func() {
-		st.cancel()
-		<-recvDone
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-recvDone:
-			return
-		case <-st.kick:
-		}
-		for _, id := range st.take() {
-			if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
-				s.report(ctx, kaEvent{gen: st.gen, err: err})
-				return
-			}
-		}
-	}
-}
-
-// report hands an event to the owner, or drops it once the stream is torn
-// down.
-func (s *Store) report(ctx context.Context, ev kaEvent) {
-	select {
-	case s.events <- ev:
-	case <-ctx.Done():
+	if reason != "" {
+		delete(k.leases, ss.lease)
 	}
 }
 

@@ -14,6 +14,10 @@ import (
 	"lock.dev/lockd/store"
 )
 
+// deadRetention is how long a dead session is remembered; afterwards it is
+// unknown, which is reported the same way (not live).
+const deadRetention = 10 * time.Minute
+
 // session is one session of this Store: exactly one etcd lease.
 type session struct {
 	id    store.SessionID
@@ -24,48 +28,21 @@ type session struct {
 	// Guarded by Store.mu.
 	dead   bool
 	deadAt time.Time
-	// expiry is the proven lower bound of the lease's end on the monotonic
-	// clock: send time of the last answered keepalive (or grant, or probe)
-	// plus the TTL in its answer. It only ever grows.
-	expiry time.Time
 	held   map[string]uint64 // grants made through this Store (a cache; key → token)
 	// queued holds the keys of held grants that this session waited for in
 	// the queue: others likely wait too, so their release looks at the
 	// queue first (see DeleteIfOwner). A hint only.
 	queued map[string]bool
 
-	// Keepalive state, guarded by Store.mu and driven by the keepalive
-	// owner: at most one keepalive in flight, sent on stream sentGen at
-	// sentAt.
-	inflight  bool
-	sentAt    time.Time
-	sentGen   uint64
-	nextSend  time.Time
-	probing   bool
-	nextProbe time.Time
-	dueAt     time.Time // when the keepalive owner next looks at it
-	dueIdx    int       // 1 + index in Store.due; 0 when not in it
+	// ka is the lease's keepalive state and proven bound, guarded by
+	// keeper.mu (keepalive.go).
+	ka kaState
 }
-
-// extendLocked raises the bound to until if that is later.
-func (ss *session) extendLocked(until time.Time) {
-	if until.After(ss.expiry) {
-		ss.expiry = until
-	}
-}
-
-// remainingLocked is the bound measured from now, at most the TTL.
-func (ss *session) remainingLocked(now time.Time) time.Duration {
-	return min(ss.expiry.Sub(now), ss.ttl)
-}
-
-// probeTimeout bounds one TimeToLive probe of a lease whose bound ran out.
-func probeTimeout(ttl time.Duration) time.Duration { return max(ttl/3, 500*time.Millisecond) }
 
 // OpenSession grants one lease with ttl rounded up to whole seconds.
 func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Session, err error) {
 	start := time.Now()
-	defer func() { s.met.Request(telemetry.OpOpenSession, start, err) }()
+	defer s.met.Observe(telemetry.OpOpenSession)(&err)
 	if err := store.ValidateTTL(ttl); err != nil {
 		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", err)
 	}
@@ -83,14 +60,12 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 	}
 	granted := time.Duration(resp.TTL) * time.Second
 	ss := &session{
-		id:       store.NewSessionID(),
-		lease:    resp.ID,
-		ttl:      granted,
-		done:     make(chan struct{}),
-		expiry:   sent.Add(granted), // etcd starts the lease when it applies the grant, after sent
-		held:     make(map[string]uint64),
-		queued:   make(map[string]bool),
-		nextSend: s.nextSendAfter(sent, granted),
+		id:     store.NewSessionID(),
+		lease:  resp.ID,
+		ttl:    granted,
+		done:   make(chan struct{}),
+		held:   make(map[string]uint64),
+		queued: make(map[string]bool),
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -99,11 +74,9 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 		return store.Session{}, errClosed
 	}
 	s.sessions[ss.id] = ss
-	s.byLease[ss.lease] = ss
-	s.scheduleLocked(ss, time.Now())
-	rem := ss.remainingLocked(start)
+	s.keep.add(ss, sent)
+	rem := s.keep.remaining(ss, start)
 	s.mu.Unlock()
-	s.poke()
 	s.log.SessionOpened(ss.id, granted)
 	s.met.SessionOpened()
 	return store.Session{ID: ss.id, TTL: granted, Remaining: rem}, nil
@@ -115,7 +88,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 // answer that is a retryable error, never "not live".
 func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Liveness, err error) {
 	now := time.Now()
-	defer func() { s.met.Request(telemetry.OpHeartbeat, now, err) }()
+	defer s.met.Observe(telemetry.OpHeartbeat)(&err)
 	if err := store.ValidateSessionID(id); err != nil {
 		return store.Liveness{}, fmt.Errorf("etcdstore: heartbeat: %w", err)
 	}
@@ -132,7 +105,7 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 		s.mu.Unlock()
 		return store.Liveness{}, nil
 	}
-	if rem := ss.remainingLocked(now); rem > 0 {
+	if rem := s.keep.remaining(ss, now); rem > 0 {
 		s.mu.Unlock()
 		return store.Liveness{Live: true, Remaining: rem}, nil
 	}
@@ -165,8 +138,8 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 		// known dead either.
 		return store.Liveness{}, fmt.Errorf("%w: etcdstore: heartbeat: lease under a second from expiry and no keepalive answered", store.ErrUnavailable)
 	}
-	ss.extendLocked(sent.Add(time.Duration(resp.TTL) * time.Second))
-	return store.Liveness{Live: true, Remaining: ss.remainingLocked(now)}, nil
+	s.keep.extend(ss, sent.Add(time.Duration(resp.TTL)*time.Second))
+	return store.Liveness{Live: true, Remaining: s.keep.remaining(ss, now)}, nil
 }
 
 // CloseSession revokes the session's lease: every key attached to it
@@ -178,8 +151,7 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 // through another Store instance is still counted (LocksOf reconciles the
 // record with etcd).
 func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, err error) {
-	start := time.Now()
-	defer func() { s.met.Request(telemetry.OpCloseSession, start, err) }()
+	defer s.met.Observe(telemetry.OpCloseSession)(&err)
 	if err := store.ValidateSessionID(id); err != nil {
 		return 0, fmt.Errorf("etcdstore: close session: %w", err)
 	}
@@ -214,7 +186,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		n = len(ss.held)
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
-		delete(s.byLease, ss.lease)
+		s.keep.remove(ss)
 		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
 		s.log.SessionClosed(id, n)
 		s.met.SessionEnded("")
@@ -227,8 +199,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 // LocksOf lists the session's grants as etcd has them: the keys attached to
 // its lease.
 func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Grant, err error) {
-	start := time.Now()
-	defer func() { s.met.Request(telemetry.OpLocksOf, start, err) }()
+	defer s.met.Observe(telemetry.OpLocksOf)(&err)
 	ss, err := s.live(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: locks of: %w", err)
@@ -281,6 +252,16 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 	return grants, nil
 }
 
+// sessionErr classifies err from a write with the session's lease; a
+// missing lease makes the session dead.
+func (s *Store) sessionErr(ctx context.Context, ss *session, err error) error {
+	err = classify(ctx, err)
+	if errors.Is(err, store.ErrSessionDead) {
+		s.markDead(ss, telemetry.LostLeaseExpired)
+	}
+	return err
+}
+
 // live returns the session if it is live in this Store, else
 // ErrSessionDead (or the ctx error, or errClosed).
 func (s *Store) live(ctx context.Context, id store.SessionID) (*session, error) {
@@ -302,22 +283,15 @@ func (s *Store) live(ctx context.Context, id store.SessionID) (*session, error) 
 	return ss, nil
 }
 
-// ready is the entry check of calls without a session: the caller's ctx
-// still alive, the Store not closed.
-func (s *Store) ready(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// isDone reports whether the session has stopped being live (it is dead);
+// unlike dead it may be read without Store.mu.
+func (ss *session) isDone() bool {
+	select {
+	case <-ss.done:
+		return true
+	default:
+		return false
 	}
-	if s.isClosed() {
-		return errClosed
-	}
-	return nil
-}
-
-func (s *Store) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
 }
 
 // forget drops a session from the map (after close).
@@ -327,6 +301,20 @@ func (s *Store) forget(id store.SessionID) {
 	s.mu.Unlock()
 }
 
+// pruneDead forgets sessions dead for longer than deadRetention; the
+// keeper calls it about once a minute.
+func (s *Store) pruneDead(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ss := range s.sessions {
+		if ss.dead && now.Sub(ss.deadAt) > deadRetention {
+			delete(s.sessions, id)
+		}
+	}
+}
+
+// markDead makes a live session dead for reason (see markDeadLocked). The
+// keeper reports a lease it found gone or can no longer show alive here.
 func (s *Store) markDead(ss *session, reason string) {
 	s.mu.Lock()
 	s.markDeadLocked(ss, reason)
@@ -342,7 +330,7 @@ func (s *Store) markDeadLocked(ss *session, reason string) {
 	}
 	ss.dead, ss.deadAt = true, time.Now()
 	close(ss.done)
-	delete(s.byLease, ss.lease)
+	s.keep.remove(ss)
 	s.log.SessionLost(ss.id, reason)
 	if reason == telemetry.LostLeaseExpired {
 		s.log.LeaseExpired(ss.id)

@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -47,9 +45,13 @@ type Options struct {
 // survive a lockd restart and a client may carry on with its session; on
 // etcd the client opens a new one (docs/backends.md). Close likewise leaves
 // sessions to expire.
+//
+// Each structure has one owner with its own lock: the session table (mu,
+// below), the lease keeping (keep, keepalive.go), the group-commit queue
+// (batch, batch.go) and this Store's waiting Acquire calls (waiters,
+// wait.go). Lock order: mu before keep's lock; the others nest nothing.
 type Store struct {
 	cli    *clientv3.Client
-	lc     pb.LeaseClient
 	prefix string
 	log    telemetry.Log
 	met    *telemetry.Metrics
@@ -57,23 +59,15 @@ type Store struct {
 	ctx       context.Context // cancelled by Close; parent of every background goroutine
 	cancel    context.CancelFunc
 	closeOnce sync.Once
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // goroutines of the Store itself (the keeper waits for its own)
 
-	epoch  time.Time     // New's time: origin of the keepalive send grid
-	wake   chan struct{} // pokes the keepalive owner; capacity 1
-	events chan kaEvent  // keepalive streams → keepalive owner
-
-	batch *batcher // group commit of grants and releases (batch.go)
+	keep    *keeper     // keeps the sessions' leases alive (keepalive.go)
+	batch   *batcher    // group commit of grants and releases (batch.go)
+	waiters localQueues // Acquire calls of this Store waiting in a queue (wait.go)
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
-	// waiting holds, per lockd key, the Acquire calls of this Store waiting
-	// in its queue: a release guesses the first in line from it (see
-	// DeleteIfOwner).
-	waiting map[string][]*localWaiter
-	byLease map[clientv3.LeaseID]*session
-	due     dueHeap // sessions by when the keepalive owner next looks at them
-	closed  bool
+	closed   bool
 }
 
 var _ store.LockStore = (*Store)(nil)
@@ -93,21 +87,17 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	}
 	s := &Store{
 		cli:      cli,
-		lc:       pb.NewLeaseClient(cli.ActiveConnection()),
 		prefix:   prefix,
 		log:      telemetry.Log{L: opts.Logger, Backend: Backend},
 		met:      opts.Metrics,
-		epoch:    time.Now(),
-		wake:     make(chan struct{}, 1),
-		events:   make(chan kaEvent, 64),
 		sessions: make(map[store.SessionID]*session),
-		waiting:  make(map[string][]*localWaiter),
-		byLease:  make(map[clientv3.LeaseID]*session),
 		batch:    newBatcher(),
+		waiters:  localQueues{byKey: make(map[string][]*localWaiter)},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(1 + maxInflight)
-	go s.keepaliveLoop() // exits when Close cancels s.ctx
+	s.keep = newKeeper(s.ctx, cli, s.markDead, s.pruneDead)
+	s.keep.start() // its owner exits when Close cancels s.ctx
+	s.wg.Add(maxInflight)
 	for range maxInflight {
 		go s.committer() // exits when Close cancels s.ctx and nothing it took is unanswered
 	}
@@ -125,6 +115,7 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		s.cancel()
 	})
+	s.keep.wait()
 	s.wg.Wait()
 	return nil
 }
@@ -191,6 +182,20 @@ const (
 	markRevoked  = "revoked"
 )
 
-// errMalformed reports a key this package did not write the way it reads
-// it: someone else writes under the prefix.
-var errMalformed = errors.New("etcdstore: malformed data under the prefix")
+// ready is the entry check of calls without a session: the caller's ctx
+// still alive, the Store not closed.
+func (s *Store) ready(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return errClosed
+	}
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}

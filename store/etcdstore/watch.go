@@ -3,7 +3,6 @@ package etcdstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,8 +23,7 @@ const watchBuffer = 256
 // overwritten is a hand-over (DeleteIfOwner with waiters): "released" for
 // the old grant, then "acquired" for the new one.
 func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event, err error) {
-	start := time.Now()
-	defer func() { s.met.Request(telemetry.OpWatch, start, err) }()
+	defer s.met.Observe(telemetry.OpWatch)(&err)
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("etcdstore: watch: %w", err)
 	}
@@ -154,4 +152,15 @@ func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
 		}
 	}
 	return out
+}
+
+// watchEnded classifies a watch that ended without the awaited delete.
+func (s *Store) watchEnded(ctx context.Context, wr clientv3.WatchResponse) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := wr.Err(); err != nil {
+		return classify(ctx, err)
+	}
+	return fmt.Errorf("%w: watch closed", store.ErrUnavailable)
 }

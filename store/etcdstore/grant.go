@@ -1,0 +1,325 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+// ifFree is the grant condition: nobody holds key and nobody waits for it.
+// An empty range compares as a zero key-value, so the waiter compare holds
+// exactly when the key's queue is empty.
+func (s *Store) ifFree(key string) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(s.lockKey(key)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.queuePrefix(key)), "=", 0).WithPrefix(),
+	}
+}
+
+func (s *Store) putGrant(ss *session, key string, at time.Time) clientv3.Op {
+	return clientv3.OpPut(s.lockKey(key), grantValue(ss.id, at), clientv3.WithLease(ss.lease))
+}
+
+// TryInsert grants key to the session iff it is free with nobody queued.
+// The grant is one transaction; its revision is the fencing token. When
+// another session holds the key, that grant is returned with acquired false.
+func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (g store.Grant, acquired bool, err error) {
+	start := time.Now()
+	defer s.met.Observe(telemetry.OpTryInsert)(&err)
+	defer func() { s.met.Acquire(tryResult(acquired, err), time.Since(start)) }()
+	if err := store.ValidateKey(key); err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
+	}
+	ss, err := s.live(ctx, id)
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
+	}
+	at := time.Now()
+	// An answer lost to ctx needs no cleanup: a retry finds the grant and
+	// returns it (already mine). It is recorded, though, so CloseSession
+	// counts it.
+	resp, err := s.txn(ctx, key, s.ifFree(key),
+		[]clientv3.Op{s.putGrant(ss, key, at)},
+		[]clientv3.Op{clientv3.OpGet(s.lockKey(key))},
+		func(resp *clientv3.TxnResponse, err error) {
+			if err == nil && resp.Succeeded {
+				s.recordAbandoned(ss, key, resp.Header.Revision)
+			}
+		})
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", s.sessionErr(ctx, ss, err))
+	}
+	if resp.Succeeded {
+		g, err := s.granted(ss, key, resp.Header.Revision, at, start)
+		return g, err == nil, err
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return store.Grant{Key: key}, false, nil // free, but sessions are queued for it
+	}
+	held, err := s.grantOf(key, kvs[0])
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
+	}
+	if s.owns(ss, kvs[0]) {
+		return s.withRemaining(ss, held, start), true, nil
+	}
+	return held, false, nil
+}
+
+// tryResult is the acquire outcome label of a TryInsert that returned
+// (acquired, err): unlike an Acquire, it can find the key contended.
+func tryResult(acquired bool, err error) string {
+	switch {
+	case err != nil:
+		return telemetry.AcquireError
+	case acquired:
+		return telemetry.AcquireGranted
+	}
+	return telemetry.AcquireContended
+}
+
+// recordAbandoned records a grant written for the session by a call whose
+// caller gave up while it was in flight: the grant is real (a retry returns
+// it), so the Store counts it as held.
+func (s *Store) recordAbandoned(ss *session, key string, rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := ss.held[key]; !ok && !ss.dead {
+		ss.held[key] = uint64(rev)
+		s.met.LocksHeld(1)
+	}
+}
+
+// granted records a grant just written for the session.
+func (s *Store) granted(ss *session, key string, rev int64, at, start time.Time) (store.Grant, error) {
+	s.mu.Lock()
+	if ss.dead {
+		// Given up on while granting: nobody may trust this grant; take it
+		// back (the lease's end would, too).
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		lk := s.lockKey(key)
+		s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).Then(clientv3.OpDelete(lk)).Commit() //nolint:errcheck // best effort
+		return store.Grant{}, deadErr(ss)
+	}
+	ss.held[key] = uint64(rev)
+	rem := s.keep.remaining(ss, start)
+	s.mu.Unlock()
+	s.met.LocksHeld(1)
+	g := store.Grant{Key: key, Session: ss.id, Token: uint64(rev), AcquiredAt: at, Remaining: max(rem, 0)}
+	s.log.LockAcquired(g, time.Since(start))
+	return g, nil
+}
+
+// withRemaining fills in the session's current bound.
+func (s *Store) withRemaining(ss *session, g store.Grant, start time.Time) store.Grant {
+	g.Remaining = max(s.keep.remaining(ss, start), 0)
+	return g
+}
+
+// owns reports whether a grant key belongs to the session.
+func (s *Store) owns(ss *session, kv *mvccpb.KeyValue) bool {
+	holder, _, err := parseGrant(kv.Value)
+	return err == nil && holder == ss.id && clientv3.LeaseID(kv.Lease) == ss.lease
+}
+
+// grantOf decodes a grant key.
+func (s *Store) grantOf(key string, kv *mvccpb.KeyValue) (store.Grant, error) {
+	holder, at, err := parseGrant(kv.Value)
+	if err != nil {
+		return store.Grant{}, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	return store.Grant{Key: key, Session: holder, Token: uint64(kv.ModRevision), AcquiredAt: at}, nil
+}
+
+// DeleteIfOwner releases key iff its current grant is (session, token).
+// With nobody queued it deletes the grant in one transaction that also
+// checks the queue is empty; with sessions queued that transaction instead
+// reads the first of them, and a second one hands the key to it (a new
+// grant, with a new token, attached to that waiter's lease), so a
+// hand-over costs one commit. Either way a release marker is written in the
+// committing transaction (see Watch).
+//
+// A transaction that could write goes through etcd's log even when its
+// compares send it down a read-only branch, so the first transaction is
+// skipped where the queue is likely not empty. If an Acquire call of this
+// Store waits for key first in line, it is taken as the one to hand over
+// to and the hand-over checks that guess (its waiter key still there, no
+// older one; the waiter has seen itself first in line, so the guess is
+// right unless it left meanwhile): one commit in all. Else, if the
+// session waited in the queue for this grant (others likely wait too), the
+// first waiter is read with a plain read: a read and a commit rather than
+// two commits.
+func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) (err error) {
+	defer s.met.Observe(telemetry.OpRelease)(&err)
+	if err := store.ValidateKey(key); err != nil {
+		return fmt.Errorf("etcdstore: release: %w", err)
+	}
+	ss, err := s.live(ctx, id)
+	notOwner := fmt.Errorf("%w: etcdstore: release %q: token %d is not the current grant of session %s", store.ErrNotOwner, key, token, id)
+	if errors.Is(err, store.ErrSessionDead) || (err == nil && (token == 0 || token > math.MaxInt64)) {
+		return notOwner
+	}
+	if err != nil {
+		return fmt.Errorf("etcdstore: release: %w", err)
+	}
+	lk, qp := s.lockKey(key), s.queuePrefix(key)
+	owner := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(lk), "=", int64(token)),
+		clientv3.Compare(clientv3.LeaseValue(lk), "=", ss.lease),
+	}
+	marker := clientv3.OpPut(s.markerKey(key), markReleased)
+	firstInLine := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
+	firstWaiter := clientv3.OpGet(qp, firstInLine...)
+	// next is the waiter to hand over to, once known or guessed.
+	type waiter struct {
+		key   string
+		rev   int64 // create revision of its waiter key
+		lease clientv3.LeaseID
+	}
+	var next *waiter
+	fromKV := func(kvs []*mvccpb.KeyValue) *waiter {
+		if len(kvs) == 0 {
+			return nil
+		}
+		return &waiter{string(kvs[0].Key), kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease)}
+	}
+	// Who is first in line: a guess from this Store's own waiters (the
+	// hand-over then checks it), or, if the session waited for this grant
+	// (others likely wait too), a plain read.
+	if w, ok := s.waiters.first(key); ok {
+		next = &waiter{s.waiterKey(key, w.ss.id), w.rev, w.ss.lease}
+	} else {
+		s.mu.Lock()
+		lookFirst := ss.queued[key]
+		s.mu.Unlock()
+		if lookFirst {
+			hr, err := s.cli.Get(ctx, qp, firstInLine...)
+			if err != nil {
+				return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
+			}
+			next = fromKV(hr.Kvs)
+		}
+	}
+	s.mu.Lock()
+	delete(ss.queued, key)
+	s.mu.Unlock()
+	for range 10 {
+		var resp *clientv3.TxnResponse
+		if next == nil {
+			// Release if nobody waits, else read who is first.
+			resp, err = s.txn(ctx, key, owner,
+				[]clientv3.Op{clientv3.OpTxn(
+					[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()},
+					[]clientv3.Op{marker, clientv3.OpDelete(lk)},
+					[]clientv3.Op{firstWaiter})},
+				[]clientv3.Op{clientv3.OpGet(lk)}, nil)
+		} else {
+			// Hand over to next if it is still queued and first in line
+			// (no waiter key of key older than its own); else read again.
+			to := store.SessionID(strings.TrimPrefix(next.key, qp))
+			resp, err = s.txn(ctx, key,
+				append(slices.Clone(owner),
+					clientv3.Compare(clientv3.CreateRevision(next.key), "=", next.rev),
+					clientv3.Compare(clientv3.CreateRevision(qp), ">", next.rev-1).WithPrefix()),
+				[]clientv3.Op{
+					marker,
+					clientv3.OpPut(lk, grantValue(to, time.Now()), clientv3.WithLease(next.lease)),
+					clientv3.OpDelete(next.key),
+				},
+				[]clientv3.Op{clientv3.OpGet(lk), firstWaiter}, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
+		}
+		if !resp.Succeeded {
+			cur := resp.Responses[0].GetResponseRange().Kvs
+			if len(cur) == 0 || cur[0].ModRevision != int64(token) || clientv3.LeaseID(cur[0].Lease) != ss.lease {
+				return notOwner
+			}
+			// Still ours: the waiter left, or the guess was not first.
+			next = nil
+			if len(resp.Responses) > 1 {
+				next = fromKV(resp.Responses[1].GetResponseRange().Kvs)
+			}
+			continue
+		}
+		if next == nil {
+			if q := resp.Responses[0].GetResponseTxn(); !q.Succeeded {
+				next = fromKV(q.Responses[0].GetResponseRange().Kvs)
+				continue // sessions are queued: hand over
+			}
+		}
+		g := store.Grant{Key: key, Session: id, Token: token}
+		s.mu.Lock()
+		if _, ok := ss.held[key]; ok && !ss.dead {
+			delete(ss.held, key)
+			s.met.Released(telemetry.ReleaseRelease, 1)
+		}
+		s.mu.Unlock()
+		s.log.LockReleased(g, telemetry.ReleaseRelease)
+		return nil
+	}
+	return fmt.Errorf("%w: etcdstore: release %q: its queue kept changing", store.ErrContention, key)
+}
+
+// Revoke deletes key's current grant whoever holds it, with a "revoked"
+// marker in the same transaction.
+func (s *Store) Revoke(ctx context.Context, key string) (g store.Grant, found bool, err error) {
+	defer s.met.Observe(telemetry.OpRevoke)(&err)
+	if err := store.ValidateKey(key); err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
+	}
+	lk := s.lockKey(key)
+	for range 10 {
+		gr, err := s.cli.Get(ctx, lk)
+		if err != nil {
+			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
+		}
+		if len(gr.Kvs) == 0 {
+			return store.Grant{}, false, nil
+		}
+		g, err := s.grantOf(key, gr.Kvs[0])
+		if err != nil {
+			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
+		}
+		resp, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(lk), "=", gr.Kvs[0].ModRevision),
+		).Then(
+			clientv3.OpPut(s.markerKey(key), markRevoked),
+			clientv3.OpDelete(lk),
+		).Commit()
+		if err != nil {
+			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
+		}
+		if !resp.Succeeded {
+			continue // the grant changed under us: look again
+		}
+		s.log.LockRevoked(key, g.Token)
+		s.mu.Lock()
+		if ss := s.sessions[g.Session]; ss != nil && !ss.dead && ss.held[key] == g.Token {
+			delete(ss.held, key)
+			delete(ss.queued, key)
+			s.met.Released(telemetry.ReleaseRevoked, 1)
+			s.log.LockReleased(g, telemetry.ReleaseRevoked)
+		}
+		s.mu.Unlock()
+		return g, true, nil
+	}
+	return store.Grant{}, false, fmt.Errorf("%w: etcdstore: revoke %q: the grant kept changing", store.ErrContention, key)
+}

@@ -1,0 +1,172 @@
+package etcdstore
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/store"
+)
+
+// TestEtcdSessionLease is the seed's (T-031) acceptance criteria 1–6; 7 is
+// the foundation's AST test.
+func TestEtcdSessionLease(t *testing.T) {
+	const ttl = 2 * time.Second
+	cli := etcdtest.NewClient(t)
+	keys := []string{"a", "b", "c"}
+
+	t.Run("1_RevokeLeaseRemovesAllLocks", func(t *testing.T) {
+		prefix := etcdtest.Prefix(t)
+		st := newStore(t, cli, prefix, nil)
+		id := openSession(t, st, ttl)
+		for _, k := range keys {
+			mustTry(t, st, id, k)
+		}
+		if got := lockKeys(t, cli, prefix); len(got) != 3 {
+			t.Fatalf("before revoke: grant keys %v, want 3", got)
+		}
+		revokeLease(t, cli, st, id)
+		if got := lockKeys(t, cli, prefix); len(got) != 0 {
+			t.Fatalf("one range read after revoking the lease: grant keys %v, want none", got)
+		}
+	})
+
+	t.Run("2_OneLeasePerSession", func(t *testing.T) {
+		prefix := etcdtest.Prefix(t)
+		st := newStore(t, cli, prefix, nil)
+		before, err := cli.Leases(ctxT(t))
+		if err != nil {
+			t.Fatalf("Leases: %v", err)
+		}
+		id := openSession(t, st, ttl)
+		for _, k := range keys {
+			mustTry(t, st, id, k)
+		}
+		after, err := cli.Leases(ctxT(t))
+		if err != nil {
+			t.Fatalf("Leases: %v", err)
+		}
+		old := map[clientv3.LeaseID]bool{}
+		for _, l := range before.Leases {
+			old[l.ID] = true
+		}
+		var added []clientv3.LeaseID
+		for _, l := range after.Leases {
+			if !old[l.ID] {
+				added = append(added, l.ID)
+			}
+		}
+		lease := leaseOf(t, st, id)
+		if len(added) != 1 || added[0] != lease {
+			t.Fatalf("leases created by one session with three locks: %v, want exactly its lease %x", added, lease)
+		}
+		ttlResp, err := cli.TimeToLive(ctxT(t), lease, clientv3.WithAttachedKeys())
+		if err != nil {
+			t.Fatalf("TimeToLive: %v", err)
+		}
+		if len(ttlResp.Keys) != 3 {
+			t.Fatalf("keys attached to the session's lease: %q, want 3", ttlResp.Keys)
+		}
+	})
+
+	t.Run("3_HeartbeatLiveThenNotLiveAfterRevoke", func(t *testing.T) {
+		st := newStore(t, cli, etcdtest.Prefix(t), nil)
+		id := openSession(t, st, ttl)
+		l, err := st.Heartbeat(ctxT(t), id)
+		if err != nil || !l.Live {
+			t.Fatalf("Heartbeat while the stream is up = %+v, %v; want live", l, err)
+		}
+		revokeLease(t, cli, st, id)
+		testkit.Eventually(t, ttl+time.Second, "heartbeat not live after an out-of-band revoke", func() error {
+			l, err := st.Heartbeat(ctxT(t), id)
+			if err != nil {
+				return err
+			}
+			if l.Live {
+				return errors.New("still live")
+			}
+			return nil
+		})
+		for i := range 3 {
+			if l, err := st.Heartbeat(ctxT(t), id); err != nil || l.Live || l.Remaining != 0 {
+				t.Fatalf("Heartbeat #%d after not-live = %+v, %v; want not live again (terminal)", i+2, l, err)
+			}
+		}
+	})
+
+	t.Run("4_StoppedKeepaliveExpiresWithinTTL", func(t *testing.T) {
+		prefix := etcdtest.Prefix(t)
+		st := newStore(t, cli, prefix, nil)
+		id := openSession(t, st, ttl)
+		mustTry(t, st, id, "a")
+		lease := leaseOf(t, st, id)
+		// Closing the store stops its keepalive stream (as when lockd dies).
+		st.Close()
+		stopped := time.Now()
+		resp, err := cli.TimeToLive(ctxT(t), lease)
+		if err != nil || resp.TTL <= 0 {
+			t.Fatalf("TimeToLive right after the keepalive stopped = %+v, %v; want the lease still alive", resp, err)
+		}
+		testkit.Eventually(t, ttl+2*time.Second, "lease expires after its keepalive stopped", func() error {
+			resp, err := cli.TimeToLive(ctxT(t), lease)
+			if err != nil {
+				return err
+			}
+			if resp.TTL != -1 {
+				return errors.New("lease still alive")
+			}
+			return nil
+		})
+		if got := lockKeys(t, cli, prefix); len(got) != 0 {
+			t.Fatalf("grant keys after the lease expired: %v, want none", got)
+		}
+		t.Logf("lease gone %v after the keepalive stopped (TTL %v)", time.Since(stopped).Round(time.Millisecond), ttl)
+	})
+
+	t.Run("5_UnknownOrDeadSessionWritesNothing", func(t *testing.T) {
+		prefix := etcdtest.Prefix(t)
+		st := newStore(t, cli, prefix, nil)
+		if _, _, err := st.TryInsert(ctxT(t), store.NewSessionID(), "unknown"); !errors.Is(err, store.ErrSessionDead) {
+			t.Fatalf("TryInsert(unknown session): err = %v, want ErrSessionDead", err)
+		}
+		// Dead before the store noticed: etcd refuses the put on the
+		// missing lease.
+		id := openSession(t, st, ttl)
+		revokeLease(t, cli, st, id)
+		if _, _, err := st.TryInsert(ctxT(t), id, "dead"); !errors.Is(err, store.ErrSessionDead) {
+			t.Fatalf("TryInsert(session whose lease was just revoked): err = %v, want ErrSessionDead", err)
+		}
+		// Known dead.
+		if l, err := st.Heartbeat(ctxT(t), id); err != nil || l.Live {
+			t.Fatalf("Heartbeat after the refused grant = %+v, %v; want not live", l, err)
+		}
+		if _, _, err := st.TryInsert(ctxT(t), id, "dead2"); !errors.Is(err, store.ErrSessionDead) {
+			t.Fatalf("TryInsert(dead session): err = %v, want ErrSessionDead", err)
+		}
+		if got := lockKeys(t, cli, prefix); len(got) != 0 {
+			t.Fatalf("grant keys written by unknown/dead sessions: %v, want none", got)
+		}
+	})
+
+	t.Run("6_CloseTwice", func(t *testing.T) {
+		prefix := etcdtest.Prefix(t)
+		st := newStore(t, cli, prefix, nil)
+		id := openSession(t, st, ttl)
+		for _, k := range keys {
+			mustTry(t, st, id, k)
+		}
+		if n, err := st.CloseSession(ctxT(t), id); err != nil || n != 3 {
+			t.Fatalf("first CloseSession = %d, %v; want 3, nil", n, err)
+		}
+		if n, err := st.CloseSession(ctxT(t), id); err != nil || n != 0 {
+			t.Fatalf("second CloseSession = %d, %v; want 0, nil", n, err)
+		}
+		if got := lockKeys(t, cli, prefix); len(got) != 0 {
+			t.Fatalf("grant keys after CloseSession: %v, want none", got)
+		}
+	})
+}
