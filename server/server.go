@@ -66,8 +66,9 @@ type Options struct {
 	// backend label BackendLabel. A caller that shares one Metrics between
 	// the store and the server passes it here, registered on Registry.
 	Metrics *telemetry.Metrics
-	// BackendLabel is the C4 backend label ("etcd" or "pg"); empty means
-	// Config.Backend, with "embedded" reported as "etcd".
+	// BackendLabel is the C4 backend label of the store ("etcd" or "pg",
+	// as internal/backend reports it); empty means "etcd", the label of the
+	// default (embedded) backend.
 	BackendLabel string
 }
 
@@ -112,10 +113,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	}
 	label := opts.BackendLabel
 	if label == "" {
-		label = cfg.Backend
-		if label == BackendEmbedded {
-			label = BackendEtcd
-		}
+		label = "etcd"
 	}
 	reg := opts.Registry
 	if reg == nil {
