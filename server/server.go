@@ -43,10 +43,9 @@ const (
 	// streamWindow and connWindow are static HTTP/2 flow-control windows.
 	// A static window turns off grpc-go's bandwidth-delay estimation,
 	// which otherwise sends a PING (and reads its ack) when data arrives
-	// while no estimation PING is outstanding. Loopy usually writes it
-	// together with other frames, so the saving is small (about 3% of the
-	// syscalls of an acquire/release pair at concurrency 1). Messages are
-	// at most MaxRecvMsgSize, far below either window.
+	// while no estimation PING is outstanding (the measured saving is in
+	// docs/backends.md). Messages are at most MaxRecvMsgSize, far below
+	// either window.
 	streamWindow = 1 << 20
 	connWindow   = 16 << 20
 	// streamWorkers is how many goroutines serve RPCs and keep their grown
