@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/server"
@@ -35,7 +36,7 @@ func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 // TestInvalidUTF8OnTheWire: a non-Go client can send a key that is not valid
 // UTF-8; it must get InvalidArgument naming the request, not Internal.
 func TestInvalidUTF8OnTheWire(t *testing.T) {
-	srv := lockdtest.StartBackend(t, server.BackendEtcd, lockdtest.Options{NoClient: true})
+	srv := lockdtest.StartBackend(t, backend.Etcd, lockdtest.Options{NoClient: true})
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{encoding.GetCodecV2(grpcproto.Name)})))
 	if err != nil {

@@ -3,30 +3,25 @@ package server
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"lock.dev/lockd/store"
 )
 
-// Backend names (C5 lock.backend).
-const (
-	BackendEmbedded = "embedded"
-	BackendEtcd     = "etcd"
-	BackendPG       = "pg"
-)
-
-// Config is lockd's configuration: one field per C5 key
-// (docs/contracts/C5.md #ct5-config), with the key in the koanf tag.
+// Config holds the server's own keys of lockd's C5 configuration
+// (docs/contracts/C5.md #ct5-config): one field per key, with the key in the
+// koanf tag. The backend's keys (lock.backend, lock.etcd.*, lock.pg.*,
+// lock.embedded.*) are not here: the server runs over whatever store it is
+// given.
 type Config struct {
-	// Backend is lock.backend: embedded, etcd or pg.
-	Backend string `koanf:"lock.backend"`
 	// SessionTTL is lock.session.ttl: the TTL of sessions opened without one.
 	SessionTTL time.Duration `koanf:"lock.session.ttl"`
 	// SafetyMargin is lock.client.safety-margin: how long before the
-	// backend could free a key a client stops trusting its lock.
+	// backend could free a key a client stops trusting its lock. The server
+	// advertises it to clients and requires TTLs above twice it.
 	SafetyMargin time.Duration `koanf:"lock.client.safety-margin"`
-	// HeartbeatInterval is lock.client.heartbeat-interval; 0 means TTL/3.
+	// HeartbeatInterval is lock.client.heartbeat-interval, advertised to
+	// clients; 0 means TTL/3.
 	HeartbeatInterval time.Duration `koanf:"lock.client.heartbeat-interval"`
 	// Listen is lock.server.listen, the gRPC address.
 	Listen string `koanf:"lock.server.listen"`
@@ -36,57 +31,24 @@ type Config struct {
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
 	CloseSessionsOnShutdown bool `koanf:"lock.server.close-sessions-on-shutdown"`
-	// EtcdEndpoints is lock.etcd.endpoints (backend etcd).
-	EtcdEndpoints []string `koanf:"lock.etcd.endpoints"`
-	// EtcdPrefix is lock.etcd.prefix: every key lockd writes starts with it.
-	EtcdPrefix string `koanf:"lock.etcd.prefix"`
-	// EtcdDialTimeout is lock.etcd.dial-timeout.
-	EtcdDialTimeout time.Duration `koanf:"lock.etcd.dial-timeout"`
-	// PGDSN is lock.pg.dsn (backend pg).
-	PGDSN string `koanf:"lock.pg.dsn"`
-	// PGSchema is lock.pg.schema.
-	PGSchema string `koanf:"lock.pg.schema"`
-	// PGReaperInterval is lock.pg.reaper-interval.
-	PGReaperInterval time.Duration `koanf:"lock.pg.reaper-interval"`
-	// EmbeddedDataDir is lock.embedded.data-dir (backend embedded).
-	EmbeddedDataDir string `koanf:"lock.embedded.data-dir"`
 }
 
 // DefaultConfig returns the C5 defaults.
 func DefaultConfig() Config {
 	return Config{
-		Backend:          BackendEmbedded,
-		SessionTTL:       15 * time.Second,
-		SafetyMargin:     2 * time.Second,
-		Listen:           "127.0.0.1:7420",
-		MetricsListen:    "127.0.0.1:7421",
-		EtcdPrefix:       "/lockd/",
-		EtcdDialTimeout:  5 * time.Second,
-		PGSchema:         "lockd",
-		PGReaperInterval: time.Second,
-		EmbeddedDataDir:  "./lockd-data",
+		SessionTTL:    15 * time.Second,
+		SafetyMargin:  2 * time.Second,
+		Listen:        "127.0.0.1:7420",
+		MetricsListen: "127.0.0.1:7421",
 	}
 }
 
-// EffectiveHeartbeatInterval is HeartbeatInterval, or SessionTTL/3 when unset.
-func (c Config) EffectiveHeartbeatInterval() time.Duration {
-	if c.HeartbeatInterval > 0 {
-		return c.HeartbeatInterval
-	}
-	return c.SessionTTL / 3
-}
-
-// Validate checks every bound and cross-field rule of C5. Each error names
-// the key it is about.
+// Validate checks every bound and cross-field rule of C5 for the server's
+// keys. Each error is "key: message", one per problem, joined.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
-	}
-	switch c.Backend {
-	case BackendEmbedded, BackendEtcd, BackendPG:
-	default:
-		bad("lock.backend", "%q is not one of embedded, etcd, pg", c.Backend)
 	}
 	if err := store.ValidateTTL(c.SessionTTL); err != nil {
 		bad("lock.session.ttl", "%v is out of bounds [%v, %v] or not whole milliseconds", c.SessionTTL, store.MinTTL, store.MaxTTL)
@@ -103,41 +65,5 @@ func (c Config) Validate() error {
 	if c.MetricsListen == "" {
 		bad("lock.server.metrics-listen", "must not be empty (use \"off\" to disable)")
 	}
-	if c.Backend == BackendEtcd && len(c.EtcdEndpoints) == 0 {
-		bad("lock.etcd.endpoints", "must name at least one endpoint when lock.backend=etcd")
-	}
-	if c.EtcdPrefix == "" || !strings.HasSuffix(c.EtcdPrefix, "/") {
-		bad("lock.etcd.prefix", "%q must be non-empty and end with /", c.EtcdPrefix)
-	}
-	if c.EtcdDialTimeout < 100*time.Millisecond || c.EtcdDialTimeout > time.Minute {
-		bad("lock.etcd.dial-timeout", "%v out of bounds [100ms, 1m]", c.EtcdDialTimeout)
-	}
-	if c.Backend == BackendPG && c.PGDSN == "" {
-		bad("lock.pg.dsn", "must be set when lock.backend=pg")
-	}
-	if !validIdent(c.PGSchema) {
-		bad("lock.pg.schema", "%q must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)", c.PGSchema)
-	}
-	if c.PGReaperInterval < 100*time.Millisecond || c.PGReaperInterval > time.Minute {
-		bad("lock.pg.reaper-interval", "%v out of bounds [100ms, 1m]", c.PGReaperInterval)
-	}
-	if c.Backend == BackendEmbedded && c.EmbeddedDataDir == "" {
-		bad("lock.embedded.data-dir", "must not be empty when lock.backend=embedded")
-	}
 	return errors.Join(errs...)
-}
-
-func validIdent(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/server"
 )
 
 // FuzzAPI sends arbitrary requests to every RPC of a real server over a real
@@ -19,7 +19,7 @@ import (
 // classified status — never panic, never Internal or Unknown (issue 6 §4).
 // Seed corpus: testdata/fuzz/FuzzAPI.
 func FuzzAPI(f *testing.F) {
-	srv := lockdtest.StartBackend(f, server.BackendEtcd, lockdtest.Options{})
+	srv := lockdtest.StartBackend(f, backend.Etcd, lockdtest.Options{})
 	api := dial(f, srv.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	real, err := api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: time.Minute.Milliseconds()})

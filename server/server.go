@@ -43,10 +43,9 @@ const (
 	// streamWindow and connWindow are static HTTP/2 flow-control windows.
 	// A static window turns off grpc-go's bandwidth-delay estimation,
 	// which otherwise sends a PING (and reads its ack) when data arrives
-	// while no estimation PING is outstanding. Loopy usually writes it
-	// together with other frames, so the saving is small (about 3% of the
-	// syscalls of an acquire/release pair at concurrency 1). Messages are
-	// at most MaxRecvMsgSize, far below either window.
+	// while no estimation PING is outstanding (the measured saving is in
+	// docs/backends.md). Messages are at most MaxRecvMsgSize, far below
+	// either window.
 	streamWindow = 1 << 20
 	connWindow   = 16 << 20
 	// streamWorkers is how many goroutines serve RPCs and keep their grown
@@ -66,8 +65,9 @@ type Options struct {
 	// backend label BackendLabel. A caller that shares one Metrics between
 	// the store and the server passes it here, registered on Registry.
 	Metrics *telemetry.Metrics
-	// BackendLabel is the C4 backend label ("etcd" or "pg"); empty means
-	// Config.Backend, with "embedded" reported as "etcd".
+	// BackendLabel is the C4 backend label of the store ("etcd" or "pg",
+	// as internal/backend reports it); empty means "etcd", the label of the
+	// default (embedded) backend.
 	BackendLabel string
 }
 
@@ -112,10 +112,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	}
 	label := opts.BackendLabel
 	if label == "" {
-		label = cfg.Backend
-		if label == BackendEmbedded {
-			label = BackendEtcd
-		}
+		label = "etcd"
 	}
 	reg := opts.Registry
 	if reg == nil {

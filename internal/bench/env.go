@@ -16,11 +16,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/embedetcd"
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/etcdstore"
-	"lock.dev/lockd/store/pgstore"
 )
 
 // Schemas and key prefixes the benchmark owns. PostgreSQL schemas are
@@ -39,12 +38,12 @@ const (
 
 // labelSystem is the pprof label that says which system a CPU sample
 // belongs to (Config.CPUProfile); labelBackend is its value for an
-// embedded etcd. Goroutines inherit the labels of the goroutine that
-// starts them, so the label is set while each system's clients, servers
-// and stores are created, and while its load runs.
+// embedded etcd, set by backend.Open. Goroutines inherit the labels of the
+// goroutine that starts them, so the label is set while each system's
+// clients, servers and stores are created, and while its load runs.
 const (
-	labelSystem  = "system"
-	labelBackend = "backend"
+	labelSystem  = backend.ProfileLabel
+	labelBackend = backend.ProfileEmbedded
 )
 
 // withLabel runs f with the pprof label system=value.
@@ -127,28 +126,33 @@ func (b *bed) close() error {
 }
 
 func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error) {
-	b.endpoints = cfg.EtcdEndpoints
+	// lockd's backend, as `lockd serve` opens it (with an embedded etcd).
+	lockdPrefix := etcdLockdPrefix + b.run + "/"
+	bcfg := backend.DefaultConfig()
+	bcfg.Kind, bcfg.EtcdEndpoints, bcfg.EtcdPrefix, bcfg.EtcdDialTimeout = cfg.Backend, cfg.EtcdEndpoints, lockdPrefix, dialTimeout
 	if cfg.Backend == BackendEmbedded {
-		dir := cfg.DataDir
-		if dir == "" {
+		bcfg.EmbeddedDataDir = cfg.DataDir
+		if bcfg.EmbeddedDataDir == "" {
 			tmp, err := os.MkdirTemp("", "lockd-bench-")
 			if err != nil {
 				return nil, fmt.Errorf("data dir: %w", err)
 			}
-			dir = tmp
+			bcfg.EmbeddedDataDir = tmp
 			b.onClose(func(context.Context) error { return os.RemoveAll(tmp) })
 		}
-		var (
-			ee  *embedetcd.Server
-			err error
-		)
-		withLabel(labelBackend, func() { ee, err = embedetcd.Start(ctx, embedetcd.Config{DataDir: dir}) })
-		if err != nil {
-			return nil, fmt.Errorf("start embedded etcd in %s: %w", dir, err)
-		}
-		b.onClose(func(context.Context) error { return ee.Close() })
-		b.endpoints = ee.Endpoints()
 	}
+	var (
+		lb  *backend.Backend
+		err error
+	)
+	withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
+	if err != nil {
+		return nil, err
+	}
+	b.onClose(func(context.Context) error { return lb.Close() })
+	b.endpoints = lb.Endpoints()
+
+	// The baselines' client, also used for counting and cleanup.
 	raw, err := clientv3.New(etcdstore.ClientConfig(b.endpoints, dialTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", b.endpoints, err)
@@ -171,21 +175,9 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 		}
 		return errors.Join(errs...)
 	})
-
-	// lockd's own client, as `lockd serve` has.
-	var lc *clientv3.Client
-	withLabel(sysLockd, func() { lc, err = clientv3.New(etcdstore.ClientConfig(b.endpoints, dialTimeout)) })
-	if err != nil {
-		return nil, fmt.Errorf("connect to etcd %v: %w", b.endpoints, err)
-	}
-	b.onClose(func(context.Context) error { return lc.Close() })
-	lockdPrefix := etcdLockdPrefix + b.run + "/"
-	var st *etcdstore.Store
-	withLabel(sysLockd, func() { st, err = etcdstore.New(sctx, lc, etcdstore.Options{Prefix: lockdPrefix}) })
-	if err != nil {
-		return nil, fmt.Errorf("open etcd store: %w", err)
-	}
-	b.onClose(func(context.Context) error { return st.Close() })
+	// The store stops before its keys are deleted; lb.Close closes it again
+	// (a no-op), then its client and the embedded etcd.
+	b.onClose(func(context.Context) error { return lb.LockStore.Close() })
 
 	b.systems = []system{
 		&lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
@@ -198,7 +190,7 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 		&etcdTxnSystem{cli: raw, prefix: etcdRawPrefix + b.run + "/"},
 		&etcdMutexSystem{cli: raw, prefix: etcdMutexPrefix + b.run + "/"},
 	}
-	return st, nil
+	return lb, nil
 }
 
 func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) {
@@ -240,12 +232,15 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 			return nil, fmt.Errorf("create pg-raw schema: %w", err)
 		}
 	}
-	var st *pgstore.Store
-	withLabel(sysLockd, func() { st, err = pgstore.New(ctx, pgstore.Options{DSN: cfg.PGDSN, Schema: pgLockdSchema}) })
+	// lockd's backend, as `lockd serve` opens it.
+	bcfg := backend.DefaultConfig()
+	bcfg.Kind, bcfg.PGDSN, bcfg.PGSchema = BackendPG, cfg.PGDSN, pgLockdSchema
+	var lb *backend.Backend
+	withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
 	if err != nil {
-		return nil, fmt.Errorf("open postgresql store: %w", err)
+		return nil, err
 	}
-	b.onClose(func(context.Context) error { return st.Close() })
+	b.onClose(func(context.Context) error { return lb.Close() })
 	countQ := `SELECT count(*) FROM ` + pgx.Identifier{pgLockdSchema}.Sanitize() + `.locks WHERE starts_with(key, $1)`
 	b.systems = []system{
 		&lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
@@ -255,7 +250,7 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 		}},
 		raw,
 	}
-	return st, nil
+	return lb, nil
 }
 
 // startLockd starts the lockd server over st on 127.0.0.1 and connects the
@@ -267,13 +262,10 @@ func (b *bed) startLockd(st store.LockStore) (err error) {
 
 func (b *bed) startLockdLabelled(st store.LockStore) error {
 	cfg := server.DefaultConfig()
-	cfg.Backend = b.backend
-	cfg.PGDSN = b.dsn
-	cfg.EtcdEndpoints = b.endpoints
 	cfg.Listen = "127.0.0.1:0"
 	cfg.MetricsListen = "off"
 	cfg.SessionTTL = sessionTTL
-	srv, err := server.New(cfg, st, server.Options{})
+	srv, err := server.New(cfg, st, server.Options{BackendLabel: b.backend})
 	if err != nil {
 		return fmt.Errorf("start lockd server: %w", err)
 	}

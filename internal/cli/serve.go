@@ -11,15 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/config"
-	"lock.dev/lockd/internal/embedetcd"
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/server"
-	"lock.dev/lockd/store"
-	"lock.dev/lockd/store/etcdstore"
-	"lock.dev/lockd/store/pgstore"
 )
 
 // shutdownTimeout bounds the graceful part of shutdown (in-flight RPCs,
@@ -58,43 +54,23 @@ sessions are left to expire unless --close-sessions-on-shutdown.`,
 	return cmd
 }
 
-// backend is a running store and what it needs closed, in order.
-type backend struct {
-	store  store.LockStore
-	label  string         // C4 backend label
-	closes []func() error // run in order after the store's Close
-}
-
-func (b *backend) close() error {
-	var errs []error
-	if b.store != nil {
-		if err := b.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
-	}
-	for _, c := range b.closes {
-		errs = append(errs, c())
-	}
-	return errors.Join(errs...)
-}
-
 // serve runs lockd until ctx ends or a listener fails.
-func serve(ctx context.Context, cfg server.Config, e *env) (err error) {
+func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
 	reg := prometheus.NewRegistry() // never the global one: embedded etcd pollutes that
-	label := telemetryLabel(cfg.Backend)
+	label := cfg.Backend.Label()
 	metrics, err := telemetry.NewMetrics(reg, label)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
-	b, err := openBackend(ctx, cfg, logger, metrics)
+	b, err := backend.Open(ctx, cfg.Backend, logger, metrics)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, b.close()) }()
+	defer func() { err = errors.Join(err, b.Close()) }()
 
-	srv, err := server.New(cfg, b.store, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label})
+	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
@@ -107,7 +83,7 @@ func serve(ctx context.Context, cfg server.Config, e *env) (err error) {
 		return nil
 	}
 
-	lis, err := net.Listen("tcp", cfg.Listen)
+	lis, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return errors.Join(fmt.Errorf("lock.server.listen: %w", err), shutdown())
 	}
@@ -116,8 +92,8 @@ func serve(ctx context.Context, cfg server.Config, e *env) (err error) {
 		mlis      net.Listener
 		metricsAt = metricsOff
 	)
-	if cfg.MetricsListen != metricsOff {
-		mlis, err = net.Listen("tcp", cfg.MetricsListen)
+	if cfg.Server.MetricsListen != metricsOff {
+		mlis, err = net.Listen("tcp", cfg.Server.MetricsListen)
 		if err != nil {
 			return errors.Join(fmt.Errorf("lock.server.metrics-listen: %w", err), lis.Close(), shutdown())
 		}
@@ -139,7 +115,7 @@ func serve(ctx context.Context, cfg server.Config, e *env) (err error) {
 			errc <- nil
 		}()
 	}
-	fmt.Fprintf(e.stdout, "lockd serving grpc=%s metrics=%s backend=%s\n", lis.Addr(), metricsAt, cfg.Backend)
+	fmt.Fprintf(e.stdout, "lockd serving grpc=%s metrics=%s backend=%s\n", lis.Addr(), metricsAt, cfg.Backend.Kind)
 
 	var serveErr error
 	select {
@@ -151,8 +127,8 @@ func serve(ctx context.Context, cfg server.Config, e *env) (err error) {
 		}
 	}
 	// Order: the gRPC server (so /healthz reports 503 while it drains), then
-	// the metrics server, then (deferred) the store, the etcd client and the
-	// embedded etcd.
+	// the metrics server, then (deferred) the backend: the store, the etcd
+	// client and the embedded etcd (backend.Backend.Close).
 	errs := []error{serveErr, shutdown()}
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -165,65 +141,4 @@ func serve(ctx context.Context, cfg server.Config, e *env) (err error) {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// telemetryLabel is the C4 backend label of a lock.backend value: the
-// embedded backend is etcd.
-func telemetryLabel(b string) string {
-	if b == server.BackendPG {
-		return server.BackendPG
-	}
-	return server.BackendEtcd
-}
-
-// openBackend starts the configured backend and opens a store on it.
-func openBackend(ctx context.Context, cfg server.Config, logger *slog.Logger, m *telemetry.Metrics) (*backend, error) {
-	b := &backend{label: telemetryLabel(cfg.Backend)}
-	switch cfg.Backend {
-	case server.BackendPG:
-		st, err := pgstore.New(ctx, pgstore.Options{DSN: cfg.PGDSN, Schema: cfg.PGSchema,
-			ReaperInterval: cfg.PGReaperInterval, Logger: logger, Metrics: m})
-		if err != nil {
-			return nil, fmt.Errorf("open postgresql store (lock.pg.dsn): %w", err)
-		}
-		b.store = st
-		return b, nil
-	case server.BackendEmbedded:
-		ee, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: cfg.EmbeddedDataDir, Logger: logger})
-		if err != nil {
-			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, err)
-		}
-		b.closes = append(b.closes, ee.Close)
-		if err := b.openEtcd(ctx, ee.Endpoints(), cfg, logger, m); err != nil {
-			return nil, errors.Join(err, b.close())
-		}
-		return b, nil
-	case server.BackendEtcd:
-		if err := b.openEtcd(ctx, cfg.EtcdEndpoints, cfg, logger, m); err != nil {
-			return nil, errors.Join(err, b.close())
-		}
-		return b, nil
-	}
-	return nil, fmt.Errorf("lock.backend: unknown backend %q", cfg.Backend)
-}
-
-// openEtcd connects a clientv3 client to endpoints and opens an etcdstore
-// over it. The client is closed after the store, before anything closed
-// earlier in b.closes (the embedded server).
-func (b *backend) openEtcd(ctx context.Context, endpoints []string, cfg server.Config, logger *slog.Logger, m *telemetry.Metrics) error {
-	ccfg := etcdstore.ClientConfig(endpoints, cfg.EtcdDialTimeout)
-	ccfg.Logger = embedetcd.ZapLogger(logger)
-	cli, err := clientv3.New(ccfg)
-	if err != nil {
-		return fmt.Errorf("connect to etcd %v (lock.etcd.endpoints): %w", endpoints, err)
-	}
-	b.closes = append([]func() error{cli.Close}, b.closes...)
-	dctx, cancel := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
-	defer cancel()
-	st, err := etcdstore.New(dctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Logger: logger, Metrics: m})
-	if err != nil {
-		return fmt.Errorf("open etcd store at %v (lock.etcd.endpoints): %w", endpoints, err)
-	}
-	b.store = st
-	return nil
 }

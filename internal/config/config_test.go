@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-
-	"lock.dev/lockd/server"
 )
 
 // loadArgs runs Load the way lockd serve does: flags registered and parsed
 // from args, the file (if any) written to a temp dir and passed by --config.
-func loadArgs(t *testing.T, yamlText string, env []string, args ...string) (server.Config, error) {
+func loadArgs(t *testing.T, yamlText string, env []string, args ...string) (Config, error) {
 	t.Helper()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	RegisterFlags(fs)
@@ -38,11 +36,11 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load with no sources: %v", err)
 	}
-	if want := server.DefaultConfig(); !reflect.DeepEqual(cfg, want) {
+	if want := DefaultConfig(); !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Load with no sources = %+v, want the defaults %+v", cfg, want)
 	}
 	cfg, err = Load(nil, func() []string { return nil })
-	if err != nil || !reflect.DeepEqual(cfg, server.DefaultConfig()) {
+	if err != nil || !reflect.DeepEqual(cfg, DefaultConfig()) {
 		t.Errorf("Load(nil, empty env) = %+v, %v; want the defaults", cfg, err)
 	}
 }
@@ -73,8 +71,8 @@ func TestPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if cfg.SessionTTL != tt.wantTTL || cfg.Listen != tt.wantAddr {
-				t.Errorf("Load: ttl=%v listen=%q, want ttl=%v listen=%q", cfg.SessionTTL, cfg.Listen, tt.wantTTL, tt.wantAddr)
+			if cfg.Server.SessionTTL != tt.wantTTL || cfg.Server.Listen != tt.wantAddr {
+				t.Errorf("Load: ttl=%v listen=%q, want ttl=%v listen=%q", cfg.Server.SessionTTL, cfg.Server.Listen, tt.wantTTL, tt.wantAddr)
 			}
 		})
 	}
@@ -114,7 +112,7 @@ func TestEveryKeyEverySource(t *testing.T) {
 		if !ok {
 			t.Fatalf("no test value for %s", key.Name)
 		}
-		check := func(t *testing.T, cfg server.Config, err error) {
+		check := func(t *testing.T, cfg Config, err error) {
 			t.Helper()
 			if err != nil {
 				t.Fatalf("Load: %v", err)
@@ -271,29 +269,29 @@ func TestAccepted(t *testing.T) {
 		file  string
 		env   []string
 		args  []string
-		check func(server.Config) bool
+		check func(Config) bool
 	}{
 		{name: "reserved env ignored",
 			env:   []string{"LOCKD_SERVER=h:1", "LOCKD_KEY=k", "LOCKD_FENCING_TOKEN=7", "LOCKD_TEST_PG_DSN=x", "PATH=/bin", "LOCKDX=1"},
-			check: func(c server.Config) bool { return reflect.DeepEqual(c, server.DefaultConfig()) }},
+			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
 		{name: "null and empty sections", file: "lock:\n  session:\n  etcd: {}\n  pg:\n    dsn:\n",
-			check: func(c server.Config) bool { return reflect.DeepEqual(c, server.DefaultConfig()) }},
+			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
 		{name: "empty file", file: "# nothing\n",
-			check: func(c server.Config) bool { return reflect.DeepEqual(c, server.DefaultConfig()) }},
+			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
 		{name: "list flag repeated", args: []string{"--backend=etcd", "--etcd-endpoints", "a:1", "--etcd-endpoints", "b:2,c:3"},
-			check: func(c server.Config) bool { return reflect.DeepEqual(c.EtcdEndpoints, []string{"a:1", "b:2", "c:3"}) }},
+			check: func(c Config) bool { return reflect.DeepEqual(c.Backend.EtcdEndpoints, []string{"a:1", "b:2", "c:3"}) }},
 		{name: "list as comma string in yaml", file: "lock:\n  etcd:\n    endpoints: a:1,b:2\n",
-			check: func(c server.Config) bool { return reflect.DeepEqual(c.EtcdEndpoints, []string{"a:1", "b:2"}) }},
+			check: func(c Config) bool { return reflect.DeepEqual(c.Backend.EtcdEndpoints, []string{"a:1", "b:2"}) }},
 		{name: "bare bool flag", args: []string{"--close-sessions-on-shutdown"},
-			check: func(c server.Config) bool { return c.CloseSessionsOnShutdown }},
+			check: func(c Config) bool { return c.Server.CloseSessionsOnShutdown }},
 		{name: "bool flag false over env true", env: []string{"LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN=true"},
 			args:  []string{"--close-sessions-on-shutdown=false"},
-			check: func(c server.Config) bool { return !c.CloseSessionsOnShutdown }},
+			check: func(c Config) bool { return !c.Server.CloseSessionsOnShutdown }},
 		{name: "zero heartbeat as bare 0", file: "lock:\n  client:\n    heartbeat-interval: 0\n",
-			check: func(c server.Config) bool { return c.HeartbeatInterval == 0 }},
+			check: func(c Config) bool { return c.Server.HeartbeatInterval == 0 }},
 		{name: "file list replaced by env", file: "lock:\n  backend: etcd\n  etcd:\n    endpoints: [a:1, b:2]\n",
 			env:   []string{"LOCKD_ETCD_ENDPOINTS=c:3"},
-			check: func(c server.Config) bool { return reflect.DeepEqual(c.EtcdEndpoints, []string{"c:3"}) }},
+			check: func(c Config) bool { return reflect.DeepEqual(c.Backend.EtcdEndpoints, []string{"c:3"}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

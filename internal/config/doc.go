@@ -1,16 +1,21 @@
 // Package config loads lockd's C5 configuration (docs/contracts/C5.md
-// #ct5-config) into a server.Config.
+// #ct5-config). It is the only place that reads C5: Load returns a Config
+// whose parts go to their consumers, each holding only its own keys —
+// Config.Server (server.Config) to server.New, Config.Backend
+// (backend.Config) to backend.Open.
 //
 // # Sources and precedence
 //
 // Load layers four sources, each overriding the one before:
 //
-//  1. the defaults of server.DefaultConfig;
+//  1. the defaults of DefaultConfig (server.DefaultConfig and
+//     backend.DefaultConfig);
 //  2. the YAML file named by --config (none by default; lockd runs without one);
 //  3. environment variables LOCKD_*;
 //  4. command-line flags.
 //
-// The result is checked with server.Config.Validate. Every error names the key
+// The result is checked with Config.Validate (each part's Validate); the
+// errors are listed in the order of the table below. Every error names the key
 // it is about and, where it helps, the source that set the value, e.g.
 //
 //	lock.session.ttl (env LOCKD_SESSION_TTL): invalid duration "15"

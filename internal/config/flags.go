@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-
-	"lock.dev/lockd/server"
 )
 
 const configFlag = "config"
@@ -15,10 +13,10 @@ const configFlag = "config"
 // RegisterFlags adds --config and one flag per C5 key to fs. The flags keep
 // their raw text: Load converts and checks it, so a bad value is reported with
 // its key name like every other configuration error. Help texts show the
-// defaults of server.DefaultConfig.
+// defaults of DefaultConfig.
 func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String(configFlag, "", "YAML configuration file (keys nested as in lock: session: ttl: 15s)")
-	def := server.DefaultConfig()
+	def := DefaultConfig()
 	for i := range keys {
 		key := &keys[i]
 		v := &rawValue{kind: key.kind}

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"strings"
 	"time"
-
-	"lock.dev/lockd/server"
 )
 
 // Key describes one C5 configuration key and every name it goes by.
@@ -21,7 +19,7 @@ type Key struct {
 	Usage string
 
 	kind  kind
-	field int // index of the server.Config field tagged with Name
+	index []int // of the Config field tagged with Name (part, field)
 }
 
 type kind int
@@ -73,27 +71,37 @@ var (
 )
 
 func init() {
-	fields := map[string]reflect.StructField{}
-	t := reflect.TypeFor[server.Config]()
+	type field struct {
+		typ   reflect.Type
+		index []int
+	}
+	fields := map[string]field{}
+	t := reflect.TypeFor[Config]()
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if tag := f.Tag.Get("koanf"); tag != "" {
-			fields[tag] = f
+		part := t.Field(i).Type
+		for j := range part.NumField() {
+			f := part.Field(j)
+			if tag := f.Tag.Get("koanf"); tag != "" {
+				if _, dup := fields[tag]; dup {
+					panic("config: two Config fields for key " + tag)
+				}
+				fields[tag] = field{f.Type, []int{i, j}}
+			}
 		}
 	}
 	if len(fields) != len(keyTable) {
-		panic(fmt.Sprintf("config: server.Config has %d keys, the C5 table %d", len(fields), len(keyTable)))
+		panic(fmt.Sprintf("config: Config has %d keys, the C5 table %d", len(fields), len(keyTable)))
 	}
 	keys = make([]Key, len(keyTable))
 	for i, e := range keyTable {
 		f, ok := fields[e.name]
 		if !ok {
-			panic("config: no server.Config field for key " + e.name)
+			panic("config: no Config field for key " + e.name)
 		}
 		k := &keys[i]
-		*k = Key{Name: e.name, Env: envName(e.name), Flag: e.flag, Usage: e.usage, kind: kindOf(f.Type), field: f.Index[0]}
+		*k = Key{Name: e.name, Env: envName(e.name), Flag: e.flag, Usage: e.usage, kind: kindOf(f.typ), index: f.index}
 		if k.kind == 0 {
-			panic(fmt.Sprintf("config: key %s has unsupported type %v", e.name, f.Type))
+			panic(fmt.Sprintf("config: key %s has unsupported type %v", e.name, f.typ))
 		}
 		keyByName[k.Name], keyByEnv[k.Env], keyByFlag[k.Flag] = k, k, k
 		for p := k.Name; ; {
@@ -132,11 +140,11 @@ func envName(key string) string {
 func Keys() []Key { return append([]Key(nil), keys...) }
 
 // get returns the value of k's field in c.
-func (k *Key) get(c *server.Config) any {
-	return reflect.ValueOf(c).Elem().Field(k.field).Interface()
+func (k *Key) get(c *Config) any {
+	return reflect.ValueOf(c).Elem().FieldByIndex(k.index).Interface()
 }
 
 // set stores v, already of k's type, in c.
-func (k *Key) set(c *server.Config, v any) {
-	reflect.ValueOf(c).Elem().Field(k.field).Set(reflect.ValueOf(v))
+func (k *Key) set(c *Config, v any) {
+	reflect.ValueOf(c).Elem().FieldByIndex(k.index).Set(reflect.ValueOf(v))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,17 +18,17 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
-
-	"lock.dev/lockd/server"
 )
 
-// Load resolves the configuration: server.DefaultConfig, overridden by the
+// Load resolves the configuration: DefaultConfig, overridden by the
 // YAML file named by fs's --config flag, by LOCKD_* variables from environ
 // (nil means os.Environ), and by the flags set in fs. fs must have been set up
 // by RegisterFlags and parsed; nil means no file and no flags.
 //
-// The error, if any, joins one *KeyError per problem; each names its key.
-func Load(fs *pflag.FlagSet, environ func() []string) (server.Config, error) {
+// It returns the parts: Config.Server for server.New, Config.Backend for
+// backend.Open. The error, if any, joins one *KeyError per problem; each
+// names its key.
+func Load(fs *pflag.FlagSet, environ func() []string) (Config, error) {
 	if environ == nil {
 		environ = os.Environ
 	}
@@ -37,7 +38,7 @@ func Load(fs *pflag.FlagSet, environ func() []string) (server.Config, error) {
 			path := f.Value.String()
 			b, err := file.Provider(path).ReadBytes()
 			if err != nil {
-				return server.Config{}, fmt.Errorf("read config file: %w", err)
+				return Config{}, fmt.Errorf("read config file: %w", err)
 			}
 			src.file, src.fileName = b, path
 		}
@@ -60,7 +61,7 @@ type layer struct {
 	origin map[string]string // key → source description
 }
 
-func load(src sources) (server.Config, error) {
+func load(src sources) (Config, error) {
 	// Every layer is read before any error is returned, so one run reports
 	// every problem, as one flat errors.Join of *KeyErrors.
 	var errs []error
@@ -78,32 +79,32 @@ func load(src sources) (server.Config, error) {
 		layers, errs = append(layers, l), append(errs, lerrs...)
 	}
 	if len(errs) > 0 {
-		return server.Config{}, errors.Join(errs...)
+		return Config{}, errors.Join(errs...)
 	}
 
 	k := koanf.New(".")
 	origin := map[string]string{}
 	for _, l := range layers {
 		if err := k.Load(confmap.Provider(l.values, "."), nil); err != nil {
-			return server.Config{}, fmt.Errorf("merge configuration: %w", err)
+			return Config{}, fmt.Errorf("merge configuration: %w", err)
 		}
 		for key, o := range l.origin {
 			origin[key] = o
 		}
 	}
-	var cfg server.Config
+	var cfg Config
 	for i := range keys {
 		key := &keys[i]
 		key.set(&cfg, k.Get(key.Name))
 	}
 	if err := cfg.Validate(); err != nil {
-		return server.Config{}, validationErrors(err, origin)
+		return Config{}, validationErrors(err, origin)
 	}
 	return cfg, nil
 }
 
 func defaultsLayer() layer {
-	def := server.DefaultConfig()
+	def := DefaultConfig()
 	l := layer{values: map[string]any{}, origin: map[string]string{}}
 	for i := range keys {
 		key := &keys[i]
@@ -326,23 +327,41 @@ func describe(v any) string {
 	return fmt.Sprintf("%T %v", v, v)
 }
 
-// validationErrors turns server.Config.Validate's joined "key: message"
-// errors into KeyErrors that also say which source set the key.
+// validationErrors turns Config.Validate's joined "key: message" errors
+// into KeyErrors that also say which source set the key, in the order of
+// the C5 table.
 func validationErrors(err error, origin map[string]string) error {
-	var parts []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		parts = j.Unwrap()
-	} else {
-		parts = []error{err}
+	type item struct {
+		err error
+		pos int // of the key in the C5 table; unknown names last
 	}
-	out := make([]error, 0, len(parts))
-	for _, e := range parts {
+	var items []item
+	for _, e := range flatJoin(err) {
 		name, msg, ok := strings.Cut(e.Error(), ": ")
-		if _, known := keyByName[name]; !ok || !known {
-			out = append(out, e)
+		pos := slices.IndexFunc(keys, func(k Key) bool { return k.Name == name })
+		if !ok || pos < 0 {
+			items = append(items, item{e, len(keys)})
 			continue
 		}
-		out = append(out, &KeyError{Key: name, Source: origin[name], Err: errors.New(msg)})
+		items = append(items, item{&KeyError{Key: name, Source: origin[name], Err: errors.New(msg)}, pos})
+	}
+	slices.SortStableFunc(items, func(a, b item) int { return a.pos - b.pos })
+	out := make([]error, len(items))
+	for i, it := range items {
+		out[i] = it.err
 	}
 	return errors.Join(out...)
+}
+
+// flatJoin returns the leaves of nested errors.Join errors.
+func flatJoin(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, flatJoin(e)...)
+	}
+	return out
 }

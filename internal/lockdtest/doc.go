@@ -19,9 +19,14 @@
 //		}
 //	}
 //
+// Stores are opened with backend.Open, as `lockd serve` opens them: an
+// external-etcd configuration with the shared embedded etcd's endpoints and
+// a key prefix per test, or a PostgreSQL configuration with a database per
+// test.
+//
 // Also here: NewNamespace/StartOn for several lockd replicas on one
 // backend namespace, Faulty (a store wrapper that injects errors and fixes
-// Remaining), Proxy (cut or pause the network between clients and lockd),
-// Logs (captured log records), Eventually (poll with a deadline), and
-// ExampleAddr (a shared server for runnable Example functions).
+// Remaining), Logs (captured log records), and ExampleAddr (a shared server
+// for runnable Example functions). Polling, fault proxies and log buffers
+// are in internal/testkit.
 package lockdtest

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 )
@@ -45,11 +46,12 @@ func startExampleServer() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := newEtcdStore(ctx, eps, fmt.Sprintf("/lockdtest/examples-%d/", prefixSeq.Add(1)), StoreOptions{})
+	ns := &Namespace{backend: backend.Etcd, etcdNS: fmt.Sprintf("/lockdtest/examples-%d/", prefixSeq.Add(1))}
+	st, err := backend.Open(ctx, ns.config(eps), nil, nil)
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(Config(), st, server.Options{BackendLabel: server.BackendEtcd})
+	srv, err := server.New(Config(), st, server.Options{BackendLabel: st.Label()})
 	if err != nil {
 		st.Close()
 		return err

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testkit"
@@ -21,7 +22,7 @@ import (
 )
 
 // Backends are the backends every server test runs over.
-var Backends = []string{server.BackendEtcd, server.BackendPG}
+var Backends = []string{backend.Etcd, backend.PG}
 
 // Test timing: short enough for fast tests, long enough for a loaded
 // two-core machine running -race.
@@ -80,13 +81,13 @@ type Server struct {
 	stopErr  error
 }
 
-// StartBackend starts a server over a fresh, isolated store on backend
-// (server.BackendEtcd: a new key prefix on the shared embedded etcd;
-// server.BackendPG: a new database on the shared PostgreSQL). The store and
-// the server share one telemetry.Metrics on the server's registry.
-func StartBackend(t testing.TB, backend string, opts Options) *Server {
+// StartBackend starts a server over a fresh, isolated store on kind
+// (backend.Etcd: a new key prefix on the shared embedded etcd; backend.PG:
+// a new database on the shared PostgreSQL). The store and the server share
+// one telemetry.Metrics on the server's registry.
+func StartBackend(t testing.TB, kind string, opts Options) *Server {
 	t.Helper()
-	return StartOn(t, NewNamespace(t, backend), opts)
+	return StartOn(t, NewNamespace(t, kind), opts)
 }
 
 // StartOn starts a server over a new store instance on ns: several servers
@@ -108,14 +109,13 @@ func Start(t testing.TB, st store.LockStore, opts Options) *Server {
 	return start(t, st, "", nil, nil, opts)
 }
 
-func start(t testing.TB, st store.LockStore, backend string, reg *prometheus.Registry, m *telemetry.Metrics, opts Options) *Server {
+// start starts a server over st; label is the C4 backend label ("" for the
+// server's default).
+func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Registry, m *telemetry.Metrics, opts Options) *Server {
 	t.Helper()
 	cfg := Config()
 	if opts.Config != nil {
 		cfg = *opts.Config
-	}
-	if backend == server.BackendPG && cfg.PGDSN == "" {
-		cfg.Backend, cfg.PGDSN = server.BackendPG, "postgres://test"
 	}
 	if opts.Wrap != nil {
 		st = opts.Wrap(st)
@@ -123,7 +123,7 @@ func start(t testing.TB, st store.LockStore, backend string, reg *prometheus.Reg
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	srv, err := server.New(cfg, st, server.Options{Logger: opts.Logger, Registry: reg, Metrics: m, BackendLabel: backend})
+	srv, err := server.New(cfg, st, server.Options{Logger: opts.Logger, Registry: reg, Metrics: m, BackendLabel: label})
 	if err != nil {
 		t.Fatalf("lockdtest: server.New: %v", err)
 	}

@@ -6,11 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
-	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
-	"lock.dev/lockd/store/pgstore"
 )
 
 // StoreOptions configure NewStore.
@@ -18,6 +17,10 @@ type StoreOptions struct {
 	Logger  *slog.Logger
 	Metrics *telemetry.Metrics
 }
+
+// pgReaperInterval is the lock.pg.reaper-interval of test stores: expired
+// sessions go within a fraction of TTL.
+const pgReaperInterval = 200 * time.Millisecond
 
 // Namespace is an isolated namespace on a backend (an etcd key prefix, a
 // PostgreSQL database) on which OpenStore opens independent store
@@ -28,49 +31,59 @@ type Namespace struct {
 	pgDSN   string // database DSN
 }
 
-// NewNamespace prepares a fresh namespace on backend.
-func NewNamespace(t testing.TB, backend string) *Namespace {
+// NewNamespace prepares a fresh namespace on backend (backend.Etcd or
+// backend.PG).
+func NewNamespace(t testing.TB, kind string) *Namespace {
 	t.Helper()
-	switch backend {
-	case server.BackendPG:
-		return &Namespace{backend: backend, pgDSN: pgtest.NewDatabase(t)}
-	case server.BackendEtcd:
-		return &Namespace{backend: backend, etcdNS: etcdPrefix(t)}
+	switch kind {
+	case backend.PG:
+		return &Namespace{backend: kind, pgDSN: pgtest.NewDatabase(t)}
+	case backend.Etcd:
+		return &Namespace{backend: kind, etcdNS: etcdPrefix(t)}
 	}
-	t.Fatalf("lockdtest: unknown backend %q", backend)
+	t.Fatalf("lockdtest: unknown backend %q", kind)
 	return nil
 }
 
 // OpenStore opens a new store instance on the namespace, closed when the
-// test ends.
+// test ends. It is a *backend.Backend: closing it closes its etcd client or
+// pool too.
 func (ns *Namespace) OpenStore(t testing.TB, opts StoreOptions) store.LockStore {
 	t.Helper()
-	var (
-		st  store.LockStore
-		err error
-	)
+	var eps []string
+	if ns.backend == backend.Etcd {
+		eps = EtcdEndpoints(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	switch ns.backend {
-	case server.BackendPG:
-		st, err = pgstore.New(ctx, pgstore.Options{DSN: ns.pgDSN, ReaperInterval: 200 * time.Millisecond,
-			Logger: opts.Logger, Metrics: opts.Metrics})
-	case server.BackendEtcd:
-		st, err = openEtcdStore(ctx, t, ns.etcdNS, opts)
-	}
+	b, err := backend.Open(ctx, ns.config(eps), opts.Logger, opts.Metrics)
 	if err != nil {
 		t.Fatalf("lockdtest: open %s store: %v", ns.backend, err)
 	}
 	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
+		if err := b.Close(); err != nil {
 			t.Errorf("lockdtest: close %s store: %v", ns.backend, err)
 		}
 	})
-	return st
+	return b
+}
+
+// config is the backend configuration of a store on the namespace; eps are
+// the shared etcd's endpoints (etcd only).
+func (ns *Namespace) config(eps []string) backend.Config {
+	cfg := backend.DefaultConfig()
+	cfg.Kind = ns.backend
+	switch ns.backend {
+	case backend.Etcd:
+		cfg.EtcdEndpoints, cfg.EtcdPrefix = eps, ns.etcdNS
+	case backend.PG:
+		cfg.PGDSN, cfg.PGReaperInterval = ns.pgDSN, pgReaperInterval
+	}
+	return cfg
 }
 
 // NewStore opens a store on a fresh namespace of backend.
-func NewStore(t testing.TB, backend string, opts StoreOptions) store.LockStore {
+func NewStore(t testing.TB, kind string, opts StoreOptions) store.LockStore {
 	t.Helper()
-	return NewNamespace(t, backend).OpenStore(t, opts)
+	return NewNamespace(t, kind).OpenStore(t, opts)
 }

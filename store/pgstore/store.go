@@ -103,9 +103,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if schema == "" {
 		schema = DefaultSchema
 	}
-	if !validSchema(schema) {
-		return nil, fmt.Errorf("pgstore: schema %q must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes): %w",
-			schema, store.ErrInvalidArgument)
+	if err := ValidateSchema(schema); err != nil {
+		return nil, err
 	}
 	interval := opts.ReaperInterval
 	if interval == 0 {
@@ -242,16 +241,18 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // schemaIdent is the quoted schema name.
 func (s *Store) schemaIdent() string { return pgx.Identifier{s.schema}.Sanitize() }
 
-// validSchema matches C5's rule for lock.pg.schema.
-func validSchema(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
+// ValidateSchema checks C5's rule for lock.pg.schema: a lower-case SQL
+// identifier ([a-z_][a-z0-9_]*, at most 63 bytes). The error wraps
+// store.ErrInvalidArgument.
+func ValidateSchema(s string) error {
+	ok := s != "" && len(s) <= 63
+	for i := 0; ok && i < len(s); i++ {
 		c := s[i]
-		if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return false
-		}
+		ok = c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9'
 	}
-	return true
+	if !ok {
+		return fmt.Errorf("pgstore: schema %q must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes): %w",
+			s, store.ErrInvalidArgument)
+	}
+	return nil
 }

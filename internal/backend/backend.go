@@ -1,0 +1,146 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/pprof"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lock.dev/lockd/internal/embedetcd"
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/etcdstore"
+	"lock.dev/lockd/store/pgstore"
+)
+
+// ProfileLabel is the pprof label key, and ProfileEmbedded its value, on
+// the goroutines of the embedded etcd server.
+const (
+	ProfileLabel    = "system"
+	ProfileEmbedded = "backend"
+)
+
+// Backend is an open backend: the store, whose methods it promotes, and
+// what the store runs on. Close closes all of it (see the package doc for
+// the order). It is safe for concurrent use.
+type Backend struct {
+	store.LockStore
+
+	label     string
+	endpoints []string
+	embedded  *embedetcd.Server // backend embedded
+	etcd      *clientv3.Client  // backends embedded and etcd
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.LockStore = (*Backend)(nil)
+
+// Open validates cfg and opens the backend it names: it starts the embedded
+// etcd server if lock.backend=embedded, connects to etcd or PostgreSQL and
+// opens the store. logger receives the store's C4 events and etcd's own
+// warnings (nil discards them); metrics, if not nil, records the store's C4
+// metrics and must carry the label cfg.Label(). On error, whatever was
+// started is closed again.
+func Open(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemetry.Metrics) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("backend: invalid config: %w", err)
+	}
+	b := &Backend{label: cfg.Label()}
+	var err error
+	switch cfg.Kind {
+	case PG:
+		b.LockStore, err = pgstore.New(ctx, pgstore.Options{DSN: cfg.PGDSN, Schema: cfg.PGSchema,
+			ReaperInterval: cfg.PGReaperInterval, Logger: logger, Metrics: metrics})
+		if err != nil {
+			return nil, fmt.Errorf("open postgresql store (lock.pg.dsn): %w", err)
+		}
+		return b, nil
+	case Embedded:
+		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: cfg.EmbeddedDataDir, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, err)
+		}
+		b.endpoints = b.embedded.Endpoints()
+	case Etcd:
+		b.endpoints = append([]string(nil), cfg.EtcdEndpoints...)
+	}
+	if err := b.openEtcd(ctx, cfg, logger, metrics); err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	return b, nil
+}
+
+// startEmbedded starts the embedded etcd with the pprof label
+// ProfileLabel=ProfileEmbedded, which its goroutines inherit. It starts it
+// from a goroutine of its own because pprof.Do resets the caller's labels
+// to ctx's afterwards, and the caller's (for example `lockd bench`'s) must
+// stay on the client and store opened next.
+func startEmbedded(ctx context.Context, cfg embedetcd.Config) (s *embedetcd.Server, err error) {
+	done := make(chan struct{})
+	go func() { // exits when Start returns
+		defer close(done)
+		pprof.Do(ctx, pprof.Labels(ProfileLabel, ProfileEmbedded), func(ctx context.Context) {
+			s, err = embedetcd.Start(ctx, cfg)
+		})
+	}()
+	<-done
+	return s, err
+}
+
+// openEtcd connects a clientv3 client to b.endpoints and opens an etcdstore
+// over it.
+func (b *Backend) openEtcd(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemetry.Metrics) error {
+	ccfg := etcdstore.ClientConfig(b.endpoints, cfg.EtcdDialTimeout)
+	ccfg.Logger = embedetcd.ZapLogger(logger)
+	cli, err := clientv3.New(ccfg)
+	if err != nil {
+		return fmt.Errorf("connect to etcd %v (lock.etcd.endpoints): %w", b.endpoints, err)
+	}
+	b.etcd = cli
+	dctx, cancel := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
+	defer cancel()
+	st, err := etcdstore.New(dctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Logger: logger, Metrics: metrics})
+	if err != nil {
+		return fmt.Errorf("open etcd store at %v (lock.etcd.endpoints): %w", b.endpoints, err)
+	}
+	b.LockStore = st
+	return nil
+}
+
+// Label is the C4 backend label: "etcd" or "pg".
+func (b *Backend) Label() string { return b.label }
+
+// Endpoints returns the etcd client URLs the store uses (the embedded
+// server's, or lock.etcd.endpoints); nil for PostgreSQL.
+func (b *Backend) Endpoints() []string { return append([]string(nil), b.endpoints...) }
+
+// Close closes the store, then the etcd client, then the embedded etcd
+// server. Calling it again returns the first call's result.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		var errs []error
+		if b.LockStore != nil {
+			if err := b.LockStore.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close store: %w", err))
+			}
+		}
+		if b.etcd != nil {
+			if err := b.etcd.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close etcd client: %w", err))
+			}
+		}
+		if b.embedded != nil {
+			if err := b.embedded.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("stop embedded etcd: %w", err))
+			}
+		}
+		b.closeErr = errors.Join(errs...)
+	})
+	return b.closeErr
+}

@@ -1,0 +1,97 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"lock.dev/lockd/store/pgstore"
+)
+
+// Backend kinds (C5 lock.backend).
+const (
+	Embedded = "embedded"
+	Etcd     = "etcd"
+	PG       = "pg"
+)
+
+// Config is the backend part of the C5 configuration
+// (docs/contracts/C5.md #ct5-config): one field per key, the key in the
+// koanf tag.
+type Config struct {
+	// Kind is lock.backend: Embedded, Etcd or PG.
+	Kind string `koanf:"lock.backend"`
+	// EtcdEndpoints is lock.etcd.endpoints (backend etcd).
+	EtcdEndpoints []string `koanf:"lock.etcd.endpoints"`
+	// EtcdPrefix is lock.etcd.prefix: every key lockd writes starts with it
+	// (backends etcd and embedded).
+	EtcdPrefix string `koanf:"lock.etcd.prefix"`
+	// EtcdDialTimeout is lock.etcd.dial-timeout: it bounds connecting to
+	// etcd and opening the store.
+	EtcdDialTimeout time.Duration `koanf:"lock.etcd.dial-timeout"`
+	// PGDSN is lock.pg.dsn (backend pg).
+	PGDSN string `koanf:"lock.pg.dsn"`
+	// PGSchema is lock.pg.schema.
+	PGSchema string `koanf:"lock.pg.schema"`
+	// PGReaperInterval is lock.pg.reaper-interval.
+	PGReaperInterval time.Duration `koanf:"lock.pg.reaper-interval"`
+	// EmbeddedDataDir is lock.embedded.data-dir (backend embedded).
+	EmbeddedDataDir string `koanf:"lock.embedded.data-dir"`
+}
+
+// DefaultConfig returns the C5 defaults.
+func DefaultConfig() Config {
+	return Config{
+		Kind:             Embedded,
+		EtcdPrefix:       "/lockd/",
+		EtcdDialTimeout:  5 * time.Second,
+		PGSchema:         pgstore.DefaultSchema,
+		PGReaperInterval: pgstore.DefaultReaperInterval,
+		EmbeddedDataDir:  "./lockd-data",
+	}
+}
+
+// Label is the C4 backend label of c.Kind: the embedded backend is etcd.
+func (c Config) Label() string {
+	if c.Kind == PG {
+		return PG
+	}
+	return Etcd
+}
+
+// Validate checks every bound and cross-field rule of C5 for the backend
+// keys. Each error is "key: message", one per problem, joined.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	switch c.Kind {
+	case Embedded, Etcd, PG:
+	default:
+		bad("lock.backend", "%q is not one of embedded, etcd, pg", c.Kind)
+	}
+	if c.Kind == Etcd && len(c.EtcdEndpoints) == 0 {
+		bad("lock.etcd.endpoints", "must name at least one endpoint when lock.backend=etcd")
+	}
+	if c.EtcdPrefix == "" || !strings.HasSuffix(c.EtcdPrefix, "/") {
+		bad("lock.etcd.prefix", "%q must be non-empty and end with /", c.EtcdPrefix)
+	}
+	if c.EtcdDialTimeout < 100*time.Millisecond || c.EtcdDialTimeout > time.Minute {
+		bad("lock.etcd.dial-timeout", "%v out of bounds [100ms, 1m]", c.EtcdDialTimeout)
+	}
+	if c.Kind == PG && c.PGDSN == "" {
+		bad("lock.pg.dsn", "must be set when lock.backend=pg")
+	}
+	if pgstore.ValidateSchema(c.PGSchema) != nil {
+		bad("lock.pg.schema", "%q must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)", c.PGSchema)
+	}
+	if c.PGReaperInterval < 100*time.Millisecond || c.PGReaperInterval > time.Minute {
+		bad("lock.pg.reaper-interval", "%v out of bounds [100ms, 1m]", c.PGReaperInterval)
+	}
+	if c.Kind == Embedded && c.EmbeddedDataDir == "" {
+		bad("lock.embedded.data-dir", "must not be empty when lock.backend=embedded")
+	}
+	return errors.Join(errs...)
+}
