@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -75,7 +73,7 @@ func New(target string, opts ...Option) (*Client, error) {
 		api:   lockdv1.NewLockServiceClient(conn),
 		opts:  o,
 		clock: o.clock,
-		log:   telemetry.OrDiscard(o.logger),
+		log:   orDiscard(o.logger),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ka = newKeepaliver(c)
@@ -291,7 +289,7 @@ type Event struct {
 // client closes, or after one event with Err set when the watch breaks.
 func (c *Client) Watch(ctx context.Context, prefix string) (<-chan Event, error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("watch %q: %w", prefix, invalidField("prefix", err))
+		return nil, fmt.Errorf("watch %q: %w", prefix, invalidInput("prefix", err))
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(c.ctx, cancel)
@@ -345,14 +343,4 @@ func (c *Client) Watch(ctx context.Context, prefix string) (<-chan Event, error)
 }
 
 // validateKey is store.ValidateKey with the SDK's sentinel.
-func validateKey(key string) error { return invalidField("key", store.ValidateKey(key)) }
-
-// invalidField turns a store validation error into ErrInvalidArgument naming
-// the field, like the server's messages.
-func invalidField(field string, err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := strings.TrimPrefix(err.Error(), store.ErrInvalidArgument.Error()+": ")
-	return fmt.Errorf("%w: %s: %s", ErrInvalidArgument, field, msg)
-}
+func validateKey(key string) error { return invalidInput("key", store.ValidateKey(key)) }

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
+	"lock.dev/lockd/store"
 )
 
 // Sentinel errors of the SDK. Every error the SDK returns for one of these
@@ -73,12 +74,10 @@ func (sessionExpiredError) Error() string {
 }
 func (sessionExpiredError) Is(target error) bool { return target == ErrSessionDead }
 
-// errorDomain and the reasons mirror server/errors.go (the wire contract is
-// the proto's file comment).
-const errorDomain = "lockd.lock.dev"
-
 // fromStatus maps an error returned by a gRPC call to the SDK's sentinels:
-// the one place where codes map back. ctx is the call's context: when it
+// the one place where codes map back, in the vocabulary of
+// lock.dev/lockd/proto/lockd/v1/wireerr (the server's side is
+// server/errors.go). ctx is the call's context: when it
 // has ended the result also matches ctx.Err().
 func fromStatus(ctx context.Context, err error) error {
 	if err == nil {
@@ -91,13 +90,12 @@ func fromStatus(ctx context.Context, err error) error {
 		}
 		return err
 	}
-	reason := ""
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
-			reason = info.Reason
-		}
+	var mapped error
+	if v, ok := wireerr.FieldViolation(st); ok && st.Code() == codes.InvalidArgument {
+		mapped = invalidField(v.Field, v.Description)
+	} else {
+		mapped = mapCode(st.Code(), wireerr.Reason(st), st.Message())
 	}
-	mapped := mapCode(st.Code(), reason, st.Message())
 	if ctx.Err() != nil && !errors.Is(mapped, ctx.Err()) {
 		return fmt.Errorf("%w: %w", ctx.Err(), mapped)
 	}
@@ -121,7 +119,7 @@ func mapCode(code codes.Code, reason, msg string) error {
 	case codes.Unavailable, codes.Aborted:
 		sentinel = ErrUnavailable
 	case codes.DeadlineExceeded:
-		if reason == "WAIT_TIMEOUT" {
+		if reason == wireerr.ReasonWaitTimeout {
 			sentinel = ErrWaitTimeout
 		} else {
 			sentinel = context.DeadlineExceeded
@@ -137,6 +135,25 @@ func mapCode(code codes.Code, reason, msg string) error {
 		return sentinel
 	}
 	return fmt.Errorf("%w: %s", sentinel, msg)
+}
+
+// invalidField is ErrInvalidArgument about a request field: the server's
+// field violations and the SDK's own checks read alike,
+// "client: invalid argument: <field>: <problem>".
+func invalidField(field, problem string) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidArgument, field, problem)
+}
+
+// invalidInput names the request field a validation error of the store
+// package (a *store.InvalidError) is about. A nil err stays nil.
+func invalidInput(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ie, ok := errors.AsType[*store.InvalidError](err); ok {
+		return invalidField(field, ie.Problem)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrInvalidArgument, field, err)
 }
 
 // retryable reports whether the SDK retries err.

@@ -13,7 +13,8 @@ import (
 )
 
 // TestErrorsRoundTrip makes a real server return every error class and
-// checks the sentinel the SDK maps it to (client/errors.go).
+// checks the sentinel the SDK maps it to (client/errors.go) and its text.
+// server.TestEveryReasonOnTheWire checks each class's wire reason.
 func TestErrorsRoundTrip(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		var faulty *lockdtest.Faulty
@@ -46,11 +47,11 @@ func TestErrorsRoundTrip(t *testing.T) {
 
 		// InvalidArgument from the server (the SDK does not check this bound).
 		_, err := s.Acquire(ctx, "k", client.WithWaitTimeout(11*time.Minute))
-		add("wait timeout above the server maximum", err, "wait_timeout_ms", []error{client.ErrInvalidArgument})
+		add("wait timeout above the server maximum", err, "client: invalid argument: wait_timeout_ms: 660000 out of range", []error{client.ErrInvalidArgument})
 		_, err = c.NewSession(ctx, client.WithSessionTTL(time.Second))
-		add("ttl below minimum", err, "ttl_ms", []error{client.ErrInvalidArgument})
+		add("ttl below minimum", err, "client: invalid argument: ttl_ms: ttl 1s out of range", []error{client.ErrInvalidArgument})
 		_, _, err = c.List(ctx, "", client.ListOptions{PageToken: "%%%"})
-		add("bad page token", err, "page_token", []error{client.ErrInvalidArgument})
+		add("bad page token", err, "client: invalid argument: page_token: not a token returned by List", []error{client.ErrInvalidArgument})
 
 		// Locked, wait timeout, the caller's deadline and cancellation.
 		_, err = s.TryAcquire(ctx, "held")
@@ -105,9 +106,22 @@ func TestErrorsRoundTrip(t *testing.T) {
 
 		// Local validation uses the same key rules as the server.
 		_, err = s.Acquire(ctx, "")
-		add("empty key (local)", err, "key", []error{client.ErrInvalidArgument})
+		add("empty key (local)", err, "client: invalid argument: key: key is empty", []error{client.ErrInvalidArgument})
 		_, err = s.Acquire(ctx, "a\x00b")
-		add("NUL key (local)", err, "key", []error{client.ErrInvalidArgument})
+		add("NUL key (local)", err, "client: invalid argument: key: key contains a NUL byte", []error{client.ErrInvalidArgument})
+
+		// Shutting down: a watch on a server that stops ends with
+		// ErrUnavailable (reason SHUTTING_DOWN on the wire).
+		other := lockdtest.StartBackend(t, backend, lockdtest.Options{})
+		events, err := other.Client.Watch(ctx, "w/")
+		if err != nil {
+			t.Fatalf("Watch on the second server: %v", err)
+		}
+		if err := other.Stop(); err != nil {
+			t.Fatalf("Stop the second server: %v", err)
+		}
+		ev := <-events
+		add("watch while the server shuts down", ev.Err, "server is shutting down", []error{client.ErrUnavailable})
 
 		for _, ck := range checks {
 			if ck.err == nil {

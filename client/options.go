@@ -41,6 +41,14 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // WithLogger sets the SDK's logger; by default logs are discarded.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
+// orDiscard returns l, or a logger that drops everything when l is nil.
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
 // WithClock replaces the real monotonic clock (for tests).
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 

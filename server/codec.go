@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -10,8 +9,6 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-
-	"lock.dev/lockd/store"
 )
 
 // A request that does not decode — most often because a string field (a
@@ -70,7 +67,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func errBadUTF8() error {
-	return invalid("request", fmt.Errorf("%w: not a valid %s message (is every string field — key, prefix, session id, page token — valid UTF-8?)", store.ErrInvalidArgument, "protobuf"))
+	return invalidf("request", "not a valid %s message (is every string field — key, prefix, session id, page token — valid UTF-8?)", "protobuf")
 }
 
 func (s *Server) unaryBadUTF8(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

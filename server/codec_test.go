@@ -17,6 +17,7 @@ import (
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/server"
 )
 
@@ -62,8 +63,8 @@ func TestInvalidUTF8OnTheWire(t *testing.T) {
 		{"/lockd.v1.LockService/List", bad(&lockdv1.ListRequest{Prefix: "PLACEHOLDER"}), &lockdv1.ListResponse{}},
 	} {
 		err := conn.Invoke(ctx, tc.method, tc.req, tc.resp)
-		if st := status.Convert(err); st.Code() != codes.InvalidArgument || reason(err) != server.ReasonInvalidArgument {
-			t.Errorf("%s with invalid UTF-8: %v (reason %q), want InvalidArgument/%s", tc.method, err, reason(err), server.ReasonInvalidArgument)
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || reason(err) != wireerr.ReasonInvalidArgument {
+			t.Errorf("%s with invalid UTF-8: %v (reason %q), want InvalidArgument/%s", tc.method, err, reason(err), wireerr.ReasonInvalidArgument)
 		}
 	}
 	// A streaming RPC too.

@@ -47,10 +47,11 @@
 //
 // # Errors
 //
-// Errors cross the wire in one place, errors.go. Each carries a
-// google.rpc.ErrorInfo with domain ErrorDomain and a Reason* value:
+// Errors cross the wire in one place, errors.go, in the vocabulary of
+// lock.dev/lockd/proto/lockd/v1/wireerr. Each carries a google.rpc.ErrorInfo
+// with domain wireerr.Domain and a wireerr.Reason* value:
 //
-//	invalid input            InvalidArgument     INVALID_ARGUMENT (message names the field)
+//	invalid input            InvalidArgument     INVALID_ARGUMENT (a BadRequest names the field)
 //	dead or unknown session  FailedPrecondition  SESSION_DEAD
 //	not the current grant    PermissionDenied    NOT_OWNER
 //	contention               Unavailable         CONTENTION

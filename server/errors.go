@@ -3,36 +3,16 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"
-)
-
-// ErrorDomain is the google.rpc.ErrorInfo domain of every error lockd puts on
-// the wire. The SDK (client/errors.go) maps the Reason* values back to its
-// sentinels.
-const ErrorDomain = "lockd.lock.dev"
-
-// ErrorInfo reasons, one per error class that crosses the wire.
-const (
-	ReasonInvalidArgument = "INVALID_ARGUMENT" // codes.InvalidArgument
-	ReasonSessionDead     = "SESSION_DEAD"     // codes.FailedPrecondition
-	ReasonNotOwner        = "NOT_OWNER"        // codes.PermissionDenied
-	ReasonContention      = "CONTENTION"       // codes.Unavailable
-	ReasonNotLeader       = "NOT_LEADER"       // codes.Unavailable
-	ReasonUnavailable     = "UNAVAILABLE"      // codes.Unavailable
-	ReasonWaitTimeout     = "WAIT_TIMEOUT"     // codes.DeadlineExceeded
-	ReasonLimit           = "LIMIT"            // codes.ResourceExhausted
-	ReasonShuttingDown    = "SHUTTING_DOWN"    // codes.Unavailable
-	ReasonInternal        = "INTERNAL"         // codes.Internal
 )
 
 // Server-side error conditions that are not store sentinels.
@@ -42,60 +22,75 @@ var (
 	errLimit        = errors.New("server: limit reached")
 )
 
-// fieldError is invalid input, naming the request field it is about.
+// fieldError is invalid input: the request field it is about and what is
+// wrong with it, kept apart so they cross the wire as data
+// (wireerr.Violation).
 type fieldError struct {
-	field string
-	err   error // wraps store.ErrInvalidArgument
+	field   string
+	problem string
+	err     error // wraps store.ErrInvalidArgument
 }
 
-func (e *fieldError) Error() string {
-	// Drop the sentinel's own text: the wire message is "field: what is wrong".
-	msg := strings.TrimPrefix(e.err.Error(), store.ErrInvalidArgument.Error()+": ")
-	return e.field + ": " + msg
-}
-
+func (e *fieldError) Error() string { return e.violation().Message() }
 func (e *fieldError) Unwrap() error { return e.err }
 
-// invalid wraps err (which wraps store.ErrInvalidArgument) with the name of
-// the request field it is about. A nil err stays nil.
+func (e *fieldError) violation() wireerr.Violation {
+	return wireerr.Violation{Field: e.field, Description: e.problem}
+}
+
+// invalid names the request field a validation error of the store package
+// (a *store.InvalidError) is about. A nil err stays nil.
 func invalid(field string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &fieldError{field: field, err: err}
+	problem := err.Error()
+	if ie, ok := errors.AsType[*store.InvalidError](err); ok {
+		problem = ie.Problem
+	}
+	return &fieldError{field: field, problem: problem, err: err}
 }
 
-// classify maps an error to the gRPC code and ErrorInfo reason it crosses the
-// wire with. ctx is the RPC's context: when it has ended, the error is the
-// caller's own cancellation or deadline whatever the store said.
-func (s *Server) classify(ctx context.Context, err error) (codes.Code, string, string) {
+// invalidf is invalid input of the request field field; the format says what
+// is wrong.
+func invalidf(field, format string, args ...any) error {
+	return &fieldError{field: field, problem: fmt.Sprintf(format, args...), err: store.ErrInvalidArgument}
+}
+
+// classify maps an error to the gRPC code and wireerr reason it crosses the
+// wire with, and the message. ctx is the RPC's context: when it has ended,
+// the error is the caller's own cancellation or deadline whatever the store
+// said (no reason then).
+func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reason, msg string) {
 	switch {
 	case errors.Is(err, errWaitTimeout):
-		return codes.DeadlineExceeded, ReasonWaitTimeout, "wait timeout exceeded"
+		reason, msg = wireerr.ReasonWaitTimeout, "wait timeout exceeded"
 	case ctx.Err() != nil:
 		st := status.FromContextError(ctx.Err())
 		return st.Code(), "", st.Message()
 	case errors.Is(err, errShuttingDown):
-		return codes.Unavailable, ReasonShuttingDown, "server is shutting down"
+		reason, msg = wireerr.ReasonShuttingDown, "server is shutting down"
 	case errors.Is(err, store.ErrInvalidArgument):
-		return codes.InvalidArgument, ReasonInvalidArgument, err.Error()
+		reason, msg = wireerr.ReasonInvalidArgument, err.Error()
 	case errors.Is(err, store.ErrSessionDead):
-		return codes.FailedPrecondition, ReasonSessionDead, "session is dead (unknown, expired, lost or closed)"
+		reason, msg = wireerr.ReasonSessionDead, "session is dead (unknown, expired, lost or closed)"
 	case errors.Is(err, store.ErrNotOwner):
-		return codes.PermissionDenied, ReasonNotOwner, "not the current grant of the key (wrong session or stale token)"
+		reason, msg = wireerr.ReasonNotOwner, "not the current grant of the key (wrong session or stale token)"
 	case errors.Is(err, store.ErrNotLeader):
-		return codes.Unavailable, ReasonNotLeader, "backend node cannot take writes; retry"
+		reason, msg = wireerr.ReasonNotLeader, "backend node cannot take writes; retry"
 	case errors.Is(err, store.ErrUnavailable):
-		return codes.Unavailable, ReasonUnavailable, "backend unavailable; retry"
+		reason, msg = wireerr.ReasonUnavailable, "backend unavailable; retry"
 	case errors.Is(err, store.ErrContention):
-		return codes.Unavailable, ReasonContention, "backend contention; retry"
+		reason, msg = wireerr.ReasonContention, "backend contention; retry"
 	case errors.Is(err, errLimit):
-		return codes.ResourceExhausted, ReasonLimit, err.Error()
+		reason, msg = wireerr.ReasonLimit, err.Error()
 	case s.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The store saw the server's own shutdown context end.
-		return codes.Unavailable, ReasonShuttingDown, "server is shutting down"
+		reason, msg = wireerr.ReasonShuttingDown, "server is shutting down"
+	default:
+		reason, msg = wireerr.ReasonInternal, "internal error"
 	}
-	return codes.Internal, ReasonInternal, "internal error"
+	return wireerr.Code(reason), reason, msg
 }
 
 // toStatus turns an error of an RPC handler into the gRPC status error it
@@ -111,21 +106,14 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 		s.log.LogAttrs(context.Background(), slog.LevelError, "rpc failed",
 			slog.String("method", method), slog.String("error", err.Error()))
 	}
-	st := status.New(code, msg)
 	if reason == "" {
-		return st.Err()
+		return status.Error(code, msg)
 	}
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}
-	var fe *fieldError
-	if errors.As(err, &fe) {
-		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
-			{Field: fe.field, Description: fe.Error()},
-		}})
+	var v *wireerr.Violation
+	if fe, ok := errors.AsType[*fieldError](err); ok {
+		v = new(fe.violation())
 	}
-	if withDetails, derr := st.WithDetails(details...); derr == nil {
-		st = withDetails
-	}
-	return st.Err()
+	return wireerr.Status(reason, msg, v).Err()
 }
 
 // sessionError is the per-session error of a KeepAlive reply.

@@ -115,7 +115,7 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 	recv := time.Now()
 	resp := &lockdv1.KeepAliveResponse{SessionId: req.SessionId, RequestId: req.RequestId}
 	if req.RequestId == 0 {
-		resp.Error = s.sessionError(ctx, invalid("request_id", fmt.Errorf("%w: must be non-zero", store.ErrInvalidArgument)))
+		resp.Error = s.sessionError(ctx, invalidf("request_id", "must be non-zero"))
 		ks.push(resp)
 		return
 	}

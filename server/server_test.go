@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,6 +16,7 @@ import (
 
 	"lock.dev/lockd/internal/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 )
@@ -53,14 +53,7 @@ func dial(t testing.TB, addr string) lockdv1.LockServiceClient {
 }
 
 // reason returns the lockd ErrorInfo reason of a status error.
-func reason(err error) string {
-	for _, d := range status.Convert(err).Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == server.ErrorDomain {
-			return info.Reason
-		}
-	}
-	return ""
-}
+func reason(err error) string { return wireerr.Reason(status.Convert(err)) }
 
 // longTTL is the TTL of raw sessions whose expiry is not the point of a
 // test: nothing heartbeats them, and a loaded machine may be slow.
@@ -213,10 +206,16 @@ func TestBadInput(t *testing.T) {
 		for _, tc := range cases {
 			err := tc.call()
 			st := status.Convert(err)
-			if st.Code() != codes.InvalidArgument || reason(err) != server.ReasonInvalidArgument ||
+			if st.Code() != codes.InvalidArgument || reason(err) != wireerr.ReasonInvalidArgument ||
 				!strings.HasPrefix(st.Message(), tc.field+": ") {
 				t.Errorf("%s: got %v (reason %q); want InvalidArgument, reason %s, message starting %q",
-					tc.name, err, reason(err), server.ReasonInvalidArgument, tc.field+": ")
+					tc.name, err, reason(err), wireerr.ReasonInvalidArgument, tc.field+": ")
+			}
+			// The field and what is wrong with it travel as data too.
+			if v, ok := wireerr.FieldViolation(st); !ok || v.Field != tc.field || v.Description == "" ||
+				v.Message() != st.Message() || strings.Contains(st.Message(), "store:") {
+				t.Errorf("%s: field violation %+v (present %v) with message %q; want field %q, a description, and the message %q",
+					tc.name, v, ok, st.Message(), tc.field, "<field>: <description>")
 			}
 		}
 		// Nothing was granted by the bad acquires.
@@ -246,13 +245,13 @@ func TestStoreErrorsOnTheWire(t *testing.T) {
 			code   codes.Code
 			reason string
 		}{
-			{store.ErrContention, codes.Unavailable, server.ReasonContention},
-			{store.ErrUnavailable, codes.Unavailable, server.ReasonUnavailable},
-			{store.ErrNotLeader, codes.Unavailable, server.ReasonNotLeader},
-			{store.ErrSessionDead, codes.FailedPrecondition, server.ReasonSessionDead},
-			{store.ErrNotOwner, codes.PermissionDenied, server.ReasonNotOwner},
-			{store.ErrInvalidArgument, codes.InvalidArgument, server.ReasonInvalidArgument},
-			{errors.New("secret driver detail"), codes.Internal, server.ReasonInternal},
+			{store.ErrContention, codes.Unavailable, wireerr.ReasonContention},
+			{store.ErrUnavailable, codes.Unavailable, wireerr.ReasonUnavailable},
+			{store.ErrNotLeader, codes.Unavailable, wireerr.ReasonNotLeader},
+			{store.ErrSessionDead, codes.FailedPrecondition, wireerr.ReasonSessionDead},
+			{store.ErrNotOwner, codes.PermissionDenied, wireerr.ReasonNotOwner},
+			{store.ErrInvalidArgument, codes.InvalidArgument, wireerr.ReasonInvalidArgument},
+			{errors.New("secret driver detail"), codes.Internal, wireerr.ReasonInternal},
 		}
 		for _, tc := range cases {
 			faulty.Fail("inspect", tc.err)
@@ -294,7 +293,7 @@ func TestAcquireReleaseRaw(t *testing.T) {
 		// A wait that times out.
 		start := time.Now()
 		_, err = api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: b, Key: "k", Wait: true, WaitTimeoutMs: 300})
-		if status.Code(err) != codes.DeadlineExceeded || reason(err) != server.ReasonWaitTimeout {
+		if status.Code(err) != codes.DeadlineExceeded || reason(err) != wireerr.ReasonWaitTimeout {
 			t.Errorf("Acquire(b, k, wait 300ms) = %v (reason %q); want DeadlineExceeded, WAIT_TIMEOUT", err, reason(err))
 		}
 		if took := time.Since(start); took < 300*time.Millisecond {
@@ -327,7 +326,7 @@ func TestAcquireReleaseRaw(t *testing.T) {
 			t.Errorf("CloseSession(b) again = %v, %v; want released 0", closed, err)
 		}
 		if _, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: b, Key: "k"}); status.Code(err) != codes.FailedPrecondition ||
-			reason(err) != server.ReasonSessionDead {
+			reason(err) != wireerr.ReasonSessionDead {
 			t.Errorf("Acquire on a closed session = %v; want FailedPrecondition SESSION_DEAD", err)
 		}
 		if info, err := api.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"}); err != nil || info.Held {
@@ -433,7 +432,7 @@ func TestKeepAliveStream(t *testing.T) {
 		send(ids[0], 102)
 		r := recv()
 		if r.RequestId != 102 || r.Error == nil || codes.Code(r.Error.Code) != codes.Unavailable ||
-			r.Error.Reason != server.ReasonUnavailable || r.RemainingMs != 0 {
+			r.Error.Reason != wireerr.ReasonUnavailable || r.RemainingMs != 0 {
 			t.Errorf("heartbeat during an outage = %v; want error UNAVAILABLE and no remaining", r)
 		}
 		faulty.Fail("heartbeat", nil)

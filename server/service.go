@@ -70,15 +70,13 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 // checkTTL validates a requested session TTL (field ttl_ms).
 func (s *Server) checkTTL(ms int64, ttl time.Duration) error {
 	if ms < 0 || ms > int64(store.MaxTTL/time.Millisecond) {
-		return invalid("ttl_ms", fmt.Errorf("%w: %d out of range [%d, %d]", store.ErrInvalidArgument, ms,
-			store.MinTTL.Milliseconds(), store.MaxTTL.Milliseconds()))
+		return invalidf("ttl_ms", "%d out of range [%d, %d]", ms, store.MinTTL.Milliseconds(), store.MaxTTL.Milliseconds())
 	}
 	if err := store.ValidateTTL(ttl); err != nil {
 		return invalid("ttl_ms", err)
 	}
 	if ttl <= 2*s.cfg.SafetyMargin {
-		return invalid("ttl_ms", fmt.Errorf("%w: %v must exceed twice the safety margin (%v)",
-			store.ErrInvalidArgument, ttl, s.cfg.SafetyMargin))
+		return invalidf("ttl_ms", "%v must exceed twice the safety margin (%v)", ttl, s.cfg.SafetyMargin)
 	}
 	return nil
 }
@@ -174,10 +172,9 @@ func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
 	}
 	switch {
 	case req.WaitTimeoutMs < 0 || req.WaitTimeoutMs > MaxWait.Milliseconds():
-		return invalid("wait_timeout_ms", fmt.Errorf("%w: %d out of range [0, %d]", store.ErrInvalidArgument,
-			req.WaitTimeoutMs, MaxWait.Milliseconds()))
+		return invalidf("wait_timeout_ms", "%d out of range [0, %d]", req.WaitTimeoutMs, MaxWait.Milliseconds())
 	case !req.Wait && req.WaitTimeoutMs != 0:
-		return invalid("wait_timeout_ms", fmt.Errorf("%w: must be 0 when wait is false", store.ErrInvalidArgument))
+		return invalidf("wait_timeout_ms", "must be 0 when wait is false")
 	}
 	return nil
 }
@@ -214,7 +211,7 @@ func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*loc
 	case store.ValidateKey(req.Key) != nil:
 		err = invalid("key", store.ValidateKey(req.Key))
 	case req.Token == 0:
-		err = invalid("token", fmt.Errorf("%w: must be non-zero", store.ErrInvalidArgument))
+		err = invalidf("token", "must be non-zero")
 	}
 	if err != nil {
 		return nil, s.toStatus(ctx, "Release", err)
@@ -266,8 +263,7 @@ func (s service) List(ctx context.Context, req *lockdv1.ListRequest) (*lockdv1.L
 	if req.PageToken != "" {
 		raw, derr := base64.RawURLEncoding.DecodeString(req.PageToken)
 		if derr != nil || store.ValidateKey(string(raw)) != nil {
-			return nil, s.toStatus(ctx, "List", invalid("page_token",
-				fmt.Errorf("%w: not a token returned by List", store.ErrInvalidArgument)))
+			return nil, s.toStatus(ctx, "List", invalidf("page_token", "not a token returned by List"))
 		}
 		after = string(raw)
 	}

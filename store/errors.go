@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of the SPI (C2 #ct2-errors). Backends classify driver
 // errors into these once, at the backend boundary, and wrap them with %w and
@@ -35,6 +38,21 @@ var (
 	// true. It exists so logs and metrics can tell an outage from a conflict.
 	ErrUnavailable error = unavailableError{}
 )
+
+// InvalidError is an ErrInvalidArgument that says what is wrong as data
+// (e.g. "key is empty"), so the server and the SDK can name the request field
+// without editing error text. The validation functions of this package
+// return it.
+type InvalidError struct {
+	Problem string
+}
+
+func (e *InvalidError) Error() string { return ErrInvalidArgument.Error() + ": " + e.Problem }
+func (e *InvalidError) Unwrap() error { return ErrInvalidArgument }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidError{Problem: fmt.Sprintf(format, args...)}
+}
 
 type unavailableError struct{}
 

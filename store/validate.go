@@ -21,17 +21,18 @@ const (
 
 // ValidateKey is the one key check used by the store, the server and the SDK
 // (C2 #ct2-keys): valid UTF-8, 1..MaxKeyLen bytes, no NUL byte. The error
-// wraps ErrInvalidArgument and names what is wrong.
+// is an *InvalidError (so it matches ErrInvalidArgument) that says what is
+// wrong; so are the errors of the other checks below.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: key is empty", ErrInvalidArgument)
+		return invalidf("key is empty")
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: key is %d bytes, at most %d allowed", ErrInvalidArgument, len(key), MaxKeyLen)
+		return invalidf("key is %d bytes, at most %d allowed", len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalidArgument)
+		return invalidf("key is not valid UTF-8")
 	case strings.IndexByte(key, 0) >= 0:
-		return fmt.Errorf("%w: key contains a NUL byte", ErrInvalidArgument)
+		return invalidf("key contains a NUL byte")
 	}
 	return nil
 }
@@ -53,9 +54,9 @@ func ValidatePrefix(prefix string) error {
 func ValidateTTL(ttl time.Duration) error {
 	switch {
 	case ttl < MinTTL || ttl > MaxTTL:
-		return fmt.Errorf("%w: ttl %v out of range [%v, %v]", ErrInvalidArgument, ttl, MinTTL, MaxTTL)
+		return invalidf("ttl %v out of range [%v, %v]", ttl, MinTTL, MaxTTL)
 	case ttl%time.Millisecond != 0:
-		return fmt.Errorf("%w: ttl %v is not a whole number of milliseconds", ErrInvalidArgument, ttl)
+		return invalidf("ttl %v is not a whole number of milliseconds", ttl)
 	}
 	return nil
 }
@@ -65,11 +66,11 @@ func ValidateTTL(ttl time.Duration) error {
 // session exists.
 func ValidateSessionID(id SessionID) error {
 	if id == "" || len(id) > 128 {
-		return fmt.Errorf("%w: session id must be 1..128 bytes", ErrInvalidArgument)
+		return invalidf("session id must be 1..128 bytes")
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: session id has a byte outside printable ASCII", ErrInvalidArgument)
+			return invalidf("session id has a byte outside printable ASCII")
 		}
 	}
 	return nil
@@ -82,7 +83,7 @@ func ListLimit(limit int) (int, error) {
 	case limit == 0:
 		return DefaultListLimit, nil
 	case limit < 0 || limit > MaxListLimit:
-		return 0, fmt.Errorf("%w: limit %d out of range [1, %d]", ErrInvalidArgument, limit, MaxListLimit)
+		return 0, invalidf("limit %d out of range [1, %d]", limit, MaxListLimit)
 	}
 	return limit, nil
 }

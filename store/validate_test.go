@@ -33,6 +33,26 @@ func TestValidateKey(t *testing.T) {
 	}
 }
 
+// TestInvalidError checks that a validation error says what is wrong as data
+// and keeps the text "store: invalid argument: <problem>".
+func TestInvalidError(t *testing.T) {
+	for _, err := range []error{ValidateKey(""), ValidatePrefix("a\x00"), ValidateTTL(0),
+		ValidateSessionID(""), func() error { _, err := ListLimit(-1); return err }()} {
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Problem == "" || !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%v: want an *InvalidError with a problem, matching ErrInvalidArgument", err)
+			continue
+		}
+		if want := "store: invalid argument: " + ie.Problem; !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("%q does not end with %q", err, want)
+		}
+	}
+	var ie *InvalidError
+	if !errors.As(ValidateKey(""), &ie) || ie.Problem != "key is empty" {
+		t.Errorf("ValidateKey(\"\") = %v; want an *InvalidError with problem %q", ValidateKey(""), "key is empty")
+	}
+}
+
 func TestValidateTTL(t *testing.T) {
 	for ttl, ok := range map[time.Duration]bool{
 		MinTTL: true, MaxTTL: true, 15 * time.Second: true, 2500 * time.Millisecond: true,

@@ -17,7 +17,7 @@ import (
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/server"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )
 
 // scenarioTimeout bounds one scenario on one backend.
@@ -154,19 +154,19 @@ func sdkErr(err error) string {
 	return fmt.Sprintf("unexpected(%v)", err)
 }
 
-// reasonCodes is the wire contract of server/errors.go: the gRPC code each
+// reasonCodes is the wire contract (proto/lockd/v1/wireerr): the gRPC code each
 // ErrorInfo reason travels with.
 var reasonCodes = map[string]codes.Code{
-	server.ReasonInvalidArgument: codes.InvalidArgument,
-	server.ReasonSessionDead:     codes.FailedPrecondition,
-	server.ReasonNotOwner:        codes.PermissionDenied,
-	server.ReasonContention:      codes.Unavailable,
-	server.ReasonNotLeader:       codes.Unavailable,
-	server.ReasonUnavailable:     codes.Unavailable,
-	server.ReasonWaitTimeout:     codes.DeadlineExceeded,
-	server.ReasonLimit:           codes.ResourceExhausted,
-	server.ReasonShuttingDown:    codes.Unavailable,
-	server.ReasonInternal:        codes.Internal,
+	wireerr.ReasonInvalidArgument: codes.InvalidArgument,
+	wireerr.ReasonSessionDead:     codes.FailedPrecondition,
+	wireerr.ReasonNotOwner:        codes.PermissionDenied,
+	wireerr.ReasonContention:      codes.Unavailable,
+	wireerr.ReasonNotLeader:       codes.Unavailable,
+	wireerr.ReasonUnavailable:     codes.Unavailable,
+	wireerr.ReasonWaitTimeout:     codes.DeadlineExceeded,
+	wireerr.ReasonLimit:           codes.ResourceExhausted,
+	wireerr.ReasonShuttingDown:    codes.Unavailable,
+	wireerr.ReasonInternal:        codes.Internal,
 }
 
 // wireErr names the lockd ErrorInfo reason of a gRPC error ("OK" for nil),
@@ -184,7 +184,7 @@ func wireErr(t *testing.T, err error) string {
 	}
 	reason := ""
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == server.ErrorDomain {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == wireerr.Domain {
 			reason = info.Reason
 		}
 	}

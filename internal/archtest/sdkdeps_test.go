@@ -1,0 +1,93 @@
+package archtest
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// sdkModulePackages are the only lockd packages a program that imports the
+// SDK links: the SDK, the storage SPI (key rules and limits, standard
+// library only), the generated API and the wire-error vocabulary.
+var sdkModulePackages = []string{
+	"lock.dev/lockd/client",
+	"lock.dev/lockd/proto/lockd/v1",
+	"lock.dev/lockd/proto/lockd/v1/wireerr",
+	"lock.dev/lockd/store",
+}
+
+// sdkForbidden are import paths that must never reach an SDK user's binary,
+// with everything below them: the metrics stack, the backends' drivers, and
+// lockd's server side.
+var sdkForbidden = []string{
+	"github.com/prometheus",
+	"go.etcd.io",
+	"github.com/jackc",
+	"lock.dev/lockd/server",
+	"lock.dev/lockd/store/etcdstore",
+	"lock.dev/lockd/store/pgstore",
+	"lock.dev/lockd/internal",
+}
+
+// TestSDKImportGraph pins the SDK's import graph (issue 10): `go list -deps
+// ./client` names no Prometheus, etcd, pgx or lockd server, backend or
+// internal package, and no lockd package beyond sdkModulePackages.
+func TestSDKImportGraph(t *testing.T) {
+	deps := goListDeps(t, "./client")
+	if !slices.Contains(deps, "lock.dev/lockd/client") {
+		t.Fatalf("go list -deps ./client does not list the client itself: %v", deps)
+	}
+	for _, dep := range deps {
+		if i := slices.IndexFunc(sdkForbidden, func(bad string) bool {
+			return dep == bad || strings.HasPrefix(dep, bad+"/")
+		}); i >= 0 {
+			t.Errorf("the SDK links %s (nothing under %s may be linked)", dep, sdkForbidden[i])
+			continue
+		}
+		if strings.HasPrefix(dep, "lock.dev/lockd/") && !slices.Contains(sdkModulePackages, dep) {
+			t.Errorf("the SDK links lockd package %s; allowed are %v", dep, sdkModulePackages)
+		}
+	}
+}
+
+// goListDeps runs `go list -deps pkg` at the module root with the go command
+// of the toolchain that runs the test.
+func goListDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	goBin := goCommand(t)
+	cmd := exec.Command(goBin, "list", "-deps", pkg)
+	cmd.Dir = moduleRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s list -deps %s: %v\n%s", goBin, pkg, err, stderrOf(err))
+	}
+	return strings.Fields(string(out))
+}
+
+// goCommand finds the go command on PATH and returns the one of the GOROOT
+// it reports (the toolchain GOTOOLCHAIN selected).
+func goCommand(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command not on PATH: %v", err)
+	}
+	out, err := exec.Command(goBin, "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("%s env GOROOT: %v\n%s", goBin, err, stderrOf(err))
+	}
+	root := strings.TrimSpace(string(out))
+	if root == "" {
+		return goBin
+	}
+	return filepath.Join(root, "bin", "go")
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
