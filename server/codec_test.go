@@ -18,7 +18,6 @@ import (
 	"lock.dev/lockd/internal/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
-	"lock.dev/lockd/server"
 )
 
 // rawCodec sends pre-encoded bytes as they are, so a test can put bytes on
