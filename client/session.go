@@ -91,7 +91,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		return nil, fmt.Errorf("new session: %w: safety margin %v must be > 0 and < ttl/2 (ttl %v)",
 			ErrInvalidArgument, s.margin, s.ttl)
 	}
-	s.deadline = sent.Add(ms(resp.GetRemainingMs()) - s.margin)
+	s.deadline = trustFrom(c.clock, sent).Add(ms(resp.GetRemainingMs()) - s.margin)
 	if !c.clock.Now().Before(s.deadline) {
 		s.abandon()
 		return nil, fmt.Errorf("new session: %w", ErrSessionExpired)
@@ -175,7 +175,7 @@ func (s *Session) extend(sent time.Time, remaining time.Duration) {
 		s.end(ErrSessionExpired)
 		return
 	}
-	if d := sent.Add(remaining - s.margin); d.After(s.deadline) {
+	if d := trustFrom(s.c.clock, sent).Add(remaining - s.margin); d.After(s.deadline) {
 		// The timer stays armed at the earlier deadline: when it fires it
 		// finds the later one and arms itself again (deadlineReached), so
 		// an extension costs no timer operation.
