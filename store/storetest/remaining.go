@@ -74,7 +74,7 @@ func checkRemainingOnce(t *testing.T, st store.LockStore, attempt int) (void boo
 		}
 	}()
 	if sess.Remaining > sess.TTL+remainingSlack {
-		return false, fmt.Errorf("OpenSession: Remaining %v exceeds the TTL %v", sess.Remaining, sess.TTL)
+		return false, fmt.Errorf("storetest: OpenSession: Remaining %v exceeds the TTL %v", sess.Remaining, sess.TTL)
 	}
 	testkit.Eventually(t, 10*time.Second, "the session quiet for a second", func() bool {
 		return time.Since(opened) >= remainingQuiet
@@ -83,7 +83,7 @@ func checkRemainingOnce(t *testing.T, st store.LockStore, attempt int) (void boo
 	// A grant asked for at call may report at most TTL − (call − opened).
 	check := func(op string, call time.Time, rem time.Duration) error {
 		if bound := sess.TTL - call.Sub(opened) + remainingSlack; rem > bound {
-			return fmt.Errorf("%s %v after OpenSession (no heartbeat since): Remaining %v; want at most TTL %v − %v "+
+			return fmt.Errorf("storetest: %s %v after OpenSession (no heartbeat since): Remaining %v; want at most TTL %v − %v "+
 				"(+%v slack): nothing renewed the session", op, call.Sub(opened).Round(time.Millisecond), rem,
 				sess.TTL, call.Sub(opened).Round(time.Millisecond), remainingSlack)
 		}
@@ -111,7 +111,7 @@ func checkRemainingOnce(t *testing.T, st store.LockStore, attempt int) (void boo
 	}
 	var hbErr error
 	if lv.Remaining > sess.TTL+remainingSlack {
-		hbErr = fmt.Errorf("Heartbeat: Remaining %v exceeds the TTL %v", lv.Remaining, sess.TTL)
+		hbErr = fmt.Errorf("storetest: Heartbeat: Remaining %v exceeds the TTL %v", lv.Remaining, sess.TTL)
 	}
 	return false, errors.Join(tryErr, acqErr, hbErr)
 }
