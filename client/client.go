@@ -52,10 +52,11 @@ func New(target string, opts ...Option) (*Client, error) {
 	switch {
 	case o.clock == nil:
 		return nil, fmt.Errorf("%w: nil clock", ErrInvalidArgument)
-	case o.safetyMargin < 0, o.heartbeatInterval < 0, o.ttl < 0:
-		return nil, fmt.Errorf("%w: negative safety margin, heartbeat interval or ttl", ErrInvalidArgument)
 	case o.backoffMin <= 0 || o.backoffMax < o.backoffMin:
 		return nil, fmt.Errorf("%w: backoff bounds must satisfy 0 < min <= max", ErrInvalidArgument)
+	}
+	if err := checkTiming(o.ttl, o.safetyMargin, o.heartbeatInterval); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	dial := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -16,6 +17,9 @@ const (
 	// DefaultCloseTimeout bounds the best-effort CloseSession calls of
 	// Client.Close and of a session whose deadline passed.
 	DefaultCloseTimeout = 2 * time.Second
+	// MinHeartbeatInterval is the shortest heartbeat interval
+	// WithHeartbeatInterval accepts (as lock.client.heartbeat-interval).
+	MinHeartbeatInterval = 100 * time.Millisecond
 )
 
 type options struct {
@@ -54,15 +58,44 @@ func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithSafetyMargin overrides the safety margin the server advertises
 // (lock.client.safety-margin): how long before the backend could free a
-// session's locks the client stops trusting them. It must stay below half
-// the session TTL.
+// session's locks the client stops trusting them. As on the server, it must
+// be > 0 and < TTL/2: New checks it against WithTTL, NewSession against the
+// session's TTL; either returns ErrInvalidArgument otherwise.
 func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.safetyMargin = d } }
 
 // WithHeartbeatInterval overrides the heartbeat interval the server
 // advertises (lock.client.heartbeat-interval, default TTL/3). Heartbeats are
-// sent at a random point in the last 20% of each interval.
+// sent at a random point in the last 20% of each interval. As on the
+// server, it must lie in [MinHeartbeatInterval, TTL − 2×safety margin]: New
+// checks what it can (WithTTL, WithSafetyMargin), NewSession the rest once
+// the session's TTL and margin are known; either returns ErrInvalidArgument
+// otherwise.
 func WithHeartbeatInterval(d time.Duration) Option {
 	return func(o *options) { o.heartbeatInterval = d }
+}
+
+// checkTiming checks a safety margin and a heartbeat interval against a
+// session TTL with the server's rules (C5 lock.client.*): 0 < margin <
+// ttl/2, and MinHeartbeatInterval <= interval <= ttl − 2×margin. A zero
+// ttl, margin or interval is not known yet and not checked, except that an
+// interval must be below a known ttl whatever the margin.
+func checkTiming(ttl, margin, interval time.Duration) error {
+	switch {
+	case margin < 0 || interval < 0 || ttl < 0:
+		return fmt.Errorf("%w: negative safety margin (%v), heartbeat interval (%v) or ttl (%v)",
+			ErrInvalidArgument, margin, interval, ttl)
+	case ttl > 0 && margin > 0 && margin >= ttl/2:
+		return fmt.Errorf("%w: safety margin %v must be > 0 and < ttl/2 (ttl %v)", ErrInvalidArgument, margin, ttl)
+	case interval > 0 && interval < MinHeartbeatInterval:
+		return fmt.Errorf("%w: heartbeat interval %v is below the minimum %v", ErrInvalidArgument, interval,
+			MinHeartbeatInterval)
+	case ttl > 0 && margin > 0 && interval > ttl-2*margin:
+		return fmt.Errorf("%w: heartbeat interval %v must be at most ttl − 2×safety margin = %v (ttl %v, margin %v)",
+			ErrInvalidArgument, interval, ttl-2*margin, ttl, margin)
+	case ttl > 0 && interval >= ttl:
+		return fmt.Errorf("%w: heartbeat interval %v must be below the ttl %v", ErrInvalidArgument, interval, ttl)
+	}
+	return nil
 }
 
 // WithTTL sets the TTL of the client's sessions; 0 (the default) uses the

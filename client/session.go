@@ -54,6 +54,11 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if so.ttl < 0 || so.ttl%time.Millisecond != 0 {
 		return nil, fmt.Errorf("new session: %w: ttl: %v is negative or not whole milliseconds", ErrInvalidArgument, so.ttl)
 	}
+	// The client's own settings against the TTL asked for, before the
+	// server opens anything.
+	if err := checkTiming(so.ttl, c.opts.safetyMargin, c.opts.heartbeatInterval); err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
 	var (
 		resp *lockdv1.OpenSessionResponse
 		sent time.Time
@@ -80,18 +85,32 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if c.opts.safetyMargin > 0 {
 		s.margin = c.opts.safetyMargin
 	}
-	if c.opts.heartbeatInterval > 0 {
-		s.interval = c.opts.heartbeatInterval
-	}
 	if s.interval <= 0 {
 		s.interval = s.ttl / 3
 	}
-	if s.margin <= 0 || s.margin >= s.ttl/2 {
-		s.abandon()
-		return nil, fmt.Errorf("new session: %w: safety margin %v must be > 0 and < ttl/2 (ttl %v)",
-			ErrInvalidArgument, s.margin, s.ttl)
+	// The settings in force (the client's, else the server's) against the
+	// TTL the backend applies. The server's own interval is allowed its
+	// TTL/3 default when the margin leaves less than that (as the server
+	// does); it must still leave time inside the trust window.
+	var terr error
+	switch {
+	case s.margin <= 0 || s.ttl <= 0:
+		terr = fmt.Errorf("%w: safety margin %v must be > 0 and < ttl/2 (ttl %v)", ErrInvalidArgument, s.margin, s.ttl)
+	case c.opts.heartbeatInterval > 0:
+		s.interval = c.opts.heartbeatInterval
+		terr = checkTiming(s.ttl, s.margin, s.interval)
+	default:
+		terr = checkTiming(s.ttl, s.margin, 0)
+		if terr == nil && s.interval >= s.ttl-s.margin {
+			terr = fmt.Errorf("%w: the server's heartbeat interval %v must be below ttl − safety margin = %v",
+				ErrInvalidArgument, s.interval, s.ttl-s.margin)
+		}
 	}
-	s.deadline = sent.Add(ms(resp.GetRemainingMs()) - s.margin)
+	if terr != nil {
+		s.abandon()
+		return nil, fmt.Errorf("new session: %w", terr)
+	}
+	s.deadline = trustFrom(c.clock, sent).Add(ms(resp.GetRemainingMs()) - s.margin)
 	if !c.clock.Now().Before(s.deadline) {
 		s.abandon()
 		return nil, fmt.Errorf("new session: %w", ErrSessionExpired)
@@ -175,7 +194,7 @@ func (s *Session) extend(sent time.Time, remaining time.Duration) {
 		s.end(ErrSessionExpired)
 		return
 	}
-	if d := sent.Add(remaining - s.margin); d.After(s.deadline) {
+	if d := trustFrom(s.c.clock, sent).Add(remaining - s.margin); d.After(s.deadline) {
 		// The timer stays armed at the earlier deadline: when it fires it
 		// finds the later one and arms itself again (deadlineReached), so
 		// an extension costs no timer operation.

@@ -20,6 +20,7 @@ type Faulty struct {
 	fail      map[string]*fault // by op (telemetry.Op*)
 	remaining time.Duration     // > 0: reported instead of the store's Remaining
 	reported  []time.Duration   // Remaining values reported, in order
+	during    map[string]func() // by op: run inside its next call (During)
 }
 
 type fault struct {
@@ -72,9 +73,28 @@ func (f *Faulty) Reported() []time.Duration {
 	return append([]time.Duration(nil), f.reported...)
 }
 
-// failure returns the error to inject before calling the store for op, and
-// the one to return after calling it.
+// During runs fn inside the next call of op (a telemetry.Op* name, as for
+// Fail), before the call reaches the store or fails: the time a request
+// spends at the server, e.g. to advance a test's clock meanwhile.
+func (f *Faulty) During(op string, fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.during == nil {
+		f.during = map[string]func(){}
+	}
+	f.during[op] = fn
+}
+
+// failure runs op's During hook, then returns the error to inject before
+// calling the store for op, and the one to return after calling it.
 func (f *Faulty) failure(op string) (before, after error) {
+	f.mu.Lock()
+	fn := f.during[op]
+	delete(f.during, op)
+	f.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ft := f.fail[op]

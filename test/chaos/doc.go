@@ -44,5 +44,8 @@
 // (overlapping writers), a worker that trusts a grant for a full TTL from
 // the receipt of the reply and ignores Done (trusted overlap), and a worker
 // whose SDK clock runs at half speed, beyond what the safety margin absorbs
-// (trusted overlap).
+// (trusted overlap). The far-holder scenario (a worker 300 ms from lockd,
+// a 50 ms safety margin) has its own: that worker's SDK built with the tag
+// lockd_recvtime_control, which counts a reply's Remaining from its receipt
+// instead of the send of its request (trusted overlap).
 package chaos

@@ -16,11 +16,15 @@ type Binaries struct {
 	Lockd  string // cmd/lockd
 	Worker string // test/chaos/cmd/chaos-worker
 	Etcd   string // test/chaos/cmd/chaos-etcd
+	// WorkerRecvTime is the worker built with the SDK's receive-time
+	// control (build tag lockd_recvtime_control): the recvtime-sdk control.
+	WorkerRecvTime string
 }
 
 // Build builds lockd, the worker and the etcd member into dir with the go
 // command (go build -o dir), from the module that contains the working
-// directory. race adds -race.
+// directory, and the worker once more with the SDK's receive-time control
+// (dir/recvtime). race adds -race.
 func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
@@ -40,10 +44,22 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
+	recvDir := filepath.Join(dir, "recvtime")
+	args = []string{"build", "-tags", "lockd_recvtime_control", "-o", filepath.Join(recvDir, "chaos-worker")}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "./test/chaos/cmd/chaos-worker")
+	cmd = exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
 	return Binaries{
-		Lockd:  filepath.Join(dir, "lockd"),
-		Worker: filepath.Join(dir, "chaos-worker"),
-		Etcd:   filepath.Join(dir, "chaos-etcd"),
+		Lockd:          filepath.Join(dir, "lockd"),
+		Worker:         filepath.Join(dir, "chaos-worker"),
+		Etcd:           filepath.Join(dir, "chaos-etcd"),
+		WorkerRecvTime: filepath.Join(recvDir, "chaos-worker"),
 	}, nil
 }
 

@@ -93,7 +93,7 @@ func (rep *Report) Verdict() (ok bool, why string) {
 			return false, "control did not fail: no overlapping writers with the token check off"
 		}
 		return true, "control failed as it must"
-	case ReceiveTTL, SlowClock:
+	case ReceiveTTL, SlowClock, RecvTimeSDK:
 		if rep.Trusted.Violations == 0 {
 			return false, "control did not fail: no trusted overlap"
 		}

@@ -75,6 +75,12 @@ const (
 	// LeaderKill SIGKILLs the leader of the three-member etcd cluster and
 	// restarts it.
 	LeaderKill Fault = "etcd-leader-kill"
+	// FarHolder puts worker 0 far from lockd (farLatency each way through a
+	// toxiproxy proxy, far.go), runs lockd with a small safety margin, and
+	// pauses worker 0 while it holds and no request of it is in flight: the
+	// send-time rule (C2 #ct2-deadline) is what keeps its trust inside the
+	// backend's lifetime.
+	FarHolder Fault = "far-holder"
 )
 
 // Control names a run that breaks a rule on purpose and must be caught.
@@ -95,6 +101,11 @@ const (
 	// the safety margin absorbs, and pauses it while it holds:
 	// check.NoTrustedOverlap must find overlaps.
 	SlowClock Control = "slow-clock"
+	// RecvTimeSDK runs worker 0 of FarHolder on an SDK built with the tag
+	// lockd_recvtime_control, which counts Remaining from the receipt of a
+	// reply instead of the send of its request: check.NoTrustedOverlap must
+	// find overlaps.
+	RecvTimeSDK Control = "recvtime-sdk"
 )
 
 // Spec is one scenario.
@@ -168,6 +179,7 @@ type run struct {
 	pgOwn  bool   // pg is private to this run
 	proxy  *proxy
 	lockds []*lockdProc
+	far    *farLink // FarHolder: worker 0's link to lockd
 
 	workerSpecs []workerSpec
 
@@ -229,6 +241,7 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 		rng:     rand.New(rand.NewPCG(opts.Seed, nameHash(spec.Name))),
 		seed:    opts.Seed,
 	}
+	r.farSettings()
 	keys := opts.Keys
 	if spec.Control == ReceiveTTL {
 		// One key: the control worker's acquires wait in the queue (see
@@ -269,6 +282,9 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	if err := r.startLockd(); err != nil {
+		return err
+	}
+	if err := r.startFar(); err != nil {
 		return err
 	}
 	r.planWorkers()
@@ -502,6 +518,8 @@ func (r *run) planWorkers() {
 			ws.heartbeatInterval = r.opts.TTL - 2*r.opts.Margin
 		case r.spec.Control == SlowClock && slot == 0:
 			ws.clockScale = 0.5
+		case r.spec.Fault == FarHolder && slot == 0:
+			r.planFar(&ws)
 		}
 		r.workerSpecs = append(r.workerSpecs, ws)
 	}
@@ -512,7 +530,7 @@ func (r *run) targets(w *workerProc) bool {
 	switch {
 	case r.spec.Fault == ClockSkew:
 		return w.slot == 0 || w.slot == 1
-	case r.spec.Control == ReceiveTTL, r.spec.Control == SlowClock:
+	case r.spec.Control == ReceiveTTL, r.spec.Control == SlowClock, r.spec.Fault == FarHolder:
 		return w.slot == 0
 	}
 	return true
@@ -569,6 +587,8 @@ func (r *run) cycle(ctx context.Context, i int) error {
 	switch r.spec.Fault {
 	case PauseHolder, ClockSkew:
 		return r.pauseHolder(ctx)
+	case FarHolder:
+		return r.pauseFarHolder(ctx)
 	case KillHolder:
 		return r.killHolder(ctx)
 	case KillLockd:
@@ -659,18 +679,37 @@ func (r *run) cycle(ctx context.Context, i int) error {
 
 // pauseHolder SIGSTOPs a targeted holder between its two writes for twice
 // the TTL, then resumes it.
-func (r *run) pauseHolder(ctx context.Context) error {
-	var at int64
-	w, err := r.onNext(ctx, "hold", r.targets, func(w *workerProc) {
-		at = r.clock.Now()
-		w.markStopped(true)
-		w.p.signal(syscall.SIGSTOP)
-	})
-	if err != nil {
-		return err
+func (r *run) pauseHolder(ctx context.Context) error { return r.pauseHolderWhen(ctx, nil) }
+
+// pauseHolderWhen is pauseHolder at the first hold for which when (if set)
+// is true at the hold's line.
+func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
+	var (
+		at      int64
+		w       *workerProc
+		paused  bool
+		skipped int
+	)
+	for end := time.Now().Add(triggerTimeout); !paused; skipped++ {
+		if time.Now().After(end) {
+			return fmt.Errorf("no targeted holder was pausable within %v", triggerTimeout)
+		}
+		var err error
+		w, err = r.onNext(ctx, "hold", r.targets, func(w *workerProc) {
+			if when != nil && !when() {
+				return
+			}
+			paused = true
+			at = r.clock.Now()
+			w.markStopped(true)
+			w.p.signal(syscall.SIGSTOP)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	r.countFault()
-	r.logf("paused %s", w.proc)
+	r.logf("paused %s (%d holds skipped)", w.proc, skipped-1)
 	serr := sleep(ctx, 2*r.opts.TTL)
 	w.p.signal(syscall.SIGCONT)
 	w.markStopped(false)
@@ -770,6 +809,9 @@ func (r *run) teardown() error {
 	}
 	if r.proxy != nil {
 		r.proxy.close()
+	}
+	if r.far != nil {
+		r.far.close()
 	}
 	for _, nd := range r.etcd {
 		if err := nd.stop(); err != nil {

@@ -25,10 +25,12 @@ func Suite() []Spec {
 		{Name: "replica-death-etcd", Backend: Etcd, Fault: ReplicaDeath},
 		{Name: "replica-death-pg", Backend: PG, Fault: ReplicaDeath},
 		{Name: "leader-kill-etcd3", Backend: EtcdCluster, Fault: LeaderKill},
+		{Name: "far-holder-pg", Backend: PG, Fault: FarHolder},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-receive-ttl-pg", Backend: PG, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-slow-clock-embedded", Backend: Embedded, Fault: PauseHolder, Control: SlowClock},
+		{Name: "control-recvtime-sdk-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK},
 	}
 }

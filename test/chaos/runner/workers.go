@@ -20,6 +20,7 @@ type workerSpec struct {
 	clockScale        float64
 	trust             worker.Trust
 	heartbeatInterval time.Duration
+	bin               string // the worker binary; "" is Binaries.Worker
 }
 
 // workerProc is one incarnation of a worker slot. Its state follows the
@@ -128,7 +129,11 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-heartbeat-interval", ws.heartbeatInterval.String(),
 		"-seed", strconv.FormatUint(r.seed+uint64(slot)*1000+uint64(n), 10),
 	}
-	p, err := startProcess(w.proc, r.env.bins.Worker, args,
+	bin := r.env.bins.Worker
+	if ws.bin != "" {
+		bin = ws.bin
+	}
+	p, err := startProcess(w.proc, bin, args,
 		[]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())}, nil,
 		filepath.Join(r.dir, w.proc+".log"), w.onLine)
 	if err != nil {

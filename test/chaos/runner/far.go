@@ -1,0 +1,209 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2/toxics"
+)
+
+// The far-holder scenario (Fault FarHolder) and its receive-time control
+// (Control RecvTimeSDK).
+//
+// Worker 0 reaches lockd through a toxiproxy proxy that delays every byte
+// by farLatency each way; the other workers, its rivals for the keys, talk
+// to lockd directly. lockd runs on PostgreSQL, whose heartbeats and grants
+// report Remaining measured from the last heartbeat's receipt (the full TTL
+// right after it), with a safety margin (farMargin) well below the latency.
+// The harness pauses worker 0 while it holds, at a moment when no request of
+// it is in flight (farQuiet), so that the last heartbeat its SDK applied is
+// the last one the server received. Then:
+//
+//   - the correct SDK trusts until send + Remaining − margin, which is
+//     farLatency + farMargin before the backend can free the key;
+//   - an SDK that counts from the receipt of the reply trusts until
+//     farLatency − farMargin AFTER the backend can free it, and a rival
+//     waiting next to lockd gets the key in that window: a trusted overlap
+//     that check.NoTrustedOverlap must report.
+//
+// Worker 0 heartbeats every farHeartbeat: long enough that its requests
+// are often all answered (a heartbeat is in flight for 2×farLatency of each
+// interval), short enough that the next reply still arrives before the
+// correct SDK's deadline (farHeartbeat + 2×farLatency < TTL − margin).
+const (
+	farLatency   = 300 * time.Millisecond
+	farMargin    = 50 * time.Millisecond
+	farHeartbeat = 1200 * time.Millisecond
+	// farReaper is the PostgreSQL reaper interval of the scenario: the
+	// backend frees an expired session's keys within it, well inside the
+	// 250ms the receive-time control trusts too long.
+	farReaper = 100 * time.Millisecond
+	// farQuiet: a hold may be paused when worker 0 has sent nothing for
+	// this long, so every request it sent has been answered.
+	farQuiet = 2*farLatency + 100*time.Millisecond
+)
+
+// farLink is worker 0's link to lockd: the proxy and when worker 0 last
+// sent a byte through it.
+type farLink struct {
+	name string
+	px   *proxy
+	act  *linkActivity
+}
+
+// close stops the proxy and lets the link's toxics end.
+func (f *farLink) close() {
+	f.act.stop()
+	f.px.close()
+	activityMu.Lock()
+	delete(activities, f.name)
+	activityMu.Unlock()
+}
+
+// linkActivity is what the far toxics of one link share: when bytes last
+// entered it upstream, and a channel closed when the link is torn down.
+type linkActivity struct {
+	mu       sync.Mutex
+	last     time.Time
+	stopped  chan struct{}
+	stopOnce sync.Once
+}
+
+func (a *linkActivity) saw(t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t.After(a.last) {
+		a.last = t
+	}
+}
+
+func (a *linkActivity) since() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return time.Since(a.last)
+}
+
+func (a *linkActivity) stop() { a.stopOnce.Do(func() { close(a.stopped) }) }
+
+// farToxic is a toxiproxy toxic that delays every chunk by Latency ms from
+// its arrival (like toxiproxy's latency toxic) and, with Observe, records
+// the arrival in the linkActivity registered under Link. Unlike the latency
+// toxic of v2.12.0, whose delivery blocks forever once the connection's
+// writer is gone (a goroutine leaked per connection closed with data in
+// flight), it stops delivering when the link is torn down and drains its
+// input until the reader ends. toxiproxy builds a fresh value per toxic
+// from its JSON attributes, hence the registry.
+type farToxic struct {
+	Link    string `json:"link"`
+	Latency int64  `json:"latency"`
+	Observe bool   `json:"observe"`
+}
+
+var (
+	registerFar sync.Once
+	activityMu  sync.Mutex
+	activities  = map[string]*linkActivity{}
+)
+
+func activityOf(link string) *linkActivity {
+	activityMu.Lock()
+	defer activityMu.Unlock()
+	a := activities[link]
+	if a == nil {
+		a = &linkActivity{stopped: make(chan struct{})}
+		activities[link] = a
+	}
+	return a
+}
+
+// Pipe implements toxics.Toxic. It returns when its input ends, when it is
+// interrupted (toxics changed; not done here), or after the link is torn
+// down and its input drained.
+func (t *farToxic) Pipe(stub *toxics.ToxicStub) {
+	act := activityOf(t.Link)
+	delay := time.Duration(t.Latency) * time.Millisecond
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			if t.Observe {
+				act.saw(c.Timestamp)
+			}
+			wait := time.NewTimer(delay - time.Since(c.Timestamp))
+			select {
+			case <-wait.C:
+			case <-stub.Interrupt:
+			case <-act.stopped:
+			}
+			wait.Stop()
+			select {
+			case stub.Output <- c:
+			case <-act.stopped:
+				for c := range stub.Input { // until the reader closes it
+					if c == nil {
+						break
+					}
+				}
+				stub.Close()
+				return
+			}
+		}
+	}
+}
+
+// farSettings applies the scenario's own lockd settings.
+func (r *run) farSettings() {
+	if r.spec.Fault != FarHolder {
+		return
+	}
+	r.opts.Margin = farMargin
+	r.opts.Reaper = farReaper
+}
+
+// startFar starts worker 0's proxy to lockd (FarHolder only).
+func (r *run) startFar() error {
+	if r.spec.Fault != FarHolder {
+		return nil
+	}
+	registerFar.Do(func() { toxics.Register("chaos_far", new(farToxic)) })
+	px, err := newProxy(r.spec.Name+"-far", r.lockds[0].Addr())
+	if err != nil {
+		return err
+	}
+	link := r.spec.Name + "-far"
+	for _, stream := range []string{"upstream", "downstream"} {
+		js := fmt.Sprintf(`{"name":"far_%s","type":"chaos_far","stream":%q,"toxicity":1,`+
+			`"attributes":{"link":%q,"latency":%d,"observe":%t}}`,
+			stream, stream, link, farLatency.Milliseconds(), stream == "upstream")
+		if _, err := px.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			px.close()
+			return fmt.Errorf("proxy %s: add toxic: %w", px.name, err)
+		}
+	}
+	r.far = &farLink{name: link, px: px, act: activityOf(link)}
+	return nil
+}
+
+// planFar sets up worker 0 of FarHolder: through the far link, a longer
+// heartbeat interval, and under RecvTimeSDK the receive-time SDK.
+func (r *run) planFar(ws *workerSpec) {
+	ws.lockd = []string{r.far.px.addr()}
+	ws.heartbeatInterval = farHeartbeat
+	if r.spec.Control == RecvTimeSDK {
+		ws.bin = r.env.bins.WorkerRecvTime
+	}
+}
+
+// pauseFarHolder pauses worker 0 while it holds and none of its requests is
+// in flight.
+func (r *run) pauseFarHolder(ctx context.Context) error {
+	return r.pauseHolderWhen(ctx, func() bool { return r.far.act.since() >= farQuiet })
+}
