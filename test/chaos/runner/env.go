@@ -15,7 +15,7 @@ import (
 type Binaries struct {
 	Lockd  string // cmd/lockd
 	Worker string // test/chaos/cmd/chaos-worker
-	Etcd   string // test/chaos/cmd/chaos-etcd
+	Etcd   string // test/cmd/etcd
 }
 
 // Build builds lockd, the worker and the etcd member into dir with the go
@@ -34,7 +34,7 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "./cmd/lockd", "./test/chaos/cmd/chaos-worker", "./test/chaos/cmd/chaos-etcd")
+	args = append(args, "./cmd/lockd", "./test/chaos/cmd/chaos-worker", "./test/cmd/etcd")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -43,7 +43,7 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	return Binaries{
 		Lockd:  filepath.Join(dir, "lockd"),
 		Worker: filepath.Join(dir, "chaos-worker"),
-		Etcd:   filepath.Join(dir, "chaos-etcd"),
+		Etcd:   filepath.Join(dir, "etcd"),
 	}, nil
 }
 

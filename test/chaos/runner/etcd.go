@@ -17,7 +17,7 @@ import (
 // etcdReadyTimeout bounds an etcd member's start.
 const etcdReadyTimeout = 60 * time.Second
 
-// etcdNode is one chaos-etcd process: restartable on its URLs and data
+// etcdNode is one test/cmd/etcd process: restartable on its URLs and data
 // directory.
 type etcdNode struct {
 	name      string

@@ -26,10 +26,10 @@ const (
 	// Embedded: `lockd serve --backend embedded`, etcd inside the lockd
 	// process (killing lockd kills its etcd too).
 	Embedded Backend = "embedded"
-	// Etcd: one chaos-etcd process; lockd reaches it through the proxy
+	// Etcd: one test/cmd/etcd process; lockd reaches it through the proxy
 	// when the scenario cuts the link.
 	Etcd Backend = "etcd"
-	// EtcdCluster: three chaos-etcd processes.
+	// EtcdCluster: three test/cmd/etcd processes.
 	EtcdCluster Backend = "etcd-3"
 	// PG: PostgreSQL from the local binaries (the shared server with a
 	// database of the scenario's own, or a private server for restarts).
