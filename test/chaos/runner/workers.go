@@ -129,7 +129,7 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-seed", strconv.FormatUint(r.seed+uint64(slot)*1000+uint64(n), 10),
 	}
 	p, err := startProcess(w.proc, r.env.bins.Worker, args,
-		[]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())}, nil,
+		[]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())},
 		filepath.Join(r.dir, w.proc+".log"), w.onLine)
 	if err != nil {
 		return nil, err
