@@ -1,6 +1,7 @@
 package embedetcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,14 @@ type Config struct {
 	// minimum lease TTL: 1.5 × ElectionMs, rounded up to whole seconds.
 	TickMs     uint
 	ElectionMs uint
+	// Name, InitialCluster and ClusterState make the server one member of
+	// a cluster (the chaos suite runs three): its member name ("" : lockd,
+	// the single node's), the members as NAME=PEERURL,... ("": this member
+	// alone) and "new" or "existing" ("": new). The name is kept in the
+	// data dir, so it must not change between runs.
+	Name           string
+	InitialCluster string
+	ClusterState   string
 }
 
 // Server is a running embedded etcd.
@@ -39,8 +48,8 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// memberName is the single member's name; it is stored in the data dir, so
-// it must not change between runs.
+// memberName is the single member's name (Config.Name's default); it is
+// stored in the data dir, so it must not change between runs.
 const memberName = "lockd"
 
 // portAttempts bounds the retries when a free port picked by the kernel is
@@ -79,7 +88,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	ec := embed.NewConfig()
-	ec.Name = memberName
+	ec.Name = cmp.Or(cfg.Name, memberName)
 	ec.Dir = cfg.DataDir
 	ec.Logger = "zap"
 	ec.LogLevel = "warn"
@@ -88,7 +97,10 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
 	ec.ListenPeerUrls = []url.URL{*peerURL}
 	ec.AdvertisePeerUrls = []url.URL{*peerURL}
-	ec.InitialCluster = memberName + "=" + peerURL.String()
+	ec.InitialCluster = cmp.Or(cfg.InitialCluster, ec.Name+"="+peerURL.String())
+	if cfg.ClusterState != "" {
+		ec.ClusterState = cfg.ClusterState
+	}
 	if cfg.TickMs != 0 {
 		ec.TickMs = cfg.TickMs
 	}
@@ -161,6 +173,10 @@ func freePort() (string, error) {
 
 // Endpoints returns the client URLs to give clientv3.
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
+
+// Err receives an error if the server fails while serving (a listener
+// stops accepting, for example).
+func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
 // Close stops the server and waits until it has shut down. The data dir
 // stays. Calling Close again does nothing.

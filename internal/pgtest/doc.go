@@ -10,8 +10,9 @@
 //		...
 //	}
 //
-// The server is started from the local PostgreSQL binaries: initdb and
-// postgres are looked up on PATH, then in the highest-versioned
+// The server is started from the local PostgreSQL binaries by package
+// internal/pgserver (which the chaos suite uses too): initdb and postgres
+// are looked up on PATH, then in the highest-versioned
 // /usr/lib/postgresql/*/bin (Debian's layout). It listens on a random
 // 127.0.0.1 port, keeps its unix socket and data in a fresh temporary
 // directory, runs with fsync on, and is stopped (fast shutdown) and removed

@@ -20,8 +20,9 @@ import (
 // server instead of starting one.
 const EnvDSN = "LOCKD_TEST_PG_DSN"
 
-const installHint = "install the PostgreSQL server binaries (apt-get install postgresql) " +
-	"or set " + EnvDSN + " to the DSN of a server on which the tests may create databases"
+// installHint is the alternative to installing PostgreSQL, added to
+// pgserver.ErrNoBinaries.
+const installHint = "set " + EnvDSN + " to the DSN of a server on which the tests may create databases"
 
 // shared is the one server of this test binary, started on first use.
 var shared struct {

@@ -122,16 +122,3 @@ func TestWithDatabase(t *testing.T) {
 		}
 	}
 }
-
-func TestVersionOrder(t *testing.T) {
-	dirs := []string{"/usr/lib/postgresql/9.6/bin", "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/13/bin"}
-	best := dirs[0]
-	for _, d := range dirs[1:] {
-		if compareVersions(versionOf(d), versionOf(best)) > 0 {
-			best = d
-		}
-	}
-	if best != "/usr/lib/postgresql/15/bin" {
-		t.Errorf("highest version = %s, want /usr/lib/postgresql/15/bin", best)
-	}
-}

@@ -14,7 +14,8 @@
 //   - check: fenced safety, overlapping writers, linearizability
 //     (porcupine), no trusted overlap, token order, liveness;
 //   - worker and cmd/chaos-worker: the client process (lockd SDK);
-//   - cmd/chaos-etcd: an etcd member in its own process;
+//   - ../cmd/etcd (test/cmd/etcd, shared with the parity suite): an etcd
+//     member in its own process;
 //   - runner: builds the binaries, starts the processes, injects the
 //     faults (SIGSTOP, SIGKILL, a toxiproxy partition, PostgreSQL restarts,
 //     skewed SDK clocks, replica and etcd-leader kills), runs the checkers

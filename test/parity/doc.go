@@ -5,7 +5,7 @@
 //
 //   - embedded: `lockd serve --backend embedded` (etcd inside lockd);
 //   - etcd: an external etcd running as a process of its own
-//     (cmd/etcd-standalone), `lockd serve --backend etcd`;
+//     (test/cmd/etcd), `lockd serve --backend etcd`;
 //   - pg: PostgreSQL (internal/pgtest), `lockd serve --backend pg`.
 //
 // lockd runs as a real child process, built once per run, so that scenarios

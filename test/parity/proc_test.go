@@ -26,7 +26,7 @@ const (
 // binaries are the executables built once per test run.
 type binaries struct {
 	lockd string
-	etcd  string // cmd/etcd-standalone
+	etcd  string // test/cmd/etcd
 }
 
 var (
@@ -36,7 +36,7 @@ var (
 	buildDir  string // removed by TestMain
 )
 
-// build compiles cmd/lockd and cmd/etcd-standalone once per test binary,
+// build compiles cmd/lockd and test/cmd/etcd once per test binary,
 // with the race detector when the test binary has it (raceEnabled), so that
 // a data race in lockd fails the suite too.
 func build(t *testing.T) binaries {
@@ -56,13 +56,13 @@ func build(t *testing.T) binaries {
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		args = append(args, "lock.dev/lockd/cmd/lockd", "lock.dev/lockd/cmd/etcd-standalone")
+		args = append(args, "lock.dev/lockd/cmd/lockd", "lock.dev/lockd/test/cmd/etcd")
 		cmd := exec.Command(goBin, args...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 			return
 		}
-		built = binaries{lockd: filepath.Join(buildDir, "lockd"), etcd: filepath.Join(buildDir, "etcd-standalone")}
+		built = binaries{lockd: filepath.Join(buildDir, "lockd"), etcd: filepath.Join(buildDir, "etcd")}
 	})
 	if buildErr != nil {
 		t.Fatalf("build: %v", buildErr)
@@ -274,12 +274,12 @@ func (l *lockd) restart(t *testing.T, bins binaries) *lockd {
 	return startLockd(t, bins, l.flags)
 }
 
-// startEtcd starts cmd/etcd-standalone on a fresh data dir and returns its
+// startEtcd starts test/cmd/etcd on a fresh data dir and returns its
 // client endpoints (comma-separated). It is stopped with SIGTERM when the
 // test ends.
 func startEtcd(t *testing.T, bins binaries) string {
 	t.Helper()
-	p, line := startProc(t, "etcd-standalone", bins.etcd,
+	p, line := startProc(t, "etcd", bins.etcd,
 		[]string{"--data-dir", filepath.Join(t.TempDir(), "etcd")}, nil, "etcd serving endpoints=")
 	t.Cleanup(func() {
 		if p.running() {

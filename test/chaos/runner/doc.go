@@ -7,7 +7,7 @@
 //
 // Run starts, in order: the fenced resource (in the harness process, token
 // check on except in the fencing-off control); the backend (lockd's embedded
-// etcd, a chaos-etcd process or three, or PostgreSQL: a database on a shared
+// etcd, a test/cmd/etcd process or three, or PostgreSQL: a database on a shared
 // server, or a server of its own for the restart faults); optionally a
 // toxiproxy v2.12.0 proxy between lockd and the backend; one lockd (two for
 // the replica fault); and Options.Workers chaos-worker processes contending

@@ -9,13 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
+
+	"lock.dev/lockd/internal/pgserver"
 )
 
 // Binaries are the programs a run starts, built once per suite.
 type Binaries struct {
 	Lockd  string // cmd/lockd
 	Worker string // test/chaos/cmd/chaos-worker
-	Etcd   string // test/chaos/cmd/chaos-etcd
+	Etcd   string // test/cmd/etcd
 	// WorkerRecvTime is the worker built with the SDK's receive-time
 	// control (build tag lockd_recvtime_control): the recvtime-sdk control.
 	WorkerRecvTime string
@@ -38,7 +41,7 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "./cmd/lockd", "./test/chaos/cmd/chaos-worker", "./test/chaos/cmd/chaos-etcd")
+	args = append(args, "./cmd/lockd", "./test/chaos/cmd/chaos-worker", "./test/cmd/etcd")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -58,7 +61,7 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	return Binaries{
 		Lockd:          filepath.Join(dir, "lockd"),
 		Worker:         filepath.Join(dir, "chaos-worker"),
-		Etcd:           filepath.Join(dir, "chaos-etcd"),
+		Etcd:           filepath.Join(dir, "etcd"),
 		WorkerRecvTime: filepath.Join(recvDir, "chaos-worker"),
 	}, nil
 }
@@ -71,8 +74,8 @@ type Env struct {
 	bins Binaries
 
 	pgOnce   sync.Once
-	pg       *pgEnv
-	pgShared *pgServer
+	pg       *pgserver.Template
+	pgShared *pgserver.Server
 	pgErr    error
 
 	mu  sync.Mutex
@@ -84,18 +87,20 @@ func NewEnv(bins Binaries) *Env { return &Env{bins: bins} }
 
 func (e *Env) pgStart() error {
 	e.pgOnce.Do(func() {
-		e.pg, e.pgErr = preparePG()
+		ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+		defer cancel()
+		e.pg, e.pgErr = pgserver.NewTemplate(ctx)
 		if e.pgErr != nil {
 			return
 		}
-		e.pgShared, e.pgErr = e.pg.newServer("shared")
+		e.pgShared, e.pgErr = pgserver.Start(ctx, pgserver.Options{Name: "shared", Template: e.pg})
 	})
 	return e.pgErr
 }
 
 // sharedDB creates a fresh database on the shared server and returns the
 // server and the database name.
-func (e *Env) sharedDB() (*pgServer, string, error) {
+func (e *Env) sharedDB() (*pgserver.Server, string, error) {
 	if err := e.pgStart(); err != nil {
 		return nil, "", err
 	}
@@ -103,7 +108,7 @@ func (e *Env) sharedDB() (*pgServer, string, error) {
 	e.dbs++
 	name := fmt.Sprintf("chaos%d", e.dbs)
 	e.mu.Unlock()
-	if err := e.pgShared.createDB(name); err != nil {
+	if err := createDB(e.pgShared, name); err != nil {
 		return nil, "", err
 	}
 	return e.pgShared, name, nil
@@ -111,16 +116,18 @@ func (e *Env) sharedDB() (*pgServer, string, error) {
 
 // privatePG starts a server of the caller's own (stopped by the caller)
 // with a database "chaos".
-func (e *Env) privatePG(name string) (*pgServer, string, error) {
+func (e *Env) privatePG(name string) (*pgserver.Server, string, error) {
 	if err := e.pgStart(); err != nil {
 		return nil, "", err
 	}
-	s, err := e.pg.newServer(name)
+	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+	defer cancel()
+	s, err := pgserver.Start(ctx, pgserver.Options{Name: name, Template: e.pg})
 	if err != nil {
 		return nil, "", err
 	}
-	if err := s.createDB("chaos"); err != nil {
-		return nil, "", errors.Join(err, s.stop())
+	if err := createDB(s, "chaos"); err != nil {
+		return nil, "", errors.Join(err, s.Stop())
 	}
 	return s, "chaos", nil
 }
@@ -130,12 +137,23 @@ func (e *Env) privatePG(name string) (*pgServer, string, error) {
 func (e *Env) Close() error {
 	var errs []error
 	if e.pgShared != nil {
-		errs = append(errs, e.pgShared.stop())
+		errs = append(errs, e.pgShared.Stop())
 	}
 	if e.pg != nil {
-		errs = append(errs, e.pg.close())
+		errs = append(errs, e.pg.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// pgStartTimeout bounds initdb and a PostgreSQL server's start (pgserver
+// bounds the wait for readiness itself, crash recovery included).
+const pgStartTimeout = 2 * time.Minute
+
+// createDB creates a database on s.
+func createDB(s *pgserver.Server, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.CreateDatabase(ctx, name)
 }
 
 // ensureDir creates dir.

@@ -17,7 +17,7 @@ import (
 // etcdReadyTimeout bounds an etcd member's start.
 const etcdReadyTimeout = 60 * time.Second
 
-// etcdNode is one chaos-etcd process: restartable on its URLs and data
+// etcdNode is one test/cmd/etcd process: restartable on its URLs and data
 // directory.
 type etcdNode struct {
 	name      string
@@ -117,7 +117,7 @@ func (e *etcdNode) launch() error {
 		"-tick-ms", "100",
 		"-election-ms", "1000",
 	}
-	p, err := startProcess(fmt.Sprintf("%s.%d", e.name, n), e.bin, args, nil, nil,
+	p, err := startProcess(fmt.Sprintf("%s.%d", e.name, n), e.bin, args, nil,
 		filepath.Join(e.dir, e.name+".log"), onLine)
 	if err != nil {
 		return err

@@ -32,7 +32,7 @@ type process struct {
 // startProcess starts bin with args and extra environment variables.
 // onLine, if not nil, is called for every stdout line, from one goroutine,
 // in order.
-func startProcess(name, bin string, args, env []string, cred *syscall.Credential, logPath string, onLine func(string)) (*process, error) {
+func startProcess(name, bin string, args, env []string, logPath string, onLine func(string)) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -41,8 +41,8 @@ func startProcess(name, bin string, args, env []string, cred *syscall.Credential
 	cmd := exec.Command(bin, args...)
 	cmd.Env = testkit.ChildEnv([]string{"LOCKD_"}, env...)
 	cmd.Stderr = logf
-	cmd.Dir = filepath.Dir(logPath) // readable by a child running as another user
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
+	cmd.Dir = filepath.Dir(logPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)

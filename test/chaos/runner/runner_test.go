@@ -147,7 +147,7 @@ func TestProcessLinesAndStop(t *testing.T) {
 	dir := t.TempDir()
 	var mu sync.Mutex
 	var got []string
-	p, err := startProcess("sh", "/bin/sh", []string{"-c", "echo one; echo two; exec sleep 60"}, nil, nil,
+	p, err := startProcess("sh", "/bin/sh", []string{"-c", "echo one; echo two; exec sleep 60"}, nil,
 		filepath.Join(dir, "sh.log"), func(l string) {
 			mu.Lock()
 			got = append(got, l)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"lock.dev/lockd/internal/pgserver"
 	"lock.dev/lockd/test/chaos/check"
 	"lock.dev/lockd/test/chaos/fenced"
 	"lock.dev/lockd/test/chaos/history"
@@ -26,10 +27,10 @@ const (
 	// Embedded: `lockd serve --backend embedded`, etcd inside the lockd
 	// process (killing lockd kills its etcd too).
 	Embedded Backend = "embedded"
-	// Etcd: one chaos-etcd process; lockd reaches it through the proxy
+	// Etcd: one test/cmd/etcd process; lockd reaches it through the proxy
 	// when the scenario cuts the link.
 	Etcd Backend = "etcd"
-	// EtcdCluster: three chaos-etcd processes.
+	// EtcdCluster: three test/cmd/etcd processes.
 	EtcdCluster Backend = "etcd-3"
 	// PG: PostgreSQL from the local binaries (the shared server with a
 	// database of the scenario's own, or a private server for restarts).
@@ -174,7 +175,7 @@ type run struct {
 	keys    []string
 
 	etcd   []*etcdNode
-	pg     *pgServer
+	pg     *pgserver.Server
 	db     string // the run's database on pg
 	pgOwn  bool   // pg is private to this run
 	proxy  *proxy
@@ -431,7 +432,7 @@ func (r *run) startBackend() error {
 			return err
 		}
 		if r.partitioned() {
-			if r.proxy, err = newProxy(r.spec.Name, r.pg.addr()); err != nil {
+			if r.proxy, err = newProxy(r.spec.Name, r.pg.Addr()); err != nil {
 				return err
 			}
 		}
@@ -442,7 +443,7 @@ func (r *run) startBackend() error {
 
 // pgDSN is the DSN replica i uses: through the proxy when viaProxy.
 func (r *run) pgDSN(i int) string {
-	host := r.pg.addr()
+	host := r.pg.Addr()
 	if r.viaProxy(i) {
 		host = r.proxy.addr()
 	}
@@ -636,11 +637,13 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		}
 		return sleep(ctx, 2*ttl)
 	case PGRestartFast, PGRestartImmediate:
-		mode := pgFast
+		mode := pgserver.Fast
 		if r.spec.Fault == PGRestartImmediate {
-			mode = pgImmediate
+			mode = pgserver.Immediate
 		}
-		if err := r.pg.restart(mode); err != nil {
+		// Not ctx: a restart, once begun, completes, so the server is up
+		// for the stop at the end of the run.
+		if err := r.pg.Restart(context.Background(), mode); err != nil {
 			return err
 		}
 		r.countFault()
@@ -819,7 +822,7 @@ func (r *run) teardown() error {
 		}
 	}
 	if r.pgOwn {
-		if err := r.pg.stop(); err != nil {
+		if err := r.pg.Stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -134,7 +134,7 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		bin = ws.bin
 	}
 	p, err := startProcess(w.proc, bin, args,
-		[]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())}, nil,
+		[]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())},
 		filepath.Join(r.dir, w.proc+".log"), w.onLine)
 	if err != nil {
 		return nil, err

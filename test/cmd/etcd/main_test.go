@@ -85,6 +85,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{},
 		{"--data-dir", t.TempDir(), "extra"},
 		{"--no-such-flag"},
+		{"--data-dir", t.TempDir(), "--initial-cluster-state", "bogus"},
 	} {
 		err := run(context.Background(), args, io.Discard, io.Discard)
 		if !errors.Is(err, errUsage) {

@@ -1,19 +1,26 @@
-// Command etcd-standalone runs a single-node etcd server (go.etcd.io/etcd/server/v3/embed,
-// through internal/embedetcd) as a process of its own, so that tests can run
-// lockd against an external etcd: the parity suite (test/parity) starts it
-// and points `lockd serve --backend etcd --etcd-endpoints ...` at it.
+// Command etcd runs one etcd server (go.etcd.io/etcd/server/v3/embed,
+// through internal/embedetcd) as a process of its own, for the suites that
+// need etcd outside the lockd process: the parity suite (test/parity) starts
+// a single node and points `lockd serve --backend etcd --etcd-endpoints ...`
+// at it; the chaos suite (test/chaos) starts one node or the members of a
+// small cluster, cuts lockd from them with a proxy, kills and restarts them.
+// It is test tooling, not a production etcd and not part of the product
+// (which is cmd/lockd alone).
 //
-//	etcd-standalone --data-dir DIR [--client-url http://127.0.0.1:PORT] [--peer-url http://127.0.0.1:PORT]
+//	etcd --data-dir DIR [--client-url URL] [--peer-url URL]
+//	     [--name NAME --initial-cluster NAME=PEERURL,... --initial-cluster-state new|existing]
+//	     [--tick-ms 100 --election-ms 1000]
 //
 // Both URLs must be http on a loopback address; an empty URL picks a free
-// 127.0.0.1 port. Once etcd serves clients it prints one line to stdout:
+// 127.0.0.1 port. Without --initial-cluster the server is a cluster of its
+// own. Once etcd serves clients it prints one line to stdout:
 //
 //	etcd serving endpoints=http://127.0.0.1:PORT
 //
 // etcd's warnings go to stderr as JSON lines. SIGINT or SIGTERM stops the
 // server cleanly (exit 0); the data directory stays, so a restart on it keeps
-// etcd's revision (lockd's fencing tokens). It is a test and development
-// tool, not a production etcd.
+// etcd's revision (lockd's fencing tokens). A command-line error exits with
+// status 2, any other failure with 1.
 package main
 
 import (
@@ -37,7 +44,7 @@ func main() {
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) { // -h: flag already printed the usage
-			fmt.Fprintln(os.Stderr, "etcd-standalone:", err)
+			fmt.Fprintln(os.Stderr, "etcd:", err)
 		}
 		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
@@ -52,12 +59,17 @@ var errUsage = errors.New("usage")
 // run starts etcd as configured by args, prints its endpoints to stdout and
 // serves until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("etcd-standalone", flag.ContinueOnError)
+	fs := flag.NewFlagSet("etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg embedetcd.Config
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "etcd data directory (required; created if missing)")
 	fs.StringVar(&cfg.ClientURL, "client-url", "", "client URL, http on loopback (empty: a free 127.0.0.1 port)")
 	fs.StringVar(&cfg.PeerURL, "peer-url", "", "peer URL, http on loopback (empty: a free 127.0.0.1 port)")
+	fs.StringVar(&cfg.Name, "name", "lockd", "member name (kept in the data directory)")
+	fs.StringVar(&cfg.InitialCluster, "initial-cluster", "", "the cluster's members, NAME=PEERURL,... (empty: this member alone)")
+	fs.StringVar(&cfg.ClusterState, "initial-cluster-state", "new", "new or existing")
+	fs.UintVar(&cfg.TickMs, "tick-ms", 100, "heartbeat interval in milliseconds")
+	fs.UintVar(&cfg.ElectionMs, "election-ms", 1000, "election timeout in milliseconds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -70,15 +82,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.DataDir == "" {
 		return fmt.Errorf("%w: --data-dir is required", errUsage)
 	}
+	if cfg.ClusterState != "new" && cfg.ClusterState != "existing" {
+		return fmt.Errorf("%w: --initial-cluster-state %q: want new or existing", errUsage, cfg.ClusterState)
+	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
 
 	srv, err := embedetcd.Start(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil { // stopped by a signal while starting
+			return nil
+		}
 		return err
 	}
 	if _, err := fmt.Fprintf(stdout, "etcd serving endpoints=%s\n", strings.Join(srv.Endpoints(), ",")); err != nil {
 		return errors.Join(fmt.Errorf("print endpoints: %w", err), srv.Close())
 	}
-	<-ctx.Done()
-	return srv.Close()
+	select {
+	case <-ctx.Done():
+		return srv.Close()
+	case err := <-srv.Err():
+		return errors.Join(fmt.Errorf("serve: %w", err), srv.Close())
+	}
 }

@@ -1,0 +1,261 @@
+package pgserver
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	// readyTimeout bounds a server's start, crash recovery included.
+	readyTimeout = 60 * time.Second
+	// stopTimeout bounds a shutdown; the server is killed after it.
+	stopTimeout = 60 * time.Second
+	// portAttempts bounds the starts on fresh ports when the free port
+	// picked is taken by someone else before the postmaster binds it.
+	portAttempts = 3
+)
+
+// errExited says the postmaster exited while starting (for example, its
+// port was taken in the meantime): starting again on another port may work.
+var errExited = errors.New("postgres exited during startup")
+
+// Shutdown is a PostgreSQL shutdown mode.
+type Shutdown string
+
+const (
+	// Fast (SIGINT) rolls back open transactions, disconnects the clients
+	// and writes a checkpoint.
+	Fast Shutdown = "fast"
+	// Immediate (SIGQUIT) stops at once without a checkpoint, as a crash
+	// would: the next start runs crash recovery.
+	Immediate Shutdown = "immediate"
+)
+
+// Options configures Start.
+type Options struct {
+	// Name names the server in its directory's name and in errors
+	// ("postgres" if empty).
+	Name string
+	// Template, if not nil, is copied as the server's data directory
+	// instead of running initdb, which is much faster.
+	Template *Template
+}
+
+// Server is a running PostgreSQL server. Its methods are safe for
+// concurrent use.
+type Server struct {
+	name string
+	loc  local
+	dir  string // the server's own directory: data/, the unix socket, postgres.log
+	port int
+
+	mu      sync.Mutex // serialises Restart and Stop
+	pm      *postmaster
+	stopped bool
+	stopErr error
+}
+
+// postmaster is one run of the server process.
+type postmaster struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has exited
+	err    error         // cmd.Wait's result; read only after exited is closed
+}
+
+// Start creates the server's directory, initialises its data directory
+// (initdb, or a copy of opts.Template) and starts the server on a free
+// 127.0.0.1 port. It returns once the server accepts connections.
+func Start(ctx context.Context, opts Options) (srv *Server, err error) {
+	name := cmp.Or(opts.Name, "postgres")
+	var loc local
+	var parent string // "": the system temp directory
+	if opts.Template != nil {
+		loc, parent = opts.Template.loc, opts.Template.root
+	} else if loc, err = findLocal(); err != nil {
+		return nil, err
+	}
+	dir, err := makeDir(parent, "lockd-pg-"+name+"-*", loc.cred)
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	data := filepath.Join(dir, "data")
+	if opts.Template != nil {
+		// cp -a keeps the owner and the 0700 mode PostgreSQL insists on.
+		if out, err := exec.CommandContext(ctx, "cp", "-a", opts.Template.data, data).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("pgserver: %s: copy template: %w\n%s", name, err, out)
+		}
+	} else if err := initdb(ctx, loc, data); err != nil {
+		return nil, fmt.Errorf("pgserver: %s: %w", name, err)
+	}
+	s := &Server{name: name, loc: loc, dir: dir}
+	for attempt := 1; ; attempt++ {
+		if s.port, err = freePort(); err != nil {
+			return nil, fmt.Errorf("pgserver: %s: %w", name, err)
+		}
+		err = s.launch(ctx)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errExited) || attempt == portAttempts {
+			return nil, err
+		}
+	}
+}
+
+// DSN returns a superuser DSN for database on the server, over TCP on
+// 127.0.0.1.
+func (s *Server) DSN(database string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", s.Addr(), database)
+}
+
+// Addr returns the server's TCP address, 127.0.0.1:PORT. It stays the same
+// across Restart.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// CreateDatabase creates a database on the server.
+func (s *Server) CreateDatabase(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgserver: %s: create database %s: %w", s.name, name, err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("pgserver: %s: create database %s: %w", s.name, name, err)
+	}
+	return nil
+}
+
+// Restart shuts the server down in mode, waits for it to exit and starts it
+// again on the same port and data directory. It fails, without starting
+// the server again, if the server had exited on its own.
+func (s *Server) Restart(ctx context.Context, mode Shutdown) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return fmt.Errorf("pgserver: %s: restart after Stop", s.name)
+	}
+	if err := s.shutdown(mode); err != nil {
+		return err
+	}
+	return s.launch(ctx)
+}
+
+// Stop shuts the server down (fast), waits for it to exit and removes its
+// directory. It reports an error if the server had exited on its own (with
+// the end of its log) or had to be killed. It is idempotent; after it the
+// server's DSN refuses connections.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped {
+		s.stopped = true
+		s.stopErr = errors.Join(s.shutdown(Fast), os.RemoveAll(s.dir))
+	}
+	return s.stopErr
+}
+
+// launch starts the postmaster on s.port and waits until it accepts
+// connections. s.mu is held, or s is not shared yet.
+func (s *Server) launch(ctx context.Context) error {
+	logf, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgserver: %s: %w", s.name, err)
+	}
+	defer logf.Close() // the child has its own copy
+	cmd := exec.Command(filepath.Join(s.loc.bin, "postgres"), "-D", filepath.Join(s.dir, "data"),
+		"-p", strconv.Itoa(s.port), "-k", s.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=300")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = env()
+	cmd.Dir = s.dir // our working directory may be unreadable for nobody
+	// If our process dies without stopping the server, the kernel sends the
+	// postmaster SIGQUIT (immediate shutdown). Go sets this after switching
+	// credentials, so the credential change does not clear it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.loc.cred, Pdeathsig: syscall.SIGQUIT}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgserver: %s: start postgres: %w", s.name, err)
+	}
+	pm := &postmaster{cmd: cmd, exited: make(chan struct{})}
+	s.pm = pm
+	// This goroutine ends when the postmaster exits; Stop makes it exit.
+	go func() {
+		pm.err = cmd.Wait()
+		close(pm.exited)
+	}()
+	if err := s.waitReady(ctx, pm); err != nil {
+		_ = cmd.Process.Kill()
+		<-pm.exited
+		return fmt.Errorf("pgserver: %s on port %d: %w\n%s", s.name, s.port, err, tail(s.logPath()))
+	}
+	return nil
+}
+
+// waitReady polls a connection until the server answers, it exits, ctx
+// ends or readyTimeout passes.
+func (s *Server) waitReady(ctx context.Context, pm *postmaster) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pgx.Connect(cctx, s.DSN("postgres"))
+		if err == nil {
+			err = conn.Ping(cctx)
+			_ = conn.Close(cctx)
+		}
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-pm.exited:
+			return fmt.Errorf("%w: %v", errExited, pm.err)
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last attempt: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// shutdown stops the postmaster in mode and waits for it to exit, killing
+// it after stopTimeout. s.mu is held.
+func (s *Server) shutdown(mode Shutdown) error {
+	pm := s.pm
+	select {
+	case <-pm.exited:
+		return fmt.Errorf("pgserver: %s exited: %v\n%s", s.name, pm.err, tail(s.logPath()))
+	default:
+	}
+	sig := syscall.SIGINT
+	if mode == Immediate {
+		sig = syscall.SIGQUIT
+	}
+	_ = pm.cmd.Process.Signal(sig)
+	t := time.NewTimer(stopTimeout)
+	defer t.Stop()
+	select {
+	case <-pm.exited:
+		return nil
+	case <-t.C:
+		_ = pm.cmd.Process.Kill()
+		<-pm.exited
+		return fmt.Errorf("pgserver: %s: no exit within %v of a %s shutdown; killed it", s.name, stopTimeout, mode)
+	}
+}
+
+func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }

@@ -1,0 +1,116 @@
+package storetest
+
+// Waiting: FIFO hand-over and waiters that leave the queue.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/store"
+)
+
+func (s *suite) testFIFO(t *testing.T) {
+	insts := s.instances(t, 2)
+	holder := openSession(t, insts[0])
+	hg := mustTry(t, insts[0], holder, "fifo/k")
+	const n = 8
+	ids := make([]store.SessionID, n)
+	chans := make([]<-chan acquireResult, n)
+	ctx, cancel := context.WithTimeout(ctxT(t), 60*time.Second)
+	defer cancel()
+	for i := range n {
+		st := insts[i%2]
+		ids[i] = openSession(t, st)
+		chans[i] = startAcquire(t, ctx, st, ids[i], "fifo/k")
+		waitersAre(t, insts[(i+1)%2], "fifo/k", ids[:i+1])
+	}
+	mustRelease(t, insts[0], hg)
+	last := hg.Token
+	for i := range n {
+		r := recvResult(t, chans[i], 15*time.Second, fmt.Sprintf("waiter %d", i))
+		if r.err != nil || r.g.Session != ids[i] {
+			t.Fatalf("waiter %d: Acquire = %+v, %v; want the grant for %s", i, r.g, r.err, ids[i])
+		}
+		if r.g.Token <= last {
+			t.Fatalf("waiter %d: token %d, want > %d", i, r.g.Token, last)
+		}
+		last = r.g.Token
+		for j := i + 1; j < n; j++ {
+			notReturned(t, chans[j], fmt.Sprintf("waiter %d while %d holds", j, i))
+		}
+		mustRelease(t, insts[i%2], r.g)
+	}
+}
+
+func (s *suite) testFIFOCancelledWaiterLeaves(t *testing.T) {
+	insts := s.instances(t, 2)
+	holder := openSession(t, insts[0])
+	hg := mustTry(t, insts[0], holder, "fc/k")
+	w1, w2 := openSession(t, insts[1]), openSession(t, insts[0])
+	ctx1, cancel1 := context.WithCancel(ctxT(t))
+	defer cancel1()
+	ch1 := startAcquire(t, ctx1, insts[1], w1, "fc/k")
+	waitersAre(t, insts[0], "fc/k", []store.SessionID{w1})
+	ch2 := startAcquire(t, ctxT(t), insts[0], w2, "fc/k")
+	waitersAre(t, insts[0], "fc/k", []store.SessionID{w1, w2})
+	cancel1()
+	r1 := recvResult(t, ch1, 5*time.Second, "cancelled waiter")
+	if !errors.Is(r1.err, context.Canceled) {
+		t.Fatalf("cancelled waiter: err = %v, want errors.Is(err, context.Canceled)", r1.err)
+	}
+	waitersAre(t, insts[0], "fc/k", []store.SessionID{w2})
+	mustRelease(t, insts[0], hg)
+	r2 := recvResult(t, ch2, 10*time.Second, "next waiter")
+	if r2.err != nil || r2.g.Session != w2 {
+		t.Fatalf("next waiter: %+v, %v; want the grant", r2.g, r2.err)
+	}
+}
+
+func (s *suite) testFIFODeadWaiterLeaves(t *testing.T) {
+	insts := s.instances(t, 2)
+	holder := openSession(t, insts[0])
+	hg := mustTry(t, insts[0], holder, "fd/k")
+	w1, w2, w3 := openSession(t, insts[1]), openSession(t, insts[0]), openSession(t, insts[1])
+	ch1 := startAcquire(t, ctxT(t), insts[1], w1, "fd/k")
+	waitersAre(t, insts[0], "fd/k", []store.SessionID{w1})
+	ch2 := startAcquire(t, ctxT(t), insts[0], w2, "fd/k")
+	waitersAre(t, insts[0], "fd/k", []store.SessionID{w1, w2})
+	ch3 := startAcquire(t, ctxT(t), insts[1], w3, "fd/k")
+	waitersAre(t, insts[0], "fd/k", []store.SessionID{w1, w2, w3})
+	// w1's session is closed, w2's expires: both leave the queue.
+	if _, err := insts[1].CloseSession(ctxT(t), w1); err != nil {
+		t.Fatalf("CloseSession(w1): %v", err)
+	}
+	r1 := recvResult(t, ch1, 10*time.Second, "closed waiter")
+	wantErr(t, "waiter whose session was closed", r1.err, store.ErrSessionDead)
+	s.cfg.Expire(t, insts[0], w2)
+	r2 := recvResult(t, ch2, s.expiryBound(), "expired waiter")
+	wantErr(t, "waiter whose session expired", r2.err, store.ErrSessionDead)
+	waitersAre(t, insts[0], "fd/k", []store.SessionID{w3})
+	mustRelease(t, insts[0], hg)
+	r3 := recvResult(t, ch3, 10*time.Second, "last waiter")
+	if r3.err != nil || r3.g.Session != w3 {
+		t.Fatalf("last waiter: %+v, %v; want the grant", r3.g, r3.err)
+	}
+}
+
+func (s *suite) testTryInsertDoesNotJumpQueue(t *testing.T) {
+	insts := s.instances(t, 2)
+	holder := openSession(t, insts[0])
+	hg := mustTry(t, insts[0], holder, "q/k")
+	w := openSession(t, insts[1])
+	ch := startAcquire(t, ctxT(t), insts[1], w, "q/k")
+	waitersAre(t, insts[0], "q/k", []store.SessionID{w})
+	barger := openSession(t, insts[0])
+	if _, ok, err := insts[0].TryInsert(ctxT(t), barger, "q/k"); err != nil || ok {
+		t.Fatalf("TryInsert while held with a waiter = %v, %v; want not acquired", ok, err)
+	}
+	mustRelease(t, insts[0], hg)
+	r := recvResult(t, ch, 10*time.Second, "waiter")
+	if r.err != nil || r.g.Session != w {
+		t.Fatalf("waiter: %+v, %v; want the grant (not the barger)", r.g, r.err)
+	}
+}

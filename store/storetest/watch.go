@@ -1,0 +1,79 @@
+package storetest
+
+// Watch: the order of lock events.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/store"
+)
+
+func (s *suite) testWatchOrder(t *testing.T) {
+	insts := s.instances(t, 2)
+	a, b := insts[0], insts[1]
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	ch, err := b.Watch(ctx, "w/")
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	id := openSession(t, a)
+	g1 := mustTry(t, a, id, "w/1")
+	mustTry(t, a, id, "x/outside")
+	mustRelease(t, a, g1)
+	g2 := mustTry(t, a, id, "w/1")
+	if _, _, err := b.Revoke(ctxT(t), "w/1"); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	g3 := mustTry(t, a, id, "w/2")
+	if _, err := a.CloseSession(ctxT(t), id); err != nil {
+		t.Fatalf("CloseSession: %v", err)
+	}
+	id2 := openSession(t, a)
+	g4 := mustTry(t, a, id2, "w/3")
+	s.cfg.Expire(t, a, id2)
+	want := []store.Event{
+		{Kind: store.EventAcquired, Key: "w/1", Session: id, Token: g1.Token},
+		{Kind: store.EventReleased, Key: "w/1", Session: id, Token: g1.Token},
+		{Kind: store.EventAcquired, Key: "w/1", Session: id, Token: g2.Token},
+		{Kind: store.EventRevoked, Key: "w/1", Session: id, Token: g2.Token},
+		{Kind: store.EventAcquired, Key: "w/2", Session: id, Token: g3.Token},
+		{Kind: store.EventExpired, Key: "w/2", Session: id, Token: g3.Token},
+		{Kind: store.EventAcquired, Key: "w/3", Session: id2, Token: g4.Token},
+		{Kind: store.EventExpired, Key: "w/3", Session: id2, Token: g4.Token},
+	}
+	timeout := time.After(s.expiryBound() + 5*time.Second)
+	for i, w := range want {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatalf("watch closed after %d events", i)
+			}
+			if ev.Err != nil {
+				t.Fatalf("event %d: watch broke: %v", i, ev.Err)
+			}
+			if ev != w {
+				t.Fatalf("event %d = %+v (%v), want %+v (%v)", i, ev, ev.Kind, w, w.Kind)
+			}
+		case <-timeout:
+			t.Fatalf("event %d (%v %s) not delivered", i, w.Kind, w.Key)
+		}
+	}
+	cancel()
+	testkit.Eventually(t, 5*time.Second, "watch channel closes after cancel", func() error {
+		select {
+		case ev, ok := <-ch:
+			if ok {
+				return fmt.Errorf("unexpected event %+v", ev)
+			}
+			return nil
+		default:
+			return errors.New("still open")
+		}
+	})
+}
