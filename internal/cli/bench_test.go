@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/bench"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/etcdtest"
 	"lock.dev/lockd/internal/pgtest"
 )
 
@@ -145,7 +145,7 @@ func TestBenchSmoke(t *testing.T) {
 		baselines []string
 	}{
 		{"etcd", func(t *testing.T) []string {
-			return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(lockdtest.EtcdEndpoints(t), ",")}
+			return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(etcdtest.Endpoints(t), ",")}
 		}, []string{"etcd-txn", "etcd-mutex"}},
 		{"pg", func(t *testing.T) []string {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}

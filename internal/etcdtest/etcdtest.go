@@ -60,15 +60,25 @@ func Stop() {
 // first use.
 func Endpoints(t testing.TB) []string {
 	t.Helper()
+	eps, err := SharedEndpoints()
+	if err != nil {
+		t.Fatalf("etcdtest: start embedded etcd: %v", err)
+	}
+	return eps
+}
+
+// SharedEndpoints is Endpoints for code that has no *testing.T (runnable
+// examples): it returns the error instead of failing a test.
+func SharedEndpoints() ([]string, error) {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.server == nil && shared.err == nil {
 		shared.err = startShared()
 	}
 	if shared.err != nil {
-		t.Fatalf("etcdtest: start embedded etcd: %v", shared.err)
+		return nil, shared.err
 	}
-	return shared.server.Endpoints()
+	return shared.server.Endpoints(), nil
 }
 
 func startShared() error {

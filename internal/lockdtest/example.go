@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/backend"
+	"lock.dev/lockd/internal/etcdtest"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 )
@@ -40,13 +41,13 @@ func ExampleAddr() string {
 }
 
 func startExampleServer() error {
-	eps, err := etcdEndpoints()
+	eps, err := etcdtest.SharedEndpoints()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns := &Namespace{backend: backend.Etcd, etcdNS: fmt.Sprintf("/lockdtest/examples-%d/", prefixSeq.Add(1))}
+	ns := &Namespace{backend: backend.Etcd, etcdNS: "/lockdtest/examples/"}
 	st, err := backend.Open(ctx, ns.config(eps), nil, nil)
 	if err != nil {
 		return err

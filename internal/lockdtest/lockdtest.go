@@ -14,6 +14,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
+	"lock.dev/lockd/internal/etcdtest"
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testkit"
@@ -35,7 +36,7 @@ const (
 // servers, then fails the run if goroutines leaked (goleak; opts are passed
 // on). It does not return.
 func Main(m *testing.M, opts ...goleak.Option) {
-	testkit.Main(pgtest.M{M: m}, []func(){stopShared}, opts...)
+	testkit.Main(pgtest.M{M: m}, []func(){stopExampleServer, etcdtest.Stop}, opts...)
 }
 
 // Config returns a valid server.Config for tests: TTL and SafetyMargin

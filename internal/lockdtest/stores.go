@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/backend"
+	"lock.dev/lockd/internal/etcdtest"
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
@@ -39,7 +40,7 @@ func NewNamespace(t testing.TB, kind string) *Namespace {
 	case backend.PG:
 		return &Namespace{backend: kind, pgDSN: pgtest.NewDatabase(t)}
 	case backend.Etcd:
-		return &Namespace{backend: kind, etcdNS: etcdPrefix(t)}
+		return &Namespace{backend: kind, etcdNS: etcdtest.Prefix(t)}
 	}
 	t.Fatalf("lockdtest: unknown backend %q", kind)
 	return nil
@@ -52,7 +53,7 @@ func (ns *Namespace) OpenStore(t testing.TB, opts StoreOptions) store.LockStore 
 	t.Helper()
 	var eps []string
 	if ns.backend == backend.Etcd {
-		eps = EtcdEndpoints(t)
+		eps = etcdtest.Endpoints(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
