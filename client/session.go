@@ -538,7 +538,8 @@ func (l *Lock) Token() uint64 { return l.token }
 
 // Done is closed when the lock can no longer be trusted: its session's
 // deadline passed or the session ended, the server reported the lock
-// revoked or expired, or it was released.
+// revoked or expired, a heartbeat answer no longer listed it or none listed
+// it before its own deadline (Deadline), or it was released.
 func (l *Lock) Done() <-chan struct{} { return l.done }
 
 // Context returns a context that is cancelled when Done closes; its cause

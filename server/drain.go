@@ -87,18 +87,19 @@ func (s *Server) drainReady(all []*session) (ready, rest []*session, next time.T
 	return ready, rest, next
 }
 
-// closeDrained closes one drained session (pinned by closeAll) on the
-// store and tells its client it is dead.
+// closeDrained tells the client of one drained session (pinned by
+// closeAll) that it is dead — it trusts none of its locks any more — and
+// closes it on the store.
 func (s *Server) closeDrained(ctx context.Context, ss *session) error {
 	defer s.unpin(ss)
+	s.mu.Lock()
+	if ss.stream != nil && !ss.gone {
+		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
+	}
+	s.mu.Unlock()
 	if _, err := s.st.CloseSession(ctx, ss.id); err != nil {
 		return fmt.Errorf("server: close session on shutdown: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ss.stream != nil {
-		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
-	}
-	s.markGoneLocked(ss)
+	s.markGone(ss)
 	return nil
 }
