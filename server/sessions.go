@@ -228,17 +228,11 @@ func (s *Server) dropIfDone(ss *session) {
 	ss.goneTok = nil
 }
 
-// grantTrust records that the server is about to tell the client the session
-// is live for rem, counted from recv (the receipt of the request the reply
-// answers). It returns false, and the reply must then say the session is
-// dead, when the session is closing. When it returns true the silence close
-// cannot happen before recv + max(ttl, rem).
-func (s *Server) grantTrust(ss *session, recv time.Time, rem time.Duration) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.grantTrustLocked(ss, recv, rem)
-}
-
+// grantTrustLocked records that the server is about to tell the client the
+// session is live for rem, counted from recv (the receipt of the request the
+// reply answers; s.mu held). It returns false, and the reply must then say
+// the session is dead, when the session is closing. When it returns true the
+// silence close cannot happen before recv + max(ttl, rem).
 func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration) bool {
 	if ss.closing || ss.gone || s.closingAll {
 		return false
