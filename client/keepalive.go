@@ -27,10 +27,12 @@ type kaEntry struct {
 	next time.Time // when to send the next heartbeat
 }
 
-// beat is a heartbeat in flight: which session, and when it was sent.
+// beat is a heartbeat in flight: which session, when it was sent, and the
+// session's lockSeq then (the locks its answer must list).
 type beat struct {
 	s    *Session
 	sent time.Time
+	seq  uint64
 }
 
 func newKeepaliver(c *Client) *keepaliver {
@@ -198,11 +200,12 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 		k.mu.Unlock()
 		for _, e := range due {
 			nextID++
+			seq, acks := e.s.beatState()
 			sent := k.c.clock.Now()
 			fl.mu.Lock()
-			fl.beats[nextID] = beat{s: e.s, sent: sent}
+			fl.beats[nextID] = beat{s: e.s, sent: sent, seq: seq}
 			fl.mu.Unlock()
-			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, RequestId: nextID}); err != nil {
+			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, RequestId: nextID, Ack: acks}); err != nil {
 				return // the receive side says why
 			}
 		}
@@ -264,28 +267,40 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	if s == nil || s.id != r.GetSessionId() {
 		return
 	}
+	ack := false
 	for _, l := range r.GetLost() {
-		s.lockLost(l.GetKey(), l.GetToken(), l.GetReason())
+		ack = s.lockLost(l) || ack
+	}
+	if ack && r.GetLive() {
+		k.beatSoon(s, 0) // acknowledge at once: the server keeps repeating the notice until then
 	}
 	switch {
 	case r.GetError() != nil:
-		// Transient: keep the current deadline and try again soon.
+		// Transient: keep the current deadline and try again soon. A held
+		// set still ends the locks it does not list.
 		err := fromSessionError(r.GetError())
 		k.c.log.LogAttrs(context.Background(), slog.LevelDebug, "heartbeat failed", slog.String("error", err.Error()))
 		if answered {
-			k.mu.Lock()
-			if e := k.sessions[s.id]; e != nil {
-				soon := k.c.clock.Now().Add(min(s.interval/2, time.Second))
-				if soon.Before(e.next) {
-					e.next = soon
-				}
+			if r.GetHeld() != nil {
+				s.answer(b.sent, b.seq, false, 0, r.GetHeld())
 			}
-			k.mu.Unlock()
-			k.poke()
+			k.beatSoon(s, min(s.interval/2, time.Second))
 		}
 	case !r.GetLive(): // dead is terminal, whichever request this answers
 		s.end(ErrSessionDead)
 	case answered:
-		s.extend(b.sent, ms(r.GetRemainingMs()))
+		s.answer(b.sent, b.seq, true, ms(r.GetRemainingMs()), r.GetHeld())
 	}
+}
+
+// beatSoon moves the session's next heartbeat to at most after from now.
+func (k *keepaliver) beatSoon(s *Session, after time.Duration) {
+	k.mu.Lock()
+	if e := k.sessions[s.id]; e != nil && e.s == s {
+		if soon := k.c.clock.Now().Add(after); soon.Before(e.next) {
+			e.next = soon
+		}
+	}
+	k.mu.Unlock()
+	k.poke()
 }

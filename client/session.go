@@ -37,11 +37,26 @@ type Session struct {
 	mu       sync.Mutex
 	deadline time.Time
 	timer    Timer
+	timerAt  time.Time // when timer fires
 	timerGen uint64
 	err      error
 	locks    map[string]*Lock
 	closedOK bool // CloseSession succeeded
+	// lockSeq numbers the locks added to the session (Lock.seq): a
+	// heartbeat answer must list the locks numbered up to the lockSeq of
+	// when its request was sent (C2 #ct2-confirm).
+	lockSeq uint64
+	// lostTok is, per key, the highest token a lock-lost notice named: a
+	// grant reply that arrives after its own notice is refused.
+	lostTok map[string]uint64
+	// acks are notice ids to acknowledge with the next heartbeat.
+	acks []uint64
 }
+
+// maxLostKeys bounds Session.lostTok; when it is full it starts again
+// (what it guards, a grant reply overtaken by its own notice, is also
+// caught by the next heartbeat answer).
+const maxLostKeys = 4096
 
 // NewSession opens a session. Its TTL is WithSessionTTL, else the client's
 // WithTTL, else the server's lock.session.ttl. Retryable errors are retried
@@ -154,14 +169,22 @@ func (s *Session) Deadline() time.Time {
 	return s.deadline
 }
 
-// armLocked (re)starts the deadline timer (s.mu held).
+// armLocked (re)starts the deadline timer at the earliest of the session's
+// and its locks' deadlines (s.mu held).
 func (s *Session) armLocked() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	at := s.deadline
+	for _, l := range s.locks {
+		if l.deadline.Before(at) {
+			at = l.deadline
+		}
+	}
 	s.timerGen++
 	gen := s.timerGen
-	s.timer = s.c.clock.AfterFunc(s.deadline.Sub(s.c.clock.Now()), func() { s.deadlineReached(gen) })
+	s.timerAt = at
+	s.timer = s.c.clock.AfterFunc(at.Sub(s.c.clock.Now()), func() { s.deadlineReached(gen) })
 }
 
 func (s *Session) deadlineReached(gen uint64) {
@@ -170,37 +193,123 @@ func (s *Session) deadlineReached(gen uint64) {
 		s.mu.Unlock()
 		return
 	}
-	if s.c.clock.Now().Before(s.deadline) { // extended since armed, or an early wake-up of a real timer
-		s.armLocked()
-		s.mu.Unlock()
-		return
-	}
-	s.mu.Unlock()
-	s.end(ErrSessionExpired)
-}
-
-// extend applies an acknowledgement: a request sent at sent (client clock)
-// was answered with remaining. The deadline becomes the later of the current
-// one and sent + remaining − margin. A deadline that has already passed is
-// never revived: the session ends instead.
-func (s *Session) extend(sent time.Time, remaining time.Duration) {
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return
-	}
-	if !s.c.clock.Now().Before(s.deadline) {
+	now := s.c.clock.Now()
+	if !now.Before(s.deadline) {
 		s.mu.Unlock()
 		s.end(ErrSessionExpired)
 		return
 	}
-	if d := trustFrom(s.c.clock, sent).Add(remaining - s.margin); d.After(s.deadline) {
+	// A lock whose own deadline passed: no answer confirmed it since.
+	var lost []*Lock
+	for key, l := range s.locks {
+		if !now.Before(l.deadline) {
+			delete(s.locks, key)
+			lost = append(lost, l)
+		}
+	}
+	s.armLocked() // extended since armed, or an early wake-up of a real timer
+	s.mu.Unlock()
+	for _, l := range lost {
+		l.end(fmt.Errorf("%w: not confirmed by the server before its deadline", ErrLockLost))
+	}
+}
+
+// extend applies an acknowledgement of the session (a grant reply): a
+// request sent at sent (client clock) was answered with remaining. The
+// session's deadline becomes the later of the current one and sent +
+// remaining − margin; its locks are not extended (only answers that confirm
+// a lock extend it: answer). A deadline that has already passed is never
+// revived: the session ends instead. It returns the new deadline bound.
+func (s *Session) extend(sent time.Time, remaining time.Duration) time.Time {
+	d := trustFrom(s.c.clock, sent).Add(remaining - s.margin)
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return d
+	}
+	if !s.c.clock.Now().Before(s.deadline) {
+		s.mu.Unlock()
+		s.end(ErrSessionExpired)
+		return d
+	}
+	if d.After(s.deadline) {
 		// The timer stays armed at the earlier deadline: when it fires it
 		// finds the later one and arms itself again (deadlineReached), so
 		// an extension costs no timer operation.
 		s.deadline = d
 	}
 	s.mu.Unlock()
+	return d
+}
+
+// answer applies a heartbeat answer to a request sent at sent, when the
+// session's lockSeq was seq (C2 #ct2-confirm). With held set (the server
+// confirms locks), a lock listed with its token is confirmed, and a lock
+// numbered up to seq that is not listed is lost at once; without it (an
+// older server), every lock counts as confirmed. When live (a live answer
+// without error), the session and every confirmed lock are extended to
+// sent + remaining − margin.
+func (s *Session) answer(sent time.Time, seq uint64, live bool, remaining time.Duration, held *lockdv1.HeldLocks) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if live && !s.c.clock.Now().Before(s.deadline) {
+		s.mu.Unlock()
+		s.end(ErrSessionExpired)
+		return
+	}
+	var listed map[string]uint64
+	if held != nil {
+		listed = make(map[string]uint64, len(held.GetLocks()))
+		for _, h := range held.GetLocks() {
+			listed[h.GetKey()] = h.GetToken()
+		}
+	}
+	d := trustFrom(s.c.clock, sent).Add(remaining - s.margin)
+	var lost []*Lock
+	for key, l := range s.locks {
+		if tok, ok := listed[key]; held == nil || (ok && tok == l.token) {
+			if live && d.After(l.deadline) {
+				l.deadline = d // the timer finds it when it fires (deadlineReached)
+			}
+			continue
+		}
+		if l.seq <= seq {
+			delete(s.locks, key)
+			s.fenceLocked(key, l.token)
+			lost = append(lost, l)
+		}
+	}
+	if live && d.After(s.deadline) {
+		s.deadline = d
+	}
+	s.mu.Unlock()
+	for _, l := range lost {
+		l.end(fmt.Errorf("%w: not confirmed by the server", ErrLockLost))
+	}
+}
+
+// beatState returns what a heartbeat about to be sent carries: the
+// session's lockSeq and the notice ids to acknowledge (taken: a lost
+// acknowledgement only makes the server repeat its notice).
+func (s *Session) beatState() (seq uint64, acks []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	acks, s.acks = s.acks, nil
+	return s.lockSeq, acks
+}
+
+// fenceLocked records that grants of key up to token are gone (s.mu held).
+func (s *Session) fenceLocked(key string, token uint64) {
+	if token <= s.lostTok[key] {
+		return
+	}
+	if s.lostTok == nil || len(s.lostTok) >= maxLostKeys {
+		s.lostTok = map[string]uint64{}
+	}
+	s.lostTok[key] = token
 }
 
 // end stops trusting the session and every lock in it (idempotent) and
@@ -351,55 +460,86 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 	if !resp.GetGranted() {
 		return nil, ErrLocked
 	}
-	s.extend(sent, ms(resp.GetRemainingMs()))
-	return s.addLock(req.Key, resp.GetToken())
+	d := s.extend(sent, ms(resp.GetRemainingMs()))
+	return s.addLock(req.Key, resp.GetToken(), d)
 }
 
-// addLock records a granted lock, or returns the session's existing Lock
-// for the same grant.
-func (s *Session) addLock(key string, token uint64) (*Lock, error) {
+// addLock records a granted lock trusted until deadline (the grant reply's
+// bound), or returns the session's existing Lock for the same grant. A grant
+// whose lock-lost notice overtook its reply is lost at once.
+func (s *Session) addLock(key string, token uint64, deadline time.Time) (*Lock, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return nil, s.err
 	}
+	if token <= s.lostTok[key] {
+		return nil, fmt.Errorf("%w: lost before its grant reply arrived", ErrLockLost)
+	}
 	if l := s.locks[key]; l != nil && l.token == token {
+		if deadline.After(l.deadline) {
+			l.deadline = deadline
+		}
 		return l, nil
 	}
-	l := &Lock{s: s, key: key, token: token, done: make(chan struct{})}
+	s.lockSeq++
+	l := &Lock{s: s, key: key, token: token, seq: s.lockSeq, deadline: deadline, done: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	s.locks[key] = l
+	if deadline.Before(s.timerAt) {
+		s.armLocked()
+	}
 	return l, nil
 }
 
-// lockLost applies a server notice that (key, token) is gone.
-func (s *Session) lockLost(key string, token uint64, reason lockdv1.LockLostReason) {
+// lockLost applies a server notice that (key, token) is gone, and queues
+// its acknowledgement; it reports whether one was queued. Tokens of a key
+// only rise, so the notice also ends an older grant of the key, and fences
+// a grant reply of that token still on its way.
+func (s *Session) lockLost(n *lockdv1.LockLost) (ack bool) {
+	key, token := n.GetKey(), n.GetToken()
 	s.mu.Lock()
-	l := s.locks[key]
-	if l == nil || l.token != token {
+	if s.err != nil {
 		s.mu.Unlock()
-		return
+		return false
+	}
+	if n.GetNoticeId() != 0 {
+		s.acks = append(s.acks, n.GetNoticeId())
+		ack = true
+	}
+	s.fenceLocked(key, token)
+	l := s.locks[key]
+	if l == nil || l.token > token {
+		s.mu.Unlock()
+		return ack
 	}
 	delete(s.locks, key)
 	s.mu.Unlock()
 	why := "gone"
-	switch reason {
+	switch n.GetReason() {
 	case lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED:
 		why = "revoked"
 	case lockdv1.LockLostReason_LOCK_LOST_REASON_EXPIRED:
 		why = "expired"
+	case lockdv1.LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN:
+		why = "server shutting down"
 	}
 	l.end(fmt.Errorf("%w: %s", ErrLockLost, why))
+	return ack
 }
 
 // Lock is a granted lock. It is trusted until Done closes.
 type Lock struct {
-	s      *Session
-	key    string
-	token  uint64
-	done   chan struct{}
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	s     *Session
+	key   string
+	token uint64
+	seq   uint64 // Session.lockSeq when added
+	// deadline (Session.mu) is when the lock stops being trusted unless an
+	// answer that confirms it extends it; never after the session's.
+	deadline time.Time
+	done     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
 
 	mu         sync.Mutex
 	err        error
@@ -417,12 +557,26 @@ func (l *Lock) Token() uint64 { return l.token }
 
 // Done is closed when the lock can no longer be trusted: its session's
 // deadline passed or the session ended, the server reported the lock
-// revoked or expired, or it was released.
+// revoked or expired, a heartbeat answer no longer listed it or none listed
+// it before its own deadline (Deadline), or it was released.
 func (l *Lock) Done() <-chan struct{} { return l.done }
 
 // Context returns a context that is cancelled when Done closes; its cause
 // (context.Cause) is Err.
 func (l *Lock) Context() context.Context { return l.ctx }
+
+// Deadline returns the instant (on the client's clock) at which the lock
+// stops being trusted unless a newer answer that confirms it extends it:
+// the earlier of its own deadline (its grant reply, or the latest heartbeat
+// answer that listed it) and its session's (C2 #ct2-confirm).
+func (l *Lock) Deadline() time.Time {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.s.deadline.Before(l.deadline) {
+		return l.s.deadline
+	}
+	return l.deadline
+}
 
 // Err is nil while the lock is trusted; afterwards it says why not
 // (ErrReleased, ErrLockLost, or the session's error).

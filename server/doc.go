@@ -87,10 +87,12 @@
 // PostgreSQL the sessions survive the restart and the clients carry on with
 // the new process; on etcd the leases expire after their TTL once the store
 // stops keeping them alive, by which time every client has stopped trusting.
-// With Config.CloseSessionsOnShutdown, Shutdown first tells every client of
-// this server its session is dead and then closes the sessions, releasing
-// their locks at once (for a planned stop where waiters should not wait for
-// the TTL).
+// With Config.CloseSessionsOnShutdown, Shutdown first sends every holder a
+// lock-lost notice (SERVER_SHUTDOWN) for each of its locks and closes a
+// session, releasing its locks, once its client acknowledged the notices or
+// the trust last granted to it ran out (C5 #ct5-close-on-shutdown): for a
+// planned stop where waiters should not wait for the TTL, without freeing a
+// lock a client still trusts.
 //
 // # Telemetry
 //

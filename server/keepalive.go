@@ -110,7 +110,11 @@ loop:
 	return s.streamEnd(stream.Context(), context.Cause(ctx))
 }
 
-// heartbeat answers one KeepAlive request.
+// heartbeat answers one KeepAlive request. Every answer repeats the
+// session's unacknowledged lock-lost notices, and every answer of a session
+// whose grants the server knows lists them (held, C2 #ct2-confirm), read
+// under the same lock as the trust it grants, after the store's answer: a
+// grant the server has seen go is never listed afterwards.
 func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepAliveRequest) {
 	recv := time.Now()
 	resp := &lockdv1.KeepAliveResponse{SessionId: req.SessionId, RequestId: req.RequestId}
@@ -124,50 +128,97 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 		ks.push(resp) // no such session can exist: not live
 		return
 	}
-	ss, pending, err := s.attach(id, ks)
+	ss, err := s.attach(id, ks, req.Ack)
 	if err != nil {
 		resp.Error = s.sessionError(ctx, err)
 		ks.push(resp)
 		return
 	}
 	defer s.unpin(ss)
-	resp.Lost = pending
 
-	if s.isClosing(ss) {
+	if s.drainAnswer(ctx, ss, resp) || s.isClosing(ss) {
 		ks.push(resp)
 		return
 	}
 	lv, err := s.st.Heartbeat(ctx, id)
+	if err == nil && lv.Live {
+		err = s.seed(ctx, ss)
+	}
+	s.mu.Lock()
 	switch {
 	case ctx.Err() != nil:
-		s.requeue(ss, pending)
+		s.mu.Unlock()
 		return // the stream is gone: nobody to answer
 	case err == nil && lv.Live:
-		if s.grantTrust(ss, recv, lv.Remaining) {
+		if s.grantTrustLocked(ss, recv, lv.Remaining) {
 			resp.Live = true
 			resp.RemainingMs = max(lv.Remaining, 0).Milliseconds()
+			resp.Held = s.heldLocked(ss)
 		}
 	case err == nil || errors.Is(err, store.ErrSessionDead):
-		s.markGone(ss)
+		s.markGoneLocked(ss)
 	default:
 		resp.Error = s.sessionError(ctx, err)
 		resp.Live = true // not meaningful with an error; never read as dead
+		resp.Held = s.heldLocked(ss)
 	}
-	if !ks.push(resp) {
-		s.requeue(ss, pending)
-	}
+	resp.Lost = s.pendingLocked(ss)
+	s.mu.Unlock()
+	ks.push(resp)
 }
 
-// attach pins the session's record and makes ks the stream its notices go
-// to, returning the notices that waited for a stream. It fails when ks
-// already carries MaxSessionsPerStream sessions.
-func (s *Server) attach(id store.SessionID, ks *kaStream) (*session, []*lockdv1.LockLost, error) {
+// seed fills the record of a session this server did not open (adopted:
+// PostgreSQL sessions are usable from any replica and survive a lockd
+// restart) with its grants read from the store, once, so that answers can
+// confirm them.
+func (s *Server) seed(ctx context.Context, ss *session) error {
+	s.mu.Lock()
+	if ss.seeded || ss.locks == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	s.beginReadLocked(ss)
+	s.mu.Unlock()
+	grants, err := s.st.LocksOf(ctx, ss.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.endReadLocked(ss)
+	if err != nil || ss.locks == nil {
+		return err
+	}
+	for _, g := range grants {
+		s.trackLocked(ss, g.Key, g.Token)
+	}
+	ss.seeded = true
+	return nil
+}
+
+// drainAnswer fills resp for a session that a Shutdown with
+// close-sessions-on-shutdown is about to close (SHUTTING_DOWN, no
+// extension, its pending notices) and reports whether it did.
+func (s *Server) drainAnswer(ctx context.Context, ss *session, resp *lockdv1.KeepAliveResponse) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ss.draining || ss.gone {
+		return false
+	}
+	resp.Error = s.sessionError(ctx, errShuttingDown)
+	resp.Live = true // not meaningful with an error
+	resp.Held = s.heldLocked(ss)
+	resp.Lost = s.pendingLocked(ss)
+	return true
+}
+
+// attach pins the session's record, applies the client's acknowledgements
+// and makes ks the stream its notices go to. It fails when ks already
+// carries MaxSessionsPerStream sessions.
+func (s *Server) attach(id store.SessionID, ks *kaStream, acks []uint64) (*session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.sessions[id]
 	if ss == nil || ss.stream != ks {
 		if ks.sessions >= MaxSessionsPerStream {
-			return nil, nil, fmt.Errorf("%w: at most %d sessions per keepalive stream", errLimit, MaxSessionsPerStream)
+			return nil, fmt.Errorf("%w: at most %d sessions per keepalive stream", errLimit, MaxSessionsPerStream)
 		}
 	}
 	if ss == nil {
@@ -182,26 +233,8 @@ func (s *Server) attach(id store.SessionID, ks *kaStream) (*session, []*lockdv1.
 		ss.stream = ks
 		ks.sessions++
 	}
-	pending := ss.pending
-	ss.pending = nil
-	return ss, pending, nil
-}
-
-// requeue puts notices that could not be delivered back in front of the
-// session's pending notices.
-func (s *Server) requeue(ss *session, lost []*lockdv1.LockLost) {
-	if len(lost) == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ss.gone {
-		return
-	}
-	ss.pending = append(lost, ss.pending...)
-	if over := len(ss.pending) - maxPendingNotices; over > 0 {
-		ss.pending = ss.pending[over:]
-	}
+	s.ackLocked(ss, acks)
+	return ss, nil
 }
 
 func (s *Server) isClosing(ss *session) bool {

@@ -73,50 +73,153 @@ func (s *Server) route(ev store.Event) {
 	s.lockLost(ev.Session, ev.Key, ev.Token, reason)
 }
 
-// track records a grant made through this server (s.mu held).
-func (s *Server) trackLocked(ss *session, key string, token uint64) {
+// beginRead marks a grant or a seeding read of ss in flight (s.mu held):
+// until endRead, grants that go are remembered in goneTok.
+func (s *Server) beginReadLocked(ss *session) {
+	ss.reading++
+}
+
+// endRead ends what beginRead began (s.mu held).
+func (s *Server) endReadLocked(ss *session) {
+	ss.reading--
+	if ss.reading <= 0 {
+		ss.reading = 0
+		ss.goneTok, ss.goneOverflow = nil, false
+	}
+}
+
+// trackLocked records a grant of ss (s.mu held), unless a grant of the key
+// with this token or a later one went away while it was in flight: a late
+// grant reply or store read never revives a lost grant. It reports whether
+// the grant is tracked.
+func (s *Server) trackLocked(ss *session, key string, token uint64) bool {
+	if ss.locks == nil || ss.goneOverflow || token <= ss.goneTok[key] {
+		return false
+	}
+	if tok, ok := ss.locks[key]; ok && tok > token {
+		return false // a newer grant of the key is tracked
+	}
 	ss.locks[key] = token
-}
-
-// untrack forgets a grant (released through any instance); it reports
-// whether the grant was tracked.
-func (s *Server) untrack(id store.SessionID, key string, token uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.untrackLocked(id, key, token)
-}
-
-func (s *Server) untrackLocked(id store.SessionID, key string, token uint64) bool {
-	ss := s.sessions[id]
-	if ss == nil || ss.locks == nil {
-		return false
-	}
-	if tok, ok := ss.locks[key]; !ok || tok != token {
-		return false
-	}
-	delete(ss.locks, key)
 	return true
 }
 
-// lockLost tells the holder session that it lost (key, token), once.
+// goneLocked records that (key, token) of ss went away and forgets it if
+// tracked (s.mu held). It returns the tracked token that went (at most
+// token: a session holds one grant of a key at a time, and tokens of a key
+// only rise, so an older tracked grant is gone too) and whether there was
+// one.
+func (s *Server) goneLocked(ss *session, key string, token uint64) (uint64, bool) {
+	if ss.reading > 0 && token > ss.goneTok[key] {
+		if ss.goneTok == nil {
+			ss.goneTok = map[string]uint64{}
+		}
+		if len(ss.goneTok) >= maxGoneKeys {
+			ss.goneOverflow = true
+		} else {
+			ss.goneTok[key] = token
+		}
+	}
+	tok, ok := ss.locks[key]
+	if !ok || tok > token {
+		return 0, false
+	}
+	delete(ss.locks, key)
+	return tok, true
+}
+
+// untrack forgets a grant released through any instance.
+func (s *Server) untrack(id store.SessionID, key string, token uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.sessions[id]; ss != nil {
+		s.goneLocked(ss, key, token)
+	}
+}
+
+// heldLocked is the session's held set for a heartbeat answer (s.mu held):
+// nil when the server does not know all its grants.
+func (s *Server) heldLocked(ss *session) *lockdv1.HeldLocks {
+	if !ss.seeded || ss.locks == nil {
+		return nil
+	}
+	h := &lockdv1.HeldLocks{Locks: make([]*lockdv1.HeldLock, 0, len(ss.locks))}
+	for k, tok := range ss.locks {
+		h.Locks = append(h.Locks, &lockdv1.HeldLock{Key: k, Token: tok})
+	}
+	return h
+}
+
+// lockLost tells the holder session that it lost (key, token).
 func (s *Server) lockLost(id store.SessionID, key string, token uint64, reason lockdv1.LockLostReason) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.untrackLocked(id, key, token) {
-		return
-	}
 	ss := s.sessions[id]
-	notice := &lockdv1.LockLost{Key: key, Token: token, Reason: reason}
-	live := reason != lockdv1.LockLostReason_LOCK_LOST_REASON_EXPIRED && !ss.closing && !ss.gone
-	if ss.stream != nil && ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(id), Live: live,
-		Lost: []*lockdv1.LockLost{notice}}) {
+	if ss == nil {
 		return
 	}
-	ss.pending = append(ss.pending, notice)
-	if over := len(ss.pending) - maxPendingNotices; over > 0 {
-		ss.pending = ss.pending[over:]
+	tok, ok := s.goneLocked(ss, key, token)
+	if !ok {
+		return
+	}
+	if tok != token {
+		reason = lockdv1.LockLostReason_LOCK_LOST_REASON_UNSPECIFIED
+	}
+	s.noticeLocked(ss, key, tok, reason)
+}
+
+// noticeLocked queues a lock-lost notice for ss until the client
+// acknowledges it, and pushes it on the session's stream at once (s.mu
+// held). Every heartbeat answer repeats the unacknowledged notices, so a
+// push lost on the way is delivered with the next answer.
+func (s *Server) noticeLocked(ss *session, key string, token uint64, reason lockdv1.LockLostReason) {
+	s.noticeSeq++
+	notice := &lockdv1.LockLost{Key: key, Token: token, Reason: reason, NoticeId: s.noticeSeq}
+	ss.notices = append(ss.notices, notice)
+	if over := len(ss.notices) - maxPendingNotices; over > 0 {
+		ss.notices = ss.notices[over:]
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "lock-loss notices dropped", slog.Int("dropped", over))
 	}
+	live := reason != lockdv1.LockLostReason_LOCK_LOST_REASON_EXPIRED && !ss.gone &&
+		(!ss.closing || ss.draining)
+	if ss.stream != nil {
+		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: live,
+			Lost: []*lockdv1.LockLost{notice}})
+	}
+}
+
+// ackLocked drops the notices of ss the client acknowledged (s.mu held) and
+// wakes a draining Shutdown.
+func (s *Server) ackLocked(ss *session, ids []uint64) {
+	if len(ids) == 0 || len(ss.notices) == 0 {
+		return
+	}
+	acked := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		acked[id] = true
+	}
+	kept := ss.notices[:0]
+	for _, n := range ss.notices {
+		if !acked[n.NoticeId] {
+			kept = append(kept, n)
+		}
+	}
+	clear(ss.notices[len(kept):])
+	ss.notices = kept
+	if s.drainWake != nil {
+		select {
+		case s.drainWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pendingLocked returns a copy of the unacknowledged notices of ss (s.mu
+// held).
+func (s *Server) pendingLocked(ss *session) []*lockdv1.LockLost {
+	if len(ss.notices) == 0 {
+		return nil
+	}
+	return append([]*lockdv1.LockLost(nil), ss.notices...)
 }
 
 // reconcile compares the grants this server tracks with the backend after

@@ -95,6 +95,9 @@ type Server struct {
 	wake       chan struct{}
 	closingAll bool // Shutdown with CloseSessionsOnShutdown began
 
+	noticeSeq uint64        // the last lock-lost notice id (notify.go; s.mu)
+	drainWake chan struct{} // set by closeAll (s.mu): an acknowledgement arrived (drain.go)
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -221,38 +224,6 @@ func (s *Server) shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("server: shutdown: %w", ctx.Err()))
 	}
 	s.wg.Wait()
-	return errors.Join(errs...)
-}
-
-// closeAll closes every session of this server (CloseSessionsOnShutdown),
-// telling each client on its stream first.
-func (s *Server) closeAll(ctx context.Context) error {
-	s.mu.Lock()
-	s.closingAll = true
-	var all []*session
-	for _, ss := range s.sessions {
-		if ss.known && !ss.gone {
-			ss.closing = true
-			ss.pins++
-			s.unschedule(ss)
-			if ss.stream != nil {
-				ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
-			}
-			all = append(all, ss)
-		}
-	}
-	s.mu.Unlock()
-	var errs []error
-	for _, ss := range all {
-		n, err := s.st.CloseSession(ctx, ss.id)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("server: close session on shutdown: %w", err))
-		} else {
-			_ = n
-			s.markGone(ss)
-		}
-		s.unpin(ss)
-	}
 	return errors.Join(errs...)
 }
 

@@ -120,6 +120,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	}
 	ss, closing := s.pinUse(id)
 	defer s.unpin(ss)
+	defer s.endRead(ss) // pinUse began a read: a grant that goes meanwhile is not tracked
 	if closing {
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
@@ -147,6 +148,8 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	s.mu.Lock()
 	ok := s.grantTrustLocked(ss, recv, g.Remaining)
 	if ok {
+		// Not tracked when the grant went away before this reply (a
+		// lock-lost notice is then on its way, and no answer confirms it).
 		s.trackLocked(ss, g.Key, g.Token)
 	}
 	s.mu.Unlock()

@@ -10,9 +10,15 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// maxPendingNotices bounds the lock-lost notices kept for a session whose
-// client has no KeepAlive stream attached at the moment.
+// maxPendingNotices bounds the unacknowledged lock-lost notices kept for a
+// session (the oldest are dropped; the held set still ends the client's
+// trust in those locks, C2 #ct2-confirm).
 const maxPendingNotices = 1024
+
+// maxGoneKeys bounds the per-session memory of grants gone while a grant or
+// a seeding read is in flight (session.goneTok); beyond it every such grant
+// is refused tracking, which only makes its client drop the lock.
+const maxGoneKeys = 4096
 
 // closeRetry bounds the backoff between attempts to close a silent session
 // when the backend refuses.
@@ -62,10 +68,30 @@ type session struct {
 	pins    int // RPCs in flight that use this record
 	// stream is the KeepAlive stream the latest heartbeat came on.
 	stream *kaStream
-	// locks are the grants made to the session through this server, key →
-	// token: what lock-lost notices are routed by.
-	locks   map[string]uint64
-	pending []*lockdv1.LockLost
+	// locks are the session's grants as this server knows them, key →
+	// token: grants made through it, and for an adopted session those read
+	// from the store when it was seeded. Lock-lost notices are routed by
+	// them and heartbeat answers confirm exactly them (C2 #ct2-confirm).
+	locks map[string]uint64
+	// seeded: locks is complete (the session was opened here, or its
+	// grants were read from the store after it was adopted).
+	seeded bool
+	// reading counts grants and seeding reads in flight: while it is
+	// positive, goneTok remembers, per key, the highest token gone
+	// (released, revoked, lost), so a grant or read that raced with the
+	// loss is not tracked afterwards. Cleared when reading drops to 0.
+	reading      int
+	goneTok      map[string]uint64
+	goneOverflow bool
+	// notices are the lock-lost notices the client has not acknowledged,
+	// oldest first.
+	notices []*lockdv1.LockLost
+	// trustUntil is the latest (receipt + Remaining) this server granted:
+	// the client trusts nothing of the session beyond it.
+	trustUntil time.Time
+	// draining: Shutdown with close-sessions-on-shutdown waits for the
+	// client to acknowledge its notices (or trustUntil) before closing.
+	draining bool
 }
 
 // silenceHeap orders known, live sessions by heapAt (a lower bound of
@@ -132,8 +158,8 @@ func (s *Server) register(sess store.Session, recv time.Time) bool {
 	if s.closingAll {
 		return false
 	}
-	ss := &session{id: sess.ID, ttl: sess.TTL, known: true, heapIdx: -1, locks: map[string]uint64{},
-		expireAt: recv.Add(max(sess.TTL, sess.Remaining))}
+	ss := &session{id: sess.ID, ttl: sess.TTL, known: true, seeded: true, heapIdx: -1, locks: map[string]uint64{},
+		expireAt: recv.Add(max(sess.TTL, sess.Remaining)), trustUntil: recv.Add(sess.Remaining)}
 	s.sessions[sess.ID] = ss
 	s.schedule(ss)
 	return true
@@ -147,13 +173,22 @@ func (s *Server) pin(id store.SessionID) *session {
 	return s.pinLocked(id)
 }
 
-// pinUse is pin for a request that uses the session: it also reports
-// whether the session is closing (as isClosing), under the same lock.
+// pinUse is pin for a request that may grant a lock: it also reports
+// whether the session is closing (as isClosing), under the same lock, and
+// begins a read (beginReadLocked) that the caller ends with endRead.
 func (s *Server) pinUse(id store.SessionID) (*session, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.pinLocked(id)
+	s.beginReadLocked(ss)
 	return ss, ss.closing || ss.gone || s.closingAll
+}
+
+// endRead ends the read pinUse began.
+func (s *Server) endRead(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endReadLocked(ss)
 }
 
 func (s *Server) pinLocked(id store.SessionID) *session {
@@ -189,19 +224,15 @@ func (s *Server) dropIfDone(ss *session) {
 		delete(s.sessions, ss.id)
 	}
 	ss.locks = nil
+	ss.notices = nil
+	ss.goneTok = nil
 }
 
-// grantTrust records that the server is about to tell the client the session
-// is live for rem, counted from recv (the receipt of the request the reply
-// answers). It returns false, and the reply must then say the session is
-// dead, when the session is closing. When it returns true the silence close
-// cannot happen before recv + max(ttl, rem).
-func (s *Server) grantTrust(ss *session, recv time.Time, rem time.Duration) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.grantTrustLocked(ss, recv, rem)
-}
-
+// grantTrustLocked records that the server is about to tell the client the
+// session is live for rem, counted from recv (the receipt of the request the
+// reply answers; s.mu held). It returns false, and the reply must then say
+// the session is dead, when the session is closing. When it returns true the
+// silence close cannot happen before recv + max(ttl, rem).
 func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration) bool {
 	if ss.closing || ss.gone || s.closingAll {
 		return false
@@ -215,6 +246,9 @@ func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration
 	}
 	if at := recv.Add(max(ss.ttl, rem)); at.After(ss.expireAt) {
 		ss.expireAt = at
+	}
+	if at := recv.Add(rem); at.After(ss.trustUntil) {
+		ss.trustUntil = at
 	}
 	s.schedule(ss)
 	return true

@@ -65,6 +65,10 @@ const (
 	// LOCK_LOST_REASON_EXPIRED: the holder's session ended and took the
 	// grant with it.
 	LockLostReason_LOCK_LOST_REASON_EXPIRED LockLostReason = 2
+	// LOCK_LOST_REASON_SERVER_SHUTDOWN: the server is stopping with
+	// lock.server.close-sessions-on-shutdown and will close the session once
+	// the client acknowledged this notice or its trust ran out.
+	LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN LockLostReason = 3
 )
 
 // Enum value maps for LockLostReason.
@@ -73,11 +77,13 @@ var (
 		0: "LOCK_LOST_REASON_UNSPECIFIED",
 		1: "LOCK_LOST_REASON_REVOKED",
 		2: "LOCK_LOST_REASON_EXPIRED",
+		3: "LOCK_LOST_REASON_SERVER_SHUTDOWN",
 	}
 	LockLostReason_value = map[string]int32{
-		"LOCK_LOST_REASON_UNSPECIFIED": 0,
-		"LOCK_LOST_REASON_REVOKED":     1,
-		"LOCK_LOST_REASON_EXPIRED":     2,
+		"LOCK_LOST_REASON_UNSPECIFIED":     0,
+		"LOCK_LOST_REASON_REVOKED":         1,
+		"LOCK_LOST_REASON_EXPIRED":         2,
+		"LOCK_LOST_REASON_SERVER_SHUTDOWN": 3,
 	}
 )
 
@@ -314,7 +320,11 @@ type KeepAliveRequest struct {
 	// request_id is chosen by the client, non-zero, and echoed in the reply,
 	// so the client knows which request (and so which send time) a reply
 	// answers. It should be unique per stream.
-	RequestId     uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// ack lists the notice_id of lock-lost notices of this session that the
+	// client has applied. The server keeps each notice, and repeats it in
+	// every answer for the session, until it is acknowledged here.
+	Ack           []uint64 `protobuf:"varint,3,rep,packed,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +373,13 @@ func (x *KeepAliveRequest) GetRequestId() uint64 {
 	return 0
 }
 
+func (x *KeepAliveRequest) GetAck() []uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
 // KeepAliveResponse answers one heartbeat, or is an unsolicited notice.
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -387,8 +404,19 @@ type KeepAliveResponse struct {
 	Error *SessionError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	// lost lists locks of this session that the session no longer holds
 	// although the client did not release them (revoked by an
-	// administrator, or expired with the session).
-	Lost          []*LockLost `protobuf:"bytes,6,rep,name=lost,proto3" json:"lost,omitempty"`
+	// administrator, or expired with the session). An answer repeats every
+	// notice the client has not acknowledged yet (KeepAliveRequest.ack).
+	Lost []*LockLost `protobuf:"bytes,6,rep,name=lost,proto3" json:"lost,omitempty"`
+	// held, set in answers (request_id != 0) of servers that confirm locks,
+	// lists the session's grants as the server knows them when it composes
+	// the answer (docs/contracts/C2.md #ct2-confirm). A lock the server has
+	// seen revoked, lost or released is never listed afterwards. The client
+	// extends a lock's deadline only from an answer that lists it, and
+	// treats a lock it held when it sent the answered request, but that held
+	// does not list, as lost. Unset: the server does not confirm locks (an
+	// older server, or a session whose grants it does not know); the client
+	// then applies remaining_ms to every lock of the session.
+	Held          *HeldLocks `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +493,114 @@ func (x *KeepAliveResponse) GetLost() []*LockLost {
 	return nil
 }
 
+func (x *KeepAliveResponse) GetHeld() *HeldLocks {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+// HeldLocks is the set of grants a session holds.
+type HeldLocks struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// locks are the grants, in no particular order.
+	Locks         []*HeldLock `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldLocks) Reset() {
+	*x = HeldLocks{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldLocks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldLocks) ProtoMessage() {}
+
+func (x *HeldLocks) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldLocks.ProtoReflect.Descriptor instead.
+func (*HeldLocks) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeldLocks) GetLocks() []*HeldLock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+// HeldLock is one grant of a session.
+type HeldLock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the lock's key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// token is the fencing token of the grant.
+	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldLock) Reset() {
+	*x = HeldLock{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldLock) ProtoMessage() {}
+
+func (x *HeldLock) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldLock.ProtoReflect.Descriptor instead.
+func (*HeldLock) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HeldLock) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HeldLock) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 // SessionError is a per-session failure inside a KeepAlive reply.
 type SessionError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -480,7 +616,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +628,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +641,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionError) GetCode() int32 {
@@ -537,14 +673,17 @@ type LockLost struct {
 	// token is the fencing token of the grant that is gone.
 	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	// reason says why the grant is gone.
-	Reason        LockLostReason `protobuf:"varint,3,opt,name=reason,proto3,enum=lockd.v1.LockLostReason" json:"reason,omitempty"`
+	Reason LockLostReason `protobuf:"varint,3,opt,name=reason,proto3,enum=lockd.v1.LockLostReason" json:"reason,omitempty"`
+	// notice_id identifies the notice for KeepAliveRequest.ack: non-zero,
+	// unique per server process. 0 from older servers (nothing to ack).
+	NoticeId      uint64 `protobuf:"varint,4,opt,name=notice_id,json=noticeId,proto3" json:"notice_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +695,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +708,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LockLost) GetKey() string {
@@ -593,6 +732,13 @@ func (x *LockLost) GetReason() LockLostReason {
 	return LockLostReason_LOCK_LOST_REASON_UNSPECIFIED
 }
 
+func (x *LockLost) GetNoticeId() uint64 {
+	if x != nil {
+		return x.NoticeId
+	}
+	return 0
+}
+
 // CloseSessionRequest names the session to close.
 type CloseSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -604,7 +750,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +762,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +775,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -650,7 +796,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +808,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +821,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CloseSessionResponse) GetReleased() int64 {
@@ -704,7 +850,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +862,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +875,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AcquireRequest) GetSessionId() string {
@@ -780,7 +926,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +938,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +951,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcquireResponse) GetGranted() bool {
@@ -851,7 +997,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1009,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1022,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseRequest) GetSessionId() string {
@@ -909,7 +1055,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1067,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1080,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
 }
 
 // InspectRequest names a key.
@@ -948,7 +1094,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1106,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1119,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -996,7 +1142,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1154,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1167,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1058,7 +1204,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1216,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1229,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LockInfo) GetKey() string {
@@ -1137,7 +1283,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1295,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1308,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1199,7 +1345,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1357,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1370,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1252,7 +1398,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1410,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1423,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -1302,7 +1448,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1460,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1473,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -1362,7 +1508,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1520,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1533,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1414,7 +1560,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1572,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1585,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -1483,12 +1629,13 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12!\n" +
 	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\x12(\n" +
 	"\x10safety_margin_ms\x18\x04 \x01(\x03R\x0esafetyMarginMs\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x05 \x01(\x03R\x13heartbeatIntervalMs\"P\n" +
+	"\x15heartbeat_interval_ms\x18\x05 \x01(\x03R\x13heartbeatIntervalMs\"b\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\"\xde\x01\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x10\n" +
+	"\x03ack\x18\x03 \x03(\x04R\x03ack\"\x87\x02\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1497,15 +1644,22 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04live\x18\x03 \x01(\bR\x04live\x12!\n" +
 	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12,\n" +
 	"\x05error\x18\x05 \x01(\v2\x16.lockd.v1.SessionErrorR\x05error\x12&\n" +
-	"\x04lost\x18\x06 \x03(\v2\x12.lockd.v1.LockLostR\x04lost\"T\n" +
+	"\x04lost\x18\x06 \x03(\v2\x12.lockd.v1.LockLostR\x04lost\x12'\n" +
+	"\x04held\x18\a \x01(\v2\x13.lockd.v1.HeldLocksR\x04held\"5\n" +
+	"\tHeldLocks\x12(\n" +
+	"\x05locks\x18\x01 \x03(\v2\x12.lockd.v1.HeldLockR\x05locks\"2\n" +
+	"\bHeldLock\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"T\n" +
 	"\fSessionError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"d\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x81\x01\n" +
 	"\bLockLost\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x120\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x18.lockd.v1.LockLostReasonR\x06reason\"4\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x18.lockd.v1.LockLostReasonR\x06reason\x12\x1b\n" +
+	"\tnotice_id\x18\x04 \x01(\x04R\bnoticeId\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"2\n" +
@@ -1563,11 +1717,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x04R\x05token*n\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token*\x94\x01\n" +
 	"\x0eLockLostReason\x12 \n" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
-	"\x18LOCK_LOST_REASON_EXPIRED\x10\x02*\x89\x01\n" +
+	"\x18LOCK_LOST_REASON_EXPIRED\x10\x02\x12$\n" +
+	" LOCK_LOST_REASON_SERVER_SHUTDOWN\x10\x03*\x89\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
@@ -1598,7 +1753,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(EventKind)(0),                // 1: lockd.v1.EventKind
@@ -1606,56 +1761,60 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*OpenSessionResponse)(nil),   // 3: lockd.v1.OpenSessionResponse
 	(*KeepAliveRequest)(nil),      // 4: lockd.v1.KeepAliveRequest
 	(*KeepAliveResponse)(nil),     // 5: lockd.v1.KeepAliveResponse
-	(*SessionError)(nil),          // 6: lockd.v1.SessionError
-	(*LockLost)(nil),              // 7: lockd.v1.LockLost
-	(*CloseSessionRequest)(nil),   // 8: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 9: lockd.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 10: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 11: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 12: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 13: lockd.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 14: lockd.v1.InspectRequest
-	(*InspectResponse)(nil),       // 15: lockd.v1.InspectResponse
-	(*LockInfo)(nil),              // 16: lockd.v1.LockInfo
-	(*ListRequest)(nil),           // 17: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 18: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 19: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 20: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 21: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 22: lockd.v1.WatchResponse
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*HeldLocks)(nil),             // 6: lockd.v1.HeldLocks
+	(*HeldLock)(nil),              // 7: lockd.v1.HeldLock
+	(*SessionError)(nil),          // 8: lockd.v1.SessionError
+	(*LockLost)(nil),              // 9: lockd.v1.LockLost
+	(*CloseSessionRequest)(nil),   // 10: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 11: lockd.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 12: lockd.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 13: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 14: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 15: lockd.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 16: lockd.v1.InspectRequest
+	(*InspectResponse)(nil),       // 17: lockd.v1.InspectResponse
+	(*LockInfo)(nil),              // 18: lockd.v1.LockInfo
+	(*ListRequest)(nil),           // 19: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 20: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 21: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 22: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 23: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 24: lockd.v1.WatchResponse
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	6,  // 0: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
-	7,  // 1: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
-	0,  // 2: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
-	16, // 3: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	23, // 4: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	16, // 5: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	1,  // 6: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	2,  // 7: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	4,  // 8: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	8,  // 9: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	10, // 10: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	12, // 11: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	14, // 12: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	17, // 13: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	19, // 14: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	21, // 15: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	3,  // 16: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	5,  // 17: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	9,  // 18: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	11, // 19: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	13, // 20: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	15, // 21: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	18, // 22: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	20, // 23: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	22, // 24: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	8,  // 0: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
+	9,  // 1: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
+	6,  // 2: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
+	7,  // 3: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
+	0,  // 4: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
+	18, // 5: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	25, // 6: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	18, // 7: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	1,  // 8: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	2,  // 9: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	4,  // 10: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 11: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 12: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	14, // 13: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	16, // 14: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	19, // 15: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	21, // 16: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	23, // 17: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	3,  // 18: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	5,  // 19: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 20: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	13, // 21: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	15, // 22: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	17, // 23: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	20, // 24: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	22, // 25: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	24, // 26: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -1669,7 +1828,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

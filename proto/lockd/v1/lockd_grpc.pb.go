@@ -76,9 +76,11 @@ type LockServiceClient interface {
 	// request is answered by exactly one reply with the same session_id and
 	// request_id; the server also pushes unsolicited notices (request_id 0)
 	// when a lock of a session heartbeated on this stream was revoked or
-	// expired, or when the server ended the session. A session whose client
-	// sends no heartbeat for max(ttl, the last remaining_ms granted) is closed
-	// by the server (session_lost reason client_silent).
+	// expired, or when the server ended the session. Lock-lost notices stay
+	// pending until acknowledged and are repeated in every answer; answers
+	// list the locks that still stand (KeepAliveResponse.held). A session
+	// whose client sends no heartbeat for max(ttl, the last remaining_ms
+	// granted) is closed by the server (session_lost reason client_silent).
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 	// CloseSession ends a session and releases every lock it holds.
 	// Idempotent: closing an unknown or closed session succeeds with
@@ -238,9 +240,11 @@ type LockServiceServer interface {
 	// request is answered by exactly one reply with the same session_id and
 	// request_id; the server also pushes unsolicited notices (request_id 0)
 	// when a lock of a session heartbeated on this stream was revoked or
-	// expired, or when the server ended the session. A session whose client
-	// sends no heartbeat for max(ttl, the last remaining_ms granted) is closed
-	// by the server (session_lost reason client_silent).
+	// expired, or when the server ended the session. Lock-lost notices stay
+	// pending until acknowledged and are repeated in every answer; answers
+	// list the locks that still stand (KeepAliveResponse.held). A session
+	// whose client sends no heartbeat for max(ttl, the last remaining_ms
+	// granted) is closed by the server (session_lost reason client_silent).
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	// CloseSession ends a session and releases every lock it holds.
 	// Idempotent: closing an unknown or closed session succeeds with
