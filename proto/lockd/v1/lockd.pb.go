@@ -15,8 +15,9 @@
 //
 // Errors: a failed RPC carries a gRPC status whose details hold a
 // google.rpc.ErrorInfo with domain "lockd.lock.dev" and one of the reasons
-// below, so clients map errors back precisely (server/errors.go,
-// client/errors.go):
+// below, so clients map errors back precisely (the domain, the reasons
+// and their codes are constants in proto/lockd/v1/wireerr, which
+// server/errors.go and client/errors.go both use):
 //
 //   INVALID_ARGUMENT (code INVALID_ARGUMENT; the message names the field)
 //   SESSION_DEAD     (FAILED_PRECONDITION; the session is unknown, expired,
