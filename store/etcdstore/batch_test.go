@@ -151,8 +151,8 @@ func TestGroupCommitBatches(t *testing.T) {
 			t.Fatalf("TryInsert(%s) = %+v, %v, %v; want a grant of %s to %s", key, r.g, r.ok, r.err, key, id)
 		}
 		resp, err := cli.Get(ctxT(t), st.lockKey(key))
-		if err != nil || len(resp.Kvs) != 1 || uint64(resp.Kvs[0].ModRevision) != r.g.Token {
-			t.Fatalf("grant key of %s = %v, %v; want one with mod revision = token %d", key, resp, err, r.g.Token)
+		if err != nil || len(resp.Kvs) != 1 || st.token(resp.Kvs[0].ModRevision) != r.g.Token {
+			t.Fatalf("grant key of %s = %v, %v; want one whose mod revision is token %d's", key, resp, err, r.g.Token)
 		}
 	}
 	batches, requests := batchMetric(t, reg)

@@ -150,9 +150,14 @@
 // Under the configured prefix P (default "/lockd/"):
 //
 //	P l/<key>          grant of <key>: value "<session id> <acquired-at, unix ns>",
-//	                   attached to the holder's lease. Its revision is the
-//	                   fencing token: etcd's revision is a cluster-wide total
-//	                   order, never reused while the data survives.
+//	                   attached to the holder's lease. Its revision, shifted
+//	                   by the epoch, is the fencing token: etcd's revision is
+//	                   a cluster-wide total order, never reused while the
+//	                   data survives.
+//	P epoch            the prefix's epoch: lockd's wall clock in µs when the
+//	                   first Store opened the prefix, written once; token =
+//	                   epoch + (revision − its create revision) (epoch.go,
+//	                   C2 #ct2-fencing).
 //	P l/<key>\x00      release marker: value "released" or "revoked", written
 //	                   in the transaction that releases or revokes the grant
 //	                   (same revision as the delete), so Watch can tell those

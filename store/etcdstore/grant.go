@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -96,7 +95,7 @@ func (s *Store) recordAbandoned(ss *session, key string, rev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := ss.held[key]; !ok && !ss.dead {
-		ss.held[key] = uint64(rev)
+		ss.held[key] = s.token(rev)
 		s.met.LocksHeld(1)
 	}
 }
@@ -114,11 +113,11 @@ func (s *Store) granted(ss *session, key string, rev int64, at, start time.Time)
 		s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).Then(clientv3.OpDelete(lk)).Commit() //nolint:errcheck // best effort
 		return store.Grant{}, deadErr(ss)
 	}
-	ss.held[key] = uint64(rev)
+	ss.held[key] = s.token(rev)
 	rem := s.keep.remaining(ss, start)
 	s.mu.Unlock()
 	s.met.LocksHeld(1)
-	g := store.Grant{Key: key, Session: ss.id, Token: uint64(rev), AcquiredAt: at, Remaining: max(rem, 0)}
+	g := store.Grant{Key: key, Session: ss.id, Token: s.token(rev), AcquiredAt: at, Remaining: max(rem, 0)}
 	s.log.LockAcquired(g, time.Since(start))
 	return g, nil
 }
@@ -141,7 +140,7 @@ func (s *Store) grantOf(key string, kv *mvccpb.KeyValue) (store.Grant, error) {
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
-	return store.Grant{Key: key, Session: holder, Token: uint64(kv.ModRevision), AcquiredAt: at}, nil
+	return store.Grant{Key: key, Session: holder, Token: s.token(kv.ModRevision), AcquiredAt: at}, nil
 }
 
 // DeleteIfOwner releases key iff its current grant is (session, token).
@@ -169,7 +168,8 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	}
 	ss, err := s.live(ctx, id)
 	notOwner := fmt.Errorf("%w: etcdstore: release %q: token %d is not the current grant of session %s", store.ErrNotOwner, key, token, id)
-	if errors.Is(err, store.ErrSessionDead) || (err == nil && (token == 0 || token > math.MaxInt64)) {
+	rev, issued := s.revision(token)
+	if errors.Is(err, store.ErrSessionDead) || (err == nil && !issued) {
 		return notOwner
 	}
 	if err != nil {
@@ -177,7 +177,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	}
 	lk, qp := s.lockKey(key), s.queuePrefix(key)
 	owner := []clientv3.Cmp{
-		clientv3.Compare(clientv3.ModRevision(lk), "=", int64(token)),
+		clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
 		clientv3.Compare(clientv3.LeaseValue(lk), "=", ss.lease),
 	}
 	marker := clientv3.OpPut(s.markerKey(key), markReleased)
@@ -246,7 +246,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		}
 		if !resp.Succeeded {
 			cur := resp.Responses[0].GetResponseRange().Kvs
-			if len(cur) == 0 || cur[0].ModRevision != int64(token) || clientv3.LeaseID(cur[0].Lease) != ss.lease {
+			if len(cur) == 0 || cur[0].ModRevision != rev || clientv3.LeaseID(cur[0].Lease) != ss.lease {
 				return notOwner
 			}
 			// Still ours: the waiter left, or the guess was not first.

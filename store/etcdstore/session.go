@@ -233,7 +233,7 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 				if err != nil || holder != id || clientv3.LeaseID(kv.Lease) != ss.lease {
 					continue // released since TimeToLive read it, or foreign data
 				}
-				grants = append(grants, store.Grant{Key: key, Session: id, Token: uint64(kv.ModRevision), AcquiredAt: at})
+				grants = append(grants, store.Grant{Key: key, Session: id, Token: s.token(kv.ModRevision), AcquiredAt: at})
 			}
 		}
 	}

@@ -53,6 +53,7 @@ type Options struct {
 type Store struct {
 	cli    *clientv3.Client
 	prefix string
+	shift  int64 // token − revision of every grant: the prefix's epoch (epoch.go)
 	log    telemetry.Log
 	met    *telemetry.Metrics
 
@@ -73,7 +74,8 @@ type Store struct {
 var _ store.LockStore = (*Store)(nil)
 
 // New returns a Store using cli, which the caller keeps owning (Close does
-// not close it). It checks that etcd answers before returning.
+// not close it). It reads the prefix's epoch (C2 #ct2-fencing), taking it
+// if this is the first Store on the prefix, so etcd must answer.
 func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -82,12 +84,14 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	if !strings.HasSuffix(prefix, "/") || strings.IndexByte(prefix, 0) >= 0 {
 		return nil, fmt.Errorf("%w: etcdstore: prefix %q must end with / and contain no NUL", store.ErrInvalidArgument, prefix)
 	}
-	if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly(), clientv3.WithLimit(1)); err != nil {
-		return nil, fmt.Errorf("etcdstore: reach etcd: %w", classify(ctx, err))
+	shift, err := loadEpoch(ctx, cli, prefix+epochName, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: epoch: %w", classify(ctx, err))
 	}
 	s := &Store{
 		cli:      cli,
 		prefix:   prefix,
+		shift:    shift,
 		log:      telemetry.Log{L: opts.Logger, Backend: Backend},
 		met:      opts.Metrics,
 		sessions: make(map[store.SessionID]*session),

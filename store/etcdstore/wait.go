@@ -282,7 +282,7 @@ func (s *Store) handedOver(ss *session, key string, kv *mvccpb.KeyValue, start t
 	if err != nil {
 		return store.Grant{}, err
 	}
-	return s.granted(ss, key, int64(held.Token), held.AcquiredAt, start)
+	return s.granted(ss, key, kv.ModRevision, held.AcquiredAt, start)
 }
 
 // keyWatch is an etcd watch on one key that the server has created.

@@ -14,7 +14,10 @@
 //   - waiters: the FIFO queue of each key (a bigserial id gives the order),
 //     also referencing the session ON DELETE CASCADE;
 //   - fencing_token: the sequence tokens come from. No cascade touches it
-//     and it is never reset, so tokens are never reused.
+//     and it is never reset, so tokens are never reused; it is raised to
+//     the wall clock in µs at open and on each new connection, so a new
+//     schema or a promoted replica starts above older tokens (epoch.go,
+//     C2 #ct2-fencing).
 //
 // Builds of lockd on either side of migration 0002 must not share a schema:
 // they send different notifications (docs/backends.md, upgrade note).

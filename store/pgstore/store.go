@@ -40,7 +40,9 @@ type Options struct {
 	DSN string
 	// Pool, if set, is used instead of opening a pool from DSN; the Store
 	// does not close it. The notification listener still opens one
-	// connection of its own from the pool's connection config.
+	// connection of its own from the pool's connection config. The Store
+	// raises the token sequence at New only, not on the pool's new
+	// connections (C2 #ct2-fencing: after a failover, restart lockd).
 	Pool *pgxpool.Pool
 	// Schema holds lockd's tables (lock.pg.schema): a lower-case SQL
 	// identifier. Default DefaultSchema.
@@ -95,7 +97,8 @@ type Store struct {
 
 var _ store.LockStore = (*Store)(nil)
 
-// New connects to PostgreSQL, brings the schema up to date, starts the
+// New connects to PostgreSQL, brings the schema up to date, raises the
+// fencing-token sequence to the wall clock (epoch.go), starts the
 // notification listener and the reaper, and returns the Store. The caller
 // must Close it.
 func New(ctx context.Context, opts Options) (*Store, error) {
@@ -118,6 +121,11 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		cfg, err := pgxpool.ParseConfig(opts.DSN)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: parse dsn: %w: %v", store.ErrInvalidArgument, err)
+		}
+		// Every new connection raises the token sequence first (epoch.go):
+		// after a failover every connection is new.
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			return raiseTokens(ctx, conn, seqIdent(schema), time.Now(), true)
 		}
 		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 			return nil, classify(ctx, "open pool", err)
@@ -143,6 +151,10 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		onLockBatch:    opts.onLockBatch,
 	}
 	if err := s.applyMigrations(ctx); err != nil {
+		s.closePool()
+		return nil, err
+	}
+	if err := s.raiseTokensOnOpen(ctx); err != nil {
 		s.closePool()
 		return nil, err
 	}

@@ -77,6 +77,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ExpiredSessionReleasesLocks", s.testExpiredSessionReleasesLocks},
 		{"FencingTokensIncrease", s.testFencingTokensIncrease},
 		{"FencingTokensIncreaseAcrossReap", s.testFencingAcrossReap},
+		{"FencingTokensIncreaseAcrossReinit", s.testFencingAcrossReinit},
 		{"DeleteIfOwner", s.testDeleteIfOwner},
 		{"FIFO", s.testFIFO},
 		{"FIFOCancelledWaiterLeaves", s.testFIFOCancelledWaiterLeaves},
