@@ -62,7 +62,12 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemet
 		}
 		return b, nil
 	case Embedded:
-		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: cfg.EmbeddedDataDir, Logger: logger})
+		dir, fresh, derr := prepareDataDir(cfg.EmbeddedDataDir)
+		if derr != nil {
+			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, derr)
+		}
+		telemetry.OrDiscard(logger).Info("embedded etcd data directory", "dir", dir, "created", fresh)
+		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: dir, Logger: logger})
 		if err != nil {
 			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, err)
 		}

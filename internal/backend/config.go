@@ -48,7 +48,7 @@ func DefaultConfig() Config {
 		EtcdDialTimeout:  5 * time.Second,
 		PGSchema:         pgstore.DefaultSchema,
 		PGReaperInterval: pgstore.DefaultReaperInterval,
-		EmbeddedDataDir:  "./lockd-data",
+		EmbeddedDataDir:  DefaultDataDir(),
 	}
 }
 

@@ -44,7 +44,7 @@
 //	lock.pg.dsn                              (none)          required when lock.backend=pg                LOCKD_PG_DSN                             --pg-dsn
 //	lock.pg.schema                           lockd           [a-z_][a-z0-9_]*, at most 63 bytes           LOCKD_PG_SCHEMA                          --pg-schema
 //	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
-//	lock.embedded.data-dir                   ./lockd-data    non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
+//	lock.embedded.data-dir                   (C5 #ct5-data-dir) non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
 //
 // Value syntax per source:
 //
