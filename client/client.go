@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -138,23 +139,44 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
 // retry calls f until it succeeds, fails with a non-retryable error, or ctx
 // ends (then the error matches both ctx.Err() and the last retryable
 // error). f returns errors already mapped by fromStatus.
+//
+// A ctx that ends while an attempt is in flight still reports the last
+// retryable answer: the caller learns why nothing succeeded (for example
+// ErrUnavailable), not only that it stopped waiting.
 func (c *Client) retry(ctx context.Context, f func(ctx context.Context) error) error {
+	var last error // the last retryable error answered
 	for attempt := 0; ; attempt++ {
 		if c.ctx.Err() != nil {
 			return ErrClosed
 		}
 		err := f(ctx)
-		if err == nil || !retryable(err) || ctx.Err() != nil {
-			return err
+		switch {
+		case err == nil:
+			return nil
+		case retryable(err):
+			last = err
+		case ctx.Err() == nil || !isContextErr(err):
+			return err // a final answer
+		}
+		if ctx.Err() != nil {
+			if last == nil {
+				return err
+			}
+			return fmt.Errorf("%w: %w", ctx.Err(), last)
 		}
 		c.log.LogAttrs(ctx, slog.LevelDebug, "retrying", slog.String("error", err.Error()))
 		if !c.sleep(ctx, c.backoff(attempt)) {
 			if ctx.Err() != nil {
-				return fmt.Errorf("%w: %w", ctx.Err(), err)
+				return fmt.Errorf("%w: %w", ctx.Err(), last)
 			}
 			return ErrClosed
 		}
 	}
+}
+
+// isContextErr reports whether err is a context's cancellation or deadline.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // LockInfo describes a key.
