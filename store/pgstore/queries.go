@@ -14,6 +14,9 @@ type queries struct {
 	closeDelete string
 	locksOf     string
 
+	expireLock   string
+	expireDelete string
+
 	grantCheck string
 	holder     string
 	insertLock string
@@ -53,6 +56,13 @@ func newQueries(schema, channel string) queries {
 		// reason is set, so the watch reports them as expired.
 		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
+		// ExpireSession (expire.go): the session's remaining life on the
+		// database clock at this moment (clock_timestamp, not the
+		// transaction's now()), taken with the row locked; then the delete,
+		// only if that life has run out.
+		expireLock: r.Replace(`SELECT floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+			FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
+		expireDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1 AND expires_at <= clock_timestamp()`),
 		locksOf: r.Replace(`SELECT s.expires_at > now(), l.key, l.token, l.acquired_at
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
 			WHERE s.id = $1 ORDER BY l.key`),

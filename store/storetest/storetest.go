@@ -90,6 +90,7 @@ func Run(t *testing.T, cfg Config) {
 		{"BadInput", s.testBadInput},
 		{"Cancellation", s.testCancellation},
 		{"Deadline", s.testDeadline},
+		{"ExpireLiveElsewhere", s.testExpireLiveElsewhere}, {"ExpireExpired", s.testExpireExpired},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
