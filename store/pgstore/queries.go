@@ -38,6 +38,7 @@ type queries struct {
 	reapDelete string
 
 	notify       string
+	standing     string
 	notifyMany   string
 	notifiedSelf string
 	nudgeHead    string
@@ -183,6 +184,10 @@ func newQueries(schema, channel string) queries {
 		reapDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = ANY($1) AND expires_at < now()`),
 
 		notify: `SELECT pg_notify($1, $2)`,
+		// Which of the grants ($1 keys, $2 tokens) still stand: the
+		// listener drops events that claim they ended (deliver).
+		standing: r.Replace(`SELECT l.key, l.token FROM {{s}}.locks l
+			JOIN unnest($1::text[], $2::bigint[]) AS e(key, token) ON l.key = e.key AND l.token = e.token`),
 		// Wakes $2, the first waiter of the free key $1, wherever it waits
 		// (see grant).
 		nudgeHead:  r.Replace(`SELECT pg_notify({{channel}}, json_build_array(json_build_array('dequeued', $1::text, NULL, NULL, $2::text))::text)`),
