@@ -167,6 +167,7 @@ type run struct {
 	db     string // the run's database on pg
 	pgOwn  bool   // pg is private to this run
 	proxy  *proxy
+	front  *proxy // ReplicaSwitch: between the workers and replica 0
 	lockds []*lockdProc
 
 	workerSpecs []workerSpec
@@ -435,7 +436,7 @@ func (r *run) pgDSN(i int) string {
 
 func (r *run) startLockd() error {
 	replicas := 1
-	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica {
+	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch {
 		replicas = 2
 	}
 	cfg := lockdConfig{
@@ -468,12 +469,12 @@ func (r *run) startLockd() error {
 		}
 		r.lockds = append(r.lockds, l)
 	}
-	return nil
+	return r.startFront()
 }
 
 // planWorkers decides what every worker slot runs.
 func (r *run) planWorkers() {
-	addrs := r.lockdAddrs()
+	addrs := r.clientAddrs()
 	for slot := range r.opts.Workers {
 		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax}
 		if r.spec.Control == ReceiveTTL && slot != 0 {
@@ -482,7 +483,7 @@ func (r *run) planWorkers() {
 			// receipt of its acquire request): the others hold longer.
 			ws.holdMin, ws.holdMax = 150*time.Millisecond, 300*time.Millisecond
 		}
-		if r.spec.Fault == PartitionReplica {
+		if r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch {
 			// Holds across heartbeats, some longer than the TTL: trust
 			// must be kept by heartbeats, and lost when they fail.
 			ws.holdMin, ws.holdMax = 300*time.Millisecond, r.opts.TTL*3/2
@@ -626,6 +627,8 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		r.countFault()
 		r.logf("restarted postgresql (%s)", mode)
 		return sleep(ctx, 2*ttl)
+	case ReplicaSwitch:
+		return r.replicaSwitch(ctx)
 	case ReplicaDeath:
 		l := r.lockds[i%len(r.lockds)]
 		l.kill()
@@ -770,6 +773,9 @@ func (r *run) teardown() error {
 	}
 	if r.proxy != nil {
 		r.proxy.close()
+	}
+	if r.front != nil {
+		r.front.close()
 	}
 	for _, nd := range r.etcd {
 		if err := nd.stop(); err != nil {
