@@ -13,8 +13,14 @@ import (
 // PostgreSQL replica 1 adopts the session and keeps it alive, and replica
 // 0's silence close must not free the keys while it does; on etcd the
 // moved session is unknown to replica 1 and dies. Either way: no trusted
-// overlap. Holds last up to 1.5 TTLs, so a hold spans the silence close.
+// overlap.
 const ReplicaSwitch Fault = "replica-switch"
+
+// switchHolds bounds the holds of ReplicaSwitch: longer than the TTL, so
+// that the hold during which the connection drops spans replica 0's
+// silence close (about a TTL later) and trust is kept by heartbeats
+// through replica 1 meanwhile.
+func switchHolds(ttl time.Duration) (lo, hi time.Duration) { return ttl * 3 / 2, 2 * ttl }
 
 // drop cuts the proxy's clients off: it stops the proxy, which closes every
 // connection through it and refuses new ones until heal listens afresh on

@@ -483,10 +483,13 @@ func (r *run) planWorkers() {
 			// receipt of its acquire request): the others hold longer.
 			ws.holdMin, ws.holdMax = 150*time.Millisecond, 300*time.Millisecond
 		}
-		if r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch {
+		if r.spec.Fault == PartitionReplica {
 			// Holds across heartbeats, some longer than the TTL: trust
 			// must be kept by heartbeats, and lost when they fail.
 			ws.holdMin, ws.holdMax = 300*time.Millisecond, r.opts.TTL*3/2
+		}
+		if r.spec.Fault == ReplicaSwitch {
+			ws.holdMin, ws.holdMax = switchHolds(r.opts.TTL)
 		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
