@@ -3,6 +3,7 @@ package server
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"time"
 
 	"lock.dev/lockd/internal/telemetry"
@@ -345,7 +346,27 @@ func (s *Server) closeSilent(ss *session) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, closeTimeout)
-	n, err := s.st.CloseSession(ctx, ss.id)
+	var (
+		n       int
+		err     error
+		already bool // the session was gone before: whoever ended it counted the loss
+	)
+	if ss.reason == "" {
+		n, err = s.st.CloseSession(ctx, ss.id) // the client asked: unconditional
+	} else {
+		// Silence: only the backend may say the session is over (C2
+		// #ct2-replicas); another replica may be keeping it alive.
+		var ex store.Expiry
+		ex, err = s.st.ExpireSession(ctx, ss.id)
+		if already = errors.Is(err, store.ErrSessionDead); already {
+			err = nil
+		} else if err == nil && !ex.Ended {
+			cancel()
+			s.retrySilent(ss, ex.Remaining)
+			return
+		}
+		n = ex.Released
+	}
 	cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -363,7 +384,7 @@ func (s *Server) closeSilent(ss *session) {
 		s.schedule(ss)
 		return
 	}
-	if ss.reason != "" {
+	if ss.reason != "" && !already {
 		s.tlog.SessionLost(ss.id, ss.reason)
 		s.metrics.SessionLost(ss.reason)
 	}
@@ -373,3 +394,26 @@ func (s *Server) closeSilent(ss *session) {
 	}
 	s.markGoneLocked(ss)
 }
+
+// retrySilent files a silent session again for when the backend's expiry
+// comes: ExpireSession found it still alive (its expiry is just ahead, or
+// another replica keeps it). The record stays closing, so this server
+// extends nobody's trust in it meanwhile.
+// ss is pinned by the caller; the pin is released here.
+func (s *Server) retrySilent(ss *session, rem time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss.pins--
+	if ss.gone || s.ctx.Err() != nil {
+		s.dropIfDone(ss)
+		return
+	}
+	ss.closeAttempts = 0
+	ss.expireAt = time.Now().Add(max(rem-expireEarly, 0))
+	s.schedule(ss)
+}
+
+// expireEarly: a silent session is filed again this much before its
+// backend expiry, so the store can wait for the expiry itself (pgstore
+// waits up to 50 ms) and end the session before the reaper does.
+const expireEarly = 25 * time.Millisecond

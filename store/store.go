@@ -37,6 +37,19 @@ type Liveness struct {
 	Remaining time.Duration
 }
 
+// Expiry is what ExpireSession reports.
+type Expiry struct {
+	// Ended is true when this call ended the session: the backend said it
+	// had expired.
+	Ended bool
+	// Released is how many locks went with the session (Ended only).
+	Released int
+	// Remaining, when not Ended, is a lower bound of how long the backend
+	// still keeps the session alive, measured from when the store received
+	// the call: the earliest moment worth asking again.
+	Remaining time.Duration
+}
+
 // Grant is one granted lock.
 type Grant struct {
 	Key     string
@@ -119,11 +132,23 @@ type SessionRegistry interface {
 	// is ErrContention or ErrNotLeader, never "not live".
 	Heartbeat(ctx context.Context, id SessionID) (Liveness, error)
 
-	// CloseSession ends the session and releases every lock it held,
-	// returning how many. Idempotent: closing an unknown or already closed
+	// CloseSession ends the session unconditionally and releases every
+	// lock it held, returning how many. It is for the session's own client
+	// (or an operator); a replica whose client fell silent uses
+	// ExpireSession. Idempotent: closing an unknown or already closed
 	// session returns 0 and no error. Queued waiters of the session leave
 	// their queues.
 	CloseSession(ctx context.Context, id SessionID) (int, error)
+
+	// ExpireSession ends the session only if the backend itself says it
+	// has expired (C2 #ct2-replicas): what a replica calls once its client
+	// fell silent past every Remaining it granted. Ended, it releases the
+	// locks and queue places as CloseSession does. A session the backend
+	// still keeps alive (another instance heartbeats it, or its expiry is
+	// still to come) is left untouched: Expiry.Ended false, nil error. A
+	// session already gone (unknown, collected, closed) is ErrSessionDead;
+	// whoever ended it recorded its loss.
+	ExpireSession(ctx context.Context, id SessionID) (Expiry, error)
 
 	// LocksOf lists the session's grants, read from the backend (not a
 	// cache), ordered by key. ErrSessionDead if the session is not live.

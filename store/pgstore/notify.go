@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,36 +79,113 @@ var eventKinds = map[string]store.EventKind{
 	"expired":  store.EventExpired,
 }
 
-// dispatch hands one notification to the local watches and waiters. The
+// parseNotices reads one notification into single-key events. The
 // triggers send JSON arrays of events (migration 0002); Watch sends single
-// sync markers.
-func (s *Store) dispatch(payload string) {
+// sync markers. A payload that is not lockd's yields nothing.
+func parseNotices(payload string) []notice {
 	var ns []notice
 	if strings.HasPrefix(payload, "[") {
 		if err := json.Unmarshal([]byte(payload), &ns); err != nil {
-			return // not ours
+			return nil // not ours
 		}
 	} else {
 		var n notice
 		if err := json.Unmarshal([]byte(payload), &n); err != nil {
-			return // not ours
+			return nil // not ours
 		}
 		ns = []notice{n}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	out := ns[:0:0]
 	for _, n := range ns {
 		if len(n.Keys) == 0 {
-			s.dispatchLocked(n)
+			out = append(out, n)
 			continue
 		}
 		if len(n.Tokens) != len(n.Keys) {
 			continue // not ours
 		}
 		for i, key := range n.Keys {
-			s.dispatchLocked(notice{Kind: n.Kind, Key: key, Session: n.Session, Token: n.Tokens[i]})
+			out = append(out, notice{Kind: n.Kind, Key: key, Session: n.Session, Token: n.Tokens[i]})
 		}
 	}
+	return out
+}
+
+// dispatch hands one notification to the local watches and waiters, as is
+// (tests; the listener checks events first, see deliver).
+func (s *Store) dispatch(payload string) {
+	s.dispatchNotices(parseNotices(payload))
+}
+
+func (s *Store) dispatchNotices(ns []notice) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range ns {
+		s.dispatchLocked(n)
+	}
+}
+
+// deliver checks one notification against the table, then dispatches it.
+// Any database user may NOTIFY on the schema's channel (the name is
+// predictable), so an event that ends a grant (released, revoked, expired)
+// is believed only if the grant (key, token) is really gone from locks: a
+// forged one for a grant that still stands is dropped (C2 #ct2-watch).
+// Tokens are never reused and a deleted grant never comes back, so a real
+// event always passes: PostgreSQL delivers a notification only after its
+// transaction committed. acquired and dequeued events are not checked:
+// nothing acts on an acquired event for safety, and a dequeued one only
+// makes a waiter look at the table again. An error (the check could not
+// run) is returned and breaks the listener, which ends every watch (events
+// may have been lost) and wakes every waiter once it is back.
+func (s *Store) deliver(ctx context.Context, payload string) error {
+	ns := parseNotices(payload)
+	var keys []string
+	var tokens []int64
+	for _, n := range ns {
+		if endsGrant(n.Kind) {
+			keys, tokens = append(keys, n.Key), append(tokens, int64(n.Token))
+		}
+	}
+	if len(keys) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, listenerProbeTimeout)
+		rows, err := s.pool.Query(cctx, s.q.standing, keys, tokens)
+		var standing []grantKey
+		if err == nil {
+			standing, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (grantKey, error) {
+				var g grantKey
+				var tok int64
+				err := r.Scan(&g.key, &tok)
+				g.token = uint64(tok)
+				return g, err
+			})
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("check events: %w", err)
+		}
+		if len(standing) > 0 {
+			stands := make(map[grantKey]bool, len(standing))
+			for _, g := range standing {
+				stands[g] = true
+			}
+			ns = slices.DeleteFunc(ns, func(n notice) bool {
+				return endsGrant(n.Kind) && stands[grantKey{n.Key, n.Token}]
+			})
+		}
+	}
+	s.dispatchNotices(ns)
+	return nil
+}
+
+// grantKey identifies one grant.
+type grantKey struct {
+	key   string
+	token uint64
+}
+
+// endsGrant reports whether an event of kind says a grant is gone.
+func endsGrant(kind string) bool {
+	return kind == "released" || kind == "revoked" || kind == "expired"
 }
 
 // dispatchLocked handles one event. s.mu is held.
@@ -289,7 +367,9 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 		cancel()
 		switch {
 		case err == nil:
-			s.dispatch(n.Payload)
+			if err := s.deliver(ctx, n.Payload); err != nil {
+				return err
+			}
 		case ctx.Err() == nil && pgconn.Timeout(err) && !conn.IsClosed():
 			pctx, cancel := context.WithTimeout(ctx, listenerProbeTimeout)
 			_, err = conn.Exec(pctx, "SELECT 1") // notifications meanwhile are buffered

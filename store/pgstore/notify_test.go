@@ -227,3 +227,61 @@ func TestTriggerPayloads(t *testing.T) {
 		}
 	}
 }
+
+// TestForgedNotifyIgnored: any database user can NOTIFY on the schema's
+// channel (its name is predictable). Forged events that claim a standing
+// grant ended (released, revoked, expired; in the triggers' array form and
+// in pgstore's own object form) reach no watch, so the server's lock-loss
+// watch never forgets a grant it must report (issue 11 §7). Real events
+// still arrive, in order.
+func TestForgedNotifyIgnored(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	s := newStore(t, dsn)
+	ch, err := s.Watch(testCtx(t), "")
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	holder := openSession(t, s)
+	g := mustTry(t, s, holder, "k")
+	if ev := <-ch; ev.Kind != store.EventAcquired || ev.Key != "k" || ev.Token != g.Token {
+		t.Fatalf("first event %+v, want acquired k with token %d", ev, g.Token)
+	}
+	forger, err := pgx.Connect(testCtx(t), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer forger.Close(testCtx(t))
+	for _, kind := range []string{"released", "revoked", "expired"} {
+		for _, payload := range []string{
+			fmt.Sprintf(`[[%q,"k",%q,%d,null]]`, kind, holder, g.Token),
+			fmt.Sprintf(`[{"kind":%q,"session":%q,"keys":["k"],"tokens":[%d]}]`, kind, holder, g.Token),
+		} {
+			if _, err := forger.Exec(testCtx(t), `SELECT pg_notify($1, $2)`, s.channel, payload); err != nil {
+				t.Fatalf("pg_notify(%s): %v", payload, err)
+			}
+		}
+	}
+	// A real change after the forgeries: it must be the next event.
+	g2 := mustTry(t, s, holder, "z")
+	select {
+	case ev := <-ch:
+		if ev.Kind != store.EventAcquired || ev.Key != "z" || ev.Token != g2.Token {
+			t.Fatalf("event after forged NOTIFYs: %+v; want acquired z (token %d), the forgeries dropped", ev, g2.Token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event after the forged NOTIFYs and a real grant")
+	}
+	// A real release of k still arrives.
+	if err := s.DeleteIfOwner(testCtx(t), holder, "k", g.Token); err != nil {
+		t.Fatalf("DeleteIfOwner: %v", err)
+	}
+	select {
+	case ev := <-ch:
+		if ev.Kind != store.EventReleased || ev.Key != "k" || ev.Token != g.Token {
+			t.Fatalf("event after the real release: %+v; want released k (token %d)", ev, g.Token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the real release was not delivered")
+	}
+}

@@ -14,6 +14,9 @@ type queries struct {
 	closeDelete string
 	locksOf     string
 
+	expireLock   string
+	expireDelete string
+
 	grantCheck string
 	holder     string
 	insertLock string
@@ -35,6 +38,7 @@ type queries struct {
 	reapDelete string
 
 	notify       string
+	standing     string
 	notifyMany   string
 	notifiedSelf string
 	nudgeHead    string
@@ -53,6 +57,13 @@ func newQueries(schema, channel string) queries {
 		// reason is set, so the watch reports them as expired.
 		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
+		// ExpireSession (expire.go): the session's remaining life on the
+		// database clock at this moment (clock_timestamp, not the
+		// transaction's now()), taken with the row locked; then the delete,
+		// only if that life has run out.
+		expireLock: r.Replace(`SELECT floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+			FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
+		expireDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1 AND expires_at <= clock_timestamp()`),
 		locksOf: r.Replace(`SELECT s.expires_at > now(), l.key, l.token, l.acquired_at
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
 			WHERE s.id = $1 ORDER BY l.key`),
@@ -173,6 +184,10 @@ func newQueries(schema, channel string) queries {
 		reapDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = ANY($1) AND expires_at < now()`),
 
 		notify: `SELECT pg_notify($1, $2)`,
+		// Which of the grants ($1 keys, $2 tokens) still stand: the
+		// listener drops events that claim they ended (deliver).
+		standing: r.Replace(`SELECT l.key, l.token FROM {{s}}.locks l
+			JOIN unnest($1::text[], $2::bigint[]) AS e(key, token) ON l.key = e.key AND l.token = e.token`),
 		// Wakes $2, the first waiter of the free key $1, wherever it waits
 		// (see grant).
 		nudgeHead:  r.Replace(`SELECT pg_notify({{channel}}, json_build_array(json_build_array('dequeued', $1::text, NULL, NULL, $2::text))::text)`),

@@ -179,6 +179,7 @@ type run struct {
 	db     string // the run's database on pg
 	pgOwn  bool   // pg is private to this run
 	proxy  *proxy
+	front  *proxy // ReplicaSwitch: between the workers and replica 0
 	lockds []*lockdProc
 	far    *farLink // FarHolder: worker 0's link to lockd
 
@@ -452,7 +453,7 @@ func (r *run) pgDSN(i int) string {
 
 func (r *run) startLockd() error {
 	replicas := 1
-	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica {
+	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch {
 		replicas = 2
 	}
 	cfg := lockdConfig{
@@ -485,12 +486,12 @@ func (r *run) startLockd() error {
 		}
 		r.lockds = append(r.lockds, l)
 	}
-	return nil
+	return r.startFront()
 }
 
 // planWorkers decides what every worker slot runs.
 func (r *run) planWorkers() {
-	addrs := r.lockdAddrs()
+	addrs := r.clientAddrs()
 	for slot := range r.opts.Workers {
 		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax}
 		if r.spec.Control == ReceiveTTL && slot != 0 {
@@ -503,6 +504,9 @@ func (r *run) planWorkers() {
 			// Holds across heartbeats, some longer than the TTL: trust
 			// must be kept by heartbeats, and lost when they fail.
 			ws.holdMin, ws.holdMax = 300*time.Millisecond, r.opts.TTL*3/2
+		}
+		if r.spec.Fault == ReplicaSwitch {
+			ws.holdMin, ws.holdMax = switchHolds(r.opts.TTL)
 		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
@@ -649,6 +653,8 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		r.countFault()
 		r.logf("restarted postgresql (%s)", mode)
 		return sleep(ctx, 2*ttl)
+	case ReplicaSwitch:
+		return r.replicaSwitch(ctx)
 	case ReplicaDeath:
 		l := r.lockds[i%len(r.lockds)]
 		l.kill()
@@ -815,6 +821,9 @@ func (r *run) teardown() error {
 	}
 	if r.far != nil {
 		r.far.close()
+	}
+	if r.front != nil {
+		r.front.close()
 	}
 	for _, nd := range r.etcd {
 		if err := nd.stop(); err != nil {

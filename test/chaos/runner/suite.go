@@ -24,6 +24,8 @@ func Suite() []Spec {
 		{Name: "clock-skew-pg", Backend: PG, Fault: ClockSkew},
 		{Name: "replica-death-etcd", Backend: Etcd, Fault: ReplicaDeath},
 		{Name: "replica-death-pg", Backend: PG, Fault: ReplicaDeath},
+		{Name: "replica-switch-etcd", Backend: Etcd, Fault: ReplicaSwitch},
+		{Name: "replica-switch-pg", Backend: PG, Fault: ReplicaSwitch},
 		{Name: "leader-kill-etcd3", Backend: EtcdCluster, Fault: LeaderKill},
 		{Name: "far-holder-pg", Backend: PG, Fault: FarHolder},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},

@@ -1,0 +1,208 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/backend"
+	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
+)
+
+// TestSilenceCloseSparesSessionKeptByReplica is issue 11 §3's experiment:
+// two replicas on one PostgreSQL; a holder opens its session and takes a
+// key on replica A, then heartbeats only through replica B (as when a proxy
+// in front of the replicas switched). A hears nothing from the client for
+// far longer than the TTL, but must not free the key while B keeps the
+// session alive (C2 #ct2-replicas): a waiter on B gets the key only after
+// the holder stopped heartbeating and its trust ran out. (On etcd a replica
+// cannot adopt another's session at all: the moved session dies, which
+// TestRevokeNotifiesHolder and the chaos suite cover.)
+func TestSilenceCloseSparesSessionKeptByReplica(t *testing.T) {
+	ns := lockdtest.NewNamespace(t, backend.PG)
+	a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+	b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+	ctx := testCtx(t, 90*time.Second)
+	apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
+
+	id := openRaw(t, ctx, apiA, 0).SessionId
+	g, err := apiA.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k"})
+	if err != nil || !g.Granted {
+		t.Fatalf("Acquire(k) on A = %v, %v", g, err)
+	}
+	moved := time.Now()
+
+	// A waiter on B queues for the key.
+	waiter, err := b.NewClient(t, client.WithSafetyMargin(lockdtest.SafetyMargin)).NewSession(ctx)
+	if err != nil {
+		t.Fatalf("waiter NewSession on B: %v", err)
+	}
+	type grant struct {
+		at    time.Time
+		token uint64
+		err   error
+	}
+	granted := make(chan grant, 1)
+	go func() { // ends when the waiter is granted or ctx ends
+		l, err := waiter.Acquire(ctx, "k")
+		if err != nil {
+			granted <- grant{err: err}
+			return
+		}
+		granted <- grant{at: time.Now(), token: l.Token()}
+	}()
+
+	// The holder heartbeats only through B, for three TTLs.
+	stream, err := apiB.KeepAlive(ctx)
+	if err != nil {
+		t.Fatalf("KeepAlive on B: %v", err)
+	}
+	var trustedUntil time.Time
+	tick := time.NewTicker(lockdtest.TTL / 3)
+	defer tick.Stop()
+	for req := uint64(1); time.Since(moved) < 3*lockdtest.TTL; req++ {
+		sent := time.Now()
+		if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: req}); err != nil {
+			t.Fatalf("heartbeat on B: %v", err)
+		}
+		r := recvReply(t, stream, req)
+		if !r.Live {
+			t.Fatalf("heartbeat #%d on B, %v after the holder left A: session not live (A ended it: %v); want live", req, time.Since(moved), r)
+		}
+		trustedUntil = sent.Add(time.Duration(r.RemainingMs) * time.Millisecond)
+		select {
+		case w := <-granted:
+			t.Fatalf("waiter on B granted k (token %d, err %v) %v after the holder left A, while the holder trusts it until %v from now",
+				w.token, w.err, time.Since(moved), time.Until(trustedUntil))
+		default:
+		}
+		info, err := apiB.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"})
+		if err != nil || !info.Held || info.Lock.GetSessionId() != id || info.Lock.GetToken() != g.Token {
+			t.Fatalf("Inspect(k) on B = %v, %v; want held by the holder, token %d", info, err, g.Token)
+		}
+		<-tick.C
+	}
+
+	// The holder falls silent everywhere: the key goes to the waiter, not
+	// before the holder's trust ran out.
+	var w grant
+	select {
+	case w = <-granted:
+	case <-time.After(lockdtest.TTL + 10*time.Second):
+		t.Fatalf("waiter not granted within TTL + 10s of the holder's last heartbeat")
+	}
+	if w.err != nil {
+		t.Fatalf("waiter Acquire(k): %v", w.err)
+	}
+	if w.at.Before(trustedUntil) {
+		t.Errorf("waiter granted k %v before the holder's trust ended", trustedUntil.Sub(w.at))
+	}
+	if w.token <= g.Token {
+		t.Errorf("waiter token %d; want > %d", w.token, g.Token)
+	}
+}
+
+// recvReply returns the KeepAlive response to request req, skipping pushed
+// notices.
+func recvReply(t *testing.T, stream lockdv1.LockService_KeepAliveClient, req uint64) *lockdv1.KeepAliveResponse {
+	t.Helper()
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("KeepAlive recv: %v", err)
+		}
+		if r.RequestId == req {
+			return r
+		}
+		if !r.Live {
+			return r // the session ended: a push that says so answers too
+		}
+	}
+}
+
+// slowEnd delays the store's ending of a session, standing in for a server
+// whose silence close comes late (a loaded host, a slow backend).
+type slowEnd struct {
+	store.LockStore
+	delay time.Duration
+}
+
+func (s slowEnd) wait(ctx context.Context) {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (s slowEnd) CloseSession(ctx context.Context, id store.SessionID) (int, error) {
+	s.wait(ctx)
+	return s.LockStore.CloseSession(ctx, id)
+}
+
+func (s slowEnd) ExpireSession(ctx context.Context, id store.SessionID) (store.Expiry, error) {
+	s.wait(ctx)
+	return s.LockStore.ExpireSession(ctx, id)
+}
+
+// TestSilentSessionLostOnce: a silent client's session is counted lost
+// exactly once (issue 11 §7), also when the PostgreSQL reaper frees it
+// before the server's silence close runs: before the fix the reaper counted
+// it (lease_expired) and the silence close again (client_silent).
+func TestSilentSessionLostOnce(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true,
+			Wrap: func(st store.LockStore) store.LockStore { return slowEnd{LockStore: st, delay: 2 * time.Second} }})
+		ctx := testCtx(t, 60*time.Second)
+		api := dial(t, srv.Addr)
+		id := openRaw(t, ctx, api, 0).SessionId
+		if g, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k"}); err != nil || !g.Granted {
+			t.Fatalf("Acquire(k) = %v, %v", g, err)
+		}
+		stream, err := api.KeepAlive(ctx)
+		if err != nil {
+			t.Fatalf("KeepAlive: %v", err)
+		}
+		if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: 1}); err != nil {
+			t.Fatalf("heartbeat: %v", err)
+		}
+		if r := recvReply(t, stream, 1); !r.Live {
+			t.Fatalf("heartbeat = %v; want live", r)
+		}
+		// Silent from now on. The server pushes live=false (without lock
+		// notices: those come from the lock-loss watch) once it is done
+		// with the session, after it counted whatever it counts.
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("waiting for the session's end on the stream: %v", err)
+			}
+			if !r.Live && len(r.Lost) == 0 {
+				break
+			}
+		}
+		testkit.Eventually(t, 10*time.Second, "the silent session counted lost", func() bool {
+			return lostTotal(t, srv) >= 1
+		})
+		if n := lostTotal(t, srv); n != 1 {
+			t.Errorf("lockd_sessions_lost_total summed over reasons = %v for one silent session; want 1 (lease_expired %v, client_silent %v)",
+				n, counter(t, srv.Registry, "lockd_sessions_lost_total", map[string]string{"reason": "lease_expired"}),
+				counter(t, srv.Registry, "lockd_sessions_lost_total", map[string]string{"reason": "client_silent"}))
+		}
+	})
+}
+
+// lostTotal sums lockd_sessions_lost_total over its reasons.
+func lostTotal(t *testing.T, srv *lockdtest.Server) float64 {
+	t.Helper()
+	var n float64
+	for _, r := range []string{"lease_expired", "keepalive_failed", "client_silent", "revoked", "backend_error"} {
+		n += counter(t, srv.Registry, "lockd_sessions_lost_total", map[string]string{"reason": r})
+	}
+	return n
+}
