@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -21,6 +22,11 @@ type Config struct {
 	// Logger receives etcd's own logs at warn level and above; nil discards
 	// them.
 	Logger *slog.Logger
+	// Socket serves clients on the unix socket SocketName inside DataDir
+	// (made mode 0700) instead of loopback TCP, so no other local user
+	// can reach the server; ClientURL must then be empty. lockd's embedded
+	// backend uses it; tests that put a TCP proxy in front of etcd do not.
+	Socket bool
 	// ClientURL and PeerURL are the http URLs etcd listens on. They must be
 	// on a loopback address. Empty: 127.0.0.1 with a free port.
 	ClientURL string
@@ -43,6 +49,13 @@ type Server struct {
 // it must not change between runs.
 const memberName = "lockd"
 
+// SocketName is the client socket's file name in the data dir (Config.Socket).
+const SocketName = "etcd.sock"
+
+// maxSocketPath is the longest unix socket path Linux accepts (sun_path
+// holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
 // portAttempts bounds the retries when a free port picked by the kernel is
 // taken by someone else before etcd binds it.
 const portAttempts = 5
@@ -59,6 +72,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedetcd: create data dir: %w", err)
 	}
+	if cfg.Socket {
+		if cfg.ClientURL != "" {
+			return nil, errors.New("embedetcd: Socket and ClientURL exclude each other")
+		}
+		if err := prepareSocket(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		s, err := start(ctx, cfg)
 		if err == nil || !errors.Is(err, syscall.EADDRINUSE) ||
@@ -69,7 +90,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 func start(ctx context.Context, cfg Config) (*Server, error) {
-	clientURL, err := loopbackURL("client", cfg.ClientURL)
+	var clientURL *url.URL
+	var err error
+	if cfg.Socket {
+		clientURL, err = socketURL(cfg.DataDir)
+	} else {
+		clientURL, err = loopbackURL("client", cfg.ClientURL)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +142,56 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embedetcd: start: %w", ctx.Err())
 	}
 	for _, l := range e.Clients {
+		if l.Addr().Network() == "unix" {
+			s.endpoints = append(s.endpoints, "unix://"+l.Addr().String())
+			continue
+		}
 		s.endpoints = append(s.endpoints, "http://"+l.Addr().String())
 	}
 	return s, nil
+}
+
+// prepareSocket makes the data dir private (mode 0700: only lockd's user
+// may reach the socket inside it) and removes a socket left by a process
+// that died, refusing when a live server still answers on it.
+func prepareSocket(dataDir string) error {
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return fmt.Errorf("embedetcd: make data dir private: %w", err)
+	}
+	u, err := socketURL(dataDir)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(u.Path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("embedetcd: client socket: %w", err)
+	case fi.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("embedetcd: %s exists and is not a socket", u.Path)
+	}
+	if c, err := net.Dial("unix", u.Path); err == nil {
+		c.Close()
+		return fmt.Errorf("embedetcd: %s: another etcd serves this data dir", u.Path)
+	}
+	if err := os.Remove(u.Path); err != nil {
+		return fmt.Errorf("embedetcd: remove stale client socket: %w", err)
+	}
+	return nil
+}
+
+// socketURL is the unix:// URL of the client socket in dataDir.
+func socketURL(dataDir string) (*url.URL, error) {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: data dir: %w", err)
+	}
+	path := filepath.Join(dir, SocketName)
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("embedetcd: client socket path %s is longer than %d bytes: use a shorter data dir", path, maxSocketPath)
+	}
+	return &url.URL{Scheme: "unix", Path: path}, nil
 }
 
 // loopbackURL parses a configured URL, or picks a free loopback port when
