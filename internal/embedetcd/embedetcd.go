@@ -27,6 +27,11 @@ type Config struct {
 	// can reach the server; ClientURL must then be empty. lockd's embedded
 	// backend uses it; tests that put a TCP proxy in front of etcd do not.
 	Socket bool
+	// ClientTLS, if set, serves clients over TLS (an https client URL) and
+	// requires client certificates signed by ClientTLS.ClientCAFile: an
+	// etcd that stands in for an external one reached over mTLS (tests,
+	// lock.etcd.tls.*). It excludes Socket.
+	ClientTLS *TLSFiles
 	// ClientURL and PeerURL are the http URLs etcd listens on. They must be
 	// on a loopback address. Empty: 127.0.0.1 with a free port.
 	ClientURL string
@@ -36,6 +41,11 @@ type Config struct {
 	// minimum lease TTL: 1.5 × ElectionMs, rounded up to whole seconds.
 	TickMs     uint
 	ElectionMs uint
+}
+
+// TLSFiles name the PEM files of Config.ClientTLS.
+type TLSFiles struct {
+	CertFile, KeyFile, ClientCAFile string
 }
 
 // Server is a running embedded etcd.
@@ -92,9 +102,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 func start(ctx context.Context, cfg Config) (*Server, error) {
 	var clientURL *url.URL
 	var err error
-	if cfg.Socket {
+	switch {
+	case cfg.Socket && cfg.ClientTLS != nil:
+		return nil, errors.New("embedetcd: Socket and ClientTLS exclude each other")
+	case cfg.Socket:
 		clientURL, err = socketURL(cfg.DataDir)
-	} else {
+	default:
 		clientURL, err = loopbackURL("client", cfg.ClientURL)
 	}
 	if err != nil {
@@ -111,6 +124,13 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.Logger = "zap"
 	ec.LogLevel = "warn"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(ZapLogger(cfg.Logger))
+	if cfg.ClientTLS != nil {
+		clientURL.Scheme = "https"
+		ec.ClientTLSInfo.CertFile = cfg.ClientTLS.CertFile
+		ec.ClientTLSInfo.KeyFile = cfg.ClientTLS.KeyFile
+		ec.ClientTLSInfo.TrustedCAFile = cfg.ClientTLS.ClientCAFile
+		ec.ClientTLSInfo.ClientCertAuth = true
+	}
 	ec.ListenClientUrls = []url.URL{*clientURL}
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
 	ec.ListenPeerUrls = []url.URL{*peerURL}
@@ -146,7 +166,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 			s.endpoints = append(s.endpoints, "unix://"+l.Addr().String())
 			continue
 		}
-		s.endpoints = append(s.endpoints, "http://"+l.Addr().String())
+		s.endpoints = append(s.endpoints, clientURL.Scheme+"://"+l.Addr().String())
 	}
 	return s, nil
 }
