@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
@@ -44,7 +43,10 @@ type Client struct {
 
 // New creates a client of the lockd server at target (host:port or any gRPC
 // target). It does not wait for the connection: calls retry until their
-// context ends while the server is unreachable.
+// context ends while the server is unreachable. Plaintext is the default
+// only for a loopback target; any other target needs WithTLS,
+// WithTLSFiles or WithTransportCredentials, or WithInsecure to send
+// plaintext anyway (tls.go).
 func New(target string, opts ...Option) (*Client, error) {
 	o := options{clock: realClock{}, backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax}
 	for _, opt := range opts {
@@ -59,8 +61,12 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err := checkTiming(o.ttl, o.safetyMargin, o.heartbeatInterval); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	creds, err := o.transport.credentials(target)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
 	dial := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		// Static flow-control windows: no bandwidth-delay PING after each
 		// reply (see the server's transport settings).
 		grpc.WithStaticStreamWindowSize(streamWindow),

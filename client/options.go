@@ -23,6 +23,7 @@ const (
 )
 
 type options struct {
+	transport         transportOptions // tls.go
 	dial              []grpc.DialOption
 	logger            *slog.Logger
 	clock             Clock
@@ -36,8 +37,9 @@ type options struct {
 // Option configures a Client.
 type Option func(*options)
 
-// WithDialOptions adds gRPC dial options (after the SDK's default of an
-// insecure transport, so credentials given here win).
+// WithDialOptions adds gRPC dial options, after the SDK's own. Choose the
+// transport with WithTLS, WithTLSFiles, WithTransportCredentials or
+// WithInsecure (tls.go), not with credentials given here.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dial = append(o.dial, opts...) }
 }

@@ -31,6 +31,21 @@ type Config struct {
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
 	CloseSessionsOnShutdown bool `koanf:"lock.server.close-sessions-on-shutdown"`
+
+	// Transport security (C5 #ct5-tls; tls.go): the gRPC listener's TLS
+	// (lock.server.tls.*), the metrics listener's (lock.server.metrics-tls.*)
+	// and the loopback rule's escape hatch.
+	TLSCertFile            string `koanf:"lock.server.tls.cert-file"`
+	TLSKeyFile             string `koanf:"lock.server.tls.key-file"`
+	TLSClientCAFile        string `koanf:"lock.server.tls.client-ca-file"`
+	TLSClientAuth          string `koanf:"lock.server.tls.client-auth"`
+	MetricsTLSCertFile     string `koanf:"lock.server.metrics-tls.cert-file"`
+	MetricsTLSKeyFile      string `koanf:"lock.server.metrics-tls.key-file"`
+	MetricsTLSClientCAFile string `koanf:"lock.server.metrics-tls.client-ca-file"`
+	MetricsTLSClientAuth   string `koanf:"lock.server.metrics-tls.client-auth"`
+	// InsecureAllowRemote is lock.server.insecure-allow-remote: serve
+	// plaintext on a non-loopback address (logged at every start).
+	InsecureAllowRemote bool `koanf:"lock.server.insecure-allow-remote"`
 }
 
 // DefaultConfig returns the C5 defaults.
@@ -65,5 +80,8 @@ func (c Config) Validate() error {
 	if c.MetricsListen == "" {
 		bad("lock.server.metrics-listen", "must not be empty (use \"off\" to disable)")
 	}
+	c.GRPCTLS().validate("lock.server.tls.", bad)
+	c.MetricsTLS().validate("lock.server.metrics-tls.", bad)
+	c.validateListeners(bad)
 	return errors.Join(errs...)
 }

@@ -83,6 +83,8 @@ type Server struct {
 	health  *health.Server
 	bad     badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
 
+	grpcTLS, metricsTLS *TLSReloader // nil: plaintext listener (tls.go)
+
 	// ctx ends when Shutdown begins; every background goroutine and every
 	// long-running handler (waits, streams) watches it.
 	ctx    context.Context
@@ -139,8 +141,12 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		sessions: map[store.SessionID]*session{},
 		wake:     make(chan struct{}, 1),
 	}
+	var err error
+	if s.grpcTLS, s.metricsTLS, err = cfg.tlsSetup(log); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(s.grpcCreds(),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
@@ -152,7 +158,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		// that vanished then ends, and its waiter leaves the queue).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	lockdv1.RegisterLockServiceServer(s.grpc, service{Server: s})
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

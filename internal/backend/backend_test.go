@@ -102,9 +102,10 @@ func TestOpenClose(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+				// The embedded etcd serves its clients on a unix socket.
+				if c, err := net.DialTimeout("unix", u.Path, time.Second); err == nil {
 					c.Close()
-					t.Errorf("embedded etcd still accepts connections on %s after Close", u.Host)
+					t.Errorf("embedded etcd still accepts connections on %s after Close", u.Path)
 				}
 			}
 		})

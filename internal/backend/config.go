@@ -32,6 +32,16 @@ type Config struct {
 	EtcdDialTimeout time.Duration `koanf:"lock.etcd.dial-timeout"`
 	// PGDSN is lock.pg.dsn (backend pg).
 	PGDSN string `koanf:"lock.pg.dsn"`
+
+	// Transport security of the external backends (C5 #ct5-tls; tls.go).
+	EtcdTLSCAFile    string `koanf:"lock.etcd.tls.ca-file"`
+	EtcdTLSCertFile  string `koanf:"lock.etcd.tls.cert-file"`
+	EtcdTLSKeyFile   string `koanf:"lock.etcd.tls.key-file"`
+	EtcdUsername     string `koanf:"lock.etcd.username"`
+	EtcdPasswordFile string `koanf:"lock.etcd.password-file"`
+	// PGDSNFile is lock.pg.dsn-file: a file holding the DSN, instead of
+	// lock.pg.dsn.
+	PGDSNFile string `koanf:"lock.pg.dsn-file"`
 	// PGSchema is lock.pg.schema.
 	PGSchema string `koanf:"lock.pg.schema"`
 	// PGReaperInterval is lock.pg.reaper-interval.
@@ -81,9 +91,11 @@ func (c Config) Validate() error {
 	if c.EtcdDialTimeout < 100*time.Millisecond || c.EtcdDialTimeout > time.Minute {
 		bad("lock.etcd.dial-timeout", "%v out of bounds [100ms, 1m]", c.EtcdDialTimeout)
 	}
-	if c.Kind == PG && c.PGDSN == "" {
-		bad("lock.pg.dsn", "must be set when lock.backend=pg")
+	if c.Kind == PG && c.PGDSN == "" && c.PGDSNFile == "" {
+		bad("lock.pg.dsn", "must be set (or lock.pg.dsn-file) when lock.backend=pg")
 	}
+	c.validateSecurity(bad)
+	c.validatePGSecrets(bad)
 	if pgstore.ValidateSchema(c.PGSchema) != nil {
 		bad("lock.pg.schema", "%q must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)", c.PGSchema)
 	}

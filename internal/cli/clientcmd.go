@@ -20,10 +20,21 @@ const DefaultServer = "127.0.0.1:7420"
 // EnvServer names the environment variable with the server address.
 const EnvServer = "LOCKD_SERVER"
 
+// Environment variables of the client commands' TLS flags (reserved in C5
+// #ct5-tls: lockd serve ignores them).
+const (
+	EnvTLSCA         = "LOCKD_TLS_CA"
+	EnvTLSCert       = "LOCKD_TLS_CERT"
+	EnvTLSKey        = "LOCKD_TLS_KEY"
+	EnvTLSServerName = "LOCKD_TLS_SERVER_NAME"
+)
+
 // clientFlags are the flags every client command has.
 type clientFlags struct {
 	server  string
 	timeout time.Duration
+	// TLS: any of them set turns TLS on.
+	tlsCA, tlsCert, tlsKey, tlsServerName string
 }
 
 func addClientFlags(cmd *cobra.Command, e *env) *clientFlags {
@@ -35,7 +46,30 @@ func addClientFlags(cmd *cobra.Command, e *env) *clientFlags {
 	cmd.Flags().StringVar(&f.server, "server", def, "lockd server address (host:port) [$"+EnvServer+"]")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second,
 		"how long to keep trying to reach the server before giving up")
+	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", e.getenv(EnvTLSCA),
+		"PEM CA bundle to verify the server with (turns TLS on; default: the system roots) [$"+EnvTLSCA+"]")
+	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", e.getenv(EnvTLSCert),
+		"PEM client certificate for mutual TLS (with --tls-key) [$"+EnvTLSCert+"]")
+	cmd.Flags().StringVar(&f.tlsKey, "tls-key", e.getenv(EnvTLSKey), "PEM private key of --tls-cert [$"+EnvTLSKey+"]")
+	cmd.Flags().StringVar(&f.tlsServerName, "tls-server-name", e.getenv(EnvTLSServerName),
+		"name to verify in the server's certificate (default: the host of --server) [$"+EnvTLSServerName+"]")
 	return f
+}
+
+// tlsOption returns the SDK option for the --tls-* flags: TLS when any is
+// set, nil (plaintext, loopback servers only) otherwise.
+func (f *clientFlags) tlsOption() (client.Option, error) {
+	if f.tlsCA == "" && f.tlsCert == "" && f.tlsKey == "" && f.tlsServerName == "" {
+		return nil, nil
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, usageErrorf("--tls-cert and --tls-key go together")
+	}
+	cfg, err := client.TLSConfigFromFiles(f.tlsCA, f.tlsCert, f.tlsKey, f.tlsServerName)
+	if err != nil {
+		return nil, err
+	}
+	return client.WithTLS(cfg), nil
 }
 
 // dial returns a client of the server. It does not connect yet: the SDK
@@ -44,7 +78,15 @@ func (f *clientFlags) dial() (*client.Client, error) {
 	if f.timeout <= 0 {
 		return nil, usageErrorf("--timeout must be positive")
 	}
-	c, err := client.New(f.server)
+	var opts []client.Option
+	tlsOpt, err := f.tlsOption()
+	if err != nil {
+		return nil, err
+	}
+	if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
+	}
+	c, err := client.New(f.server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", f.server, err)
 	}

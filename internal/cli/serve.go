@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +44,13 @@ listening it prints one line to stdout:
   lockd serving grpc=HOST:PORT metrics=HOST:PORT backend=NAME
 
 Logs (C4 events) are JSON lines on stderr. SIGINT or SIGTERM shuts it down:
-sessions are left to expire unless --close-sessions-on-shutdown.`,
+sessions are left to expire unless --close-sessions-on-shutdown.
+
+TLS: --tls-cert-file and --tls-key-file serve the gRPC API over TLS; add
+--tls-client-ca-file to require client certificates (mTLS). The metrics
+listener has its own --metrics-tls-* flags. Certificate files are re-read
+when they change and on SIGHUP. A listen address that is not loopback needs
+TLS, or --insecure-allow-remote (docs/contracts/C5.md #ct5-tls).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	config.RegisterFlags(cmd.Flags())
@@ -97,9 +107,29 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		if err != nil {
 			return errors.Join(fmt.Errorf("lock.server.metrics-listen: %w", err), lis.Close(), shutdown())
 		}
+		if tc := srv.MetricsTLSConfig(); tc != nil {
+			mlis = tls.NewListener(mlis, tc)
+		}
 		httpSrv = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 		metricsAt = mlis.Addr().String()
 	}
+
+	// SIGHUP re-reads the TLS certificates, keys and client CAs (they are
+	// also re-read when they change on disk); the reloader logs the outcome.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	hupDone := make(chan struct{})
+	defer func() { signal.Stop(hup); close(hupDone) }()
+	go func() { // exits when serve returns (hupDone)
+		for {
+			select {
+			case <-hup:
+				_ = srv.ReloadTLS()
+			case <-hupDone:
+				return
+			}
+		}
+	}()
 
 	// Both serve goroutines end at shutdown below; errc holds their results.
 	errc := make(chan error, 2)

@@ -46,7 +46,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestPrecedence(t *testing.T) {
-	const file = "lock:\n  session:\n    ttl: 20s\n  server:\n    listen: file:1\n"
+	const file = "lock:\n  session:\n    ttl: 20s\n  server:\n    listen: 127.0.0.11:1\n"
 	tests := []struct {
 		name     string
 		file     string
@@ -56,14 +56,14 @@ func TestPrecedence(t *testing.T) {
 		wantAddr string
 	}{
 		{"defaults", "", nil, nil, 15 * time.Second, "127.0.0.1:7420"},
-		{"file over defaults", file, nil, nil, 20 * time.Second, "file:1"},
-		{"env over file", file, []string{"LOCKD_SESSION_TTL=30s"}, nil, 30 * time.Second, "file:1"},
-		{"flag over env", file, []string{"LOCKD_SESSION_TTL=30s", "LOCKD_SERVER_LISTEN=env:1"},
-			[]string{"--session-ttl", "40s"}, 40 * time.Second, "env:1"},
-		{"flag over file", file, nil, []string{"--listen=flag:1"}, 20 * time.Second, "flag:1"},
-		{"empty env is unset", file, []string{"LOCKD_SESSION_TTL="}, nil, 20 * time.Second, "file:1"},
+		{"file over defaults", file, nil, nil, 20 * time.Second, "127.0.0.11:1"},
+		{"env over file", file, []string{"LOCKD_SESSION_TTL=30s"}, nil, 30 * time.Second, "127.0.0.11:1"},
+		{"flag over env", file, []string{"LOCKD_SESSION_TTL=30s", "LOCKD_SERVER_LISTEN=127.0.0.12:1"},
+			[]string{"--session-ttl", "40s"}, 40 * time.Second, "127.0.0.12:1"},
+		{"flag over file", file, nil, []string{"--listen=127.0.0.13:1"}, 20 * time.Second, "127.0.0.13:1"},
+		{"empty env is unset", file, []string{"LOCKD_SESSION_TTL="}, nil, 20 * time.Second, "127.0.0.11:1"},
 		{"unset flag does not override", file, []string{"LOCKD_SESSION_TTL=30s"}, []string{"--backend", "embedded"},
-			30 * time.Second, "file:1"},
+			30 * time.Second, "127.0.0.11:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.session.ttl":                       {"30s", "30s", 30 * time.Second},
 		"lock.client.safety-margin":              {"3s", "3s", 3 * time.Second},
 		"lock.client.heartbeat-interval":         {"2s", "2s", 2 * time.Second},
-		"lock.server.listen":                     {"0.0.0.0:1", `"0.0.0.0:1"`, "0.0.0.0:1"},
+		"lock.server.listen":                     {"127.0.0.2:1", `"127.0.0.2:1"`, "127.0.0.2:1"},
 		"lock.server.metrics-listen":             {"off", "off", "off"},
 		"lock.server.close-sessions-on-shutdown": {"true", "true", true},
 		"lock.etcd.endpoints":                    {"a:1, b:2", "[a:1, b:2]", []string{"a:1", "b:2"}},
@@ -100,6 +100,41 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.pg.schema":                         {"other", "other", "other"},
 		"lock.pg.reaper-interval":                {"500ms", "500ms", 500 * time.Millisecond},
 		"lock.embedded.data-dir":                 {"/tmp/d", "/tmp/d", "/tmp/d"},
+		// Transport security (C5 #ct5-tls); their partners are in needs.
+		"lock.server.tls.cert-file":              {"/c.pem", "/c.pem", "/c.pem"},
+		"lock.server.tls.key-file":               {"/k.pem", "/k.pem", "/k.pem"},
+		"lock.server.tls.client-ca-file":         {"/ca.pem", "/ca.pem", "/ca.pem"},
+		"lock.server.tls.client-auth":            {"request", "request", "request"},
+		"lock.server.metrics-tls.cert-file":      {"/mc.pem", "/mc.pem", "/mc.pem"},
+		"lock.server.metrics-tls.key-file":       {"/mk.pem", "/mk.pem", "/mk.pem"},
+		"lock.server.metrics-tls.client-ca-file": {"/mca.pem", "/mca.pem", "/mca.pem"},
+		"lock.server.metrics-tls.client-auth":    {"require", "require", "require"},
+		"lock.server.insecure-allow-remote":      {"true", "true", true},
+		"lock.etcd.tls.ca-file":                  {"/eca.pem", "/eca.pem", "/eca.pem"},
+		"lock.etcd.tls.cert-file":                {"/ec.pem", "/ec.pem", "/ec.pem"},
+		"lock.etcd.tls.key-file":                 {"/ek.pem", "/ek.pem", "/ek.pem"},
+		"lock.etcd.username":                     {"lockd", "lockd", "lockd"},
+		"lock.etcd.password-file":                {"/pw", "/pw", "/pw"},
+		"lock.pg.dsn-file":                       {"/dsn", "/dsn", "/dsn"},
+	}
+	// needs are the other keys a key is valid only with (set by env).
+	etcd := []string{"LOCKD_BACKEND=etcd", "LOCKD_ETCD_ENDPOINTS=https://e:1"}
+	serverTLS := []string{"LOCKD_SERVER_TLS_CERT_FILE=/c.pem", "LOCKD_SERVER_TLS_KEY_FILE=/k.pem"}
+	metricsTLS := []string{"LOCKD_SERVER_METRICS_TLS_CERT_FILE=/mc.pem", "LOCKD_SERVER_METRICS_TLS_KEY_FILE=/mk.pem"}
+	needs := map[string][]string{
+		"lock.server.tls.cert-file":              {"LOCKD_SERVER_TLS_KEY_FILE=/k.pem"},
+		"lock.server.tls.key-file":               {"LOCKD_SERVER_TLS_CERT_FILE=/c.pem"},
+		"lock.server.tls.client-ca-file":         serverTLS,
+		"lock.server.tls.client-auth":            append([]string{"LOCKD_SERVER_TLS_CLIENT_CA_FILE=/ca.pem"}, serverTLS...),
+		"lock.server.metrics-tls.cert-file":      {"LOCKD_SERVER_METRICS_TLS_KEY_FILE=/mk.pem"},
+		"lock.server.metrics-tls.key-file":       {"LOCKD_SERVER_METRICS_TLS_CERT_FILE=/mc.pem"},
+		"lock.server.metrics-tls.client-ca-file": metricsTLS,
+		"lock.server.metrics-tls.client-auth":    append([]string{"LOCKD_SERVER_METRICS_TLS_CLIENT_CA_FILE=/mca.pem"}, metricsTLS...),
+		"lock.etcd.tls.ca-file":                  etcd,
+		"lock.etcd.tls.cert-file":                append([]string{"LOCKD_ETCD_TLS_KEY_FILE=/ek.pem"}, etcd...),
+		"lock.etcd.tls.key-file":                 append([]string{"LOCKD_ETCD_TLS_CERT_FILE=/ec.pem"}, etcd...),
+		"lock.etcd.username":                     append([]string{"LOCKD_ETCD_PASSWORD_FILE=/pw"}, etcd...),
+		"lock.etcd.password-file":                append([]string{"LOCKD_ETCD_USERNAME=lockd"}, etcd...),
 	}
 	if len(values) != len(Keys()) {
 		t.Fatalf("test covers %d keys, C5 has %d", len(values), len(Keys()))
@@ -122,9 +157,10 @@ func TestEveryKeyEverySource(t *testing.T) {
 			}
 		}
 		base := base
-		if key.Name == "lock.pg.dsn" {
+		if key.Name == "lock.pg.dsn" || key.Name == "lock.pg.dsn-file" {
 			base = nil
 		}
+		base = append(append([]string(nil), base...), needs[key.Name]...)
 		t.Run(key.Name+"/env", func(t *testing.T) {
 			cfg, err := loadArgs(t, "", append([]string{key.Env + "=" + v.text}, base...))
 			check(t, cfg, err)
@@ -174,6 +210,21 @@ func TestNamingRules(t *testing.T) {
 		"lock.pg.schema":                         {"LOCKD_PG_SCHEMA", "pg-schema"},
 		"lock.pg.reaper-interval":                {"LOCKD_PG_REAPER_INTERVAL", "pg-reaper-interval"},
 		"lock.embedded.data-dir":                 {"LOCKD_EMBEDDED_DATA_DIR", "data-dir"},
+		"lock.server.tls.cert-file":              {"LOCKD_SERVER_TLS_CERT_FILE", "tls-cert-file"},
+		"lock.server.tls.key-file":               {"LOCKD_SERVER_TLS_KEY_FILE", "tls-key-file"},
+		"lock.server.tls.client-ca-file":         {"LOCKD_SERVER_TLS_CLIENT_CA_FILE", "tls-client-ca-file"},
+		"lock.server.tls.client-auth":            {"LOCKD_SERVER_TLS_CLIENT_AUTH", "tls-client-auth"},
+		"lock.server.metrics-tls.cert-file":      {"LOCKD_SERVER_METRICS_TLS_CERT_FILE", "metrics-tls-cert-file"},
+		"lock.server.metrics-tls.key-file":       {"LOCKD_SERVER_METRICS_TLS_KEY_FILE", "metrics-tls-key-file"},
+		"lock.server.metrics-tls.client-ca-file": {"LOCKD_SERVER_METRICS_TLS_CLIENT_CA_FILE", "metrics-tls-client-ca-file"},
+		"lock.server.metrics-tls.client-auth":    {"LOCKD_SERVER_METRICS_TLS_CLIENT_AUTH", "metrics-tls-client-auth"},
+		"lock.server.insecure-allow-remote":      {"LOCKD_SERVER_INSECURE_ALLOW_REMOTE", "insecure-allow-remote"},
+		"lock.etcd.tls.ca-file":                  {"LOCKD_ETCD_TLS_CA_FILE", "etcd-tls-ca-file"},
+		"lock.etcd.tls.cert-file":                {"LOCKD_ETCD_TLS_CERT_FILE", "etcd-tls-cert-file"},
+		"lock.etcd.tls.key-file":                 {"LOCKD_ETCD_TLS_KEY_FILE", "etcd-tls-key-file"},
+		"lock.etcd.username":                     {"LOCKD_ETCD_USERNAME", "etcd-username"},
+		"lock.etcd.password-file":                {"LOCKD_ETCD_PASSWORD_FILE", "etcd-password-file"},
+		"lock.pg.dsn-file":                       {"LOCKD_PG_DSN_FILE", "pg-dsn-file"},
 	}
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
@@ -244,6 +295,24 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{name: "several problems at once", file: "lock:\n  bogus: 1\n", env: []string{"LOCKD_NOPE=1", "LOCKD_SESSION_TTL=x"},
 			want: []string{`"lock.bogus"`, `"LOCKD_NOPE"`, "lock.session.ttl (env"}, unknown: true},
 		{name: "not a mapping", file: "- a\n- b\n", want: []string{"file ", "not valid YAML"}},
+		// Transport security (C5 #ct5-tls).
+		{name: "remote listen without tls", args: []string{"--listen", "0.0.0.0:7420"},
+			want: []string{"lock.server.listen (flag --listen)", "set lock.server.tls.cert-file", "lock.server.insecure-allow-remote"}},
+		{name: "remote metrics without tls", env: []string{"LOCKD_SERVER_METRICS_LISTEN=:7421"},
+			want: []string{"lock.server.metrics-listen (env LOCKD_SERVER_METRICS_LISTEN)", "set lock.server.metrics-tls.cert-file"}},
+		{name: "host name counts as remote", args: []string{"--listen", "lockd.example:7420"}, want: []string{"lock.server.tls.cert-file"}},
+		{name: "cert without key", args: []string{"--tls-cert-file", "/c.pem"}, want: []string{"lock.server.tls.cert-file (flag", "set together"}},
+		{name: "bad client auth", args: []string{"--tls-cert-file=/c", "--tls-key-file=/k", "--tls-client-auth=maybe"},
+			want: []string{"lock.server.tls.client-auth (flag", `"maybe"`}},
+		{name: "require without ca", args: []string{"--tls-cert-file=/c", "--tls-key-file=/k", "--tls-client-auth=require"},
+			want: []string{"lock.server.tls.client-auth", "needs lock.server.tls.client-ca-file"}},
+		{name: "client ca without tls", args: []string{"--tls-client-ca-file=/ca"}, want: []string{"lock.server.tls.client-ca-file (flag"}},
+		{name: "etcd tls with embedded", args: []string{"--etcd-tls-ca-file=/ca"}, want: []string{"lock.etcd.tls.ca-file (flag", "lock.backend=etcd"}},
+		{name: "etcd tls with http endpoint", args: []string{"--backend=etcd", "--etcd-endpoints=http://e:1", "--etcd-tls-ca-file=/ca"},
+			want: []string{"lock.etcd.endpoints (flag", "https://"}},
+		{name: "etcd username without password", args: []string{"--backend=etcd", "--etcd-endpoints=e:1", "--etcd-username=u"},
+			want: []string{"lock.etcd.username (flag", "lock.etcd.password-file"}},
+		{name: "dsn and dsn file", env: []string{"LOCKD_PG_DSN=postgres://h/db", "LOCKD_PG_DSN_FILE=/dsn"}, want: []string{"lock.pg.dsn-file (env", "not both"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -289,6 +358,14 @@ func TestAccepted(t *testing.T) {
 			check: func(c Config) bool { return !c.Server.CloseSessionsOnShutdown }},
 		{name: "zero heartbeat as bare 0", file: "lock:\n  client:\n    heartbeat-interval: 0\n",
 			check: func(c Config) bool { return c.Server.HeartbeatInterval == 0 }},
+		{name: "remote listen with tls", args: []string{"--listen=0.0.0.0:7420", "--tls-cert-file=/c", "--tls-key-file=/k"},
+			check: func(c Config) bool { return c.Server.GRPCTLS().Enabled() }},
+		{name: "remote listen allowed insecure", args: []string{"--listen=:7420", "--metrics-listen=[::]:7421", "--insecure-allow-remote"},
+			check: func(c Config) bool { return c.Server.InsecureAllowRemote }},
+		{name: "localhost and ipv6 loopback are local", args: []string{"--listen=localhost:7420", "--metrics-listen=[::1]:7421"},
+			check: func(c Config) bool { return c.Server.Listen == "localhost:7420" }},
+		{name: "client tls env reserved", env: []string{"LOCKD_TLS_CA=/ca", "LOCKD_TLS_CERT=/c", "LOCKD_TLS_KEY=/k", "LOCKD_TLS_SERVER_NAME=x"},
+			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
 		{name: "file list replaced by env", file: "lock:\n  backend: etcd\n  etcd:\n    endpoints: [a:1, b:2]\n",
 			env:   []string{"LOCKD_ETCD_ENDPOINTS=c:3"},
 			check: func(c Config) bool { return reflect.DeepEqual(c.Backend.EtcdEndpoints, []string{"c:3"}) }},

@@ -38,10 +38,25 @@
 //	lock.server.listen                       127.0.0.1:7420  non-empty host:port                          LOCKD_SERVER_LISTEN                      --listen
 //	lock.server.metrics-listen               127.0.0.1:7421  non-empty host:port, or "off"                LOCKD_SERVER_METRICS_LISTEN              --metrics-listen
 //	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
+//	lock.server.tls.cert-file                (none)          PEM certificate; with key-file               LOCKD_SERVER_TLS_CERT_FILE               --tls-cert-file
+//	lock.server.tls.key-file                 (none)          PEM key of cert-file                         LOCKD_SERVER_TLS_KEY_FILE                --tls-key-file
+//	lock.server.tls.client-ca-file           (none)          PEM CA bundle; needs cert-file               LOCKD_SERVER_TLS_CLIENT_CA_FILE          --tls-client-ca-file
+//	lock.server.tls.client-auth              (auto)          none | request | require                     LOCKD_SERVER_TLS_CLIENT_AUTH             --tls-client-auth
+//	lock.server.metrics-tls.cert-file        (none)          as lock.server.tls.cert-file                 LOCKD_SERVER_METRICS_TLS_CERT_FILE       --metrics-tls-cert-file
+//	lock.server.metrics-tls.key-file         (none)          as lock.server.tls.key-file                  LOCKD_SERVER_METRICS_TLS_KEY_FILE        --metrics-tls-key-file
+//	lock.server.metrics-tls.client-ca-file   (none)          as lock.server.tls.client-ca-file            LOCKD_SERVER_METRICS_TLS_CLIENT_CA_FILE  --metrics-tls-client-ca-file
+//	lock.server.metrics-tls.client-auth      (auto)          none | request | require                     LOCKD_SERVER_METRICS_TLS_CLIENT_AUTH     --metrics-tls-client-auth
+//	lock.server.insecure-allow-remote        false           true | false                                 LOCKD_SERVER_INSECURE_ALLOW_REMOTE       --insecure-allow-remote
 //	lock.etcd.endpoints                      (none)          at least one when lock.backend=etcd          LOCKD_ETCD_ENDPOINTS                     --etcd-endpoints
 //	lock.etcd.prefix                         /lockd/         non-empty, ends with /                       LOCKD_ETCD_PREFIX                        --etcd-prefix
 //	lock.etcd.dial-timeout                   5s              100ms..1m                                    LOCKD_ETCD_DIAL_TIMEOUT                  --etcd-dial-timeout
+//	lock.etcd.tls.ca-file                    (none)          PEM CA bundle; https:// endpoints            LOCKD_ETCD_TLS_CA_FILE                   --etcd-tls-ca-file
+//	lock.etcd.tls.cert-file                  (none)          PEM client certificate; with key-file        LOCKD_ETCD_TLS_CERT_FILE                 --etcd-tls-cert-file
+//	lock.etcd.tls.key-file                   (none)          PEM key of cert-file                         LOCKD_ETCD_TLS_KEY_FILE                  --etcd-tls-key-file
+//	lock.etcd.username                       (none)          with password-file                           LOCKD_ETCD_USERNAME                      --etcd-username
+//	lock.etcd.password-file                  (none)          file with the password                       LOCKD_ETCD_PASSWORD_FILE                 --etcd-password-file
 //	lock.pg.dsn                              (none)          required when lock.backend=pg                LOCKD_PG_DSN                             --pg-dsn
+//	lock.pg.dsn-file                         (none)          file with the DSN; excludes lock.pg.dsn      LOCKD_PG_DSN_FILE                        --pg-dsn-file
 //	lock.pg.schema                           lockd           [a-z_][a-z0-9_]*, at most 63 bytes           LOCKD_PG_SCHEMA                          --pg-schema
 //	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
 //	lock.embedded.data-dir                   (C5 #ct5-data-dir) non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
@@ -55,6 +70,12 @@
 //     --close-sessions-on-shutdown (or =true/=false) on the command line;
 //   - strings: a YAML string (a number is rejected: quote it).
 //
+// The transport security keys (lock.server.tls.*, lock.server.metrics-tls.*,
+// lock.server.insecure-allow-remote, lock.etcd.tls.*, lock.etcd.username,
+// lock.etcd.password-file, lock.pg.dsn-file) are described in C5
+// #ct5-tls: a listener on a non-loopback address needs its TLS keys, and
+// secrets come from files, never from flags.
+//
 // # Unknown names
 //
 // A key in the file that is not in the table above, and a LOCKD_* variable
@@ -62,7 +83,8 @@
 // a default. A YAML null (an empty "lock:" section, or "ttl:" with no value)
 // counts as unset. An empty LOCKD_* variable counts as unset too. These LOCKD_*
 // variables are not configuration and Load ignores them: LOCKD_SERVER (the
-// address client commands dial), LOCKD_KEY and LOCKD_FENCING_TOKEN (set by
+// address client commands dial), LOCKD_TLS_CA, LOCKD_TLS_CERT, LOCKD_TLS_KEY
+// and LOCKD_TLS_SERVER_NAME (the client commands' TLS), LOCKD_KEY and LOCKD_FENCING_TOKEN (set by
 // `lockd run` for its child), and every LOCKD_TEST_* variable (test
 // harnesses).
 package config

@@ -43,17 +43,36 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.listen", "listen", "gRPC listen address"},
 	{"lock.server.metrics-listen", "metrics-listen", `/metrics and /healthz listen address, or "off"`},
 	{"lock.server.close-sessions-on-shutdown", "close-sessions-on-shutdown", "on SIGINT/SIGTERM close every session (releasing its locks) instead of leaving them to expire"},
+	// Transport security of the listeners (C5 #ct5-tls).
+	{"lock.server.tls.cert-file", "tls-cert-file", "PEM certificate of the gRPC listener (turns TLS on; with --tls-key-file)"},
+	{"lock.server.tls.key-file", "tls-key-file", "PEM private key of --tls-cert-file"},
+	{"lock.server.tls.client-ca-file", "tls-client-ca-file", "PEM CA bundle client certificates must chain to (mTLS)"},
+	{"lock.server.tls.client-auth", "tls-client-auth", "none, request or require (unset: require with --tls-client-ca-file, else none)"},
+	{"lock.server.metrics-tls.cert-file", "metrics-tls-cert-file", "PEM certificate of the metrics listener (turns TLS on)"},
+	{"lock.server.metrics-tls.key-file", "metrics-tls-key-file", "PEM private key of --metrics-tls-cert-file"},
+	{"lock.server.metrics-tls.client-ca-file", "metrics-tls-client-ca-file", "PEM CA bundle metrics clients' certificates must chain to"},
+	{"lock.server.metrics-tls.client-auth", "metrics-tls-client-auth", "none, request or require, for the metrics listener"},
+	{"lock.server.insecure-allow-remote", "insecure-allow-remote", "allow a non-loopback listener without TLS (logged at every start)"},
 	{"lock.etcd.endpoints", "etcd-endpoints", "etcd endpoints, comma-separated (backend etcd)"},
 	{"lock.etcd.prefix", "etcd-prefix", "prefix of every etcd key lockd writes (ends with /)"},
 	{"lock.etcd.dial-timeout", "etcd-dial-timeout", "etcd dial timeout (100ms..1m)"},
+	// Transport security of the external etcd (C5 #ct5-tls).
+	{"lock.etcd.tls.ca-file", "etcd-tls-ca-file", "PEM CA bundle of the etcd servers (https:// endpoints)"},
+	{"lock.etcd.tls.cert-file", "etcd-tls-cert-file", "PEM client certificate for etcd (with --etcd-tls-key-file)"},
+	{"lock.etcd.tls.key-file", "etcd-tls-key-file", "PEM private key of --etcd-tls-cert-file"},
+	{"lock.etcd.username", "etcd-username", "etcd user (with --etcd-password-file)"},
+	{"lock.etcd.password-file", "etcd-password-file", "file holding the etcd user's password"},
 	{"lock.pg.dsn", "pg-dsn", "PostgreSQL connection string (backend pg)"},
+	{"lock.pg.dsn-file", "pg-dsn-file", "file holding the PostgreSQL connection string (keeps its password out of ps)"},
 	{"lock.pg.schema", "pg-schema", "PostgreSQL schema for lockd's tables"},
 	{"lock.pg.reaper-interval", "pg-reaper-interval", "how often expired PostgreSQL sessions are reaped (100ms..1m)"},
 	{"lock.embedded.data-dir", "data-dir", "data directory of the embedded etcd (backend embedded)"},
 }
 
 // reservedEnv are LOCKD_ variables that are not configuration.
-var reservedEnv = map[string]bool{"LOCKD_SERVER": true, "LOCKD_KEY": true, "LOCKD_FENCING_TOKEN": true}
+var reservedEnv = map[string]bool{"LOCKD_SERVER": true, "LOCKD_KEY": true, "LOCKD_FENCING_TOKEN": true,
+	// The client commands' TLS settings (C5 #ct5-tls).
+	"LOCKD_TLS_CA": true, "LOCKD_TLS_CERT": true, "LOCKD_TLS_KEY": true, "LOCKD_TLS_SERVER_NAME": true}
 
 const (
 	envPrefix         = "LOCKD_"

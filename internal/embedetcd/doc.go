@@ -2,7 +2,10 @@
 // the default backend (lock.backend=embedded) and the server behind the
 // tests (internal/etcdtest).
 //
-// The server listens on loopback only. Its zap logs go to the injected
+// The server listens on loopback only. With Config.Socket (lockd's embedded
+// backend) its clients connect through a unix socket in the data dir, which
+// is made mode 0700, so no other local user can reach it; the peer listener
+// stays on a loopback port (docs/backends.md, "Transport security"). Its zap logs go to the injected
 // *slog.Logger at warn level and above (nil: discarded). etcd registers its
 // own metrics on the prometheus global registry when its packages load; lockd
 // keeps its metrics on a registry of its own, so the two never mix — never

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -22,6 +23,16 @@ type Config struct {
 	// Logger receives etcd's own logs at warn level and above; nil discards
 	// them.
 	Logger *slog.Logger
+	// Socket serves clients on the unix socket SocketName inside DataDir
+	// (made mode 0700) instead of loopback TCP, so no other local user
+	// can reach the server; ClientURL must then be empty. lockd's embedded
+	// backend uses it; tests that put a TCP proxy in front of etcd do not.
+	Socket bool
+	// ClientTLS, if set, serves clients over TLS (an https client URL) and
+	// requires client certificates signed by ClientTLS.ClientCAFile: an
+	// etcd that stands in for an external one reached over mTLS (tests,
+	// lock.etcd.tls.*). It excludes Socket.
+	ClientTLS *TLSFiles
 	// ClientURL and PeerURL are the http URLs etcd listens on. They must be
 	// on a loopback address. Empty: 127.0.0.1 with a free port.
 	ClientURL string
@@ -41,6 +52,11 @@ type Config struct {
 	ClusterState   string
 }
 
+// TLSFiles name the PEM files of Config.ClientTLS.
+type TLSFiles struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
 // Server is a running embedded etcd.
 type Server struct {
 	etcd      *embed.Etcd
@@ -51,6 +67,13 @@ type Server struct {
 // memberName is the single member's name (Config.Name's default); it is
 // stored in the data dir, so it must not change between runs.
 const memberName = "lockd"
+
+// SocketName is the client socket's file name in the data dir (Config.Socket).
+const SocketName = "etcd.sock"
+
+// maxSocketPath is the longest unix socket path Linux accepts (sun_path
+// holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
 
 // portAttempts bounds the retries when a free port picked by the kernel is
 // taken by someone else before etcd binds it.
@@ -68,6 +91,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedetcd: create data dir: %w", err)
 	}
+	if cfg.Socket {
+		if cfg.ClientURL != "" {
+			return nil, errors.New("embedetcd: Socket and ClientURL exclude each other")
+		}
+		if err := prepareSocket(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		s, err := start(ctx, cfg)
 		if err == nil || !errors.Is(err, syscall.EADDRINUSE) ||
@@ -78,7 +109,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 func start(ctx context.Context, cfg Config) (*Server, error) {
-	clientURL, err := loopbackURL("client", cfg.ClientURL)
+	var clientURL *url.URL
+	var err error
+	switch {
+	case cfg.Socket && cfg.ClientTLS != nil:
+		return nil, errors.New("embedetcd: Socket and ClientTLS exclude each other")
+	case cfg.Socket:
+		clientURL, err = socketURL(cfg.DataDir)
+	default:
+		clientURL, err = loopbackURL("client", cfg.ClientURL)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +133,13 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.Logger = "zap"
 	ec.LogLevel = "warn"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(ZapLogger(cfg.Logger))
+	if cfg.ClientTLS != nil {
+		clientURL.Scheme = "https"
+		ec.ClientTLSInfo.CertFile = cfg.ClientTLS.CertFile
+		ec.ClientTLSInfo.KeyFile = cfg.ClientTLS.KeyFile
+		ec.ClientTLSInfo.TrustedCAFile = cfg.ClientTLS.ClientCAFile
+		ec.ClientTLSInfo.ClientCertAuth = true
+	}
 	ec.ListenClientUrls = []url.URL{*clientURL}
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
 	ec.ListenPeerUrls = []url.URL{*peerURL}
@@ -127,9 +174,56 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embedetcd: start: %w", ctx.Err())
 	}
 	for _, l := range e.Clients {
-		s.endpoints = append(s.endpoints, "http://"+l.Addr().String())
+		if l.Addr().Network() == "unix" {
+			s.endpoints = append(s.endpoints, "unix://"+l.Addr().String())
+			continue
+		}
+		s.endpoints = append(s.endpoints, clientURL.Scheme+"://"+l.Addr().String())
 	}
 	return s, nil
+}
+
+// prepareSocket makes the data dir private (mode 0700: only lockd's user
+// may reach the socket inside it) and removes a socket left by a process
+// that died, refusing when a live server still answers on it.
+func prepareSocket(dataDir string) error {
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return fmt.Errorf("embedetcd: make data dir private: %w", err)
+	}
+	u, err := socketURL(dataDir)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(u.Path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("embedetcd: client socket: %w", err)
+	case fi.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("embedetcd: %s exists and is not a socket", u.Path)
+	}
+	if c, err := net.Dial("unix", u.Path); err == nil {
+		c.Close()
+		return fmt.Errorf("embedetcd: %s: another etcd serves this data dir", u.Path)
+	}
+	if err := os.Remove(u.Path); err != nil {
+		return fmt.Errorf("embedetcd: remove stale client socket: %w", err)
+	}
+	return nil
+}
+
+// socketURL is the unix:// URL of the client socket in dataDir.
+func socketURL(dataDir string) (*url.URL, error) {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: data dir: %w", err)
+	}
+	path := filepath.Join(dir, SocketName)
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("embedetcd: client socket path %s is longer than %d bytes: use a shorter data dir", path, maxSocketPath)
+	}
+	return &url.URL{Scheme: "unix", Path: path}, nil
 }
 
 // loopbackURL parses a configured URL, or picks a free loopback port when

@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -92,5 +94,26 @@ func TestProxy(t *testing.T) {
 	p.Cut()
 	if err := echo(5 * time.Second); err == nil {
 		t.Fatal("echo answered after Cut")
+	}
+}
+
+func TestCertsVerify(t *testing.T) {
+	ca := NewCA(t, "test-ca")
+	c := ca.Issue(t, CertOptions{})
+	leaf, err := x509.ParseCertificate(c.TLS(t).Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: "localhost",
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("issued certificate does not verify against its CA: %v", err)
+	}
+	other := NewCA(t, "other")
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: other.Pool()}); err == nil {
+		t.Error("issued certificate verifies against another CA")
+	}
+	certFile, keyFile := c.Write(t, t.TempDir(), "srv")
+	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+		t.Errorf("written files do not load: %v", err)
 	}
 }
