@@ -173,4 +173,27 @@ func copyDir(src, dst string) error {
 	})
 }
 
-func (r *run) isolateLeader(ctx context.Context) error { return errors.New("not yet") }
+// isolateLeader cuts the etcd leader's peer links for three TTLs, then
+// heals them.
+func (r *run) isolateLeader(ctx context.Context) error {
+	leader, err := etcdLeader(ctx, r.etcd)
+	if err != nil {
+		return err
+	}
+	start := r.clock.Now()
+	if err := r.peers.isolate(ctx, r.etcd, leader.name); err != nil {
+		return err
+	}
+	r.countFault()
+	r.logf("isolated etcd leader %s from the other members (it keeps running)", leader.name)
+	serr := sleep(ctx, 3*r.opts.TTL)
+	if nl, err := etcdLeader(ctx, r.etcd); err == nil {
+		r.logf("etcd leader during the isolation: %s", nl.name)
+	}
+	r.peers.heal()
+	r.faultWindow(start)
+	if serr != nil {
+		return serr
+	}
+	return sleep(ctx, 2*r.opts.TTL)
+}

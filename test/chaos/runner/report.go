@@ -100,6 +100,10 @@ func (rep *Report) Verdict() (ok bool, why string) {
 		if rep.Overlapping.Violations == 0 {
 			return false, "control did not fail: no overlapping writers with the token check off"
 		}
+		if rep.PauseHits.Violations == 0 {
+			// The pause check's own control: no late write was refused.
+			return false, "control did not fail: the pause check found every pause's late write refused with the token check off"
+		}
 		return true, "control failed as it must"
 	case ReceiveTTL, SlowClock, RecvTimeSDK:
 		if rep.Trusted.Violations == 0 {

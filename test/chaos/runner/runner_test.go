@@ -209,13 +209,18 @@ func TestVerdictAndTable(t *testing.T) {
 	undecided := clean(Spec{Name: "undecided", Backend: Etcd, Fault: KillLockd})
 	undecided.Linearizable.Inconclusive = true
 	blind := clean(Spec{Name: "blind-control", Backend: Embedded, Fault: PauseHolder, Control: FencingOff})
+	fencingOff := clean(Spec{Name: "fencing-off", Backend: Embedded, Fault: PauseHolder, Control: FencingOff})
+	fencingOff.Overlapping.Violations, fencingOff.PauseHits.Violations = 3, 2
+	blindPauses := clean(Spec{Name: "blind-pauses", Backend: Embedded, Fault: PauseHolder, Control: FencingOff})
+	blindPauses.Overlapping.Violations = 3
 	caught := clean(Spec{Name: "caught-control", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL})
 	caught.Trusted.Violations = 3
 	for _, tc := range []struct {
 		rep  *Report
 		want bool
 	}{{pass, true}, {broken, false}, {undecided, false}, {blind, false}, {caught, true}, {unrefused, false},
-		{missed, false}, {stuck, false}, {pending, false}, {noHeal, true}, {blindNoHeal, false}} {
+		{missed, false}, {stuck, false}, {pending, false}, {noHeal, true}, {blindNoHeal, false},
+		{fencingOff, true}, {blindPauses, false}} {
 		if ok, why := tc.rep.Verdict(); ok != tc.want {
 			t.Errorf("%s: Verdict = %v (%s); want %v", tc.rep.Spec.Name, ok, why, tc.want)
 		}

@@ -179,6 +179,7 @@ type run struct {
 	keys    []string
 
 	etcd   []*etcdNode
+	peers  *peerNet // LeaderIsolate: the etcd members' peer links
 	pg     *pgserver.Server
 	db     string // the run's database on pg
 	pgOwn  bool   // pg is private to this run
@@ -416,7 +417,13 @@ func (r *run) startBackend() error {
 		if r.spec.Backend == EtcdCluster {
 			n = 3
 		}
-		nodes, err := startEtcd(r.env.bins.Etcd, r.dir, n)
+		var nodes []*etcdNode
+		var err error
+		if r.spec.Fault == LeaderIsolate {
+			nodes, r.peers, err = startEtcdIsolable(r.env.bins.Etcd, r.dir, n)
+		} else {
+			nodes, err = startEtcd(r.env.bins.Etcd, r.dir, n)
+		}
 		if err != nil {
 			return err
 		}
@@ -855,6 +862,9 @@ func (r *run) teardown() error {
 		if err := nd.stop(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if r.peers != nil {
+		r.peers.close()
 	}
 	if r.pgOwn {
 		if err := r.pg.Stop(); err != nil {
