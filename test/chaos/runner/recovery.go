@@ -71,5 +71,5 @@ func (r *run) noHeal(ctx context.Context, start int64) error {
 	if err := r.proxy.heal(); err != nil {
 		return err
 	}
-	return sleep(ctx, 2*r.opts.TTL)
+	return sleep(ctx, r.opts.TTL)
 }
