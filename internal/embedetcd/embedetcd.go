@@ -37,6 +37,10 @@ type Config struct {
 	// on a loopback address. Empty: 127.0.0.1 with a free port.
 	ClientURL string
 	PeerURL   string
+	// AdvertisePeerURL is the peer URL the other members dial (this
+	// member's entry in InitialCluster), on a loopback address. Empty:
+	// PeerURL. The chaos suite puts a proxy there to cut peer links.
+	AdvertisePeerURL string
 	// TickMs and ElectionMs are etcd's heartbeat interval and election
 	// timeout (0: etcd's defaults, 100 and 1000). They also set etcd's
 	// minimum lease TTL: 1.5 × ElectionMs, rounded up to whole seconds.
@@ -126,6 +130,12 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	advertisePeerURL := peerURL
+	if cfg.AdvertisePeerURL != "" {
+		if advertisePeerURL, err = loopbackURL("advertised peer", cfg.AdvertisePeerURL); err != nil {
+			return nil, err
+		}
+	}
 
 	ec := embed.NewConfig()
 	ec.Name = cmp.Or(cfg.Name, memberName)
@@ -143,8 +153,8 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.ListenClientUrls = []url.URL{*clientURL}
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
 	ec.ListenPeerUrls = []url.URL{*peerURL}
-	ec.AdvertisePeerUrls = []url.URL{*peerURL}
-	ec.InitialCluster = cmp.Or(cfg.InitialCluster, ec.Name+"="+peerURL.String())
+	ec.AdvertisePeerUrls = []url.URL{*advertisePeerURL}
+	ec.InitialCluster = cmp.Or(cfg.InitialCluster, ec.Name+"="+advertisePeerURL.String())
 	if cfg.ClusterState != "" {
 		ec.ClusterState = cfg.ClusterState
 	}

@@ -50,6 +50,16 @@
 // interval + slack). It reports p50/p99/max of the hand-over delays and counts
 // the hand-overs over the bound, including waiters that gave up past it.
 //
+// Recovery: after every fault ends (the runner supplies the windows), each
+// key some process wanted was granted again within the same bound
+// (Regrants). Liveness alone sees only keys whose holder died; a fault that
+// leaves the service unable to grant anything passes it, and every safety
+// checker, with one acquisition in the whole run.
+//
+// PausesHitHolders: every pause (SIGSTOP) the runner injected hit a process
+// holding a key, and a write of that grant after the pause was refused by
+// the fenced resource: the pause really tested fencing.
+//
 // # Recording requirements
 //
 // The checkers are only as good as the history. Workers must record every

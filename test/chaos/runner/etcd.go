@@ -25,6 +25,7 @@ type etcdNode struct {
 	dir       string
 	clientURL string
 	peerURL   string
+	advertise string // the peer URL the others dial, if not peerURL (peers.go)
 	cluster   string // initial cluster, NAME=PEERURL,...
 
 	mu    sync.Mutex
@@ -73,7 +74,12 @@ func startEtcd(bin, dir string, n int) ([]*etcdNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	errs := make([]error, n)
+	return launchEtcd(nodes)
+}
+
+// launchEtcd starts prepared members and waits until all serve.
+func launchEtcd(nodes []*etcdNode) ([]*etcdNode, error) {
+	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
 		wg.Add(1)
@@ -116,6 +122,9 @@ func (e *etcdNode) launch() error {
 		"-initial-cluster", e.cluster,
 		"-tick-ms", "100",
 		"-election-ms", "1000",
+	}
+	if e.advertise != "" {
+		args = append(args, "-advertise-peer-url", e.advertise)
 	}
 	p, err := startProcess(fmt.Sprintf("%s.%d", e.name, n), e.bin, args, nil,
 		filepath.Join(e.dir, e.name+".log"), onLine)

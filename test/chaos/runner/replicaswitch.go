@@ -58,8 +58,9 @@ func (r *run) clientAddrs() []string {
 // replicaSwitch is one ReplicaSwitch cycle.
 func (r *run) replicaSwitch(ctx context.Context) error {
 	ttl := r.opts.TTL
+	var start int64
 	w, err := r.onNext(ctx, "hold", func(w *workerProc) bool { return w.slot%2 == 0 },
-		func(*workerProc) { r.front.drop() })
+		func(*workerProc) { start = r.clock.Now(); r.front.drop() })
 	if err != nil {
 		return err
 	}
@@ -71,5 +72,6 @@ func (r *run) replicaSwitch(ctx context.Context) error {
 	if err := r.front.heal(); err != nil {
 		return err
 	}
+	r.faultWindow(start)
 	return sleep(ctx, time.Duration(float64(ttl)*1.5))
 }

@@ -22,6 +22,13 @@ type Report struct {
 	// The checkers' results.
 	Fenced, Overlapping, Linearizable, Trusted, Tokens check.Result
 	Liveness                                           check.LivenessResult
+	// Recovery: every key granted again within the bound after each fault
+	// ended (check.Recovery).
+	Recovery check.RecoveryResult
+	// Pauses counts the pauses of holders, PauseHits what
+	// check.PausesHitHolders found about them.
+	Pauses    int
+	PauseHits check.Result
 	// ReleaseP99 and ReleaseMax are over the Release calls that succeeded
 	// (send to reply).
 	ReleaseP99, ReleaseMax time.Duration
@@ -40,7 +47,7 @@ func (r *run) evaluate() (*Report, error) {
 	}
 	writes := r.fenced.Writes()
 	rep := &Report{Spec: r.spec, Writes: len(writes), Rejected: r.fenced.Rejected(), Faults: r.faults,
-		Problems: r.problems}
+		Problems: r.problems, Pauses: len(r.pauses)}
 	var rel []time.Duration
 	for _, op := range h {
 		switch {
@@ -61,8 +68,9 @@ func (r *run) evaluate() (*Report, error) {
 	rep.Trusted = check.NoTrustedOverlap(h)
 	rep.Tokens = check.TokensIncrease(h)
 	deaths := append(append([]check.Death(nil), r.deaths...), check.DeathsOf(h)...)
-	rep.Liveness = check.Liveness(check.HandOvers(h, deaths), check.LivenessBound(r.opts.TTL,
-		r.reaperBound(), r.opts.LivenessSlack))
+	rep.Liveness = check.Liveness(check.HandOvers(h, deaths), r.livenessBound())
+	rep.Recovery = check.Recovery(h, r.windows, r.livenessBound())
+	rep.PauseHits = check.PausesHitHolders(h, r.pauses)
 	return rep, nil
 }
 
@@ -92,16 +100,24 @@ func (rep *Report) Verdict() (ok bool, why string) {
 		if rep.Overlapping.Violations == 0 {
 			return false, "control did not fail: no overlapping writers with the token check off"
 		}
+		if rep.PauseHits.Violations == 0 {
+			// The pause check's own control: no late write was refused.
+			return false, "control did not fail: the pause check found every pause's late write refused with the token check off"
+		}
 		return true, "control failed as it must"
 	case ReceiveTTL, SlowClock, RecvTimeSDK:
 		if rep.Trusted.Violations == 0 {
 			return false, "control did not fail: no trusted overlap"
 		}
 		return true, "control failed as it must"
+	case NoHeal:
+		if rep.Recovery.Violations == 0 {
+			return false, "control did not fail: every key was granted again within the bound"
+		}
+		return true, "control failed as it must"
 	}
 	var bad []string
-	for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
-		rep.Liveness.Result} {
+	for _, res := range rep.results() {
 		if !res.OK() {
 			bad = append(bad, res.Checker)
 		}
@@ -109,8 +125,20 @@ func (rep *Report) Verdict() (ok bool, why string) {
 	if rep.Faults == 0 {
 		bad = append(bad, "no fault injected")
 	}
+	if rep.Spec.pausesHolders() {
+		if rep.Pauses == 0 {
+			bad = append(bad, "no holder paused")
+		}
+		if rep.Rejected < rep.Pauses {
+			bad = append(bad, fmt.Sprintf("%d refused writes < %d pauses", rep.Rejected, rep.Pauses))
+		}
+	}
 	if len(bad) > 0 {
-		return false, "failed: " + strings.Join(bad, ", ")
+		why := "failed: " + strings.Join(bad, ", ")
+		if rep.Spec.Pending != "" {
+			why += " (pending: " + rep.Spec.Pending + ")"
+		}
+		return false, why
 	}
 	return true, "pass"
 }
@@ -119,11 +147,14 @@ func (rep *Report) Verdict() (ok bool, why string) {
 func (rep *Report) Details() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d refused by the token check\n", rep.Writes, rep.Rejected)
-	for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens} {
+	for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
+		rep.PauseHits} {
 		b.WriteString(res.String())
 		b.WriteByte('\n')
 	}
 	b.WriteString(rep.Liveness.String())
+	b.WriteByte('\n')
+	b.WriteString(rep.Recovery.String())
 	return b.String()
 }
 
@@ -143,8 +174,10 @@ func ms(d time.Duration) string {
 const Legend = `columns: acq = granted acquisitions; faults = faults injected; violations per checker: stale = stale
 writes the fenced resource accepted (fenced safety), overlap-w = overlapping writers, lin = histories not
 linearizable (per key), trusted-ovl = overlapping trust intervals, tokens = token order, liveness = waiters kept
-out of a dead holder's key past TTL + reaper + slack ("N?" = undecided); handover = delay from a holder's death
-to the next grant; release = Release call latency.
+out of a dead holder's key past TTL + reaper + slack ("N?" = undecided), recover = keys not granted again
+within TTL + reaper + slack after a fault ended, pauses = holder pauses whose late write the token check
+refused / pauses (pause faults only); handover = delay from a holder's death to the next grant; regrant = delay
+from a fault's end to each key's next grant; release = Release call latency.
 `
 
 // Table renders one row per report: the scenario, its backend and fault,
@@ -155,7 +188,7 @@ to the next grant; release = Release call latency.
 func Table(reps []*Report) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tbackend\tfault\tacq\tfaults\tstale\toverlap-w\tlin\ttrusted-ovl\ttokens\tliveness\thandover p50/p99/max ms\trelease p99/max ms\tverdict")
+	fmt.Fprintln(tw, "scenario\tbackend\tfault\tacq\tfaults\tstale\toverlap-w\tlin\ttrusted-ovl\ttokens\tliveness\trecover\tpauses\thandover p50/p99/max ms\tregrant p99/max ms\trelease p99/max ms\tverdict")
 	for _, rep := range reps {
 		ok, why := rep.Verdict()
 		verdict := "PASS"
@@ -168,10 +201,19 @@ func Table(reps []*Report) string {
 		if lr := rep.Liveness; lr.Granted > 0 {
 			handover = fmt.Sprintf("%s/%s/%s", ms(lr.P50), ms(lr.P99), ms(lr.Max))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\n",
+		regrant := "-"
+		if rr := rep.Recovery; rr.Granted > 0 {
+			regrant = fmt.Sprintf("%s/%s", ms(rr.P99), ms(rr.Max))
+		}
+		pauses := "-"
+		if rep.Spec.pausesHolders() {
+			pauses = fmt.Sprintf("%d/%d", rep.Pauses-rep.PauseHits.Violations, rep.Pauses)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\n",
 			rep.Spec.Name, rep.Spec.Backend, rep.Spec.Fault, rep.Acquisitions, rep.Faults,
 			viol(rep.Fenced), viol(rep.Overlapping), viol(rep.Linearizable), viol(rep.Trusted), viol(rep.Tokens),
-			viol(rep.Liveness.Result), handover, ms(rep.ReleaseP99), ms(rep.ReleaseMax), verdict)
+			viol(rep.Liveness.Result), viol(rep.Recovery.Result), pauses, handover, regrant,
+			ms(rep.ReleaseP99), ms(rep.ReleaseMax), verdict)
 	}
 	_ = tw.Flush()
 	return b.String()
@@ -205,8 +247,7 @@ func Totals(reps []*Report) string {
 		s.scen++
 		s.acq += rep.Acquisitions
 		s.faults += rep.Faults
-		for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
-			rep.Liveness.Result} {
+		for _, res := range rep.results() {
 			s.viol += res.Violations
 		}
 	}
@@ -218,4 +259,22 @@ func Totals(reps []*Report) string {
 			f, s.scen, s.acq, s.faults, s.viol)
 	}
 	return b.String()
+}
+
+// results are the checkers' results a real scenario must pass: the pause
+// check only for the scenarios that pause holders.
+func (rep *Report) results() []check.Result {
+	rs := []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
+		rep.Liveness.Result, rep.Recovery.Result}
+	if rep.Spec.pausesHolders() {
+		rs = append(rs, rep.PauseHits)
+	}
+	return rs
+}
+
+// pausesHolders reports whether the scenario is a real one whose faults
+// are pauses of holders, each of which must hit a holder and end in a
+// refused write.
+func (s Spec) pausesHolders() bool {
+	return s.Control == NoControl && (s.Fault == PauseHolder || s.Fault == ClockSkew || s.Fault == FarHolder)
 }

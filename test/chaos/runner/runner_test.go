@@ -187,27 +187,49 @@ func TestVerdictAndTable(t *testing.T) {
 		return &Report{Spec: spec, Acquisitions: 10, Faults: 2,
 			Fenced: check.Result{Checker: "fenced-safety"}, Overlapping: check.Result{Checker: "overlapping-writers"},
 			Linearizable: check.Result{Checker: "linearizable"}, Trusted: check.Result{Checker: "no-trusted-overlap"},
-			Tokens: check.Result{Checker: "tokens-increase"}, Liveness: check.LivenessResult{Result: check.Result{Checker: "liveness"}}}
+			Tokens: check.Result{Checker: "tokens-increase"}, Liveness: check.LivenessResult{Result: check.Result{Checker: "liveness"}},
+			Recovery: check.RecoveryResult{Result: check.Result{Checker: "recovery"}}, PauseHits: check.Result{Checker: "pauses-hit-holders"}}
 	}
 	pass := clean(Spec{Name: "pause-x", Backend: PG, Fault: PauseHolder})
+	pass.Pauses, pass.Rejected = 2, 3
+	unrefused := clean(Spec{Name: "unrefused", Backend: PG, Fault: PauseHolder})
+	unrefused.Pauses, unrefused.Rejected = 2, 1
+	missed := clean(Spec{Name: "missed", Backend: PG, Fault: ClockSkew})
+	missed.Pauses, missed.Rejected = 2, 2
+	missed.PauseHits.Violations = 1
+	stuck := clean(Spec{Name: "stuck", Backend: Etcd, Fault: QuorumLoss})
+	stuck.Recovery.Violations = 2
+	pending := clean(Spec{Name: "pending", Backend: Embedded, Fault: RestartEmpty, Pending: "issue 11 §1"})
+	pending.Tokens.Violations = 1
+	noHeal := clean(Spec{Name: "no-heal", Backend: PG, Fault: PartitionShort, Control: NoHeal})
+	noHeal.Recovery.Violations = 2
+	blindNoHeal := clean(Spec{Name: "blind-no-heal", Backend: PG, Fault: PartitionShort, Control: NoHeal})
 	broken := clean(Spec{Name: "broken", Backend: Embedded, Fault: KillHolder})
 	broken.Trusted.Violations = 1
 	undecided := clean(Spec{Name: "undecided", Backend: Etcd, Fault: KillLockd})
 	undecided.Linearizable.Inconclusive = true
 	blind := clean(Spec{Name: "blind-control", Backend: Embedded, Fault: PauseHolder, Control: FencingOff})
+	fencingOff := clean(Spec{Name: "fencing-off", Backend: Embedded, Fault: PauseHolder, Control: FencingOff})
+	fencingOff.Overlapping.Violations, fencingOff.PauseHits.Violations = 3, 2
+	blindPauses := clean(Spec{Name: "blind-pauses", Backend: Embedded, Fault: PauseHolder, Control: FencingOff})
+	blindPauses.Overlapping.Violations = 3
 	caught := clean(Spec{Name: "caught-control", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL})
 	caught.Trusted.Violations = 3
 	for _, tc := range []struct {
 		rep  *Report
 		want bool
-	}{{pass, true}, {broken, false}, {undecided, false}, {blind, false}, {caught, true}} {
+	}{{pass, true}, {broken, false}, {undecided, false}, {blind, false}, {caught, true}, {unrefused, false},
+		{missed, false}, {stuck, false}, {pending, false}, {noHeal, true}, {blindNoHeal, false},
+		{fencingOff, true}, {blindPauses, false}} {
 		if ok, why := tc.rep.Verdict(); ok != tc.want {
 			t.Errorf("%s: Verdict = %v (%s); want %v", tc.rep.Spec.Name, ok, why, tc.want)
 		}
 	}
-	table := Table([]*Report{pass, broken, undecided, blind, caught})
+	table := Table([]*Report{pass, broken, undecided, blind, caught, unrefused, missed, stuck, pending, noHeal})
 	for _, want := range []string{"pause-x", "PASS", "FAIL: failed: no-trusted-overlap", "0?",
-		"FAIL: control did not fail", "PASS (control receive-ttl caught)"} {
+		"FAIL: control did not fail", "PASS (control receive-ttl caught)", "FAIL: failed: 1 refused writes < 2 pauses",
+		"1/2", "FAIL: failed: pauses-hit-holders", "FAIL: failed: recovery", "FAIL: failed: tokens-increase (pending: issue 11 §1)",
+		"PASS (control no-heal caught)"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

@@ -117,6 +117,10 @@ type Spec struct {
 	Control Control
 	// Cycles is how many fault cycles the short mode runs (default 2).
 	Cycles int
+	// Pending, if set, names the fix a scenario waits for: it is in the
+	// suite and fails until that fix lands (Table shows it with the
+	// failure).
+	Pending string
 }
 
 // Options are the settings every scenario of a suite shares.
@@ -175,6 +179,7 @@ type run struct {
 	keys    []string
 
 	etcd   []*etcdNode
+	peers  *peerNet // LeaderIsolate: the etcd members' peer links
 	pg     *pgserver.Server
 	db     string // the run's database on pg
 	pgOwn  bool   // pg is private to this run
@@ -189,6 +194,9 @@ type run struct {
 	workers  []*workerProc // current incarnation per slot
 	incarn   []int
 	deaths   []check.Death // pauses past the TTL (crashes come from the history)
+	pauses   []check.Death // pauses of holders (check.PausesHitHolders)
+	windows  []check.Window
+	lastHold map[string]int64 // key → run time of its latest grant (a hold line)
 	faults   int
 	problems []string
 }
@@ -234,14 +242,15 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 	start := time.Now()
 	epoch := time.Now()
 	r := &run{
-		spec:    spec,
-		opts:    opts,
-		env:     env,
-		dir:     dir,
-		histDir: filepath.Join(dir, "history"),
-		clock:   history.NewClock(epoch),
-		rng:     rand.New(rand.NewPCG(opts.Seed, nameHash(spec.Name))),
-		seed:    opts.Seed,
+		spec:     spec,
+		opts:     opts,
+		env:      env,
+		dir:      dir,
+		histDir:  filepath.Join(dir, "history"),
+		clock:    history.NewClock(epoch),
+		rng:      rand.New(rand.NewPCG(opts.Seed, nameHash(spec.Name))),
+		seed:     opts.Seed,
+		lastHold: map[string]int64{},
 	}
 	r.farSettings()
 	keys := opts.Keys
@@ -303,6 +312,9 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	if err := r.faultPhase(ctx); err != nil {
+		return err
+	}
+	if err := r.awaitRegrants(ctx); err != nil {
 		return err
 	}
 	if err := sleep(ctx, 500*time.Millisecond); err != nil {
@@ -406,7 +418,13 @@ func (r *run) startBackend() error {
 		if r.spec.Backend == EtcdCluster {
 			n = 3
 		}
-		nodes, err := startEtcd(r.env.bins.Etcd, r.dir, n)
+		var nodes []*etcdNode
+		var err error
+		if r.spec.Fault == LeaderIsolate {
+			nodes, r.peers, err = startEtcdIsolable(r.env.bins.Etcd, r.dir, n)
+		} else {
+			nodes, err = startEtcd(r.env.bins.Etcd, r.dir, n)
+		}
 		if err != nil {
 			return err
 		}
@@ -453,7 +471,7 @@ func (r *run) pgDSN(i int) string {
 
 func (r *run) startLockd() error {
 	replicas := 1
-	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch {
+	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch || r.spec.Fault == LockdPause {
 		replicas = 2
 	}
 	cfg := lockdConfig{
@@ -598,8 +616,9 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		return r.killHolder(ctx)
 	case KillLockd:
 		l := r.lockds[0]
+		var start int64
 		if _, err := r.onNext(ctx, "wait", func(*workerProc) bool { return true },
-			func(*workerProc) { l.proc().signal(syscall.SIGKILL) }); err != nil {
+			func(*workerProc) { start = r.clock.Now(); l.proc().signal(syscall.SIGKILL) }); err != nil {
 			return err
 		}
 		<-l.proc().exited
@@ -611,34 +630,43 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		if err := l.restart(); err != nil {
 			return err
 		}
+		r.faultWindow(start)
 		return sleep(ctx, 2*ttl)
 	case PartitionShort, PartitionLong, PartitionReplica:
 		d := ttl / 2
 		if r.spec.Fault != PartitionShort {
 			d = 3 * ttl
 		}
+		var start int64
 		if r.spec.Fault == PartitionReplica {
 			// Cut while a client of replica 0 holds a key, so that its
 			// trust must end by its deadline, not by its release.
 			var perr error
 			if _, err := r.onNext(ctx, "hold", func(w *workerProc) bool { return w.slot%2 == 0 },
-				func(*workerProc) { perr = r.proxy.partition() }); err != nil {
+				func(*workerProc) { start, perr = r.clock.Now(), r.proxy.partition() }); err != nil {
 				return err
 			}
 			if perr != nil {
 				return perr
 			}
-		} else if err := r.proxy.partition(); err != nil {
-			return err
+		} else {
+			start = r.clock.Now()
+			if err := r.proxy.partition(); err != nil {
+				return err
+			}
 		}
 		r.countFault()
 		r.logf("cut %s from the backend for %v", r.lockds[0].cfg.name, d)
 		if err := sleep(ctx, d); err != nil {
 			return err
 		}
+		if r.spec.Control == NoHeal {
+			return r.noHeal(ctx, start)
+		}
 		if err := r.proxy.heal(); err != nil {
 			return err
 		}
+		r.faultWindow(start)
 		return sleep(ctx, 2*ttl)
 	case PGRestartFast, PGRestartImmediate:
 		mode := pgserver.Fast
@@ -647,9 +675,11 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		}
 		// Not ctx: a restart, once begun, completes, so the server is up
 		// for the stop at the end of the run.
+		start := r.clock.Now()
 		if err := r.pg.Restart(context.Background(), mode); err != nil {
 			return err
 		}
+		r.faultWindow(start)
 		r.countFault()
 		r.logf("restarted postgresql (%s)", mode)
 		return sleep(ctx, 2*ttl)
@@ -657,6 +687,7 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		return r.replicaSwitch(ctx)
 	case ReplicaDeath:
 		l := r.lockds[i%len(r.lockds)]
+		start := r.clock.Now()
 		l.kill()
 		r.countFault()
 		r.logf("killed replica %s", l.cfg.name)
@@ -666,12 +697,14 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		if err := l.restart(); err != nil {
 			return err
 		}
+		r.faultWindow(start)
 		return sleep(ctx, ttl)
 	case LeaderKill:
 		leader, err := etcdLeader(ctx, r.etcd)
 		if err != nil {
 			return err
 		}
+		start := r.clock.Now()
 		leader.kill()
 		r.countFault()
 		r.logf("killed etcd leader %s", leader.name)
@@ -681,7 +714,11 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		if err := leader.restart(); err != nil {
 			return err
 		}
+		r.faultWindow(start)
 		return sleep(ctx, 2*ttl)
+	}
+	if handled, err := r.cycle11(ctx, i); handled {
+		return err
 	}
 	return fmt.Errorf("unknown fault %q", r.spec.Fault)
 }
@@ -722,8 +759,10 @@ func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
 	serr := sleep(ctx, 2*r.opts.TTL)
 	w.p.signal(syscall.SIGCONT)
 	w.markStopped(false)
+	r.faultWindow(at)
 	r.mu.Lock()
 	r.deaths = append(r.deaths, check.Death{Proc: w.proc, At: at})
+	r.pauses = append(r.pauses, check.Death{Proc: w.proc, At: at})
 	r.mu.Unlock()
 	if serr != nil {
 		return serr
@@ -734,8 +773,10 @@ func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
 // killHolder SIGKILLs a holder between its two writes (recording the crash
 // first) and starts the slot's next incarnation.
 func (r *run) killHolder(ctx context.Context) error {
+	var at int64
 	w, err := r.onNext(ctx, "hold", r.targets, func(w *workerProc) {
-		r.hrec.Crash(w.proc, r.clock.Now())
+		at = r.clock.Now()
+		r.hrec.Crash(w.proc, at)
 		w.markKilled()
 		w.p.signal(syscall.SIGKILL)
 	})
@@ -743,6 +784,7 @@ func (r *run) killHolder(ctx context.Context) error {
 		return err
 	}
 	<-w.p.exited
+	r.faultWindow(at)
 	r.countFault()
 	r.logf("killed %s", w.proc)
 	r.mu.Lock()
@@ -829,6 +871,9 @@ func (r *run) teardown() error {
 		if err := nd.stop(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if r.peers != nil {
+		r.peers.close()
 	}
 	if r.pgOwn {
 		if err := r.pg.Stop(); err != nil {

@@ -28,11 +28,25 @@ func Suite() []Spec {
 		{Name: "replica-switch-pg", Backend: PG, Fault: ReplicaSwitch},
 		{Name: "leader-kill-etcd3", Backend: EtcdCluster, Fault: LeaderKill},
 		{Name: "far-holder-pg", Backend: PG, Fault: FarHolder},
+		// issue 11 §8: quorum loss, an isolated old leader, a paused
+		// replica, restarts on an empty or an older data directory.
+		{Name: "quorum-loss-etcd3", Backend: EtcdCluster, Fault: QuorumLoss, Cycles: 1},
+		{Name: "leader-isolated-etcd3", Backend: EtcdCluster, Fault: LeaderIsolate, Cycles: 1},
+		{Name: "lockd-pause-etcd", Backend: Etcd, Fault: LockdPause},
+		{Name: "lockd-pause-pg", Backend: PG, Fault: LockdPause},
+		{Name: "restart-empty-embedded", Backend: Embedded, Fault: RestartEmpty, Cycles: 1, Pending: pendingTokenEpoch},
+		{Name: "restart-older-embedded", Backend: Embedded, Fault: RestartOlder, Pending: pendingTokenEpoch},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-receive-ttl-pg", Backend: PG, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-slow-clock-embedded", Backend: Embedded, Fault: PauseHolder, Control: SlowClock},
 		{Name: "control-recvtime-sdk-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK},
+		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal, Cycles: 1},
 	}
 }
+
+// pendingTokenEpoch is the fix the restart scenarios wait for: fencing
+// tokens that never go backwards across a re-initialised or restored
+// backend (issue 11 §1).
+const pendingTokenEpoch = "issue 11 §1, tokens across a re-initialised or restored backend"

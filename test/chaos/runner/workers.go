@@ -41,6 +41,8 @@ type workerProc struct {
 	trig atomic.Pointer[trigger]
 	// holds counts the grants the worker reported.
 	holds atomic.Int64
+	// onHold, if set, is called with the key of every grant reported.
+	onHold func(key string)
 }
 
 // trigger runs an action on the first of several workers to print a
@@ -73,6 +75,9 @@ func (w *workerProc) onLine(line string) {
 	w.mu.Unlock()
 	if state == "hold" {
 		w.holds.Add(1)
+		if w.onHold != nil {
+			w.onHold(f[1])
+		}
 	}
 	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
 		tr.fire(w)
@@ -115,7 +120,7 @@ func procID(slot, n int) string {
 // startWorker starts incarnation n of slot.
 func (r *run) startWorker(slot, n int) (*workerProc, error) {
 	ws := r.workerSpecs[slot]
-	w := &workerProc{slot: slot, proc: procID(slot, n), state: "free"}
+	w := &workerProc{slot: slot, proc: procID(slot, n), state: "free", onHold: r.sawHold}
 	args := []string{
 		"-proc", w.proc,
 		"-lockd", strings.Join(ws.lockd, ","),

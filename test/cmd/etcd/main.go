@@ -7,7 +7,7 @@
 // It is test tooling, not a production etcd and not part of the product
 // (which is cmd/lockd alone).
 //
-//	etcd --data-dir DIR [--client-url URL] [--peer-url URL]
+//	etcd --data-dir DIR [--client-url URL] [--peer-url URL] [--advertise-peer-url URL]
 //	     [--name NAME --initial-cluster NAME=PEERURL,... --initial-cluster-state new|existing]
 //	     [--tick-ms 100 --election-ms 1000]
 //
@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "etcd data directory (required; created if missing)")
 	fs.StringVar(&cfg.ClientURL, "client-url", "", "client URL, http on loopback (empty: a free 127.0.0.1 port)")
 	fs.StringVar(&cfg.PeerURL, "peer-url", "", "peer URL, http on loopback (empty: a free 127.0.0.1 port)")
+	fs.StringVar(&cfg.AdvertisePeerURL, "advertise-peer-url", "", "peer URL the other members dial, e.g. a proxy (empty: --peer-url)")
 	fs.StringVar(&cfg.Name, "name", "lockd", "member name (kept in the data directory)")
 	fs.StringVar(&cfg.InitialCluster, "initial-cluster", "", "the cluster's members, NAME=PEERURL,... (empty: this member alone)")
 	fs.StringVar(&cfg.ClusterState, "initial-cluster-state", "new", "new or existing")

@@ -1,0 +1,100 @@
+package check
+
+import (
+	"testing"
+	"time"
+
+	"lock.dev/lockd/test/chaos/history"
+)
+
+func TestRecovery(t *testing.T) {
+	// A partition from 1000 to 3000. k: b's acquire is in flight at the end
+	// and granted at 4000 (1s). j: c asks only at 3500 and is granted at
+	// 3600 (100ms). m: granted before the fault only, nobody wants it after.
+	b := &hb{}
+	b.acquire("a", "k", 0, 10, 5).
+		release("a", "k", 500, 510, 5, history.OK).
+		acquire("b", "k", 900, 4000, 6).
+		acquire("c", "j", 3500, 3600, 3).
+		acquire("d", "m", 0, 10, 1).
+		acquire("z", "other", 3000, 3100, 1)
+	h := b.build(t)
+	win := []Window{{Fault: "partition", Start: 1000 * ms, End: 3000 * ms}}
+	rgs := Regrants(h, win)
+	want := []Regrant{
+		{Key: "j", Window: win[0], From: 3500 * ms, To: 3600 * ms, Granted: true, Waiter: "c"},
+		{Key: "k", Window: win[0], From: 3000 * ms, To: 4000 * ms, Granted: true, Waiter: "b"},
+		{Key: "other", Window: win[0], From: 3000 * ms, To: 3100 * ms, Granted: true, Waiter: "z"},
+	}
+	if len(rgs) != len(want) {
+		t.Fatalf("Regrants = %+v, want %+v", rgs, want)
+	}
+	for i := range want {
+		if rgs[i] != want[i] {
+			t.Fatalf("Regrants[%d] = %+v, want %+v", i, rgs[i], want[i])
+		}
+	}
+	good := Recovery(h, win, 1500*time.Millisecond)
+	wantOK(t, good.Result)
+	if good.Granted != 3 || good.Max != time.Second || good.P50 != 100*time.Millisecond {
+		t.Fatalf("Recovery figures = %+v, want 3 re-grants, p50 100ms, max 1s", good)
+	}
+	bad := Recovery(h, win, 500*time.Millisecond)
+	wantCaught(t, bad.Result, 1, `key "k": fault partition ended at 3.000000s`, "granted again to b only after 1s")
+}
+
+// The control of the checker: a fault never healed for key k (every
+// acquire of k after it stays in flight or fails) while the run goes on
+// with other keys. The old liveness checker (hand-overs after deaths) sees
+// nothing here: nobody died holding k.
+func TestRecoveryKeyNeverRegranted(t *testing.T) {
+	b := &hb{}
+	b.acquire("a", "k", 0, 10, 5).
+		release("a", "k", 100, 110, 5, history.OK).
+		acquireUnknown("b", "k", 1500, 2500).
+		add(history.Op{Proc: "c", Kind: history.Acquire, Key: "k", Invoke: 2600, Complete: history.Never, Outcome: history.Unknown}).
+		acquire("z", "other", 1000, 1010, 1).
+		release("z", "other", 1020, 1030, 1, history.OK).
+		acquire("y", "other", 1040, 9000, 2)
+	h := b.build(t)
+	win := []Window{{Fault: "partition", Start: 200 * ms, End: 1000 * ms}}
+	r := Recovery(h, win, 5*time.Second)
+	wantCaught(t, r.Result, 1, `key "k": fault partition ended at 1.000000s; wanted by b from 1.500000s, not granted again in the 7.5s`)
+	if lr := Liveness(HandOvers(h, DeathsOf(h)), 5*time.Second); !lr.OK() {
+		t.Fatalf("liveness (hand-overs) was expected blind here: %s", lr)
+	}
+
+	// The same history cut short: the bound has not run out at its end.
+	short := h[:0:0]
+	for _, op := range h {
+		if op.Proc != "y" {
+			short = append(short, op)
+		}
+	}
+	u := Recovery(short, win, 5*time.Second)
+	if u.Violations != 0 || !u.Inconclusive || u.OK() {
+		t.Fatalf("a key not re-granted before a short history's end: want inconclusive, got %s", u)
+	}
+}
+
+func TestPausesHitHolders(t *testing.T) {
+	// a holds k (token 5) and is paused at 100; b takes k over (token 6)
+	// and writes; a resumes and its write is refused. c is paused at 300
+	// holding nothing. d is paused holding j but its late write goes
+	// through (nobody took j over).
+	b := &hb{}
+	b.acquire("a", "k", 0, 10, 5).
+		add(history.Op{Proc: "a", Kind: history.Write, Key: "k", Token: 5, Invoke: 20, Complete: 30, Outcome: history.OK}).
+		lost("a", "k", 5, 1500, 4000).
+		acquire("b", "k", 50, 2000, 6).
+		add(history.Op{Proc: "b", Kind: history.Write, Key: "k", Token: 6, Invoke: 2010, Complete: 2020, Outcome: history.OK}).
+		add(history.Op{Proc: "a", Kind: history.Write, Key: "k", Token: 5, Invoke: 4000, Complete: 4010, Outcome: history.Fail}).
+		acquire("c", "k", 200, 5000, 7).
+		acquire("d", "j", 0, 10, 2).
+		lost("d", "j", 2, 1500, 4000).
+		add(history.Op{Proc: "d", Kind: history.Write, Key: "j", Token: 2, Invoke: 4000, Complete: 4010, Outcome: history.OK})
+	h := b.build(t)
+	wantOK(t, PausesHitHolders(h, []Death{{Proc: "a", At: 100 * ms}}))
+	r := PausesHitHolders(h, []Death{{Proc: "a", At: 100 * ms}, {Proc: "c", At: 300 * ms}, {Proc: "d", At: 100 * ms}})
+	wantCaught(t, r, 2, "pause of c at 0.300000s: it held no key", `pause of d at 0.100000s holding "j" (token 2): no write of that grant was refused`)
+}
