@@ -128,7 +128,7 @@ func (b *Backend) openEtcd(ctx context.Context, cfg Config, logger *slog.Logger,
 	b.etcd = cli
 	dctx, cancel := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	defer cancel()
-	st, err := etcdstore.New(dctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Logger: logger, Metrics: metrics})
+	st, err := etcdstore.New(dctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Logger: logger, Metrics: metrics, Exclusive: cfg.Kind == Embedded})
 	if err != nil {
 		return redact(fmt.Errorf("open etcd store at %v (lock.etcd.endpoints): %w", b.endpoints, err), password)
 	}

@@ -32,8 +32,11 @@ import (
 const epochName = "epoch"
 
 // loadEpoch reads the prefix's epoch, taking it first if there is none, and
-// returns the shift E − C.
-func loadEpoch(ctx context.Context, cli *clientv3.Client, key string, now time.Time) (int64, error) {
+// returns the shift E − C. With raise (an exclusive Store), an existing
+// epoch is raised if needed so that the next revision's token is above now
+// in µs: E' = max(E, now − (rev+1) + C), rewritten in place (the create
+// revision C stays), guarded by the key's mod revision.
+func loadEpoch(ctx context.Context, cli *clientv3.Client, key string, now time.Time, raise bool) (int64, error) {
 	resp, err := cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, strconv.FormatInt(now.UnixMicro(), 10))).
@@ -49,12 +52,29 @@ func loadEpoch(ctx context.Context, cli *clientv3.Client, key string, now time.T
 	if len(kvs) == 0 {
 		return 0, fmt.Errorf("epoch key %q vanished while read", key)
 	}
-	e, err := strconv.ParseInt(string(kvs[0].Value), 10, 64)
+	kv := kvs[0]
+	e, err := strconv.ParseInt(string(kv.Value), 10, 64)
 	if err != nil || e <= 0 || e > math.MaxInt64/2 {
 		return 0, fmt.Errorf("%w: epoch key %q holds %q, not a count of microseconds; "+
-			"delete it with every lockd on this prefix stopped and a new epoch is taken (C2 #ct2-fencing)", errMalformed, key, kvs[0].Value)
+			"delete it with every lockd on this prefix stopped and a new epoch is taken (C2 #ct2-fencing)", errMalformed, key, kv.Value)
 	}
-	return e - kvs[0].CreateRevision, nil
+	shift := e - kv.CreateRevision
+	// The rewrite itself takes revision rev+1, so the first grant after it
+	// has revision rev+2 at least; the bound below uses rev+1 to be safe.
+	if want := now.UnixMicro() - (resp.Header.Revision + 1); raise && want > shift {
+		r, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(key, strconv.FormatInt(want+kv.CreateRevision, 10))).
+			Commit()
+		if err != nil {
+			return 0, err
+		}
+		if !r.Succeeded {
+			return 0, fmt.Errorf("epoch key %q changed while raised: another Store uses the prefix of an exclusive one", key)
+		}
+		shift = want
+	}
+	return shift, nil
 }
 
 // token is the fencing token of a grant put at revision rev.

@@ -34,6 +34,15 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics records the C4 metrics; nil records nothing.
 	Metrics *telemetry.Metrics
+	// Exclusive promises that no other Store uses the prefix while this one
+	// is open (lockd's embedded etcd, which only its own process serves).
+	// The epoch is then raised at open so that every token issued from now
+	// on is above this process's wall clock in µs: that covers a data dir
+	// restored from an older copy, whose epoch and revisions are both old
+	// (C2 #ct2-fencing). With several Stores on a prefix the epoch must stay
+	// fixed (they compute the same token from the same revision), so a
+	// shared etcd needs the operator steps of C2 after a restore.
+	Exclusive bool
 }
 
 // Store is a store.LockStore on etcd. It is safe for concurrent use.
@@ -84,7 +93,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	if !strings.HasSuffix(prefix, "/") || strings.IndexByte(prefix, 0) >= 0 {
 		return nil, fmt.Errorf("%w: etcdstore: prefix %q must end with / and contain no NUL", store.ErrInvalidArgument, prefix)
 	}
-	shift, err := loadEpoch(ctx, cli, prefix+epochName, time.Now())
+	shift, err := loadEpoch(ctx, cli, prefix+epochName, time.Now(), opts.Exclusive)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: epoch: %w", classify(ctx, err))
 	}
