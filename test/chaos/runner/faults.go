@@ -144,7 +144,9 @@ func (r *run) restartData(ctx context.Context, i int) error {
 // dataDir is the embedded backend's data directory.
 func (l *lockdProc) dataDir() string { return filepath.Join(l.cfg.dir, l.cfg.name+"-data") }
 
-// copyDir copies the regular files and directories below src to dst.
+// copyDir copies the regular files and directories below src to dst; a
+// unix socket (the embedded etcd's client socket, recreated at start) is
+// skipped, as a backup tool would.
 func copyDir(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -168,6 +170,8 @@ func copyDir(src, dst string) error {
 				return err
 			}
 			return os.WriteFile(to, b, info.Mode().Perm())
+		case info.Mode().Type() == fs.ModeSocket:
+			return nil
 		}
 		return fmt.Errorf("copy %s: not a regular file or directory", path)
 	})

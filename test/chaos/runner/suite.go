@@ -34,8 +34,8 @@ func Suite() []Spec {
 		{Name: "leader-isolated-etcd3", Backend: EtcdCluster, Fault: LeaderIsolate, Cycles: 1},
 		{Name: "lockd-pause-etcd", Backend: Etcd, Fault: LockdPause},
 		{Name: "lockd-pause-pg", Backend: PG, Fault: LockdPause},
-		{Name: "restart-empty-embedded", Backend: Embedded, Fault: RestartEmpty, Cycles: 1, Pending: pendingTokenEpoch},
-		{Name: "restart-older-embedded", Backend: Embedded, Fault: RestartOlder, Pending: pendingTokenEpoch},
+		{Name: "restart-empty-embedded", Backend: Embedded, Fault: RestartEmpty, Cycles: 1},
+		{Name: "restart-older-embedded", Backend: Embedded, Fault: RestartOlder},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
@@ -45,8 +45,3 @@ func Suite() []Spec {
 		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal, Cycles: 1},
 	}
 }
-
-// pendingTokenEpoch is the fix the restart scenarios wait for: fencing
-// tokens that never go backwards across a re-initialised or restored
-// backend (issue 11 §1).
-const pendingTokenEpoch = "issue 11 §1, tokens across a re-initialised or restored backend"
