@@ -28,7 +28,7 @@ const (
 // allocated blocks, as a preallocated WAL segment does).
 const (
 	fsyncBlock  = 4 << 10
-	fsyncBlocks = 256
+	fsyncBlocks = 16
 )
 
 // ceiling is one physical or backend limit, measured at each concurrency

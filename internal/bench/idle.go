@@ -129,7 +129,7 @@ func (r *runner) idle(ctx context.Context) ([]Row, error) {
 		}
 	}
 	lockdAtMost(&rows[0], 5)
-	if rows[0].Raw != nil {
+	if rows[0].Raw != nil && !math.IsNaN(float64(*rows[0].Raw)) {
 		alsoRatioAtMost(&rows[0], 2.0)
 	}
 	lockdAtMost(&rows[2], 250)
