@@ -205,9 +205,9 @@ func TestTailBuffer(t *testing.T) {
 func TestWriteTable(t *testing.T) {
 	raw := Value(100)
 	rep := &Report{
-		Start:    time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		Took:     "1m0s",
-		Machine:  Machine{Hostname: "h", NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26", OSArch: "linux/amd64"},
+		Start:   time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Took:    "1m0s",
+		Machine: Machine{Hostname: "h", NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26", OSArch: "linux/amd64"},
 		Settings: Settings{Backend: "pg", BackendVersion: "PostgreSQL 15", Duration: "5s", Rounds: 3, Scenarios: Scenarios, SessionTTL: "15s", PGPoolMaxConns: 4,
 			Durability: "pg fsync=on synchronous_commit=on wal_sync_method=fdatasync", DataDir: "/data", DataDirFS: "ext2/3/4 (statfs type 0xef53)"},
 	}
