@@ -101,7 +101,9 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Scenarios: []string{"distinct"}}, ""},
 		{Config{}, "idle scenario needs the lockd executable"},
 		{Config{Backend: "mysql", Scenarios: []string{"death"}}, `backend "mysql"`},
-		{Config{Backend: BackendEtcd, Scenarios: []string{"death"}}, "etcd endpoints"},
+		{Config{Backend: BackendEtcd, Scenarios: []string{"death"}}, "needs the lockd executable"},
+		{Config{Backend: BackendEtcd, Scenarios: []string{"death"}, LockdCommand: []string{"lockd"}}, ""},
+		{Config{Backend: BackendEtcd, Scenarios: []string{"death"}, EtcdEndpoints: []string{"http://127.0.0.1:2379"}}, ""},
 		{Config{Backend: BackendPG, Scenarios: []string{"death"}}, "PostgreSQL DSN"},
 		{Config{Scenarios: []string{"nope"}}, `unknown scenario "nope"`},
 		{Config{Scenarios: []string{"death"}, DistinctConcurrency: []int{0}}, "concurrency 0"},
@@ -165,6 +167,29 @@ func TestProcReadings(t *testing.T) {
 	}
 }
 
+func TestCeilingShare(t *testing.T) {
+	if got := ceilingShare(100, 400); got == nil || *got != 50 {
+		t.Errorf("ceilingShare(100 pairs/s, 400 commits/s) = %v, want 50 (%%)", got)
+	}
+	if got := ceilingShare(100, Value(math.NaN())); got != nil {
+		t.Errorf("ceilingShare without a ceiling = %v, want nil", *got)
+	}
+}
+
+func TestFsyncCeiling(t *testing.T) {
+	dir := t.TempDir()
+	res, err := measureCeiling(context.Background(), fsyncCeiling(dir), 2, 50*time.Millisecond, "t")
+	if err != nil || res.ops < 2 || len(res.perClient) != 2 || res.elapsed < 50*time.Millisecond {
+		t.Fatalf("fsync ceiling = %+v, %v; want ops from both workers over at least 50ms", res, err)
+	}
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("fsync ceiling left %v (%v) in its directory", left, err)
+	}
+	if fs := fsType(dir); fs == "" || strings.HasPrefix(fs, "unknown") {
+		t.Errorf("fsType(%s) = %q, want a filesystem type", dir, fs)
+	}
+}
+
 func TestTailBuffer(t *testing.T) {
 	tb := &tailBuffer{max: 5}
 	for _, s := range []string{"abc", "defg", "h"} {
@@ -180,16 +205,23 @@ func TestTailBuffer(t *testing.T) {
 func TestWriteTable(t *testing.T) {
 	raw := Value(100)
 	rep := &Report{
-		Start:    time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		Took:     "1m0s",
-		Machine:  Machine{Hostname: "h", NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26", OSArch: "linux/amd64"},
-		Settings: Settings{Backend: "pg", BackendVersion: "PostgreSQL 15", Duration: "5s", Rounds: 3, Scenarios: Scenarios, SessionTTL: "15s", PGPoolMaxConns: 4},
+		Start:   time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Took:    "1m0s",
+		Machine: Machine{Hostname: "h", NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26", OSArch: "linux/amd64"},
+		Settings: Settings{Backend: "pg", BackendVersion: "PostgreSQL 15", Duration: "5s", Rounds: 3, Scenarios: Scenarios, SessionTTL: "15s", PGPoolMaxConns: 4,
+			Durability: "pg fsync=on synchronous_commit=on wal_sync_method=fdatasync", DataDir: "/data", DataDirFS: "ext2/3/4 (statfs type 0xef53)"},
 	}
+	ceil := Value(4000)
+	ceilRow := Row{Scenario: scCeiling, Concurrency: 64, Metric: MetricOpsPerSec, Lockd: Value(math.NaN()), Baseline: ceilPGInsert, Raw: &ceil}
 	row := compare(scDistinct, 64, MetricPairsPerSec, sysPGRaw, 80, raw)
+	row.LockdCeil, row.RawCeil = ceilingShare(80, ceil), ceilingShare(raw, ceil)
+	row.Flags = []string{"raw<50%ceil"}
 	ratioAtLeast(&row, 1.0)
-	idle := Row{Scenario: scIdle, N: 10000, Metric: MetricCPU, Lockd: 3.5, Note: "a note"}
+	idle := compare(scIdle, 0, MetricCPU, sysEtcdSession, 3.5, 2)
+	idle.N, idle.Note = 10000, "a note"
 	lockdAtMost(&idle, 5)
-	rep.Rows = []Row{row, idle}
+	alsoRatioAtMost(&idle, 2.0)
+	rep.Rows = []Row{ceilRow, row, idle}
 	var b bytes.Buffer
 	if err := rep.WriteTable(&b); err != nil {
 		t.Fatal(err)
@@ -201,10 +233,15 @@ func TestWriteTable(t *testing.T) {
 	for _, want := range []string{
 		"lockd bench  2026-01-02T03:04:05Z  (took 1m0s)\n",
 		"nproc 2, GOMAXPROCS 2, go1.26 linux/amd64\n",
-		"backend:   pg (PostgreSQL 15), pgxpool max 4 conns",
-		"distinct  c=64     pairs/s          80     pg-raw    100  0.8        ratio>=1.0 MISSED\n",
-		"idle      N=10000  cpu % of a core  3.50   -         -    -          lockd<=5 met\n",
-		"  pg-raw      raw PostgreSQL",
+		"backend:   pg (PostgreSQL 15), pgxpool default 4 conns",
+		"durable:   pg fsync=on synchronous_commit=on wal_sync_method=fdatasync\n",
+		"data dir:  /data on ext2/3/4 (statfs type 0xef53)\n",
+		"SCENARIO  C/N      METRIC           LOCKD  BASELINE      RAW   LOCKD/RAW  LOCKD%CEIL  RAW%CEIL  TARGET                     FLAGS\n",
+		"ceiling   c=64     ops/s            -      pg-insert     4000  -          -           -         -                          -\n",
+		"distinct  c=64     pairs/s          80     pg-raw        100   0.8        4%          5%        ratio>=1.0 MISSED          raw<50%ceil\n",
+		"idle      N=10000  cpu % of a core  3.50   etcd-session  2     1.75       -           -         lockd<=5 & ratio<=2.0 met  -\n",
+		"  pg-raw          raw PostgreSQL",
+		"  pg-insert       ceiling:",
 		"notes:\n  a note\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -216,7 +253,9 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back struct{ Rows []map[string]any }
-	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back.Rows) != 2 || back.Rows[0]["ratio"] != 0.8 || back.Rows[0]["met"] != false {
-		t.Errorf("json round trip = %+v, %v; want 2 rows, the first with ratio 0.8, met false\n%s", back, err, b.String())
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back.Rows) != 3 || back.Rows[1]["ratio"] != 0.8 || back.Rows[1]["met"] != false ||
+		back.Rows[1]["raw_ceiling_pct"] != 5.0 || back.Rows[0]["lockd"] != nil || back.Rows[0]["raw"] != 4000.0 {
+		t.Errorf("json round trip = %+v, %v; want 3 rows: a ceiling row without lockd figure, raw 4000; a row with ratio 0.8, met false, raw at 5%% of the ceiling\n%s",
+			back, err, b.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,11 +30,13 @@ const (
 	pgLockdSchema = "lockd_bench"
 	pgRawSchema   = "lockd_bench_raw"
 	pgIdleSchema  = "lockd_bench_idle"
+	pgMinSchema   = "lockd_bench_min"
 
 	etcdLockdPrefix = "/lockd-bench/"
 	etcdRawPrefix   = "/lockd-bench-raw/"
 	etcdMutexPrefix = "/lockd-bench-mutex/"
 	etcdIdlePrefix  = "/lockd-bench-idle/"
+	etcdCeilPrefix  = "/lockd-bench-ceiling/"
 )
 
 // labelSystem is the pprof label that says which system a CPU sample
@@ -72,10 +75,22 @@ type bed struct {
 	pool     *pgxpool.Pool // baselines, counting, cleanup
 	maxConns int
 
-	srv     *server.Server
-	served  chan error
-	lockd   *client.Client
-	systems []system // lockd first
+	// etcdProc is the etcd process the bench started (--backend etcd
+	// without endpoints), else nil.
+	etcdProc *child
+	// process says where the backend runs; durability how it commits.
+	process    string
+	durability string
+	// dataDir is the backend's data directory, where the fsync ceiling
+	// writes; dataDirNote says why it is another directory, if it is.
+	dataDir     string
+	dataDirNote string
+
+	srv      *server.Server
+	served   chan error
+	lockd    *client.Client
+	systems  []system // lockd first, then the primary baseline
+	ceilings []ceiling
 
 	closers []func(context.Context) error // run in reverse order by close
 }
@@ -125,26 +140,60 @@ func (b *bed) close() error {
 	return errors.Join(errs...)
 }
 
+// ownDataDir returns cfg.DataDir, or a temporary directory removed at
+// close.
+func (b *bed) ownDataDir(cfg Config) (string, error) {
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return "", fmt.Errorf("data dir: %w", err)
+		}
+		return cfg.DataDir, nil
+	}
+	tmp, err := os.MkdirTemp("", "lockd-bench-")
+	if err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	b.onClose(func(context.Context) error { return os.RemoveAll(tmp) })
+	return tmp, nil
+}
+
 func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error) {
-	// lockd's backend, as `lockd serve` opens it (with an embedded etcd).
+	// lockd's backend, as `lockd serve` opens it.
 	lockdPrefix := etcdLockdPrefix + b.run + "/"
 	bcfg := backend.DefaultConfig()
 	bcfg.Kind, bcfg.EtcdEndpoints, bcfg.EtcdPrefix, bcfg.EtcdDialTimeout = cfg.Backend, cfg.EtcdEndpoints, lockdPrefix, dialTimeout
-	if cfg.Backend == BackendEmbedded {
-		bcfg.EmbeddedDataDir = cfg.DataDir
-		if bcfg.EmbeddedDataDir == "" {
-			tmp, err := os.MkdirTemp("", "lockd-bench-")
-			if err != nil {
-				return nil, fmt.Errorf("data dir: %w", err)
-			}
-			bcfg.EmbeddedDataDir = tmp
-			b.onClose(func(context.Context) error { return os.RemoveAll(tmp) })
+	var err error
+	switch {
+	case cfg.Backend == BackendEmbedded:
+		if bcfg.EmbeddedDataDir, err = b.ownDataDir(cfg); err != nil {
+			return nil, err
 		}
+		b.dataDir = bcfg.EmbeddedDataDir
+		b.process = "etcd embedded in the bench process (one Go runtime with lockd and the baselines' clients)"
+		b.durability = etcdDurability
+	case len(cfg.EtcdEndpoints) == 0:
+		// etcd in a process of its own: the hidden `lockd bench etcd-server`.
+		if b.dataDir, err = b.ownDataDir(cfg); err != nil {
+			return nil, err
+		}
+		ch, err := startChild(ctx, cfg.LockdCommand, append(slices.Clone(EtcdServerCommand), "--data-dir", b.dataDir), etcdServingLine)
+		if err != nil {
+			return nil, fmt.Errorf("start etcd: %w", err)
+		}
+		b.onClose(func(context.Context) error { ch.stop(); return nil }) // after everything that uses it
+		b.etcdProc = ch
+		bcfg.EtcdEndpoints = []string{ch.addr}
+		b.process = fmt.Sprintf("etcd in its own process (pid %d, `lockd %s`), spawned by the bench", ch.pid(), strings.Join(EtcdServerCommand, " "))
+		b.durability = etcdDurability
+	default:
+		b.process = "external etcd at " + strings.Join(cfg.EtcdEndpoints, ",")
+		b.durability = "etcd: unknown (external; see its --unsafe-no-fsync)"
+		if b.dataDir, err = b.ownDataDir(Config{}); err != nil {
+			return nil, err
+		}
+		b.dataDirNote = "a temporary directory: the external etcd's data directory is not known here"
 	}
-	var (
-		lb  *backend.Backend
-		err error
-	)
+	var lb *backend.Backend
 	withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
 	if err != nil {
 		return nil, err
@@ -168,7 +217,7 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	b.version = "etcd " + status.Version
 	b.onClose(func(ctx context.Context) error { // the keys of this run
 		var errs []error
-		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdIdlePrefix} {
+		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdIdlePrefix, etcdCeilPrefix} {
 			if _, err := raw.Delete(ctx, p+b.run+"/", clientv3.WithPrefix()); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", p+b.run+"/", err))
 			}
@@ -190,6 +239,7 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 		&etcdTxnSystem{cli: raw, prefix: etcdRawPrefix + b.run + "/"},
 		&etcdMutexSystem{cli: raw, prefix: etcdMutexPrefix + b.run + "/"},
 	}
+	b.ceilings = []ceiling{fsyncCeiling(b.dataDir), etcdPutCeiling(raw, etcdCeilPrefix+b.run+"/")}
 	return lb, nil
 }
 
@@ -199,7 +249,7 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 	if err != nil {
 		return nil, fmt.Errorf("parse --pg-dsn: %w", err)
 	}
-	// The same pool settings as pgstore's own pool from the same DSN.
+	// pgxpool's size from this DSN: lockd's pgstore pool and pg-raw-defpool's.
 	b.maxConns = int(pcfg.MaxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -214,8 +264,19 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 		return nil, fmt.Errorf("reach postgresql: %w", err)
 	}
 	b.version = "PostgreSQL " + version
+	b.process = "PostgreSQL server process(es), " + pcfg.ConnConfig.Host
+	var settings []string
+	for _, name := range []string{"fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "commit_delay"} {
+		var v string
+		if err := pool.QueryRow(dctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+			v = "unknown"
+		}
+		settings = append(settings, name+"="+v)
+	}
+	b.durability = "pg " + strings.Join(settings, " ")
+	b.dataDir, b.dataDirNote = b.pgFsyncDir(dctx, pool)
 	drop := func(ctx context.Context) error {
-		for _, s := range []string{pgLockdSchema, pgRawSchema, pgIdleSchema} {
+		for _, s := range []string{pgLockdSchema, pgRawSchema, pgIdleSchema, pgMinSchema} {
 			if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE"); err != nil {
 				return fmt.Errorf("drop schema %s: %w", s, err)
 			}
@@ -226,10 +287,10 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 		return nil, err
 	}
 	b.onClose(drop)
-	raw := &pgRawSystem{pool: pool, q: newPGRawQueries(pgRawSchema)}
-	for _, ddl := range raw.q.schema {
+	full, minimal := newPGRawQueries(pgRawSchema, false), newPGRawQueries(pgMinSchema, true)
+	for _, ddl := range slices.Concat(full.schema, minimal.schema, []string{pgCeilingDDL(pgRawSchema)}) {
 		if _, err := pool.Exec(ctx, ddl); err != nil {
-			return nil, fmt.Errorf("create pg-raw schema: %w", err)
+			return nil, fmt.Errorf("create the baselines' schemas: %w", err)
 		}
 	}
 	// lockd's backend, as `lockd serve` opens it.
@@ -248,9 +309,32 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 			err := pool.QueryRow(ctx, countQ, prefix).Scan(&n)
 			return n, err
 		}},
-		raw,
+		&pgRawSystem{sysName: sysPGRaw, sized: true, base: pcfg, setup: pool, q: full},
+		&pgRawSystem{sysName: sysPGRawMin, minimal: true, sized: true, base: pcfg, setup: pool, q: minimal},
+		&pgRawSystem{sysName: sysPGRawDef, base: pcfg, setup: pool, q: full},
 	}
+	b.ceilings = []ceiling{fsyncCeiling(b.dataDir), pgInsertCeiling(pcfg, pgRawSchema)}
 	return lb, nil
+}
+
+// pgFsyncDir returns a directory on PostgreSQL's data directory for the
+// fsync ceiling (removed at close) when the server's data directory is on
+// this machine and writable by this user, else a temporary directory and
+// the reason.
+func (b *bed) pgFsyncDir(ctx context.Context, pool *pgxpool.Pool) (dir, note string) {
+	var data string
+	err := pool.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&data)
+	if err == nil {
+		if dir, err = os.MkdirTemp(data, "lockd-bench-fsync-"); err == nil {
+			b.onClose(func(context.Context) error { return os.RemoveAll(dir) })
+			return dir, ""
+		}
+	}
+	tmp, terr := b.ownDataDir(Config{})
+	if terr != nil {
+		tmp = os.TempDir()
+	}
+	return tmp, fmt.Sprintf("a temporary directory: PostgreSQL's data directory is not usable from here (%v)", err)
 }
 
 // startLockd starts the lockd server over st on 127.0.0.1 and connects the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -14,7 +15,11 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/store/etcdstore"
 )
 
 // EnvChild is set to "1" in the environment of the `lockd serve` child the
@@ -39,33 +44,133 @@ const userHZ = 100
 // measurement, at most 5 s.
 func settleFor(d time.Duration) time.Duration { return min(d/4, 5*time.Second) }
 
+// idleFigures are what one idle measurement found.
+type idleFigures struct {
+	server Value // CPU % of a core of the server side (NaN: not measurable)
+	client Value // CPU % of a core of this process (the clients)
+	rss    Value // lockd child only
+	hwm    Value
+	alive  int
+}
+
+// cpuMeter reads the CPU time of a set of processes.
+type cpuMeter []int
+
+func (m cpuMeter) read() (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range m {
+		d, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
+}
+
+// measureIdle waits for the sessions to settle, then measures the CPU of
+// server and of this process for d.
+func measureIdle(ctx context.Context, server cpuMeter, d time.Duration) (serverPct, clientPct Value, err error) {
+	if err := sleep(ctx, settleFor(d)); err != nil {
+		return 0, 0, err
+	}
+	self := cpuMeter{os.Getpid()}
+	s0, err := server.read()
+	if err != nil {
+		return 0, 0, err
+	}
+	c0, err := self.read()
+	if err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	if err := sleep(ctx, d); err != nil {
+		return 0, 0, err
+	}
+	s1, err := server.read()
+	if err != nil {
+		return 0, 0, err
+	}
+	c1, err := self.read()
+	if err != nil {
+		return 0, 0, err
+	}
+	window := time.Since(t0).Seconds()
+	serverPct = Value(math.NaN())
+	if len(server) > 0 {
+		serverPct = Value((s1 - s0).Seconds() / window * 100)
+	}
+	return serverPct, Value((c1 - c0).Seconds() / window * 100), nil
+}
+
 // idle holds cfg.IdleSessions sessions open on a `lockd serve` child for
-// cfg.IdleDuration and reports the child's CPU and memory.
+// cfg.IdleDuration and reports the child's CPU and memory; then, on etcd,
+// as many raw concurrency.Sessions, and the etcd process's CPU.
 func (r *runner) idle(ctx context.Context) ([]Row, error) {
+	n := r.cfg.IdleSessions
+	lf, note, err := r.idleLockd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows := []Row{
+		{Scenario: scIdle, N: n, Metric: MetricCPU, Lockd: lf.server, Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricClientCPU, Lockd: lf.client, Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricRSS, Lockd: lf.rss, Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricPeakRSS, Lockd: lf.hwm, Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricAlive, Lockd: Value(lf.alive), Note: note},
+	}
+	if r.bed.backend == BackendEtcd {
+		rf, err := r.idleRawEtcd(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for i, v := range []Value{rf.server, rf.client} {
+			rows[i].Baseline, rows[i].Raw, rows[i].Ratio = sysEtcdSession, &v, ratio(rows[i].Lockd, v)
+		}
+	}
+	lockdAtMost(&rows[0], 5)
+	if rows[0].Raw != nil && !math.IsNaN(float64(*rows[0].Raw)) {
+		alsoRatioAtMost(&rows[0], 2.0)
+	}
+	lockdAtMost(&rows[2], 250)
+	lockdAtLeast(&rows[4], float64(n))
+	if lf.alive < n {
+		rows[4].Note = fmt.Sprintf("idle: %d of %d sessions ended while idle (the server could not keep them alive); the CPU and RSS figures are of a lockd that failed at this load",
+			n-lf.alive, n)
+	}
+	return rows, nil
+}
+
+// idleLockd measures lockd's idle sessions.
+func (r *runner) idleLockd(ctx context.Context) (f idleFigures, note string, err error) {
 	cfg, b := r.cfg, r.bed
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off"}
-	note := "idle: the lockd process is a `lockd serve` child; the SDK clients holding the sessions run in the bench process and are not counted"
+	note = "idle: cpu = the `lockd serve` child process (plus the etcd process when the bench started one); client cpu = the bench process, " +
+		"where the SDK clients (lockd) or the clientv3 client (etcd-session) hold the sessions"
 	switch cfg.Backend {
 	case BackendEmbedded:
 		dir, err := os.MkdirTemp("", "lockd-bench-idle-")
 		if err != nil {
-			return nil, fmt.Errorf("idle: data dir: %w", err)
+			return f, "", fmt.Errorf("idle: data dir: %w", err)
 		}
 		defer os.RemoveAll(dir)
 		args = append(args, "--backend", BackendEmbedded, "--data-dir", dir)
-		note += "; with --backend embedded the child runs its own embedded etcd, which is counted"
+		note += "; with --backend embedded the child runs its own embedded etcd, which is counted, and etcd-session's server cpu " +
+			"is not measurable (its etcd shares the bench process): use --backend etcd for that ratio"
 	case BackendEtcd:
 		args = append(args, "--backend", BackendEtcd, "--etcd-endpoints", strings.Join(b.endpoints, ","),
 			"--etcd-prefix", etcdIdlePrefix+b.run+"/")
-		note += "; etcd runs elsewhere and is not counted"
+		if b.etcdProc == nil {
+			note += "; the external etcd is not counted"
+		}
 	case BackendPG:
 		args = append(args, "--backend", BackendPG, "--pg-dsn", b.dsn, "--pg-schema", pgIdleSchema)
-		note += "; PostgreSQL is not counted"
+		note += "; PostgreSQL is not counted, and there is no raw idle baseline on PostgreSQL"
 	}
 	r.progressf("idle: starting the lockd child")
-	ch, err := startChild(ctx, cfg.LockdCommand, args)
+	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine)
 	if err != nil {
-		return nil, fmt.Errorf("idle: %w", err)
+		return f, "", fmt.Errorf("idle: %w", err)
 	}
 	defer ch.stop()
 
@@ -84,11 +189,11 @@ func (r *runner) idle(ctx context.Context) ([]Row, error) {
 	for i := range clients {
 		c, err := client.New(ch.addr)
 		if err != nil {
-			return nil, fmt.Errorf("idle: client: %w", err)
+			return f, "", fmt.Errorf("idle: client: %w", err)
 		}
 		clients[i] = c
 	}
-	r.progressf("idle: opening %d sessions", n)
+	r.progressf("idle: opening %d lockd sessions", n)
 	sessions := make([]*client.Session, n)
 	opened := time.Now()
 	err = parallel(ctx, n, setupWidth, func(ctx context.Context, i int) error {
@@ -97,52 +202,79 @@ func (r *runner) idle(ctx context.Context) ([]Row, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("idle: open %d sessions: %w", n, err)
+		return f, "", fmt.Errorf("idle: open %d sessions: %w", n, err)
 	}
 	r.progressf("idle: %d sessions open after %v; settling %v, measuring %v", n, time.Since(opened).Round(time.Millisecond),
 		settleFor(cfg.IdleDuration), cfg.IdleDuration)
-	if err := sleep(ctx, settleFor(cfg.IdleDuration)); err != nil {
-		return nil, fmt.Errorf("idle: %w", err)
+	server := cpuMeter{ch.pid()}
+	if b.etcdProc != nil {
+		server = append(server, b.etcdProc.pid())
 	}
-	cpu0, err := procCPU(ch.pid())
-	if err != nil {
-		return nil, fmt.Errorf("idle: %w", err)
+	if f.server, f.client, err = measureIdle(ctx, server, cfg.IdleDuration); err != nil {
+		return f, "", fmt.Errorf("idle: %w", err)
 	}
-	t0 := time.Now()
-	if err := sleep(ctx, cfg.IdleDuration); err != nil {
-		return nil, fmt.Errorf("idle: %w", err)
+	if f.rss, f.hwm, err = procRSS(ch.pid()); err != nil {
+		return f, "", fmt.Errorf("idle: %w", err)
 	}
-	cpu1, err := procCPU(ch.pid())
-	if err != nil {
-		return nil, fmt.Errorf("idle: %w", err)
-	}
-	window := time.Since(t0)
-	rss, hwm, err := procRSS(ch.pid())
-	if err != nil {
-		return nil, fmt.Errorf("idle: %w", err)
-	}
-	alive := 0
 	for _, s := range sessions {
 		if s.Err() == nil {
-			alive++
+			f.alive++
 		}
 	}
-	cpuPct := Value((cpu1 - cpu0).Seconds() / window.Seconds() * 100)
-	r.progressf("idle: cpu %s%% of a core, rss %s MiB, %d of %d sessions alive", cpuPct, rss, alive, n)
-	rows := []Row{
-		{Scenario: scIdle, N: n, Metric: MetricCPU, Lockd: cpuPct, Note: note},
-		{Scenario: scIdle, N: n, Metric: MetricRSS, Lockd: rss, Note: note},
-		{Scenario: scIdle, N: n, Metric: MetricPeakRSS, Lockd: hwm, Note: note},
-		{Scenario: scIdle, N: n, Metric: MetricAlive, Lockd: Value(alive), Note: note},
+	r.progressf("idle: lockd cpu %s%% of a core, client cpu %s%%, rss %s MiB, %d of %d sessions alive", f.server, f.client, f.rss, f.alive, n)
+	return f, note, nil
+}
+
+// idleRawEtcd holds cfg.IdleSessions concurrency.Sessions (a lease each,
+// kept alive by clientv3) on one new clientv3 client for cfg.IdleDuration:
+// the raw idle baseline. Its server CPU is the etcd process's, when the
+// bench started one (NaN otherwise).
+func (r *runner) idleRawEtcd(ctx context.Context) (f idleFigures, err error) {
+	cli, err := clientv3.New(etcdstore.ClientConfig(r.bed.endpoints, dialTimeout))
+	if err != nil {
+		return f, fmt.Errorf("idle: etcd client: %w", err)
 	}
-	lockdAtMost(&rows[0], 5)
-	lockdAtMost(&rows[1], 250)
-	lockdAtLeast(&rows[3], float64(n))
-	if alive < n {
-		rows[3].Note = fmt.Sprintf("idle: %d of %d sessions ended while idle (the server could not keep them alive); the CPU and RSS figures are of a lockd that failed at this load",
-			n-alive, n)
+	defer cli.Close()
+	n := r.cfg.IdleSessions
+	r.progressf("idle: opening %d raw concurrency.Sessions", n)
+	sessions := make([]*concurrency.Session, n)
+	defer func() { // revoke the leases (Close is bounded by the session's TTL)
+		_ = parallel(context.WithoutCancel(ctx), n, setupWidth, func(_ context.Context, i int) error {
+			if sessions[i] != nil {
+				_ = sessions[i].Close()
+			}
+			return nil
+		})
+	}()
+	opened := time.Now()
+	err = parallel(ctx, n, setupWidth, func(ctx context.Context, i int) error {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(sessionTTL/time.Second)))
+		sessions[i] = s
+		return err
+	})
+	if err != nil {
+		return f, fmt.Errorf("idle: open %d concurrency sessions: %w", n, err)
 	}
-	return rows, nil
+	r.progressf("idle: %d raw sessions open after %v", n, time.Since(opened).Round(time.Millisecond))
+	var server cpuMeter
+	if r.bed.etcdProc != nil {
+		server = cpuMeter{r.bed.etcdProc.pid()}
+	}
+	if f.server, f.client, err = measureIdle(ctx, server, r.cfg.IdleDuration); err != nil {
+		return f, fmt.Errorf("idle: %w", err)
+	}
+	for _, s := range sessions {
+		select {
+		case <-s.Done():
+		default:
+			f.alive++
+		}
+	}
+	if f.alive < n {
+		return f, fmt.Errorf("idle: %d of %d raw concurrency sessions ended while idle", n-f.alive, n)
+	}
+	r.progressf("idle: etcd-session server cpu %s%% of a core, client cpu %s%%", f.server, f.client)
+	return f, nil
 }
 
 // child is a running `lockd serve`.
@@ -155,8 +287,9 @@ type child struct {
 
 var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) `)
 
-// startChild runs argv+args and waits for its serving line.
-func startChild(ctx context.Context, argv, args []string) (*child, error) {
+// startChild runs argv+args and waits for its first line to match serving,
+// whose first group is the address it serves on.
+func startChild(ctx context.Context, argv, args []string, serving *regexp.Regexp) (*child, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no lockd executable to start (LockdCommand)")
 	}
@@ -195,7 +328,7 @@ func startChild(ctx context.Context, argv, args []string) (*child, error) {
 		lr = <-lines
 		lr.err = ctx.Err()
 	}
-	m := servingLine.FindStringSubmatch(lr.line)
+	m := serving.FindStringSubmatch(lr.line)
 	if lr.err != nil || m == nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

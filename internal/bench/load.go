@@ -49,6 +49,13 @@ func warmupFor(dur time.Duration) time.Duration { return min(dur/5, time.Second)
 // measure opens c clients of sys, runs run on them, closes the clients, and
 // returns the measured result.
 func measure(ctx context.Context, sys system, c int, dur time.Duration, tag string, run load) (loadResult, error) {
+	if p, ok := sys.(preparer); ok {
+		done, err := p.prepare(ctx, c)
+		if err != nil {
+			return loadResult{}, err
+		}
+		defer done() // after the clients closed (deferred below, run first)
+	}
 	clients := make([]locker, c)
 	err := parallel(ctx, c, setupWidth, func(ctx context.Context, i int) error {
 		l, err := sys.open(ctx)

@@ -58,10 +58,14 @@ const (
 	MetricRSS             = "rss MiB"
 	MetricPeakRSS         = "peak rss MiB"
 	MetricAlive           = "sessions alive at end"
+	MetricClientCPU       = "client cpu % of a core"
+	MetricOpsPerSec       = "ops/s"
 )
 
 // Row is one line of the report: one lockd figure, and the same figure of
 // one baseline with the ratio lockd / baseline when the scenario has one.
+// A ceiling row (scenario "ceiling") has no lockd figure (NaN, null in
+// JSON): Baseline names the ceiling and Raw is its figure.
 type Row struct {
 	Scenario string `json:"scenario"`
 	// Concurrency is the number of clients (distinct, contended).
@@ -75,6 +79,14 @@ type Row struct {
 	Raw      *Value `json:"raw,omitempty"`
 	// Ratio is Lockd / Raw.
 	Ratio *Value `json:"ratio,omitempty"`
+	// LockdCeil and RawCeil are lockd's and the baseline's commits/s as a
+	// percentage of the backend's ceiling at the same concurrency
+	// (distinct pairs/s rows).
+	LockdCeil *Value `json:"lockd_ceiling_pct,omitempty"`
+	RawCeil   *Value `json:"raw_ceiling_pct,omitempty"`
+	// Flags mark what makes a figure suspect: a baseline below 50 % of
+	// its ceiling, one slower than at the previous concurrency.
+	Flags []string `json:"flags,omitempty"`
 	// Target is issue 5's target for this row, if it has one, and Met
 	// whether this run reached it.
 	Target string `json:"target,omitempty"`
@@ -113,6 +125,19 @@ type Settings struct {
 	IdleDuration         string   `json:"idle_duration"`
 	SessionTTL           string   `json:"session_ttl"`
 	PGPoolMaxConns       int      `json:"pg_pool_max_conns,omitempty"`
+	// BackendProcess says where the backend ran, Durability how it
+	// commits (etcd's fsync; PostgreSQL's fsync, synchronous_commit,
+	// wal_sync_method …).
+	BackendProcess string `json:"backend_process,omitempty"`
+	Durability     string `json:"durability,omitempty"`
+	// DataDir is where the fsync ceiling wrote: the backend's data
+	// directory unless DataDirNote says otherwise; DataDirFS its
+	// filesystem.
+	DataDir     string `json:"data_dir,omitempty"`
+	DataDirFS   string `json:"data_dir_fs,omitempty"`
+	DataDirNote string `json:"data_dir_note,omitempty"`
+	// SystemOrder says how the systems take turns.
+	SystemOrder string `json:"system_order"`
 }
 
 // Report is the outcome of Run.
@@ -138,10 +163,29 @@ func (r *Report) WriteJSON(w io.Writer) error {
 
 // systemLegend explains the system names of the table.
 var systemLegend = []string{
-	"lockd       lockd gRPC server in this process (127.0.0.1) + Go SDK, one session per client",
-	"etcd-txn    raw etcd: Txn(If CreateRevision==0 Then Put with lease) + Delete; waiters watch the key; death = lease revoke",
-	"etcd-mutex  go.etcd.io/etcd/client/v3/concurrency.Mutex, one concurrency.Session per client",
-	"pg-raw      raw PostgreSQL: INSERT ... ON CONFLICT DO NOTHING RETURNING nextval + DELETE ... AND token; waiters poll every 2-10 ms; death = ON DELETE CASCADE",
+	"lockd           lockd gRPC server in this process (127.0.0.1) + Go SDK, one session per client",
+	"etcd-txn        raw etcd (primary): Txn(If CreateRevision==0 Then Put with lease) + Delete; waiters watch the key; death = lease revoke",
+	"etcd-mutex      go.etcd.io/etcd/client/v3/concurrency.Mutex, one concurrency.Session per client (reference only, not a target)",
+	"etcd-session    idle: one clientv3 concurrency.Session per session on one clientv3 client; cpu = the etcd process (and, client cpu, the bench process)",
+	"pg-raw          raw PostgreSQL (primary): sessions table + ON DELETE CASCADE; INSERT ... ON CONFLICT DO NOTHING RETURNING nextval + DELETE ... AND token; " +
+		"waiters poll every 2-10 ms; pgxpool of exactly c connections, all opened before the clock starts",
+	"pg-raw-min      as pg-raw with the minimal schema: one table, primary key only, client-chosen token, no sessions; pool of c connections",
+	"pg-raw-defpool  pg-raw through pgxpool's default pool from the DSN (size in the backend line), shared by all clients",
+	"fsync-4k        ceiling: 4 KiB pwrite + fdatasync loop per worker, on a file in the backend's data directory",
+	"etcd-put        ceiling: etcd Put of a key per worker",
+	"pg-insert       ceiling: autocommit INSERT into an index-free table, one connection per worker",
+}
+
+// legendFor reports whether the legend line of name belongs to a report of
+// backend.
+func legendFor(name, backend string) bool {
+	switch {
+	case name == sysLockd || name == ceilFsync:
+		return true
+	case backend == BackendPG:
+		return strings.HasPrefix(name, "pg-")
+	}
+	return strings.HasPrefix(name, "etcd-")
 }
 
 // WriteTable writes the report as a header and an aligned table.
@@ -158,20 +202,32 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, " (%s)", s.BackendVersion)
 	}
 	if s.PGPoolMaxConns > 0 {
-		fmt.Fprintf(&b, ", pgxpool max %d conns for lockd and pg-raw alike", s.PGPoolMaxConns)
+		fmt.Fprintf(&b, ", pgxpool default %d conns (lockd's pool and pg-raw-defpool); pg-raw, pg-raw-min and pg-insert get c conns", s.PGPoolMaxConns)
 	}
-	fmt.Fprintf(&b, "\nsettings:  %s per measurement, %d rounds alternating systems, scenarios %s, session TTL %s\n",
-		s.Duration, s.Rounds, strings.Join(s.Scenarios, ","), s.SessionTTL)
+	if s.BackendProcess != "" {
+		fmt.Fprintf(&b, "\nprocess:   %s", s.BackendProcess)
+	}
+	if s.Durability != "" {
+		fmt.Fprintf(&b, "\ndurable:   %s", s.Durability)
+	}
+	if s.DataDir != "" {
+		fmt.Fprintf(&b, "\ndata dir:  %s on %s", s.DataDir, s.DataDirFS)
+		if s.DataDirNote != "" {
+			fmt.Fprintf(&b, " (%s)", s.DataDirNote)
+		}
+	}
+	fmt.Fprintf(&b, "\nsettings:  %s per measurement, %d rounds (%s), scenarios %s, session TTL %s\n",
+		s.Duration, s.Rounds, orDash(s.SystemOrder), strings.Join(s.Scenarios, ","), s.SessionTTL)
 	b.WriteString("figures:   rates, fairness and death times are medians over rounds; latencies are percentiles of all pairs\n")
 	for _, l := range systemLegend {
 		name, _, _ := strings.Cut(l, " ")
-		if name == sysLockd || (s.Backend == BackendPG) == (name == sysPGRaw) {
+		if legendFor(name, s.Backend) {
 			b.WriteString("  " + l + "\n")
 		}
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tC/N\tMETRIC\tLOCKD\tBASELINE\tRAW\tLOCKD/RAW\tTARGET")
+	fmt.Fprintln(tw, "SCENARIO\tC/N\tMETRIC\tLOCKD\tBASELINE\tRAW\tLOCKD/RAW\tLOCKD%CEIL\tRAW%CEIL\tTARGET\tFLAGS")
 	for _, row := range r.Rows {
 		cn := "-"
 		switch {
@@ -195,8 +251,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 				target += " MISSED"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Scenario, cn, row.Metric, row.Lockd,
-			orDash(row.Baseline), raw, ratio, orDash(target))
+		lceil, rceil := "-", "-"
+		if row.LockdCeil != nil {
+			lceil = row.LockdCeil.String() + "%"
+		}
+		if row.RawCeil != nil {
+			rceil = row.RawCeil.String() + "%"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Scenario, cn, row.Metric, row.Lockd,
+			orDash(row.Baseline), raw, ratio, lceil, rceil, orDash(target), orDash(strings.Join(row.Flags, "; ")))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench: write table: %w", err)

@@ -29,6 +29,10 @@ const (
 	sysEtcdTxn   = "etcd-txn"
 	sysEtcdMutex = "etcd-mutex"
 	sysPGRaw     = "pg-raw"
+	sysPGRawMin  = "pg-raw-min"
+	sysPGRawDef  = "pg-raw-defpool"
+	// sysEtcdSession is the idle scenario's raw baseline.
+	sysEtcdSession = "etcd-session"
 )
 
 // sessionTTL is the TTL of every session, lease and sessions row of every
@@ -51,6 +55,13 @@ type system interface {
 	name() string
 	// open starts a client of its own: a session, lease or sessions row.
 	open(ctx context.Context) (locker, error)
+}
+
+// preparer is a system that sets up for a measurement of c clients
+// before they open (and before the clock starts); the returned function
+// undoes it after they closed.
+type preparer interface {
+	prepare(ctx context.Context, c int) (done func(), err error)
 }
 
 // locker is one client of a system.
@@ -449,10 +460,25 @@ func (l *etcdMutexLocker) close(context.Context) error {
 
 // ---- raw PostgreSQL ----
 
-// pgRawSystem is a lock built directly on PostgreSQL rows.
+// pgRawSystem is a lock built directly on PostgreSQL rows: pg-raw (a
+// sessions table, ON DELETE CASCADE, tokens from a sequence), pg-raw-min
+// (one table with a primary key, nothing else) or pg-raw-defpool (pg-raw
+// through pgxpool's default pool).
 type pgRawSystem struct {
-	pool *pgxpool.Pool
-	q    pgRawQueries
+	sysName string
+	// minimal selects the primary-key-only schema: no sessions, no death.
+	minimal bool
+	// sized makes each measurement's pool exactly as large as its number
+	// of clients; otherwise it has the DSN's (pgxpool's default) size.
+	sized bool
+	// base configures the pools (from the DSN).
+	base *pgxpool.Config
+	// setup is the bench's own pool: sessions of the death scenario,
+	// counting.
+	setup *pgxpool.Pool
+	// cur is the pool of the measurement in progress (set by prepare).
+	cur *pgxpool.Pool
+	q   pgRawQueries
 }
 
 // pgRawQueries are pg-raw's statements in its schema.
@@ -466,9 +492,20 @@ type pgRawQueries struct {
 	count        string
 }
 
-func newPGRawQueries(schema string) pgRawQueries {
+func newPGRawQueries(schema string, minimal bool) pgRawQueries {
 	s := pgx.Identifier{schema}.Sanitize()
 	seq := pgx.Identifier{schema, "token"}.Sanitize()
+	if minimal {
+		return pgRawQueries{
+			schema: []string{
+				`CREATE SCHEMA ` + s,
+				`CREATE TABLE ` + s + `.locks (key text COLLATE "C" PRIMARY KEY, token bigint NOT NULL)`,
+			},
+			acquire: `INSERT INTO ` + s + `.locks (key, token) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING token`,
+			release: `DELETE FROM ` + s + `.locks WHERE key = $1 AND token = $2`,
+			count:   `SELECT count(*) FROM ` + s + `.locks WHERE starts_with(key, $1)`,
+		}
+	}
 	return pgRawQueries{
 		schema: []string{
 			`CREATE SCHEMA ` + s,
@@ -490,34 +527,102 @@ func newPGRawQueries(schema string) pgRawQueries {
 	}
 }
 
-func (s *pgRawSystem) name() string { return sysPGRaw }
+func (s *pgRawSystem) name() string { return s.sysName }
 
-func (s *pgRawSystem) openSession(ctx context.Context, ttl time.Duration) (string, error) {
+// pool is the pool of the measurement in progress, else the setup pool.
+func (s *pgRawSystem) pool() *pgxpool.Pool {
+	if s.cur != nil {
+		return s.cur
+	}
+	return s.setup
+}
+
+// prepare opens the measurement's pool for c clients (c connections, or
+// the DSN's default size) and opens every connection before the clock
+// starts, as a careful engineer's service does at start-up.
+func (s *pgRawSystem) prepare(ctx context.Context, c int) (func(), error) {
+	size := int(s.base.MaxConns)
+	if s.sized {
+		size = c
+	}
+	pool, err := openWarmPool(ctx, s.base, size)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.sysName, err)
+	}
+	s.cur = pool
+	return func() { s.cur = nil; pool.Close() }, nil
+}
+
+// openWarmPool opens a pool of exactly size connections from base and
+// has every one of them answer a query before returning.
+func openWarmPool(ctx context.Context, base *pgxpool.Config, size int) (*pgxpool.Pool, error) {
+	cfg := base.Copy()
+	cfg.MaxConns, cfg.MinConns = int32(size), int32(size)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open a pool of %d: %w", size, err)
+	}
+	conns := make([]*pgxpool.Conn, size)
+	err = parallel(ctx, size, size, func(ctx context.Context, i int) error {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns[i] = c
+		_, err = c.Exec(ctx, "SELECT 1")
+		return err
+	})
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("warm a pool of %d: %w", size, err)
+	}
+	return pool, nil
+}
+
+func (s *pgRawSystem) openSession(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration) (string, error) {
 	id := rand.Text()
-	if _, err := s.pool.Exec(ctx, s.q.openSession, id, ttl.Milliseconds()); err != nil {
+	if _, err := pool.Exec(ctx, s.q.openSession, id, ttl.Milliseconds()); err != nil {
 		return "", fmt.Errorf("insert session: %w", err)
 	}
 	return id, nil
 }
 
 func (s *pgRawSystem) open(ctx context.Context) (locker, error) {
-	id, err := s.openSession(ctx, sessionTTL)
+	l := &pgRawLocker{sys: s, pool: s.pool()}
+	if s.minimal {
+		return l, nil
+	}
+	id, err := s.openSession(ctx, l.pool, sessionTTL)
 	if err != nil {
 		return nil, err
 	}
-	return &pgRawLocker{sys: s, id: id}, nil
+	l.id = id
+	return l, nil
 }
 
 type pgRawLocker struct {
-	sys *pgRawSystem
-	id  string
+	sys  *pgRawSystem
+	pool *pgxpool.Pool
+	id   string // session (not minimal)
 }
 
 func (l *pgRawLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {
-	pool := l.sys.pool
+	pool := l.pool
 	for {
-		var token int64
-		err := pool.QueryRow(ctx, l.sys.q.acquire, key, l.id).Scan(&token)
+		var (
+			token int64
+			err   error
+		)
+		if l.sys.minimal {
+			err = pool.QueryRow(ctx, l.sys.q.acquire, key, mrand.Int64()).Scan(&token)
+		} else {
+			err = pool.QueryRow(ctx, l.sys.q.acquire, key, l.id).Scan(&token)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			if err := sleep(ctx, pgPollMin+mrand.N(pgPollMax-pgPollMin)); err != nil {
 				return nil, err
@@ -538,7 +643,10 @@ func (l *pgRawLocker) acquire(ctx context.Context, key string) (func(context.Con
 }
 
 func (l *pgRawLocker) close(ctx context.Context) error {
-	if _, err := l.sys.pool.Exec(ctx, l.sys.q.closeSession, l.id); err != nil {
+	if l.sys.minimal {
+		return nil
+	}
+	if _, err := l.pool.Exec(ctx, l.sys.q.closeSession, l.id); err != nil {
 		return fmt.Errorf("delete session: %w", err)
 	}
 	return nil
@@ -546,22 +654,26 @@ func (l *pgRawLocker) close(ctx context.Context) error {
 
 func (s *pgRawSystem) count(ctx context.Context, prefix string) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, s.q.count, prefix).Scan(&n)
+	err := s.setup.QueryRow(ctx, s.q.count, prefix).Scan(&n)
 	return n, err
 }
 
 func (s *pgRawSystem) die(ctx context.Context, tag string, n int) (time.Duration, error) {
-	id, err := s.openSession(ctx, 4*sessionTTL)
+	if s.minimal {
+		return 0, fmt.Errorf("%s has no sessions", s.sysName)
+	}
+	pool := s.setup
+	id, err := s.openSession(ctx, pool, 4*sessionTTL)
 	if err != nil {
 		return 0, err
 	}
 	deleted := false
 	defer func() {
 		if !deleted {
-			_, _ = s.pool.Exec(context.WithoutCancel(ctx), s.q.closeSession, id)
+			_, _ = pool.Exec(context.WithoutCancel(ctx), s.q.closeSession, id)
 		}
 	}()
-	if _, err := s.pool.Exec(ctx, s.q.insertMany, id, tag+"/", n); err != nil {
+	if _, err := pool.Exec(ctx, s.q.insertMany, id, tag+"/", n); err != nil {
 		return 0, fmt.Errorf("insert %d locks: %w", n, err)
 	}
 	if held, err := s.count(ctx, tag+"/"); err != nil || held != int64(n) {
@@ -569,7 +681,7 @@ func (s *pgRawSystem) die(ctx context.Context, tag string, n int) (time.Duration
 	}
 	start := time.Now()
 	deleted = true
-	if _, err := s.pool.Exec(ctx, s.q.closeSession, id); err != nil {
+	if _, err := pool.Exec(ctx, s.q.closeSession, id); err != nil {
 		return 0, fmt.Errorf("delete session: %w", err)
 	}
 	return waitGone(ctx, start, func(ctx context.Context) (int64, error) { return s.count(ctx, tag+"/") })

@@ -21,13 +21,29 @@ the Go SDK, over a real backend) and the locking a user would build directly
 on that backend instead, on the same backend instance, alternating them round
 by round, and prints one table with the ratio lockd/raw of every figure.
 
-  --backend embedded   an etcd started in this process (data in --data-dir,
-                       default a temporary directory); baselines etcd-txn and
-                       etcd-mutex
-  --backend etcd       the etcd at --etcd-endpoints; the same baselines
-  --backend pg         the PostgreSQL at --pg-dsn; baseline pg-raw (schemas
-                       lockd_bench, lockd_bench_raw and lockd_bench_idle are
-                       dropped and recreated)
+  --backend etcd       an etcd in a process of its own, started by the bench
+                       (data in --data-dir, default a temporary directory),
+                       or the etcd at --etcd-endpoints; baselines etcd-txn
+                       (primary: raw Txn + watch) and etcd-mutex (reference
+                       only), etcd-session for idle
+  --backend embedded   an etcd inside the bench process (as 'lockd serve'
+                       runs it); the same baselines, but etcd shares one Go
+                       runtime with lockd and the baselines' clients
+  --backend pg         the PostgreSQL at --pg-dsn; baselines pg-raw (primary:
+                       sessions + cascade, a pool of c connections opened
+                       before the clock starts), pg-raw-min (primary key
+                       only) and pg-raw-defpool (pgxpool's default pool);
+                       schemas lockd_bench, lockd_bench_raw, lockd_bench_min
+                       and lockd_bench_idle are dropped and recreated
+
+With the distinct scenario come the ceilings of the same run, measured at the
+same concurrencies on the same data directory: fsync-4k (4 KiB write +
+fdatasync per worker), etcd-put or pg-insert (autocommit INSERT). Each
+system's commits/s (2 per pair) is shown as a share of the backend's ceiling;
+a baseline below 50 % of it, or slower than at a lower concurrency, is
+flagged. The report records where the backend runs, its durability settings
+and the data directory's filesystem. The order of the systems rotates by one
+each round.
 
 Scenarios (--scenarios, comma-separated; default all):
   distinct   keys of their own per client at concurrency 1, 8, 64: pairs/s
@@ -37,7 +53,8 @@ Scenarios (--scenarios, comma-separated; default all):
   death      one session holding N locks ends, for each N of --death-locks:
              time until the backend holds none of them
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
-             RSS of a 'lockd serve' child process
+             RSS of a 'lockd serve' child process, against as many raw
+             clientv3 concurrency.Sessions (etcd: the etcd process's CPU)
 
 Progress goes to stderr; the table (or --json) to stdout. Each measurement
 lasts --duration after a short warm-up and is repeated --rounds times.
@@ -60,9 +77,9 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Backend, "backend", bench.BackendEmbedded, "backend: embedded, etcd or pg")
-	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (--backend etcd)")
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (--backend etcd; default: start etcd in a process of its own)")
 	f.StringVar(&cfg.PGDSN, "pg-dsn", "", "PostgreSQL connection string (--backend pg)")
-	f.StringVar(&cfg.DataDir, "data-dir", "", "data directory of the embedded etcd (default: a temporary directory)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "data directory of the etcd the bench starts (default: a temporary directory)")
 	f.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "length of one measurement")
 	f.IntVar(&cfg.Rounds, "rounds", bench.DefaultRounds, "rounds per measurement, alternating lockd and the baselines")
 	f.StringVar(&scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run, comma-separated")
@@ -114,6 +131,25 @@ are the baselines' names and "backend" (the embedded etcd).`,
 			write = rep.WriteJSON
 		}
 		return errors.Join(write(e.stdout), err)
+	}
+	cmd.AddCommand(newBenchEtcdServerCmd(e))
+	return cmd
+}
+
+// newBenchEtcdServerCmd is the hidden `lockd bench etcd-server`: only an
+// embedded etcd, which `lockd bench --backend etcd` starts as a process of
+// its own.
+func newBenchEtcdServerCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    bench.EtcdServerCommand[len(bench.EtcdServerCommand)-1],
+		Short:  "Run only an embedded etcd (started by lockd bench --backend etcd)",
+		Args:   exactArgs(0, "no arguments"),
+		Hidden: true,
+	}
+	var dir string
+	cmd.Flags().StringVar(&dir, "data-dir", "", "etcd's data directory")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return bench.ServeEtcd(cmd.Context(), dir, e.stdout)
 	}
 	return cmd
 }

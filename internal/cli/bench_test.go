@@ -32,10 +32,13 @@ func init() {
 }
 
 // smallBench are the sizes of the smoke runs: every scenario, tiny. One
-// round (the systems still take turns) of 300ms windows: 64 clients on one
-// key need a moment to queue up on a loaded machine under -race.
-var smallBench = []string{"--duration", "300ms", "--rounds", "1", "--death-locks", "1,50",
-	"--idle-sessions", "50", "--idle-duration", "1s"}
+// round (the systems still take turns) of 100ms windows: enough for every
+// row to have a figure (a distinct window counts every client's first pair,
+// a contended window opens at a grant), and the run stays short with seven
+// systems and ceilings on a loaded machine under -race. Speed is the
+// benchmark's business, not the test's.
+var smallBench = []string{"--duration", "100ms", "--rounds", "1", "--death-locks", "1,50",
+	"--idle-sessions", "50", "--idle-duration", "500ms"}
 
 // wantRow names a row the report must contain.
 type wantRow struct {
@@ -50,10 +53,13 @@ func (w wantRow) String() string {
 }
 
 // wantRows lists every row of a full run with the smoke sizes against the
-// given baselines (primary first).
-func wantRows(baselines []string) []wantRow {
+// given baselines (primary first), ceilings and idle baseline ("" for none).
+func wantRows(baselines, ceilings []string, idleBaseline string) []wantRow {
 	var want []wantRow
 	for _, c := range []int{1, 8, 64} {
+		for _, ce := range ceilings {
+			want = append(want, wantRow{"ceiling", c, bench.MetricOpsPerSec, ce})
+		}
 		for _, b := range baselines {
 			for _, m := range []string{bench.MetricPairsPerSec, bench.MetricP50, bench.MetricP99} {
 				want = append(want, wantRow{"distinct", c, m, b})
@@ -70,7 +76,10 @@ func wantRows(baselines []string) []wantRow {
 	for _, n := range []int{1, 50} {
 		want = append(want, wantRow{"death", n, bench.MetricGoneMs, baselines[0]})
 	}
-	for _, m := range []string{bench.MetricCPU, bench.MetricRSS, bench.MetricPeakRSS, bench.MetricAlive} {
+	for _, m := range []string{bench.MetricCPU, bench.MetricClientCPU} {
+		want = append(want, wantRow{"idle", 50, m, idleBaseline})
+	}
+	for _, m := range []string{bench.MetricRSS, bench.MetricPeakRSS, bench.MetricAlive} {
 		want = append(want, wantRow{"idle", 50, m, ""})
 	}
 	return want
@@ -89,6 +98,8 @@ type jsonRow struct {
 	Ratio       *float64 `json:"ratio"`
 	Target      string   `json:"target"`
 	Met         *bool    `json:"met"`
+	LockdCeil   *float64 `json:"lockd_ceiling_pct"`
+	RawCeil     *float64 `json:"raw_ceiling_pct"`
 }
 
 type jsonReport struct {
@@ -98,8 +109,13 @@ type jsonReport struct {
 		GoVersion  string `json:"go_version"`
 	} `json:"machine"`
 	Settings struct {
-		Backend   string   `json:"backend"`
-		Scenarios []string `json:"scenarios"`
+		Backend        string   `json:"backend"`
+		Scenarios      []string `json:"scenarios"`
+		BackendProcess string   `json:"backend_process"`
+		Durability     string   `json:"durability"`
+		DataDir        string   `json:"data_dir"`
+		DataDirFS      string   `json:"data_dir_fs"`
+		SystemOrder    string   `json:"system_order"`
 	} `json:"settings"`
 	Rows []jsonRow `json:"rows"`
 }
@@ -124,7 +140,7 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 			t.Errorf("row %v: %s fairness %v, want >= 1 or null", w, which, *v)
 		}
 		return
-	case bench.MetricCPU:
+	case bench.MetricCPU, bench.MetricClientCPU:
 		if v == nil || !(*v >= 0) {
 			t.Errorf("row %v: %s cpu %s, want >= 0", w, which, show(v))
 		}
@@ -136,20 +152,25 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 }
 
 // TestBenchSmoke runs every scenario of `lockd bench` with tiny sizes over
-// etcd and PostgreSQL and checks that the JSON report has every row with
-// positive figures, plus one table run over the embedded backend.
+// an etcd the bench starts in a process of its own and over PostgreSQL, and
+// checks that the JSON report has every row (ceilings, every baseline) with
+// positive figures and the backend's settings; plus one table run over the
+// embedded backend and one over an external etcd.
 func TestBenchSmoke(t *testing.T) {
 	cases := []struct {
-		name      string
-		args      func(t *testing.T) []string
-		baselines []string
+		name       string
+		args       func(t *testing.T) []string
+		baselines  []string
+		ceilings   []string
+		idle       string // the idle baseline
+		durability string // in settings.durability
 	}{
 		{"etcd", func(t *testing.T) []string {
-			return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(etcdtest.Endpoints(t), ",")}
-		}, []string{"etcd-txn", "etcd-mutex"}},
+			return []string{"--backend", "etcd", "--data-dir", t.TempDir()}
+		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, "etcd-session", "etcd fsync on"},
 		{"pg", func(t *testing.T) []string {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
-		}, []string{"pg-raw"}},
+		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, "", "synchronous_commit="},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,7 +192,12 @@ func TestBenchSmoke(t *testing.T) {
 			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,death,idle" {
 				t.Errorf("scenarios = %v, want all four", rep.Settings.Scenarios)
 			}
-			want := wantRows(tc.baselines)
+			st := rep.Settings
+			if !strings.Contains(st.Durability, tc.durability) || st.DataDir == "" || st.DataDirFS == "" || st.SystemOrder == "" ||
+				st.BackendProcess == "" || (tc.name == "etcd" && !strings.Contains(st.BackendProcess, "own process")) {
+				t.Errorf("settings = %+v; want durability with %q, the data dir and its filesystem, the system order and the backend's process", st, tc.durability)
+			}
+			want := wantRows(tc.baselines, tc.ceilings, tc.idle)
 			if len(rep.Rows) != len(want) {
 				t.Errorf("got %d rows, want %d", len(rep.Rows), len(want))
 			}
@@ -186,25 +212,41 @@ func TestBenchSmoke(t *testing.T) {
 					t.Errorf("no row %v in\n%s", w, res.stdout)
 					continue
 				}
-				checkFigure(t, w, "lockd", row.Lockd)
+				if w.scenario == "ceiling" {
+					if row.Lockd != nil {
+						t.Errorf("ceiling row %v has a lockd figure %v", w, *row.Lockd)
+					}
+				} else {
+					checkFigure(t, w, "lockd", row.Lockd)
+				}
 				if w.metric == bench.MetricAlive && (row.Lockd == nil || *row.Lockd != 50 || row.Met == nil || !*row.Met) {
 					t.Errorf("row %v: %s sessions alive (met %v), want all 50", w, show(row.Lockd), row.Met != nil && *row.Met)
 				}
+				if w.metric == bench.MetricPairsPerSec && (row.LockdCeil == nil || *row.LockdCeil <= 0 || row.RawCeil == nil || *row.RawCeil <= 0) {
+					t.Errorf("row %v: shares of the ceiling lockd %s, raw %s; want both > 0", w, show(row.LockdCeil), show(row.RawCeil))
+				}
 				if w.baseline != "" {
 					checkFigure(t, w, "raw", row.Raw)
-					if row.Lockd != nil && row.Raw != nil && w.metric != bench.MetricFairness &&
+					if row.Lockd != nil && row.Raw != nil && w.metric != bench.MetricFairness && w.scenario != "idle" &&
 						(row.Ratio == nil || *row.Ratio <= 0) {
 						t.Errorf("row %v: ratio %s, want > 0", w, show(row.Ratio))
 					}
 				}
+				if w.baseline == "etcd-mutex" && row.Target != "" {
+					t.Errorf("row %v has target %q; concurrency.Mutex is a reference, not a target", w, row.Target)
+				}
 			}
+			primary := tc.baselines[0]
 			for _, target := range []wantRow{
-				{"distinct", 64, bench.MetricPairsPerSec, tc.baselines[0]},
-				{"distinct", 1, bench.MetricP50, tc.baselines[0]},
-				{"contended", 8, bench.MetricFairness, tc.baselines[0]},
-				{"death", 1, bench.MetricGoneMs, tc.baselines[0]},
-				{"death", 50, bench.MetricGoneMs, tc.baselines[0]},
-				{"idle", 50, bench.MetricCPU, ""},
+				{"distinct", 64, bench.MetricPairsPerSec, primary},
+				{"distinct", 8, bench.MetricPairsPerSec, primary},
+				{"distinct", 1, bench.MetricP50, primary},
+				{"contended", 8, bench.MetricHandoversPerSec, primary},
+				{"contended", 64, bench.MetricHandoversPerSec, primary},
+				{"contended", 8, bench.MetricFairness, primary},
+				{"death", 1, bench.MetricGoneMs, primary},
+				{"death", 50, bench.MetricGoneMs, primary},
+				{"idle", 50, bench.MetricCPU, tc.idle},
 				{"idle", 50, bench.MetricRSS, ""},
 				{"idle", 50, bench.MetricAlive, ""},
 			} {
@@ -217,6 +259,23 @@ func TestBenchSmoke(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("etcd-external", func(t *testing.T) {
+		t.Parallel()
+		res := lockd(t, nil, "bench", "--json", "--backend", "etcd", "--etcd-endpoints", strings.Join(etcdtest.Endpoints(t), ","),
+			"--scenarios", "death", "--rounds", "1", "--death-locks", "1")
+		if res.code != 0 {
+			t.Fatalf("lockd bench: %v", res)
+		}
+		var rep jsonReport
+		if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+			t.Fatalf("lockd bench --json: output does not parse: %v\n%s", err, res.stdout)
+		}
+		if len(rep.Rows) != 1 || rep.Rows[0].Baseline != "etcd-txn" || !strings.Contains(rep.Settings.BackendProcess, "external etcd") ||
+			!strings.Contains(rep.Settings.Durability, "unknown") {
+			t.Errorf("report over an external etcd = %+v; want one death row against etcd-txn, an external process, unknown durability", rep)
+		}
+	})
 
 	t.Run("embedded-table", func(t *testing.T) {
 		t.Parallel()
@@ -234,12 +293,16 @@ func TestBenchSmoke(t *testing.T) {
 			`(?m)^machine: .*nproc \d+, GOMAXPROCS \d+, go\d`,
 			`(?m)^lockd bench  \d{4}-\d\d-\d\dT`,
 			`(?m)^backend:   embedded \(etcd \d`,
-			`(?m)^SCENARIO +C/N +METRIC +LOCKD +BASELINE +RAW +LOCKD/RAW +TARGET$`,
-			`(?m)^death +N=1 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +ratio<=2\.0 (met|MISSED)$`,
-			`(?m)^death +N=20 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +ratio<=2\.0 (met|MISSED)$`,
-			`(?m)^idle +N=20 +cpu % of a core +[0-9.]+ +- +- +- +lockd<=5 (met|MISSED)$`,
-			`(?m)^idle +N=20 +rss MiB +[0-9.]+ +- +- +- +lockd<=250 (met|MISSED)$`,
-			`(?m)^idle +N=20 +sessions alive at end +20 +- +- +- +lockd>=20 met$`,
+			`(?m)^process:   etcd embedded in the bench process`,
+			`(?m)^durable:   etcd fsync on`,
+			`(?m)^data dir:  .+ on .+`,
+			`(?m)^SCENARIO +C/N +METRIC +LOCKD +BASELINE +RAW +LOCKD/RAW +LOCKD%CEIL +RAW%CEIL +TARGET +FLAGS$`,
+			`(?m)^death +N=1 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +- +- +ratio<=2\.0 (met|MISSED) +-$`,
+			`(?m)^death +N=20 +ms until all gone +[0-9.]+ +etcd-txn +[0-9.]+ +[0-9.]+ +- +- +ratio<=2\.0 (met|MISSED) +-$`,
+			`(?m)^idle +N=20 +cpu % of a core +[0-9.]+ +etcd-session +- +- +- +- +lockd<=5 (met|MISSED) +-$`,
+			`(?m)^idle +N=20 +client cpu % of a core +[0-9.]+ +etcd-session +[0-9.]+ +[0-9.-]+ +- +- +- +-$`,
+			`(?m)^idle +N=20 +rss MiB +[0-9.]+ +- +- +- +- +- +lockd<=250 (met|MISSED) +-$`,
+			`(?m)^idle +N=20 +sessions alive at end +20 +- +- +- +- +- +lockd>=20 met +-$`,
 		} {
 			if !regexp.MustCompile(re).MatchString(res.stdout) {
 				t.Errorf("table does not match %s:\n%s", re, res.stdout)
