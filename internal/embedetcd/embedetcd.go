@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -30,11 +31,23 @@ type Config struct {
 	// minimum lease TTL: 1.5 × ElectionMs, rounded up to whole seconds.
 	TickMs     uint
 	ElectionMs uint
+	// QuotaBytes is etcd's backend quota (--quota-backend-bytes; C5
+	// lock.embedded.quota-bytes). 0: etcd's default, 2 GiB.
+	QuotaBytes int64
+	// CompactionRetainRevisions: every CompactionInterval the history is
+	// compacted to the current revision minus this many (C5
+	// lock.embedded.compaction-retain-revisions). 0: only etcd's hourly
+	// compaction.
+	CompactionRetainRevisions int64
+	// CompactionInterval is how often; 0 means DefaultCompactionInterval.
+	// Tests shorten it.
+	CompactionInterval time.Duration
 }
 
 // Server is a running embedded etcd.
 type Server struct {
 	etcd      *embed.Etcd
+	upkeep    *upkeep
 	endpoints []string
 	closeOnce sync.Once
 }
@@ -99,6 +112,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	// revision counter (the fencing token) is never affected by compaction.
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
+	ec.QuotaBackendBytes = cfg.QuotaBytes
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -117,6 +131,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	for _, l := range e.Clients {
 		s.endpoints = append(s.endpoints, "http://"+l.Addr().String())
 	}
+	s.upkeep = startUpkeep(e, cfg)
 	return s, nil
 }
 
@@ -166,6 +181,9 @@ func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints
 // stays. Calling Close again does nothing.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		if s.upkeep != nil {
+			s.upkeep.stop()
+		}
 		s.etcd.Close()
 		<-s.etcd.Server.StopNotify()
 	})
