@@ -62,7 +62,8 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemet
 		}
 		return b, nil
 	case Embedded:
-		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: cfg.EmbeddedDataDir, Logger: logger})
+		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: cfg.EmbeddedDataDir, Logger: logger,
+			QuotaBytes: cfg.EmbeddedQuotaBytes, CompactionRetainRevisions: cfg.EmbeddedCompactionRetainRevisions})
 		if err != nil {
 			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, err)
 		}
