@@ -43,8 +43,9 @@ type Config struct {
 	EmbeddedQuotaBytes int64 `koanf:"lock.embedded.quota-bytes"`
 	// EmbeddedCompactionRetainRevisions is
 	// lock.embedded.compaction-retain-revisions: the embedded etcd is
-	// compacted every 10 s to the current revision minus this many; 0 only
-	// keeps etcd's hourly compaction.
+	// compacted every 10 s to the current revision minus this many (or
+	// fully, above half the quota in use); 0 only keeps etcd's hourly
+	// compaction and the space rule.
 	EmbeddedCompactionRetainRevisions int64 `koanf:"lock.embedded.compaction-retain-revisions"`
 }
 
@@ -54,7 +55,7 @@ const (
 	MinEmbeddedQuotaBytes     = 16 << 20
 	MaxEmbeddedQuotaBytes     = 8 << 30 // etcd's suggested maximum
 
-	DefaultCompactionRetainRevisions = 100_000
+	DefaultCompactionRetainRevisions = 10_000
 	MinCompactionRetainRevisions     = 1_000
 	MaxCompactionRetainRevisions     = 1_000_000_000
 )

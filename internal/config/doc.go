@@ -46,7 +46,7 @@
 //	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
 //	lock.embedded.data-dir                   ./lockd-data    non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
 //	lock.embedded.quota-bytes                2147483648      16 MiB..8 GiB, in bytes                      LOCKD_EMBEDDED_QUOTA_BYTES               --embedded-quota-bytes
-//	lock.embedded.compaction-retain-revisions 100000         0 (off), or 1000..1000000000                 LOCKD_EMBEDDED_COMPACTION_RETAIN_REVISIONS --embedded-compaction-retain-revisions
+//	lock.embedded.compaction-retain-revisions 10000          0 (off), or 1000..1000000000                 LOCKD_EMBEDDED_COMPACTION_RETAIN_REVISIONS --embedded-compaction-retain-revisions
 //
 // Value syntax per source:
 //

@@ -54,7 +54,7 @@ func startUpkeep(e *embed.Etcd, cfg Config) *upkeep {
 		log:      telemetry.Log{L: cfg.Logger, Backend: "etcd"},
 		retain:   cfg.CompactionRetainRevisions,
 		interval: cfg.CompactionInterval,
-		quota:    e.Config().QuotaBackendBytes,
+		quota:    quotaOf(e),
 		cancel:   cancel,
 		done:     make(chan struct{}),
 	}
@@ -63,6 +63,14 @@ func startUpkeep(e *embed.Etcd, cfg Config) *upkeep {
 	}
 	go u.run(ctx) // exits when stop cancels ctx
 	return u
+}
+
+// quotaOf is the quota the server applies: etcd's default for 0.
+func quotaOf(e *embed.Etcd) int64 {
+	if q := e.Config().QuotaBackendBytes; q > 0 {
+		return q
+	}
+	return 2 << 30 // etcd's DefaultQuotaBytes
 }
 
 // stop ends the upkeep goroutine and waits for it.
@@ -87,12 +95,32 @@ func (u *upkeep) run(ctx context.Context) {
 				u.recoverSpace(ctx)
 			}
 		case <-compact.C:
-			if u.retain > 0 {
-				if rev := u.e.Server.KV().Rev() - u.retain; rev > u.compacted {
-					u.compact(ctx, rev, false) //nolint:errcheck // tried again at the next tick
-				}
-			}
+			u.tick(ctx)
 		}
+	}
+}
+
+// tick is one periodic check. Space comes before history: above half the
+// quota in use it compacts to the current revision; otherwise to the
+// current revision minus retain. A database file above 80 % of the quota
+// that is less than half in use is defragmented before etcd refuses writes.
+func (u *upkeep) tick(ctx context.Context) {
+	be := u.e.Server.Backend()
+	rev := u.e.Server.KV().Rev()
+	target := int64(0)
+	switch {
+	case u.quota > 0 && be.SizeInUse() > u.quota/2:
+		target = rev
+	case u.retain > 0:
+		target = rev - u.retain
+	}
+	if target > u.compacted {
+		if err := u.compact(ctx, target, true); err != nil {
+			return // tried again at the next tick
+		}
+	}
+	if size := be.Size(); u.quota > 0 && size > u.quota/5*4 && be.SizeInUse() < size/2 {
+		u.e.Server.Defragment() //nolint:errcheck // tried again at the next tick
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/embedetcd"
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/testkit"
@@ -64,7 +65,7 @@ type target struct {
 func etcdTarget(t *testing.T, p plan, markerTTL time.Duration) target {
 	t.Helper()
 	ctx := testkit.Context(t, time.Minute)
-	cfg := embedetcd.Config{DataDir: t.TempDir(), QuotaBytes: quota, CompactionRetainRevisions: 100_000}
+	cfg := embedetcd.Config{DataDir: t.TempDir(), QuotaBytes: quota, CompactionRetainRevisions: backend.DefaultCompactionRetainRevisions}
 	if !p.long {
 		// Smoke: everything the long run does, in seconds.
 		cfg.CompactionRetainRevisions, cfg.CompactionInterval = 1000, 500*time.Millisecond
