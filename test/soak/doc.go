@@ -10,16 +10,19 @@
 // backend's key count (etcd keys; PostgreSQL rows of lockd's tables), the
 // database's size in use (etcd DbSizeInUse; PostgreSQL the size of lockd's
 // tables), the process's RSS and its goroutines — lockd's store and, for
-// etcd, the embedded server run in this process. Flat checks each series:
-// its maximum over the last third of the run may exceed its maximum over the
-// middle third by at most a tolerance (for the key count, 10 % plus a tenth
-// of the pairs done in the last third, since markers alive follow the
-// release rate; a key left per pair grows by all of them). No request may fail for space (etcd's
+// etcd, the embedded server run in this process. Flat checks db size in
+// use, RSS and goroutines: a series' maximum over the last third of the run
+// may exceed its maximum over the middle third by at most a tolerance. The
+// key count is checked against what the design allows at each sample (one
+// key per grant in flight and per session, plus one marker per pair
+// released within the marker lifetime before it), because markers alive
+// follow the release rate, which moves with the machine's load. No request may fail for space (etcd's
 // NOSPACE), and at most 1 % may fail at all.
 //
 // TestSoakControl runs the etcd smoke with release markers left without a
 // lease (the behaviour before issue 11): the key count grows with every
-// released key, and Flat must say so — otherwise the checker is blind.
+// released key, and the key-count check must say so — otherwise it is
+// blind.
 //
 // LOCKD_SOAK_DURATION (Go duration, per backend), LOCKD_SOAK_BACKENDS
 // (comma list of etcd, pg; default both) and LOCKD_SOAK_REPORT (a file the
