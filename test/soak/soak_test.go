@@ -55,10 +55,10 @@ func planFromEnv(t *testing.T) plan {
 type target struct {
 	name     string
 	lifetime time.Duration // of a release marker, at most (0: none)
-	st      store.LockStore
-	keys    func(context.Context) (int64, error) // keys (etcd) or rows (PostgreSQL) lockd stores
-	inUse   func(context.Context) (int64, error) // bytes of the database in use
-	dbBytes func(context.Context) (int64, error) // bytes of the database file(s), for the report
+	st       store.LockStore
+	keys     func(context.Context) (int64, error) // keys (etcd) or rows (PostgreSQL) lockd stores
+	inUse    func(context.Context) (int64, error) // bytes of the database in use
+	dbBytes  func(context.Context) (int64, error) // bytes of the database file(s), for the report
 }
 
 // etcdTarget starts an embedded etcd with a 64 MiB quota and an etcdstore
@@ -90,7 +90,7 @@ func etcdTarget(t *testing.T, p plan, markerTTL time.Duration) target {
 	return target{
 		name:     "etcd",
 		lifetime: markerLifetime(markerTTL),
-		st:   st,
+		st:       st,
 		keys: func(ctx context.Context) (int64, error) {
 			resp, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
 			if err != nil {
