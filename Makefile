@@ -81,3 +81,14 @@ chaos:
 
 chaos-long:
 	LOCKD_CHAOS_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -v -run 'TestChaos' ./test/chaos/
+
+## soak: the storage soak of issue 11 §5 (test/soak): full load on distinct keys
+## for DURATION per backend (make soak DURATION=30m), embedded etcd with a
+## 64 MiB quota, then PostgreSQL; fails unless stored keys, db size in use, RSS
+## and goroutines stay flat and no request fails for space. LOCKD_SOAK_BACKENDS
+## (etcd,pg) picks backends; SOAK_REPORT=file appends the summary lines. A short
+## smoke of it (and its control) runs in `make test`.
+SOAK_REPORT ?=
+.PHONY: soak
+soak:
+	LOCKD_SOAK_DURATION=$(DURATION) LOCKD_SOAK_REPORT=$(SOAK_REPORT) $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak/

@@ -73,7 +73,8 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemet
 			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, derr)
 		}
 		telemetry.OrDiscard(logger).Info("embedded etcd data directory", "dir", dir, "created", fresh)
-		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: dir, Socket: true, Logger: logger})
+		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: dir, Socket: true, Logger: logger,
+			QuotaBytes: cfg.EmbeddedQuotaBytes, CompactionRetainRevisions: cfg.EmbeddedCompactionRetainRevisions})
 		if err != nil {
 			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, err)
 		}

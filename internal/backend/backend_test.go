@@ -174,6 +174,12 @@ func TestValidate(t *testing.T) {
 		{"prefix without slash", with(func(c *backend.Config) { c.EtcdPrefix = "/x" }), []string{"lock.etcd.prefix"}},
 		{"dial timeout", with(func(c *backend.Config) { c.EtcdDialTimeout = time.Hour }), []string{"lock.etcd.dial-timeout"}},
 		{"reaper interval", with(func(c *backend.Config) { c.PGReaperInterval = time.Millisecond }), []string{"lock.pg.reaper-interval"}},
+		{"quota too small", with(func(c *backend.Config) { c.EmbeddedQuotaBytes = 1 << 20 }), []string{"lock.embedded.quota-bytes"}},
+		{"quota too large", with(func(c *backend.Config) { c.EmbeddedQuotaBytes = 16 << 30 }), []string{"lock.embedded.quota-bytes"}},
+		{"retain too few", with(func(c *backend.Config) { c.EmbeddedCompactionRetainRevisions = 10 }),
+			[]string{"lock.embedded.compaction-retain-revisions"}},
+		{"retain negative", with(func(c *backend.Config) { c.EmbeddedCompactionRetainRevisions = -1 }),
+			[]string{"lock.embedded.compaction-retain-revisions"}},
 		{"several at once", with(func(c *backend.Config) { c.Kind, c.PGSchema = backend.PG, "X" }),
 			[]string{"lock.pg.dsn", "lock.pg.schema"}},
 	}

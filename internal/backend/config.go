@@ -48,7 +48,27 @@ type Config struct {
 	PGReaperInterval time.Duration `koanf:"lock.pg.reaper-interval"`
 	// EmbeddedDataDir is lock.embedded.data-dir (backend embedded).
 	EmbeddedDataDir string `koanf:"lock.embedded.data-dir"`
+	// EmbeddedQuotaBytes is lock.embedded.quota-bytes: the embedded etcd's
+	// backend quota (C5 #ct5-storage).
+	EmbeddedQuotaBytes int64 `koanf:"lock.embedded.quota-bytes"`
+	// EmbeddedCompactionRetainRevisions is
+	// lock.embedded.compaction-retain-revisions: the embedded etcd is
+	// compacted every 10 s to the current revision minus this many (or
+	// fully, above half the quota in use); 0 only keeps etcd's hourly
+	// compaction and the space rule.
+	EmbeddedCompactionRetainRevisions int64 `koanf:"lock.embedded.compaction-retain-revisions"`
 }
+
+// Bounds of the embedded etcd's storage keys (C5).
+const (
+	DefaultEmbeddedQuotaBytes = 2 << 30 // etcd's default
+	MinEmbeddedQuotaBytes     = 16 << 20
+	MaxEmbeddedQuotaBytes     = 8 << 30 // etcd's suggested maximum
+
+	DefaultCompactionRetainRevisions = 10_000
+	MinCompactionRetainRevisions     = 1_000
+	MaxCompactionRetainRevisions     = 1_000_000_000
+)
 
 // DefaultConfig returns the C5 defaults.
 func DefaultConfig() Config {
@@ -59,6 +79,9 @@ func DefaultConfig() Config {
 		PGSchema:         pgstore.DefaultSchema,
 		PGReaperInterval: pgstore.DefaultReaperInterval,
 		EmbeddedDataDir:  DefaultDataDir(),
+
+		EmbeddedQuotaBytes:                DefaultEmbeddedQuotaBytes,
+		EmbeddedCompactionRetainRevisions: DefaultCompactionRetainRevisions,
 	}
 }
 
@@ -104,6 +127,12 @@ func (c Config) Validate() error {
 	}
 	if c.Kind == Embedded && c.EmbeddedDataDir == "" {
 		bad("lock.embedded.data-dir", "must not be empty when lock.backend=embedded")
+	}
+	if c.EmbeddedQuotaBytes < MinEmbeddedQuotaBytes || c.EmbeddedQuotaBytes > MaxEmbeddedQuotaBytes {
+		bad("lock.embedded.quota-bytes", "%d out of bounds [%d, %d] (16 MiB..8 GiB)", c.EmbeddedQuotaBytes, MinEmbeddedQuotaBytes, MaxEmbeddedQuotaBytes)
+	}
+	if r := c.EmbeddedCompactionRetainRevisions; r != 0 && (r < MinCompactionRetainRevisions || r > MaxCompactionRetainRevisions) {
+		bad("lock.embedded.compaction-retain-revisions", "%d must be 0 (off) or within [%d, %d]", r, MinCompactionRetainRevisions, MaxCompactionRetainRevisions)
 	}
 	return errors.Join(errs...)
 }

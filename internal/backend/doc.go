@@ -12,10 +12,15 @@
 //
 // # What Open builds
 //
-//	embedded  an etcd server in this process (data in lock.embedded.data-dir),
-//	          a clientv3 client to it, and an etcdstore over the client
+//	embedded  an etcd server in this process (data in lock.embedded.data-dir,
+//	          quota lock.embedded.quota-bytes, compacted by revision count as
+//	          lock.embedded.compaction-retain-revisions says, NOSPACE recovered
+//	          by itself), a clientv3 client to it, and an etcdstore over it
 //	etcd      a clientv3 client to lock.etcd.endpoints and an etcdstore
 //	pg        a pgstore, which opens its own pgx pool from lock.pg.dsn
+//
+// An external etcd (lock.backend=etcd) is never compacted, defragmented or
+// disarmed by lockd: it belongs to its operator (C5 #ct5-storage).
 //
 // Every etcd store writes its keys under lock.etcd.prefix. The etcd client
 // uses etcdstore.ClientConfig with lock.etcd.dial-timeout, and

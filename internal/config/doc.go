@@ -60,6 +60,8 @@
 //	lock.pg.schema                           lockd           [a-z_][a-z0-9_]*, at most 63 bytes           LOCKD_PG_SCHEMA                          --pg-schema
 //	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
 //	lock.embedded.data-dir                   (C5 #ct5-data-dir) non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
+//	lock.embedded.quota-bytes                2147483648      16 MiB..8 GiB, in bytes                      LOCKD_EMBEDDED_QUOTA_BYTES               --embedded-quota-bytes
+//	lock.embedded.compaction-retain-revisions 10000          0 (off), or 1000..1000000000                 LOCKD_EMBEDDED_COMPACTION_RETAIN_REVISIONS --embedded-compaction-retain-revisions
 //
 // Value syntax per source:
 //
@@ -68,7 +70,9 @@
 //     comma-separated value, or the flag repeated, on the command line;
 //   - booleans: a YAML boolean; true/false/1/0 in the environment; a bare
 //     --close-sessions-on-shutdown (or =true/=false) on the command line;
-//   - strings: a YAML string (a number is rejected: quote it).
+//   - strings: a YAML string (a number is rejected: quote it);
+//   - integers (lock.embedded.*-bytes, -revisions): a YAML integer, or
+//     decimal digits in the environment and on the command line.
 //
 // The transport security keys (lock.server.tls.*, lock.server.metrics-tls.*,
 // lock.server.insecure-allow-remote, lock.etcd.tls.*, lock.etcd.username,

@@ -29,9 +29,10 @@ const (
 	kindDuration
 	kindBool
 	kindList
+	kindInt
 )
 
-var kindTypes = [...]string{kindString: "string", kindDuration: "duration", kindBool: "bool", kindList: "strings"}
+var kindTypes = [...]string{kindString: "string", kindDuration: "duration", kindBool: "bool", kindList: "strings", kindInt: "int"}
 
 // keyTable is the C5 table in documentation order. Env names follow the rule
 // (envName); flag names are chosen for the command line.
@@ -67,6 +68,8 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.pg.schema", "pg-schema", "PostgreSQL schema for lockd's tables"},
 	{"lock.pg.reaper-interval", "pg-reaper-interval", "how often expired PostgreSQL sessions are reaped (100ms..1m)"},
 	{"lock.embedded.data-dir", "data-dir", "data directory of the embedded etcd (backend embedded)"},
+	{"lock.embedded.quota-bytes", "embedded-quota-bytes", "backend quota of the embedded etcd in bytes (16 MiB..8 GiB)"},
+	{"lock.embedded.compaction-retain-revisions", "embedded-compaction-retain-revisions", "compact the embedded etcd every 10s to the current revision minus this many; 0: only hourly"},
 }
 
 // reservedEnv are LOCKD_ variables that are not configuration.
@@ -142,6 +145,8 @@ func kindOf(t reflect.Type) kind {
 		return kindString
 	case t.Kind() == reflect.Bool:
 		return kindBool
+	case t.Kind() == reflect.Int64:
+		return kindInt
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		return kindList
 	}

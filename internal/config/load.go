@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -283,6 +284,24 @@ func convert(key *Key, v any) (any, error) {
 			return b, nil
 		}
 		return nil, fmt.Errorf("want true or false, got %s", describe(v))
+	case kindInt:
+		switch x := v.(type) {
+		case int64:
+			return x, nil
+		case int:
+			return int64(x), nil
+		case uint64:
+			if x <= math.MaxInt64 {
+				return int64(x), nil
+			}
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil || strings.TrimSpace(x) != x || strings.HasPrefix(x, "+") {
+				return nil, fmt.Errorf("invalid integer %q (want decimal digits, e.g. 67108864)", x)
+			}
+			return n, nil
+		}
+		return nil, fmt.Errorf("want an integer, got %s", describe(v))
 	case kindList:
 		switch x := v.(type) {
 		case string:

@@ -14,4 +14,13 @@
 // The data directory survives Close: starting again on the same directory
 // keeps the store's revision, so fencing tokens (etcd revisions) keep rising
 // across restarts.
+//
+// Storage upkeep (C5 #ct5-storage): besides etcd's own hourly compaction, a
+// goroutine of the Server (started by Start, stopped by Close before the
+// server) compacts the history every Config.CompactionInterval to the
+// current revision minus Config.CompactionRetainRevisions, and, when etcd
+// raises its NOSPACE alarm (Config.QuotaBytes exceeded), compacts to the
+// current revision, defragments and disarms the alarm. It logs the C4
+// events backend_compacted, backend_space_exhausted and
+// backend_space_recovered to Config.Logger.
 package embedetcd

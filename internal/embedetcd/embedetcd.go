@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -46,6 +47,17 @@ type Config struct {
 	// minimum lease TTL: 1.5 × ElectionMs, rounded up to whole seconds.
 	TickMs     uint
 	ElectionMs uint
+	// QuotaBytes is etcd's backend quota (--quota-backend-bytes; C5
+	// lock.embedded.quota-bytes). 0: etcd's default, 2 GiB.
+	QuotaBytes int64
+	// CompactionRetainRevisions: every CompactionInterval the history is
+	// compacted to the current revision minus this many (C5
+	// lock.embedded.compaction-retain-revisions). 0: only etcd's hourly
+	// compaction.
+	CompactionRetainRevisions int64
+	// CompactionInterval is how often; 0 means DefaultCompactionInterval.
+	// Tests shorten it.
+	CompactionInterval time.Duration
 	// Name, InitialCluster and ClusterState make the server one member of
 	// a cluster (the chaos suite runs three): its member name ("" : lockd,
 	// the single node's), the members as NAME=PEERURL,... ("": this member
@@ -64,6 +76,7 @@ type TLSFiles struct {
 // Server is a running embedded etcd.
 type Server struct {
 	etcd      *embed.Etcd
+	upkeep    *upkeep
 	endpoints []string
 	closeOnce sync.Once
 }
@@ -168,6 +181,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	// revision counter (the fencing token) is never affected by compaction.
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
+	ec.QuotaBackendBytes = cfg.QuotaBytes
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -190,6 +204,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.endpoints = append(s.endpoints, clientURL.Scheme+"://"+l.Addr().String())
 	}
+	s.upkeep = startUpkeep(e, cfg)
 	return s, nil
 }
 
@@ -286,6 +301,9 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 // stays. Calling Close again does nothing.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		if s.upkeep != nil {
+			s.upkeep.stop()
+		}
 		s.etcd.Close()
 		<-s.etcd.Server.StopNotify()
 	})

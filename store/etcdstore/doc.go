@@ -161,12 +161,50 @@
 //	P l/<key>\x00      release marker: value "released" or "revoked", written
 //	                   in the transaction that releases or revokes the grant
 //	                   (same revision as the delete), so Watch can tell those
-//	                   deletes from a session ending (expired). Attached to no
-//	                   lease and never deleted: one small key per distinct key
-//	                   ever released or revoked. List skips markers.
+//	                   deletes from a session ending (expired). Attached to a
+//	                   short marker lease, so it goes by itself (below). List
+//	                   skips markers.
 //	P q/<key>\x00<id>  waiter of session <id> for <key>, attached to the
 //	                   waiter's lease; FIFO order is the create revision.
 //
 // Keys never contain NUL, so "l/<key>\x00" and "q/<key>\x00" name exactly one
 // key's marker and waiters.
+//
+// # Release markers and residue (issue 11 §5)
+//
+// Every key this package writes is attached to a lease, so nothing a key
+// used once leaves behind outlives the leases: grants and waiters to their
+// session's, markers to a marker lease. A Store asks for a marker lease
+// (TTL Options.MarkerTTL, default 20 s) when it first writes a marker,
+// attaches every marker to it for half its TTL after the Grant was sent,
+// then asks for a new one; it never keeps one alive. So a marker is gone
+// at most 1.5 × the TTL after it was written (30 s by default, plus
+// etcd's expiry check), and markers alive at any time are at most the
+// releases and revokes of that window: bounded by the release rate, not
+// by how many distinct keys were ever used.
+//
+// Why a short-lived marker keeps Watch exact: Watch needs the marker only
+// as the PUT event in the same revision as the grant's delete, and a watch
+// event carries the value it wrote. A watcher that falls behind by more
+// than a marker's lifetime still receives that PUT from etcd's history,
+// value included; the marker's later delete (its lease's end) is a DELETE
+// of a key that is not a grant key, which Watch ignores. What a watcher
+// cannot survive is falling behind the compacted revision: etcd then
+// cancels the watch (ErrCompacted) and Watch ends with a retryable error,
+// with or without markers. The marker's lifetime thus only bounds the
+// residue, never what Watch reports.
+//
+// The marker lease ending early (revoked out of band, or etcd lost it)
+// fails the release transaction with "lease not found"; no other lease of
+// such a transaction can be the cause, because every other lease it puts
+// with is guarded by a compare on a key attached to that lease. The Store
+// then asks for a new marker lease and tries again.
+//
+// # What one call reads
+//
+// Inspect reads one key and its queue. List reads at most limit grant
+// keys plus the markers alive in its range (above), in pages that double
+// while they hold markers (at most 4096 keys a page), plus one range of the
+// listed keys' waiters. Watch reads nothing: it receives the events of
+// its range, marker PUTs included (one per release or revoke).
 package etcdstore

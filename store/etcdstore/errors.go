@@ -55,6 +55,11 @@ func classify(ctx context.Context, err error) error {
 	case errors.Is(ee, rpctypes.ErrNoLeader), errors.Is(ee, rpctypes.ErrNotLeader),
 		errors.Is(ee, rpctypes.ErrLeaderChanged):
 		return fmt.Errorf("%w: %w", store.ErrNotLeader, err)
+	case errors.Is(ee, rpctypes.ErrNoSpace):
+		// The NOSPACE alarm: etcd refuses every write until it is
+		// compacted, defragmented and the alarm disarmed (the embedded
+		// server does that itself; C5 #ct5-storage).
+		return fmt.Errorf("%w: %w (etcd's NOSPACE alarm is raised: writes fail until the database is compacted, defragmented and the alarm disarmed)", store.ErrUnavailable, ee)
 	case errors.Is(ee, rpctypes.ErrTooManyRequests), errors.Is(ee, rpctypes.ErrCompacted):
 		return fmt.Errorf("%w: %w", store.ErrContention, err)
 	}

@@ -180,7 +180,6 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
 		clientv3.Compare(clientv3.LeaseValue(lk), "=", ss.lease),
 	}
-	marker := clientv3.OpPut(s.markerKey(key), markReleased)
 	firstInLine := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
 	firstWaiter := clientv3.OpGet(qp, firstInLine...)
 	// next is the waiter to hand over to, once known or guessed.
@@ -217,6 +216,10 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	delete(ss.queued, key)
 	s.mu.Unlock()
 	for range 10 {
+		marker, mlease, err := s.marker(ctx, key, markReleased)
+		if err != nil {
+			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
+		}
 		var resp *clientv3.TxnResponse
 		if next == nil {
 			// Release if nobody waits, else read who is first.
@@ -240,6 +243,9 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 					clientv3.OpDelete(next.key),
 				},
 				[]clientv3.Op{clientv3.OpGet(lk), firstWaiter}, nil)
+		}
+		if s.marks.gone(err, mlease) {
+			continue // the marker lease ended early: a new one
 		}
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
@@ -298,12 +304,16 @@ func (s *Store) Revoke(ctx context.Context, key string) (g store.Grant, found bo
 		if err != nil {
 			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
 		}
+		marker, mlease, err := s.marker(ctx, key, markRevoked)
+		if err != nil {
+			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
+		}
 		resp, err := s.cli.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(lk), "=", gr.Kvs[0].ModRevision),
-		).Then(
-			clientv3.OpPut(s.markerKey(key), markRevoked),
-			clientv3.OpDelete(lk),
-		).Commit()
+		).Then(marker, clientv3.OpDelete(lk)).Commit()
+		if s.marks.gone(err, mlease) {
+			continue // the marker lease ended early: a new one
+		}
 		if err != nil {
 			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
 		}

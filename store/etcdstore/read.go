@@ -47,6 +47,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (info store.LockInfo, f
 	return info, true, nil
 }
 
+// maxListPage caps one range read of List.
+const maxListPage = 4096
+
 // List pages through held keys under prefix, with their queues, from one
 // snapshot.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []store.LockInfo, err error) {
@@ -71,10 +74,15 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []
 	var (
 		infos []store.LockInfo
 		rev   int64
+		page  int
 	)
 	// Markers sit between grant keys; page until limit grants are found.
+	// Markers live for a bounded time (package doc), so a call reads at
+	// most limit grants plus the markers alive in the range; the page
+	// doubles while it finds markers, so that takes O(log) round trips.
 	for len(infos) < limit && from < end {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(2*(limit-len(infos)) + 1))}
+		page = min(max(2*(limit-len(infos))+1, 2*page), maxListPage)
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(page))}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}

@@ -43,6 +43,12 @@ type Options struct {
 	// fixed (they compute the same token from the same revision), so a
 	// shared etcd needs the operator steps of C2 after a restore.
 	Exclusive bool
+	// MarkerTTL is the TTL of the leases release markers are attached to;
+	// 0 means DefaultMarkerTTL. Tests shorten it. Negative attaches markers
+	// to no lease, so every distinct key released or revoked leaves its
+	// marker in etcd forever: the behaviour before issue 11, kept only as
+	// the control of the storage soak (test/soak).
+	MarkerTTL time.Duration
 }
 
 // Store is a store.LockStore on etcd. It is safe for concurrent use.
@@ -75,6 +81,8 @@ type Store struct {
 	batch   *batcher    // group commit of grants and releases (batch.go)
 	waiters localQueues // Acquire calls of this Store waiting in a queue (wait.go)
 
+	marks *markerLeases // the short leases of release markers (marker.go)
+
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
 	closed   bool
@@ -106,6 +114,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		sessions: make(map[store.SessionID]*session),
 		batch:    newBatcher(),
 		waiters:  localQueues{byKey: make(map[string][]*localWaiter)},
+		marks:    newMarkerLeases(cli, opts.MarkerTTL),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.keep = newKeeper(s.ctx, cli, s.markDead, s.pruneDead)

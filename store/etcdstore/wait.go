@@ -397,14 +397,19 @@ func (s *Store) waiterGone(ctx context.Context, ss *session) error {
 func (s *Store) leave(ss *session, key string, myRev int64) {
 	lk, wk := s.lockKey(key), s.waiterKey(key, ss.id)
 	try := func(ctx context.Context) error {
-		_, err := s.cli.Txn(ctx).If(
+		marker, mlease, err := s.marker(ctx, key, markReleased)
+		if err != nil {
+			return err
+		}
+		_, err = s.cli.Txn(ctx).If(
 			clientv3.Compare(clientv3.LeaseValue(lk), "=", ss.lease),
 			clientv3.Compare(clientv3.ModRevision(lk), ">", myRev),
 		).Then(
-			clientv3.OpPut(s.markerKey(key), markReleased),
+			marker,
 			clientv3.OpDelete(lk),
 			clientv3.OpDelete(wk),
 		).Else(clientv3.OpDelete(wk)).Commit()
+		s.marks.gone(err, mlease) // the next try gets a new marker lease
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
