@@ -43,12 +43,12 @@ func (l *LogBuffer) Records() []map[string]any {
 	return out
 }
 
-// Events returns the records whose "event" attribute (C4's event name) is
-// event.
+// Events returns the records whose message is event (C4: the message is the
+// event name).
 func (l *LogBuffer) Events(event string) []map[string]any {
 	var out []map[string]any
 	for _, rec := range l.Records() {
-		if rec["event"] == event {
+		if rec["msg"] == event {
 			out = append(out, rec)
 		}
 	}
