@@ -100,6 +100,16 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.pg.schema":                         {"other", "other", "other"},
 		"lock.pg.reaper-interval":                {"500ms", "500ms", 500 * time.Millisecond},
 		"lock.embedded.data-dir":                 {"/tmp/d", "/tmp/d", "/tmp/d"},
+		// Limits (#ct5-limits).
+		"lock.session.max-ttl":              {"30m", "30m", 30 * time.Minute},
+		"lock.server.max-sessions":          {"500", "500", 500},
+		"lock.server.max-session-opens":     {"4", "4", 4},
+		"lock.server.max-connections":       {"10", "10", 10},
+		"lock.server.max-streams":           {"400", `"400"`, 400},
+		"lock.server.max-watches":           {"7", "7", 7},
+		"lock.server.max-waiters":           {"300", "300", 300},
+		"lock.server.max-waiters-per-key":   {"3", "3", 3},
+		"lock.server.max-locks-per-session": {"9", "9", 9},
 	}
 	if len(values) != len(Keys()) {
 		t.Fatalf("test covers %d keys, C5 has %d", len(values), len(Keys()))
@@ -174,6 +184,16 @@ func TestNamingRules(t *testing.T) {
 		"lock.pg.schema":                         {"LOCKD_PG_SCHEMA", "pg-schema"},
 		"lock.pg.reaper-interval":                {"LOCKD_PG_REAPER_INTERVAL", "pg-reaper-interval"},
 		"lock.embedded.data-dir":                 {"LOCKD_EMBEDDED_DATA_DIR", "data-dir"},
+		// Limits (#ct5-limits).
+		"lock.session.max-ttl":              {"LOCKD_SESSION_MAX_TTL", "session-max-ttl"},
+		"lock.server.max-sessions":          {"LOCKD_SERVER_MAX_SESSIONS", "max-sessions"},
+		"lock.server.max-session-opens":     {"LOCKD_SERVER_MAX_SESSION_OPENS", "max-session-opens"},
+		"lock.server.max-connections":       {"LOCKD_SERVER_MAX_CONNECTIONS", "max-connections"},
+		"lock.server.max-streams":           {"LOCKD_SERVER_MAX_STREAMS", "max-streams"},
+		"lock.server.max-watches":           {"LOCKD_SERVER_MAX_WATCHES", "max-watches"},
+		"lock.server.max-waiters":           {"LOCKD_SERVER_MAX_WAITERS", "max-waiters"},
+		"lock.server.max-waiters-per-key":   {"LOCKD_SERVER_MAX_WAITERS_PER_KEY", "max-waiters-per-key"},
+		"lock.server.max-locks-per-session": {"LOCKD_SERVER_MAX_LOCKS_PER_SESSION", "max-locks-per-session"},
 	}
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
@@ -327,5 +347,34 @@ func TestFlagHelpShowsDefaults(t *testing.T) {
 		if !strings.Contains(usage, w) {
 			t.Errorf("flag usage lacks %q:\n%s", w, usage)
 		}
+	}
+}
+
+// TestLimitKeys: integer limit keys reject what is not a number or out of
+// bounds, naming the key and source; the cross-key bounds hold.
+func TestLimitKeys(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+		want string // substring of the error
+	}{
+		{"not a number", []string{"LOCKD_SERVER_MAX_SESSIONS=many"}, `lock.server.max-sessions (env LOCKD_SERVER_MAX_SESSIONS): invalid integer "many"`},
+		{"zero", []string{"LOCKD_SERVER_MAX_SESSIONS=0"}, "lock.server.max-sessions (env LOCKD_SERVER_MAX_SESSIONS): 0 out of bounds [1, 1000000]"},
+		{"too large", []string{"LOCKD_SERVER_MAX_CONNECTIONS=1000001"}, "lock.server.max-connections (env LOCKD_SERVER_MAX_CONNECTIONS): 1000001 out of bounds"},
+		{"watches above streams", []string{"LOCKD_SERVER_MAX_STREAMS=10", "LOCKD_SERVER_MAX_WATCHES=11"}, "lock.server.max-watches (env LOCKD_SERVER_MAX_WATCHES): 11 must not exceed lock.server.max-streams (10)"},
+		{"per key above total", []string{"LOCKD_SERVER_MAX_WAITERS=5", "LOCKD_SERVER_MAX_WAITERS_PER_KEY=6"}, "lock.server.max-waiters-per-key (env LOCKD_SERVER_MAX_WAITERS_PER_KEY): 6 must not exceed lock.server.max-waiters (5)"},
+		{"max ttl below ttl", []string{"LOCKD_SESSION_MAX_TTL=10s"}, "lock.session.max-ttl (env LOCKD_SESSION_MAX_TTL): 10s must be whole milliseconds in [lock.session.ttl (15s), 1h0m0s]"},
+		{"max ttl above 1h", []string{"LOCKD_SESSION_MAX_TTL=2h"}, "lock.session.max-ttl (env LOCKD_SESSION_MAX_TTL): 2h0m0s must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadArgs(t, "", tt.env)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Load(%q) = %v, want an error containing %q", tt.env, err, tt.want)
+			}
+		})
+	}
+	if _, err := loadArgs(t, "lock: {server: {max-sessions: 1.5}}\n", nil); err == nil || !strings.Contains(err.Error(), "lock.server.max-sessions") {
+		t.Errorf("Load(max-sessions: 1.5) = %v, want an error naming lock.server.max-sessions", err)
 	}
 }

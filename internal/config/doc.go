@@ -46,6 +46,17 @@
 //	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
 //	lock.embedded.data-dir                   ./lockd-data    non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
 //
+//	Limits (#ct5-limits; exceeding one is RESOURCE_EXHAUSTED, reason LIMIT):
+//	lock.session.max-ttl                     1h              lock.session.ttl..1h, whole milliseconds     LOCKD_SESSION_MAX_TTL                    --session-max-ttl
+//	lock.server.max-sessions                 10000           1..1000000                                   LOCKD_SERVER_MAX_SESSIONS                --max-sessions
+//	lock.server.max-session-opens            16              1..1000000                                   LOCKD_SERVER_MAX_SESSION_OPENS           --max-session-opens
+//	lock.server.max-connections              1024            1..1000000                                   LOCKD_SERVER_MAX_CONNECTIONS             --max-connections
+//	lock.server.max-streams                  2048            1..1000000                                   LOCKD_SERVER_MAX_STREAMS                 --max-streams
+//	lock.server.max-watches                  256             1..lock.server.max-streams                   LOCKD_SERVER_MAX_WATCHES                 --max-watches
+//	lock.server.max-waiters                  4096            1..1000000                                   LOCKD_SERVER_MAX_WAITERS                 --max-waiters
+//	lock.server.max-waiters-per-key          256             1..lock.server.max-waiters                   LOCKD_SERVER_MAX_WAITERS_PER_KEY         --max-waiters-per-key
+//	lock.server.max-locks-per-session        1024            1..1000000                                   LOCKD_SERVER_MAX_LOCKS_PER_SESSION       --max-locks-per-session
+//
 // Value syntax per source:
 //
 //   - lists (lock.etcd.endpoints): a YAML sequence or a comma-separated
@@ -53,7 +64,9 @@
 //     comma-separated value, or the flag repeated, on the command line;
 //   - booleans: a YAML boolean; true/false/1/0 in the environment; a bare
 //     --close-sessions-on-shutdown (or =true/=false) on the command line;
-//   - strings: a YAML string (a number is rejected: quote it).
+//   - strings: a YAML string (a number is rejected: quote it);
+//   - integers (the lock.server.max-* limits): a YAML number or a decimal
+//     string.
 //
 // # Unknown names
 //

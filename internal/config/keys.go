@@ -29,9 +29,10 @@ const (
 	kindDuration
 	kindBool
 	kindList
+	kindInt
 )
 
-var kindTypes = [...]string{kindString: "string", kindDuration: "duration", kindBool: "bool", kindList: "strings"}
+var kindTypes = [...]string{kindString: "string", kindDuration: "duration", kindBool: "bool", kindList: "strings", kindInt: "int"}
 
 // keyTable is the C5 table in documentation order. Env names follow the rule
 // (envName); flag names are chosen for the command line.
@@ -50,6 +51,16 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.pg.schema", "pg-schema", "PostgreSQL schema for lockd's tables"},
 	{"lock.pg.reaper-interval", "pg-reaper-interval", "how often expired PostgreSQL sessions are reaped (100ms..1m)"},
 	{"lock.embedded.data-dir", "data-dir", "data directory of the embedded etcd (backend embedded)"},
+	// Limits (#ct5-limits).
+	{"lock.session.max-ttl", "session-max-ttl", "longest session TTL a client may ask for (lock.session.ttl..1h)"},
+	{"lock.server.max-sessions", "max-sessions", "sessions this server keeps; on etcd each is a kept-alive lease"},
+	{"lock.server.max-session-opens", "max-session-opens", "OpenSession calls in progress at once; more are refused"},
+	{"lock.server.max-connections", "max-connections", "client connections whose RPCs are served"},
+	{"lock.server.max-streams", "max-streams", "KeepAlive and Watch streams open at once"},
+	{"lock.server.max-watches", "max-watches", "Watch streams open at once"},
+	{"lock.server.max-waiters", "max-waiters", "acquires waiting at once"},
+	{"lock.server.max-waiters-per-key", "max-waiters-per-key", "acquires waiting at once for one key"},
+	{"lock.server.max-locks-per-session", "max-locks-per-session", "keys one session holds or is acquiring through this server"},
 }
 
 // reservedEnv are LOCKD_ variables that are not configuration.
@@ -123,6 +134,8 @@ func kindOf(t reflect.Type) kind {
 		return kindString
 	case t.Kind() == reflect.Bool:
 		return kindBool
+	case t.Kind() == reflect.Int:
+		return kindInt
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		return kindList
 	}

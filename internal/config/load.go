@@ -283,6 +283,18 @@ func convert(key *Key, v any) (any, error) {
 			return b, nil
 		}
 		return nil, fmt.Errorf("want true or false, got %s", describe(v))
+	case kindInt:
+		switch x := v.(type) {
+		case int:
+			return x, nil
+		case string:
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil {
+				return nil, fmt.Errorf("invalid integer %q (want a decimal number such as 1000)", x)
+			}
+			return n, nil
+		}
+		return nil, fmt.Errorf("want an integer, got %s", describe(v))
 	case kindList:
 		switch x := v.(type) {
 		case string:
