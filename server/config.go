@@ -76,7 +76,7 @@ func DefaultConfig() Config {
 
 		MaxTTL:             store.MaxTTL,
 		MaxSessions:        10000,
-		MaxSessionOpens:    16,
+		MaxSessionOpens:    64,
 		MaxConnections:     1024,
 		MaxStreams:         2048,
 		MaxWatches:         256,

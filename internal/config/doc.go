@@ -49,7 +49,7 @@
 //	Limits (#ct5-limits; exceeding one is RESOURCE_EXHAUSTED, reason LIMIT):
 //	lock.session.max-ttl                     1h              lock.session.ttl..1h, whole milliseconds     LOCKD_SESSION_MAX_TTL                    --session-max-ttl
 //	lock.server.max-sessions                 10000           1..1000000                                   LOCKD_SERVER_MAX_SESSIONS                --max-sessions
-//	lock.server.max-session-opens            16              1..1000000                                   LOCKD_SERVER_MAX_SESSION_OPENS           --max-session-opens
+//	lock.server.max-session-opens            64              1..1000000                                   LOCKD_SERVER_MAX_SESSION_OPENS           --max-session-opens
 //	lock.server.max-connections              1024            1..1000000                                   LOCKD_SERVER_MAX_CONNECTIONS             --max-connections
 //	lock.server.max-streams                  2048            1..1000000                                   LOCKD_SERVER_MAX_STREAMS                 --max-streams
 //	lock.server.max-watches                  256             1..lock.server.max-streams                   LOCKD_SERVER_MAX_WATCHES                 --max-watches
