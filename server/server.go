@@ -20,7 +20,6 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"
 )
 
@@ -127,7 +126,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
 	}
-	lm, err := telemetry.NewLimitMetrics(reg, wireerr.Limits())
+	lm, err := telemetry.NewLimitMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}

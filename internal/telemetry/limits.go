@@ -13,11 +13,10 @@ type LimitMetrics struct {
 	rejections *prometheus.CounterVec
 }
 
-// NewLimitMetrics registers lockd_limit_rejections_total on reg, with a
-// series at 0 for each of limits (the fixed label values). When reg already
-// holds it (a second server on one registry), the registered counter is
-// shared.
-func NewLimitMetrics(reg prometheus.Registerer, limits []string) (*LimitMetrics, error) {
+// NewLimitMetrics registers lockd_limit_rejections_total on reg; a series
+// appears with the first rejection by its limit (C4). When reg already holds
+// it (a second server on one registry), the registered counter is shared.
+func NewLimitMetrics(reg prometheus.Registerer) (*LimitMetrics, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "lockd",
 		Name:      "limit_rejections_total",
@@ -31,9 +30,6 @@ func NewLimitMetrics(reg prometheus.Registerer, limits []string) (*LimitMetrics,
 		if c, ok = are.ExistingCollector.(*prometheus.CounterVec); !ok {
 			return nil, err
 		}
-	}
-	for _, l := range limits {
-		c.WithLabelValues(l)
 	}
 	return &LimitMetrics{rejections: c}, nil
 }
