@@ -46,7 +46,39 @@ type Config struct {
 	// InsecureAllowRemote is lock.server.insecure-allow-remote: serve
 	// plaintext on a non-loopback address (logged at every start).
 	InsecureAllowRemote bool `koanf:"lock.server.insecure-allow-remote"`
+	// Limits (C5 #ct5-limits, C2 #ct2-limits): what clients can make this
+	// server hold. Exceeding one is RESOURCE_EXHAUSTED, reason LIMIT.
+
+	// MaxTTL is lock.session.max-ttl: the longest session TTL a client may
+	// ask for.
+	MaxTTL time.Duration `koanf:"lock.session.max-ttl"`
+	// MaxSessions is lock.server.max-sessions: sessions this server keeps
+	// (open, closing or being opened). On etcd each is a lease the store
+	// keeps alive: this bounds the keepalive load.
+	MaxSessions int `koanf:"lock.server.max-sessions"`
+	// MaxSessionOpens is lock.server.max-session-opens: OpenSession calls
+	// in progress at once; more are refused, not queued.
+	MaxSessionOpens int `koanf:"lock.server.max-session-opens"`
+	// MaxConnections is lock.server.max-connections: client connections
+	// whose RPCs are served.
+	MaxConnections int `koanf:"lock.server.max-connections"`
+	// MaxStreams is lock.server.max-streams: KeepAlive and Watch streams
+	// open at once.
+	MaxStreams int `koanf:"lock.server.max-streams"`
+	// MaxWatches is lock.server.max-watches: Watch streams open at once.
+	MaxWatches int `koanf:"lock.server.max-watches"`
+	// MaxWaiters is lock.server.max-waiters: acquires waiting at once.
+	MaxWaiters int `koanf:"lock.server.max-waiters"`
+	// MaxWaitersPerKey is lock.server.max-waiters-per-key: acquires
+	// waiting at once for one key.
+	MaxWaitersPerKey int `koanf:"lock.server.max-waiters-per-key"`
+	// MaxLocksPerSession is lock.server.max-locks-per-session: grants made
+	// through this server plus acquires in progress, per session.
+	MaxLocksPerSession int `koanf:"lock.server.max-locks-per-session"`
 }
+
+// MaxLimit is the upper bound of every lock.server.max-* key.
+const MaxLimit = 1_000_000
 
 // DefaultConfig returns the C5 defaults.
 func DefaultConfig() Config {
@@ -55,6 +87,16 @@ func DefaultConfig() Config {
 		SafetyMargin:  2 * time.Second,
 		Listen:        "127.0.0.1:7420",
 		MetricsListen: "127.0.0.1:7421",
+
+		MaxTTL:             store.MaxTTL,
+		MaxSessions:        10000,
+		MaxSessionOpens:    64,
+		MaxConnections:     1024,
+		MaxStreams:         2048,
+		MaxWatches:         256,
+		MaxWaiters:         4096,
+		MaxWaitersPerKey:   256,
+		MaxLocksPerSession: 1024,
 	}
 }
 
@@ -83,5 +125,34 @@ func (c Config) Validate() error {
 	c.GRPCTLS().validate("lock.server.tls.", bad)
 	c.MetricsTLS().validate("lock.server.metrics-tls.", bad)
 	c.validateListeners(bad)
+	c.validateLimits(bad)
 	return errors.Join(errs...)
+}
+
+// validateLimits checks the limit keys (#ct5-limits).
+func (c Config) validateLimits(bad func(key, format string, args ...any)) {
+	if store.ValidateTTL(c.MaxTTL) != nil || c.MaxTTL < c.SessionTTL {
+		bad("lock.session.max-ttl", "%v must be whole milliseconds in [lock.session.ttl (%v), %v]", c.MaxTTL, c.SessionTTL, store.MaxTTL)
+	}
+	for _, l := range []struct {
+		key      string
+		v, upper int
+		upperKey string
+	}{
+		{"lock.server.max-sessions", c.MaxSessions, MaxLimit, ""},
+		{"lock.server.max-session-opens", c.MaxSessionOpens, MaxLimit, ""},
+		{"lock.server.max-connections", c.MaxConnections, MaxLimit, ""},
+		{"lock.server.max-streams", c.MaxStreams, MaxLimit, ""},
+		{"lock.server.max-watches", c.MaxWatches, c.MaxStreams, "lock.server.max-streams"},
+		{"lock.server.max-waiters", c.MaxWaiters, MaxLimit, ""},
+		{"lock.server.max-waiters-per-key", c.MaxWaitersPerKey, c.MaxWaiters, "lock.server.max-waiters"},
+		{"lock.server.max-locks-per-session", c.MaxLocksPerSession, MaxLimit, ""},
+	} {
+		switch {
+		case l.v < 1 || l.v > MaxLimit:
+			bad(l.key, "%d out of bounds [1, %d]", l.v, MaxLimit)
+		case l.v > l.upper:
+			bad(l.key, "%d must not exceed %s (%d)", l.v, l.upperKey, l.upper)
+		}
+	}
 }

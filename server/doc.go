@@ -75,6 +75,15 @@
 //     stops reading its replies has its stream ended.
 //   - At most 1024 lock-loss notices wait for a session that has no
 //     KeepAlive stream attached; older ones are dropped.
+//   - Config bounds what clients can make the server hold (limits.go, C2
+//     #ct2-limits, C5 #ct5-limits): sessions kept and OpenSession calls in
+//     progress, connections, KeepAlive and Watch streams, watches, waiting
+//     acquires in all and per key, keys per session, and the longest session
+//     TTL. A request beyond one is refused before anything is written, with
+//     ResourceExhausted, reason LIMIT and the bound's name in the ErrorInfo
+//     metadata, and counted in lockd_limit_rejections_total{limit}. Heartbeats
+//     are never refused: new sessions are turned away (not queued) before the
+//     keepalives of existing ones are delayed.
 //
 // # Shutdown
 //

@@ -82,6 +82,7 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	bad     badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
+	lim     *limits     // the limits of C2 #ct2-limits (limits.go)
 
 	grpcTLS, metricsTLS *TLSReloader // nil: plaintext listener (tls.go)
 
@@ -130,8 +131,13 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
 	}
+	lm, err := telemetry.NewLimitMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
 	log := telemetry.OrDiscard(opts.Logger)
 	s := &Server{
+		lim:      newLimits(cfg, lm),
 		cfg:      cfg,
 		st:       st,
 		log:      log,
@@ -141,7 +147,6 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		sessions: map[store.SessionID]*session{},
 		wake:     make(chan struct{}, 1),
 	}
-	var err error
 	if s.grpcTLS, s.metricsTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -152,8 +157,9 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		grpc.StaticConnWindowSize(connWindow),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
-		grpc.ChainUnaryInterceptor(s.unaryBadUTF8),
-		grpc.ChainStreamInterceptor(s.streamBadUTF8),
+		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.unaryLimits),
+		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.streamLimits),
+		grpc.StatsHandler(s.lim), // counts connections (limits.go)
 		// Find dead client connections (a waiting Acquire of a client
 		// that vanished then ends, and its waiter leaves the queue).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

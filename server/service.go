@@ -43,6 +43,14 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	if err := s.checkTTL(req.TtlMs, ttl); err != nil {
 		return nil, s.toStatus(ctx, "OpenSession", err)
 	}
+	if err := s.checkMaxTTL(ttl); err != nil {
+		return nil, s.toStatus(ctx, "OpenSession", err)
+	}
+	release, err := s.admitOpen() // limits.go
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if s.ctx.Err() != nil {
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
 	}
@@ -124,11 +132,15 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	if closing {
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
+	release, err := s.admitAcquire(ss, req.Key, req.Wait) // limits.go
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 
 	var (
 		g       store.Grant
 		granted = true
-		err     error
 	)
 	if !req.Wait {
 		g, granted, err = s.st.TryInsert(ctx, id, req.Key)

@@ -102,6 +102,16 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.embedded.data-dir":                    {"/tmp/d", "/tmp/d", "/tmp/d"},
 		"lock.embedded.quota-bytes":                 {"67108864", "67108864", int64(64 << 20)},
 		"lock.embedded.compaction-retain-revisions": {"5000", "5000", int64(5000)},
+		// Limits (#ct5-limits).
+		"lock.session.max-ttl":              {"30m", "30m", 30 * time.Minute},
+		"lock.server.max-sessions":          {"500", "500", 500},
+		"lock.server.max-session-opens":     {"4", "4", 4},
+		"lock.server.max-connections":       {"10", "10", 10},
+		"lock.server.max-streams":           {"400", `"400"`, 400},
+		"lock.server.max-watches":           {"7", "7", 7},
+		"lock.server.max-waiters":           {"300", "300", 300},
+		"lock.server.max-waiters-per-key":   {"3", "3", 3},
+		"lock.server.max-locks-per-session": {"9", "9", 9},
 		// Transport security (C5 #ct5-tls); their partners are in needs.
 		"lock.server.tls.cert-file":              {"/c.pem", "/c.pem", "/c.pem"},
 		"lock.server.tls.key-file":               {"/k.pem", "/k.pem", "/k.pem"},
@@ -214,21 +224,31 @@ func TestNamingRules(t *testing.T) {
 		"lock.embedded.data-dir":                    {"LOCKD_EMBEDDED_DATA_DIR", "data-dir"},
 		"lock.embedded.quota-bytes":                 {"LOCKD_EMBEDDED_QUOTA_BYTES", "embedded-quota-bytes"},
 		"lock.embedded.compaction-retain-revisions": {"LOCKD_EMBEDDED_COMPACTION_RETAIN_REVISIONS", "embedded-compaction-retain-revisions"},
-		"lock.server.tls.cert-file":                 {"LOCKD_SERVER_TLS_CERT_FILE", "tls-cert-file"},
-		"lock.server.tls.key-file":                  {"LOCKD_SERVER_TLS_KEY_FILE", "tls-key-file"},
-		"lock.server.tls.client-ca-file":            {"LOCKD_SERVER_TLS_CLIENT_CA_FILE", "tls-client-ca-file"},
-		"lock.server.tls.client-auth":               {"LOCKD_SERVER_TLS_CLIENT_AUTH", "tls-client-auth"},
-		"lock.server.metrics-tls.cert-file":         {"LOCKD_SERVER_METRICS_TLS_CERT_FILE", "metrics-tls-cert-file"},
-		"lock.server.metrics-tls.key-file":          {"LOCKD_SERVER_METRICS_TLS_KEY_FILE", "metrics-tls-key-file"},
-		"lock.server.metrics-tls.client-ca-file":    {"LOCKD_SERVER_METRICS_TLS_CLIENT_CA_FILE", "metrics-tls-client-ca-file"},
-		"lock.server.metrics-tls.client-auth":       {"LOCKD_SERVER_METRICS_TLS_CLIENT_AUTH", "metrics-tls-client-auth"},
-		"lock.server.insecure-allow-remote":         {"LOCKD_SERVER_INSECURE_ALLOW_REMOTE", "insecure-allow-remote"},
-		"lock.etcd.tls.ca-file":                     {"LOCKD_ETCD_TLS_CA_FILE", "etcd-tls-ca-file"},
-		"lock.etcd.tls.cert-file":                   {"LOCKD_ETCD_TLS_CERT_FILE", "etcd-tls-cert-file"},
-		"lock.etcd.tls.key-file":                    {"LOCKD_ETCD_TLS_KEY_FILE", "etcd-tls-key-file"},
-		"lock.etcd.username":                        {"LOCKD_ETCD_USERNAME", "etcd-username"},
-		"lock.etcd.password-file":                   {"LOCKD_ETCD_PASSWORD_FILE", "etcd-password-file"},
-		"lock.pg.dsn-file":                          {"LOCKD_PG_DSN_FILE", "pg-dsn-file"},
+		// Limits (#ct5-limits).
+		"lock.session.max-ttl":                   {"LOCKD_SESSION_MAX_TTL", "session-max-ttl"},
+		"lock.server.max-sessions":               {"LOCKD_SERVER_MAX_SESSIONS", "max-sessions"},
+		"lock.server.max-session-opens":          {"LOCKD_SERVER_MAX_SESSION_OPENS", "max-session-opens"},
+		"lock.server.max-connections":            {"LOCKD_SERVER_MAX_CONNECTIONS", "max-connections"},
+		"lock.server.max-streams":                {"LOCKD_SERVER_MAX_STREAMS", "max-streams"},
+		"lock.server.max-watches":                {"LOCKD_SERVER_MAX_WATCHES", "max-watches"},
+		"lock.server.max-waiters":                {"LOCKD_SERVER_MAX_WAITERS", "max-waiters"},
+		"lock.server.max-waiters-per-key":        {"LOCKD_SERVER_MAX_WAITERS_PER_KEY", "max-waiters-per-key"},
+		"lock.server.max-locks-per-session":      {"LOCKD_SERVER_MAX_LOCKS_PER_SESSION", "max-locks-per-session"},
+		"lock.server.tls.cert-file":              {"LOCKD_SERVER_TLS_CERT_FILE", "tls-cert-file"},
+		"lock.server.tls.key-file":               {"LOCKD_SERVER_TLS_KEY_FILE", "tls-key-file"},
+		"lock.server.tls.client-ca-file":         {"LOCKD_SERVER_TLS_CLIENT_CA_FILE", "tls-client-ca-file"},
+		"lock.server.tls.client-auth":            {"LOCKD_SERVER_TLS_CLIENT_AUTH", "tls-client-auth"},
+		"lock.server.metrics-tls.cert-file":      {"LOCKD_SERVER_METRICS_TLS_CERT_FILE", "metrics-tls-cert-file"},
+		"lock.server.metrics-tls.key-file":       {"LOCKD_SERVER_METRICS_TLS_KEY_FILE", "metrics-tls-key-file"},
+		"lock.server.metrics-tls.client-ca-file": {"LOCKD_SERVER_METRICS_TLS_CLIENT_CA_FILE", "metrics-tls-client-ca-file"},
+		"lock.server.metrics-tls.client-auth":    {"LOCKD_SERVER_METRICS_TLS_CLIENT_AUTH", "metrics-tls-client-auth"},
+		"lock.server.insecure-allow-remote":      {"LOCKD_SERVER_INSECURE_ALLOW_REMOTE", "insecure-allow-remote"},
+		"lock.etcd.tls.ca-file":                  {"LOCKD_ETCD_TLS_CA_FILE", "etcd-tls-ca-file"},
+		"lock.etcd.tls.cert-file":                {"LOCKD_ETCD_TLS_CERT_FILE", "etcd-tls-cert-file"},
+		"lock.etcd.tls.key-file":                 {"LOCKD_ETCD_TLS_KEY_FILE", "etcd-tls-key-file"},
+		"lock.etcd.username":                     {"LOCKD_ETCD_USERNAME", "etcd-username"},
+		"lock.etcd.password-file":                {"LOCKD_ETCD_PASSWORD_FILE", "etcd-password-file"},
+		"lock.pg.dsn-file":                       {"LOCKD_PG_DSN_FILE", "pg-dsn-file"},
 	}
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
@@ -414,5 +434,34 @@ func TestFlagHelpShowsDefaults(t *testing.T) {
 		if !strings.Contains(usage, w) {
 			t.Errorf("flag usage lacks %q:\n%s", w, usage)
 		}
+	}
+}
+
+// TestLimitKeys: integer limit keys reject what is not a number or out of
+// bounds, naming the key and source; the cross-key bounds hold.
+func TestLimitKeys(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+		want string // substring of the error
+	}{
+		{"not a number", []string{"LOCKD_SERVER_MAX_SESSIONS=many"}, `lock.server.max-sessions (env LOCKD_SERVER_MAX_SESSIONS): invalid integer "many"`},
+		{"zero", []string{"LOCKD_SERVER_MAX_SESSIONS=0"}, "lock.server.max-sessions (env LOCKD_SERVER_MAX_SESSIONS): 0 out of bounds [1, 1000000]"},
+		{"too large", []string{"LOCKD_SERVER_MAX_CONNECTIONS=1000001"}, "lock.server.max-connections (env LOCKD_SERVER_MAX_CONNECTIONS): 1000001 out of bounds"},
+		{"watches above streams", []string{"LOCKD_SERVER_MAX_STREAMS=10", "LOCKD_SERVER_MAX_WATCHES=11"}, "lock.server.max-watches (env LOCKD_SERVER_MAX_WATCHES): 11 must not exceed lock.server.max-streams (10)"},
+		{"per key above total", []string{"LOCKD_SERVER_MAX_WAITERS=5", "LOCKD_SERVER_MAX_WAITERS_PER_KEY=6"}, "lock.server.max-waiters-per-key (env LOCKD_SERVER_MAX_WAITERS_PER_KEY): 6 must not exceed lock.server.max-waiters (5)"},
+		{"max ttl below ttl", []string{"LOCKD_SESSION_MAX_TTL=10s"}, "lock.session.max-ttl (env LOCKD_SESSION_MAX_TTL): 10s must be whole milliseconds in [lock.session.ttl (15s), 1h0m0s]"},
+		{"max ttl above 1h", []string{"LOCKD_SESSION_MAX_TTL=2h"}, "lock.session.max-ttl (env LOCKD_SESSION_MAX_TTL): 2h0m0s must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadArgs(t, "", tt.env)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Load(%q) = %v, want an error containing %q", tt.env, err, tt.want)
+			}
+		})
+	}
+	if _, err := loadArgs(t, "lock: {server: {max-sessions: 1.5}}\n", nil); err == nil || !strings.Contains(err.Error(), "lock.server.max-sessions") {
+		t.Errorf("Load(max-sessions: 1.5) = %v, want an error naming lock.server.max-sessions", err)
 	}
 }

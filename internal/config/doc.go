@@ -63,6 +63,17 @@
 //	lock.embedded.quota-bytes                2147483648      16 MiB..8 GiB, in bytes                      LOCKD_EMBEDDED_QUOTA_BYTES               --embedded-quota-bytes
 //	lock.embedded.compaction-retain-revisions 10000          0 (off), or 1000..1000000000                 LOCKD_EMBEDDED_COMPACTION_RETAIN_REVISIONS --embedded-compaction-retain-revisions
 //
+//	Limits (#ct5-limits; exceeding one is RESOURCE_EXHAUSTED, reason LIMIT):
+//	lock.session.max-ttl                     1h              lock.session.ttl..1h, whole milliseconds     LOCKD_SESSION_MAX_TTL                    --session-max-ttl
+//	lock.server.max-sessions                 10000           1..1000000                                   LOCKD_SERVER_MAX_SESSIONS                --max-sessions
+//	lock.server.max-session-opens            64              1..1000000                                   LOCKD_SERVER_MAX_SESSION_OPENS           --max-session-opens
+//	lock.server.max-connections              1024            1..1000000                                   LOCKD_SERVER_MAX_CONNECTIONS             --max-connections
+//	lock.server.max-streams                  2048            1..1000000                                   LOCKD_SERVER_MAX_STREAMS                 --max-streams
+//	lock.server.max-watches                  256             1..lock.server.max-streams                   LOCKD_SERVER_MAX_WATCHES                 --max-watches
+//	lock.server.max-waiters                  4096            1..1000000                                   LOCKD_SERVER_MAX_WAITERS                 --max-waiters
+//	lock.server.max-waiters-per-key          256             1..lock.server.max-waiters                   LOCKD_SERVER_MAX_WAITERS_PER_KEY         --max-waiters-per-key
+//	lock.server.max-locks-per-session        1024            1..1000000                                   LOCKD_SERVER_MAX_LOCKS_PER_SESSION       --max-locks-per-session
+//
 // Value syntax per source:
 //
 //   - lists (lock.etcd.endpoints): a YAML sequence or a comma-separated
@@ -71,8 +82,9 @@
 //   - booleans: a YAML boolean; true/false/1/0 in the environment; a bare
 //     --close-sessions-on-shutdown (or =true/=false) on the command line;
 //   - strings: a YAML string (a number is rejected: quote it);
-//   - integers (lock.embedded.*-bytes, -revisions): a YAML integer, or
-//     decimal digits in the environment and on the command line.
+//   - integers (lock.embedded.*-bytes, -revisions, the lock.server.max-*
+//     limits): a YAML integer, or decimal digits in the environment and on
+//     the command line.
 //
 // The transport security keys (lock.server.tls.*, lock.server.metrics-tls.*,
 // lock.server.insecure-allow-remote, lock.etcd.tls.*, lock.etcd.username,

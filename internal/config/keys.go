@@ -70,6 +70,16 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.embedded.data-dir", "data-dir", "data directory of the embedded etcd (backend embedded)"},
 	{"lock.embedded.quota-bytes", "embedded-quota-bytes", "backend quota of the embedded etcd in bytes (16 MiB..8 GiB)"},
 	{"lock.embedded.compaction-retain-revisions", "embedded-compaction-retain-revisions", "compact the embedded etcd every 10s to the current revision minus this many; 0: only hourly"},
+	// Limits (#ct5-limits).
+	{"lock.session.max-ttl", "session-max-ttl", "longest session TTL a client may ask for (lock.session.ttl..1h)"},
+	{"lock.server.max-sessions", "max-sessions", "sessions this server keeps; on etcd each is a kept-alive lease"},
+	{"lock.server.max-session-opens", "max-session-opens", "OpenSession calls in progress at once; more are refused"},
+	{"lock.server.max-connections", "max-connections", "client connections whose RPCs are served"},
+	{"lock.server.max-streams", "max-streams", "KeepAlive and Watch streams open at once"},
+	{"lock.server.max-watches", "max-watches", "Watch streams open at once"},
+	{"lock.server.max-waiters", "max-waiters", "acquires waiting at once"},
+	{"lock.server.max-waiters-per-key", "max-waiters-per-key", "acquires waiting at once for one key"},
+	{"lock.server.max-locks-per-session", "max-locks-per-session", "keys one session holds or is acquiring through this server"},
 }
 
 // reservedEnv are LOCKD_ variables that are not configuration.
@@ -145,7 +155,7 @@ func kindOf(t reflect.Type) kind {
 		return kindString
 	case t.Kind() == reflect.Bool:
 		return kindBool
-	case t.Kind() == reflect.Int64:
+	case t.Kind() == reflect.Int64, t.Kind() == reflect.Int:
 		return kindInt
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		return kindList
@@ -170,5 +180,10 @@ func (k *Key) get(c *Config) any {
 
 // set stores v, already of k's type, in c.
 func (k *Key) set(c *Config, v any) {
-	reflect.ValueOf(c).Elem().FieldByIndex(k.index).Set(reflect.ValueOf(v))
+	f := reflect.ValueOf(c).Elem().FieldByIndex(k.index)
+	if n, ok := v.(int64); ok && f.Kind() == reflect.Int {
+		f.SetInt(n) // integer keys parse to int64; limits are ints (bounds checked by Validate)
+		return
+	}
+	f.Set(reflect.ValueOf(v))
 }

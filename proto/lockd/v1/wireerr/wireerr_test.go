@@ -53,3 +53,19 @@ func TestStatusRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestLimitStatus(t *testing.T) {
+	for _, limit := range wireerr.Limits() {
+		st := wireerr.LimitStatus(limit, "too many")
+		if st.Code() != codes.ResourceExhausted || wireerr.Reason(st) != wireerr.ReasonLimit || wireerr.Limit(st) != limit {
+			t.Errorf("LimitStatus(%q) = code %v reason %q limit %q; want ResourceExhausted, LIMIT, %q",
+				limit, st.Code(), wireerr.Reason(st), wireerr.Limit(st), limit)
+		}
+	}
+	if got := wireerr.Limit(wireerr.Status(wireerr.ReasonLimit, "x", nil)); got != "" {
+		t.Errorf("Limit of a LIMIT status without metadata = %q, want empty", got)
+	}
+	if got := wireerr.Limit(wireerr.Status(wireerr.ReasonNotOwner, "x", nil)); got != "" {
+		t.Errorf("Limit of a NOT_OWNER status = %q, want empty", got)
+	}
+}
