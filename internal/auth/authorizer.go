@@ -67,10 +67,10 @@ type Authorizer struct {
 	policy atomic.Pointer[Policy]
 	tokens atomic.Pointer[Tokens]
 
-	mu   sync.Mutex           // serialises reloads
-	seen map[string][]byte    // file → the content last parsed (good or bad)
-	stop chan struct{}        // closed by Close
-	done chan struct{}        // closed when the reload loop returned
+	mu   sync.Mutex        // serialises reloads
+	seen map[string][]byte // file → the content last parsed (good or bad)
+	stop chan struct{}     // closed by Close
+	done chan struct{}     // closed when the reload loop returned
 	once sync.Once
 }
 
