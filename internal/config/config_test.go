@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,13 +101,15 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.pg.schema":                         {"other", "other", "other"},
 		"lock.pg.reaper-interval":                {"500ms", "500ms", 500 * time.Millisecond},
 		"lock.embedded.data-dir":                 {"/tmp/d", "/tmp/d", "/tmp/d"},
+		"lock.auth.policy-file":                  {"/p.yaml", "/p.yaml", "/p.yaml"},
+		"lock.auth.tokens-file":                  {"/t", "/t", "/t"},
 	}
 	if len(values) != len(Keys()) {
 		t.Fatalf("test covers %d keys, C5 has %d", len(values), len(Keys()))
 	}
-	// lock.backend=pg needs a DSN; give every run one so the backend value
-	// validates on its own.
-	base := []string{"LOCKD_PG_DSN=postgres://base"}
+	// lock.backend=pg needs a DSN and lock.auth.tokens-file a policy file;
+	// give every run both so each value validates on its own.
+	base := []string{"LOCKD_PG_DSN=postgres://base", "LOCKD_AUTH_POLICY_FILE=/base.yaml"}
 	for _, key := range Keys() {
 		v, ok := values[key.Name]
 		if !ok {
@@ -121,10 +124,7 @@ func TestEveryKeyEverySource(t *testing.T) {
 				t.Errorf("%s = %#v, want %#v", key.Name, got, v.want)
 			}
 		}
-		base := base
-		if key.Name == "lock.pg.dsn" {
-			base = nil
-		}
+		base := slices.DeleteFunc(slices.Clone(base), func(kv string) bool { return strings.HasPrefix(kv, key.Env+"=") })
 		t.Run(key.Name+"/env", func(t *testing.T) {
 			cfg, err := loadArgs(t, "", append([]string{key.Env + "=" + v.text}, base...))
 			check(t, cfg, err)
@@ -174,6 +174,8 @@ func TestNamingRules(t *testing.T) {
 		"lock.pg.schema":                         {"LOCKD_PG_SCHEMA", "pg-schema"},
 		"lock.pg.reaper-interval":                {"LOCKD_PG_REAPER_INTERVAL", "pg-reaper-interval"},
 		"lock.embedded.data-dir":                 {"LOCKD_EMBEDDED_DATA_DIR", "data-dir"},
+		"lock.auth.policy-file":                  {"LOCKD_AUTH_POLICY_FILE", "auth-policy-file"},
+		"lock.auth.tokens-file":                  {"LOCKD_AUTH_TOKENS_FILE", "auth-tokens-file"},
 	}
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {

@@ -2,7 +2,7 @@
 // #ct5-config). It is the only place that reads C5: Load returns a Config
 // whose parts go to their consumers, each holding only its own keys —
 // Config.Server (server.Config) to server.New, Config.Backend
-// (backend.Config) to backend.Open.
+// (backend.Config) to backend.Open, Config.Auth (auth.Config) to auth.New.
 //
 // # Sources and precedence
 //
@@ -45,6 +45,8 @@
 //	lock.pg.schema                           lockd           [a-z_][a-z0-9_]*, at most 63 bytes           LOCKD_PG_SCHEMA                          --pg-schema
 //	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
 //	lock.embedded.data-dir                   (C5 #ct5-data-dir) non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
+//	lock.auth.policy-file                    (none)          a YAML policy file (C5 #ct5-auth)             LOCKD_AUTH_POLICY_FILE                   --auth-policy-file
+//	lock.auth.tokens-file                    (none)          a tokens file; needs lock.auth.policy-file   LOCKD_AUTH_TOKENS_FILE                   --auth-tokens-file
 //
 // Value syntax per source:
 //

@@ -50,6 +50,9 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.pg.schema", "pg-schema", "PostgreSQL schema for lockd's tables"},
 	{"lock.pg.reaper-interval", "pg-reaper-interval", "how often expired PostgreSQL sessions are reaped (100ms..1m)"},
 	{"lock.embedded.data-dir", "data-dir", "data directory of the embedded etcd (backend embedded)"},
+	// Access control (C5 #ct5-auth).
+	{"lock.auth.policy-file", "auth-policy-file", "YAML access policy (rules of principals, prefixes, actions); unset: every call allowed"},
+	{"lock.auth.tokens-file", "auth-tokens-file", "bearer tokens: SHA-256 of each token and its principal (needs --auth-policy-file)"},
 }
 
 // reservedEnv are LOCKD_ variables that are not configuration.
