@@ -25,7 +25,7 @@ gotest:
 
 ## fuzz: run every fuzz target for FUZZTIME (seed corpora live in testdata/fuzz).
 FUZZTIME ?= 5s
-FUZZ_TARGETS := ./store:FuzzValidateKey ./internal/config:FuzzLoadYAML ./server:FuzzAPI
+FUZZ_TARGETS := ./store:FuzzValidateKey ./internal/config:FuzzLoadYAML ./server:FuzzAPI ./internal/auth:FuzzParsePolicy
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

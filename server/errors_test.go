@@ -72,6 +72,16 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 		_, err = api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: waiter.SessionId, Key: "held", Wait: true, WaitTimeoutMs: 100})
 		check("Acquire(held) with a 100ms wait timeout", err, wireerr.ReasonWaitTimeout)
 
+		// Access control (C2 #ct2-wire-auth): a second server with a
+		// policy that gives the anonymous caller nothing.
+		az, _ := authFiles(t, "rules: []\n", "someone")
+		guarded := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true, Auth: az})
+		gapi := dial(t, guarded.Addr)
+		_, err = gapi.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"})
+		check("Inspect without access", err, wireerr.ReasonAccessDenied)
+		_, err = gapi.Inspect(as(ctx, "nobody-known"), &lockdv1.InspectRequest{Key: "k"})
+		check("Inspect with an unknown token", err, wireerr.ReasonUnauthenticated)
+
 		// A server limit: a KeepAlive client that does not read its replies
 		// has its stream ended. Small static windows make the server's
 		// sends block after 64 KiB; requests with request id 0 are

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
@@ -69,6 +70,10 @@ type Options struct {
 	// as internal/backend reports it); empty means "etcd", the label of the
 	// default (embedded) backend.
 	BackendLabel string
+	// Auth decides every call against lockd's access rules (server/auth.go,
+	// C5 #ct5-auth); nil allows every call. It stays the caller's: Shutdown
+	// does not close it.
+	Auth *auth.Authorizer
 }
 
 // Server is a lockd gRPC server over one store.
@@ -157,8 +162,8 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		grpc.StaticConnWindowSize(connWindow),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
-		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.unaryLimits),
-		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.streamLimits),
+		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(opts.Auth), s.unaryLimits),
+		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(opts.Auth), s.streamLimits),
 		grpc.StatsHandler(s.lim), // counts connections (limits.go)
 		// Find dead client connections (a waiting Acquire of a client
 		// that vanished then ends, and its waiter leaves the queue).

@@ -14,8 +14,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 
+	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
 )
 
@@ -257,20 +257,10 @@ func (r *TLSReloader) load() (*tls.Config, error) {
 }
 
 // PeerCertificate returns the verified client certificate of the call in
-// ctx (the leaf of its first verified chain), or nil when the connection is
-// plaintext or the client sent none. An authenticating interceptor reads
-// the caller's identity (URI SAN or CN) from it.
-func PeerCertificate(ctx context.Context) *x509.Certificate {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil
-	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return nil
-	}
-	return info.State.VerifiedChains[0][0]
-}
+// ctx, or nil when the connection is plaintext or the client sent none
+// (auth.PeerCertificate, from which the interceptor takes the caller's
+// identity).
+func PeerCertificate(ctx context.Context) *x509.Certificate { return auth.PeerCertificate(ctx) }
 
 // tlsSetup builds the reloaders of both listeners (nil when a listener is
 // plaintext) and logs insecure_listener for each non-loopback plaintext

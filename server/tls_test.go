@@ -174,7 +174,7 @@ func TestTLSRotation(t *testing.T) {
 	if n := oldHandshakes.Load(); n != 1 {
 		t.Errorf("the connection opened before rotation did %d handshakes, want 1 (kept, not redialled)", n)
 	}
-	if got := events(e.logs, "tls_reloaded"); got != 1 {
+	if got := len(e.logs.Events("tls_reloaded")); got != 1 {
 		t.Errorf("tls_reloaded logged %d times, want 1:\n%s", got, e.logs)
 	}
 
@@ -188,7 +188,7 @@ func TestTLSRotation(t *testing.T) {
 			t.Fatalf("health check after a broken certificate file: %v", err)
 		}
 	}
-	if got := events(e.logs, "tls_reload_failed"); got != 1 {
+	if got := len(e.logs.Events("tls_reload_failed")); got != 1 {
 		t.Errorf("tls_reload_failed logged %d times, want 1:\n%s", got, e.logs)
 	}
 	if err := e.srv.ReloadTLS(); err == nil || !strings.Contains(err.Error(), "lock.server.tls.cert-file") {
@@ -257,19 +257,9 @@ func TestInsecureRemoteListenerIsLogged(t *testing.T) {
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := events(logs, "insecure_listener"); got != 1 {
+	if got := len(logs.Events("insecure_listener")); got != 1 {
 		t.Errorf("insecure_listener logged %d times, want 1:\n%s", got, logs)
 	}
-}
-
-func events(logs *testkit.LogBuffer, name string) int {
-	n := 0
-	for _, r := range logs.Records() {
-		if r["msg"] == name {
-			n++
-		}
-	}
-	return n
 }
 
 // anyStore is a store for servers a test only starts and stops.

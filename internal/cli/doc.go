@@ -8,6 +8,8 @@
 //	lockd ls [PREFIX]                        list held keys
 //	lockd revoke KEY                         revoke a key's grant (administrative)
 //	lockd watch [PREFIX]                     one line per lock event
+//	lockd auth check PRINCIPAL ACTION KEY    decide a call against a policy file (offline)
+//	lockd auth hash-token PRINCIPAL          a tokens-file line for the token on stdin
 //
 // Client commands (run, inspect, ls, revoke, watch) reach the server at
 // --server, else $LOCKD_SERVER, else 127.0.0.1:7420. inspect, ls and watch
@@ -16,7 +18,8 @@
 // # Exit codes
 //
 //	0    success
-//	1    an error (message on stderr, prefixed with the command)
+//	1    an error (message on stderr, prefixed with the command); lockd auth
+//	     check: the call is denied
 //	2    a usage error (bad flag, missing or extra argument)
 //	75   lockd run: the lock was lost while CMD ran; CMD was terminated
 //	N    lockd run: CMD's own exit status; 128+S when CMD died of signal S,

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/config"
 	"lock.dev/lockd/internal/telemetry"
@@ -74,13 +75,21 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
+	// Access rules (C5 #ct5-auth): read before the backend opens, so a bad
+	// policy fails the start at once; re-read on change and SIGHUP.
+	az, err := auth.New(cfg.Auth, auth.Options{Logger: logger, ReloadOnSIGHUP: true})
+	if err != nil {
+		return err
+	}
+	defer az.Close()
+
 	b, err := backend.Open(ctx, cfg.Backend, logger, metrics)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, b.Close()) }()
 
-	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label})
+	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label, Auth: az})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}

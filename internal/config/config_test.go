@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,8 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.etcd.username":                     {"lockd", "lockd", "lockd"},
 		"lock.etcd.password-file":                {"/pw", "/pw", "/pw"},
 		"lock.pg.dsn-file":                       {"/dsn", "/dsn", "/dsn"},
+		"lock.auth.policy-file":                  {"/p.yaml", "/p.yaml", "/p.yaml"},
+		"lock.auth.tokens-file":                  {"/t", "/t", "/t"},
 	}
 	// needs are the other keys a key is valid only with (set by env).
 	etcd := []string{"LOCKD_BACKEND=etcd", "LOCKD_ETCD_ENDPOINTS=https://e:1"}
@@ -151,9 +154,9 @@ func TestEveryKeyEverySource(t *testing.T) {
 	if len(values) != len(Keys()) {
 		t.Fatalf("test covers %d keys, C5 has %d", len(values), len(Keys()))
 	}
-	// lock.backend=pg needs a DSN; give every run one so the backend value
-	// validates on its own.
-	base := []string{"LOCKD_PG_DSN=postgres://base"}
+	// lock.backend=pg needs a DSN and lock.auth.tokens-file a policy file;
+	// give every run both so each value validates on its own.
+	base := []string{"LOCKD_PG_DSN=postgres://base", "LOCKD_AUTH_POLICY_FILE=/base.yaml"}
 	for _, key := range Keys() {
 		v, ok := values[key.Name]
 		if !ok {
@@ -168,7 +171,7 @@ func TestEveryKeyEverySource(t *testing.T) {
 				t.Errorf("%s = %#v, want %#v", key.Name, got, v.want)
 			}
 		}
-		base := base
+		base := slices.DeleteFunc(slices.Clone(base), func(kv string) bool { return strings.HasPrefix(kv, key.Env+"=") })
 		if key.Name == "lock.pg.dsn" || key.Name == "lock.pg.dsn-file" {
 			base = nil
 		}
@@ -249,6 +252,8 @@ func TestNamingRules(t *testing.T) {
 		"lock.etcd.username":                     {"LOCKD_ETCD_USERNAME", "etcd-username"},
 		"lock.etcd.password-file":                {"LOCKD_ETCD_PASSWORD_FILE", "etcd-password-file"},
 		"lock.pg.dsn-file":                       {"LOCKD_PG_DSN_FILE", "pg-dsn-file"},
+		"lock.auth.policy-file":                  {"LOCKD_AUTH_POLICY_FILE", "auth-policy-file"},
+		"lock.auth.tokens-file":                  {"LOCKD_AUTH_TOKENS_FILE", "auth-tokens-file"},
 	}
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/etcdtest"
 	"lock.dev/lockd/internal/pgtest"
@@ -63,6 +64,9 @@ type Options struct {
 	// Wrap, if set, wraps the store before the server gets it (fault
 	// injection, see Faulty).
 	Wrap func(store.LockStore) store.LockStore
+	// Auth is the server's access control (server.Options.Auth); nil
+	// allows every call.
+	Auth *auth.Authorizer
 }
 
 // Server is a running lockd server.
@@ -124,7 +128,7 @@ func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Regis
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	srv, err := server.New(cfg, st, server.Options{Logger: opts.Logger, Registry: reg, Metrics: m, BackendLabel: label})
+	srv, err := server.New(cfg, st, server.Options{Logger: opts.Logger, Registry: reg, Metrics: m, BackendLabel: label, Auth: opts.Auth})
 	if err != nil {
 		t.Fatalf("lockdtest: server.New: %v", err)
 	}

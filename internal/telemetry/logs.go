@@ -102,7 +102,13 @@ func (g Log) LockReleased(gr store.Grant, reason string) {
 		slog.Uint64("token", gr.Token), slog.String("reason", reason))
 }
 
-// LockRevoked logs lock_revoked {backend, key, token}.
-func (g Log) LockRevoked(key string, token uint64) {
-	g.warn(EventLockRevoked, slog.String("key", key), slog.Uint64("token", token))
+// LockRevoked logs lock_revoked {backend, key, token, by, rule}; by and rule
+// are the caller's principal and the access rule that allowed the revoke,
+// from ctx (WithCaller), omitted when ctx carries none.
+func (g Log) LockRevoked(ctx context.Context, key string, token uint64) {
+	attrs := []slog.Attr{slog.String("key", key), slog.Uint64("token", token)}
+	if by, rule, ok := CallerOf(ctx); ok {
+		attrs = append(attrs, slog.String("by", by), slog.String("rule", rule))
+	}
+	g.warn(EventLockRevoked, attrs...)
 }

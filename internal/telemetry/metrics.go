@@ -68,6 +68,7 @@ type Metrics struct {
 	backendSeconds *prometheus.HistogramVec
 	backendErrors  *prometheus.CounterVec
 	batchSize      *prometheus.HistogramVec
+	authDenied     *prometheus.CounterVec
 }
 
 // NewMetrics creates the C4 metrics labelled backend=backend and registers
@@ -101,10 +102,12 @@ func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockd", Name: "backend_batch_size",
 			Help:    "Requests that shared one backend commit (group commit), by kind of batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9)}, []string{"backend", "batch"}),
+		authDenied: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockd", Name: "auth_denied_total",
+			Help: "Calls refused by access control, by RPC and reason."}, []string{"method", "reason"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.sessionsActive, m.sessionsOpened, m.sessionsLost, m.leasesExpired,
-			m.locksHeld, m.acquireTotal, m.acquireSeconds, m.releaseTotal, m.backendSeconds, m.backendErrors, m.batchSize} {
+			m.locksHeld, m.acquireTotal, m.acquireSeconds, m.releaseTotal, m.backendSeconds, m.backendErrors, m.batchSize, m.authDenied} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -213,6 +216,15 @@ func (m *Metrics) Batch(kind string, n int) {
 		return
 	}
 	m.batchSize.WithLabelValues(m.backend, kind).Observe(float64(n))
+}
+
+// AuthDenied counts a refused call: method is the RPC name, reason
+// DeniedAccess or DeniedUnauthenticated.
+func (m *Metrics) AuthDenied(method, reason string) {
+	if m == nil {
+		return
+	}
+	m.authDenied.WithLabelValues(method, reason).Inc()
 }
 
 // ErrorKind maps an already classified store error to a C4 error kind, or ""

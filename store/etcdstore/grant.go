@@ -320,7 +320,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (g store.Grant, found bo
 		if !resp.Succeeded {
 			continue // the grant changed under us: look again
 		}
-		s.log.LockRevoked(key, g.Token)
+		s.log.LockRevoked(ctx, key, g.Token)
 		s.mu.Lock()
 		if ss := s.sessions[g.Session]; ss != nil && !ss.dead && ss.held[key] == g.Token {
 			delete(ss.held, key)

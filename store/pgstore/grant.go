@@ -233,7 +233,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ store.Grant, _ bool, 
 		return store.Grant{}, false, err
 	}
 	g.Session, g.Token = store.SessionID(sid), uint64(tok)
-	s.log.LockRevoked(key, g.Token)
+	s.log.LockRevoked(ctx, key, g.Token)
 	s.log.LockReleased(g, telemetry.ReleaseRevoked)
 	s.metrics.Released(telemetry.ReleaseRevoked, 1)
 	return g, true, nil

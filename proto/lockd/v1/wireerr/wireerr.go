@@ -41,12 +41,14 @@ const (
 	ReasonLimit           = "LIMIT"            // codes.ResourceExhausted
 	ReasonShuttingDown    = "SHUTTING_DOWN"    // codes.Unavailable; retry elsewhere
 	ReasonInternal        = "INTERNAL"         // codes.Internal; details are in the server's log
+	ReasonAccessDenied    = "ACCESS_DENIED"    // codes.PermissionDenied; no access rule allows the call (C5 #ct5-auth)
+	ReasonUnauthenticated = "UNAUTHENTICATED"  // codes.Unauthenticated; the caller's credentials were refused
 )
 
 // Reasons lists every reason, in the order of the proto's file comment.
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
-		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonInternal}
+		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated}
 }
 
 // Code is the gRPC code reason travels with; codes.Unknown for a reason
@@ -57,8 +59,10 @@ func Code(reason string) codes.Code {
 		return codes.InvalidArgument
 	case ReasonSessionDead:
 		return codes.FailedPrecondition
-	case ReasonNotOwner:
+	case ReasonNotOwner, ReasonAccessDenied:
 		return codes.PermissionDenied
+	case ReasonUnauthenticated:
+		return codes.Unauthenticated
 	case ReasonContention, ReasonNotLeader, ReasonUnavailable, ReasonShuttingDown:
 		return codes.Unavailable
 	case ReasonWaitTimeout:

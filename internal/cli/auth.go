@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"lock.dev/lockd/internal/auth"
+)
+
+func newAuthCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "auth",
+		Short: "Check access rules and make bearer-token entries (offline; docs/contracts/C5.md #ct5-auth)",
+		Args:  exactArgs(0, "a subcommand: check or hash-token"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(e.stderr)
+			_ = cmd.Help()
+			return &exitError{code: ExitUsage}
+		},
+	}
+	cmd.AddCommand(newAuthCheckCmd(e), newAuthHashCmd(e))
+	return cmd
+}
+
+func newAuthCheckCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "check PRINCIPAL ACTION KEY",
+		Short: "Print whether PRINCIPAL may do ACTION (read, lock, admin) on KEY, and the rule that decides",
+		Long: `Check decides one call against a policy file exactly as lockd serve does,
+without a server, and prints the decision and the rule that made it:
+
+  allowed: alice may lock billing/invoice (rule "billing", line 3)
+  denied: bob may not admin billing/invoice (default-deny: no rule allows it)
+
+PRINCIPAL is a certificate's URI SAN or CN, a token's principal, or
+"anonymous". ACTION is read (Inspect, List, Watch), lock (sessions,
+Acquire, Release) or admin (Revoke). KEY "" asks about any key (the
+session calls). With --prefix, KEY is a List/Watch prefix and the answer
+says whether every key under it, only some (results filtered), or none
+may be read.
+
+The policy file is --policy-file, else LOCKD_AUTH_POLICY_FILE; without
+either, everything is allowed (rule no-policy), as in lockd serve. The exit
+status is 0 when allowed, 1 when denied or the file is malformed.`,
+		Args: exactArgs(3, "PRINCIPAL ACTION KEY"),
+	}
+	policyFile := cmd.Flags().String("policy-file", "", "policy file (default $LOCKD_AUTH_POLICY_FILE)")
+	prefix := cmd.Flags().Bool("prefix", false, "KEY is a List/Watch prefix")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		principal, actText, key := args[0], args[1], args[2]
+		act, ok := auth.ParseAction(actText)
+		if !ok {
+			return usageErrorf("unknown action %q (want read, lock or admin)", actText)
+		}
+		path := *policyFile
+		if path == "" {
+			path = e.getenv("LOCKD_AUTH_POLICY_FILE")
+		}
+		var p *auth.Policy
+		if path != "" {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if p, err = auth.ParsePolicy(b); err != nil {
+				return fmt.Errorf("policy file %s: %w", path, err)
+			}
+		}
+		var (
+			allowed bool
+			rule    string
+			verb    = string(act)
+			what    = displayKey(key)
+		)
+		if key == "" {
+			what = "any key"
+		}
+		if *prefix {
+			var all bool
+			all, allowed, rule = p.Scope(principal, act, key)
+			switch {
+			case all:
+				what = fmt.Sprintf("every key under %q", key)
+			case allowed:
+				what = fmt.Sprintf("some keys under %q (results filtered to them)", key)
+			default:
+				what = fmt.Sprintf("any key under %q", key)
+			}
+		} else {
+			allowed, rule = p.Decide(principal, act, key)
+		}
+		if !allowed {
+			fmt.Fprintf(e.stdout, "denied: %s may not %s %s (%s)\n", principal, verb, what, describeRule(p, rule))
+			return &exitError{code: ExitError}
+		}
+		_, err := fmt.Fprintf(e.stdout, "allowed: %s may %s %s (%s)\n", principal, verb, what, describeRule(p, rule))
+		return err
+	}
+	return cmd
+}
+
+// describeRule says which rule decided: its name and line, or why none.
+func describeRule(p *auth.Policy, rule string) string {
+	switch rule {
+	case auth.RuleNoPolicy:
+		return "no-policy: no policy file, every call is allowed"
+	case auth.RuleDefaultDeny:
+		return "default-deny: no rule allows it"
+	}
+	for _, r := range p.Rules() {
+		if r.Name == rule {
+			return fmt.Sprintf("rule %q, line %d", r.Name, r.Line)
+		}
+	}
+	return fmt.Sprintf("rule %q", rule)
+}
+
+func newAuthHashCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "hash-token PRINCIPAL",
+		Short: "Read a bearer token from stdin and print its tokens-file line for PRINCIPAL",
+		Long: `Hash-token reads one bearer token (the first line of stdin) and prints the
+line that gives it to PRINCIPAL in lock.auth.tokens-file: the token's
+SHA-256 and the principal. The token itself never goes into the file.
+
+  TOKEN=$(openssl rand -hex 32)
+  printf '%s\n' "$TOKEN" | lockd auth hash-token alice >> tokens`,
+		Args: exactArgs(1, "PRINCIPAL"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			line, err := bufio.NewReader(e.stdin).ReadString('\n')
+			token := strings.TrimRight(line, "\r\n")
+			if token == "" {
+				if err != nil {
+					return fmt.Errorf("read the token from stdin: %w", err)
+				}
+				return fmt.Errorf("the token on stdin is empty")
+			}
+			_, err = fmt.Fprintf(e.stdout, "%s  %s\n", auth.HashToken(token), args[0])
+			return err
+		},
+	}
+}

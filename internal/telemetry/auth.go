@@ -1,0 +1,63 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Access-control log events (C4 #ct4-logs).
+const (
+	EventAuthDenied       = "auth_denied"
+	EventAuthReloaded     = "auth_reloaded"
+	EventAuthReloadFailed = "auth_reload_failed"
+)
+
+// Reasons a call is refused (auth_denied.reason,
+// lockd_auth_denied_total.reason).
+const (
+	// DeniedAccess: no access rule allows the call.
+	DeniedAccess = "access_denied"
+	// DeniedUnauthenticated: the caller's credentials were refused.
+	DeniedUnauthenticated = "unauthenticated"
+)
+
+// Kinds of access-control file (auth_reloaded.kind).
+const (
+	AuthKindPolicy = "policy"
+	AuthKindTokens = "tokens"
+)
+
+// AuthDenied logs auth_denied {by, method, key, rule, reason}.
+func AuthDenied(l *slog.Logger, by, method, key, rule, reason string) {
+	OrDiscard(l).LogAttrs(context.Background(), slog.LevelWarn, EventAuthDenied, slog.String("by", by),
+		slog.String("method", method), slog.String("key", key), slog.String("rule", rule), slog.String("reason", reason))
+}
+
+// AuthReloaded logs auth_reloaded {file, kind, entries}.
+func AuthReloaded(l *slog.Logger, file, kind string, entries int) {
+	OrDiscard(l).LogAttrs(context.Background(), slog.LevelInfo, EventAuthReloaded, slog.String("file", file),
+		slog.String("kind", kind), slog.Int("entries", entries))
+}
+
+// AuthReloadFailed logs auth_reload_failed {file, kind, line, error}.
+func AuthReloadFailed(l *slog.Logger, file, kind string, line int, err error) {
+	OrDiscard(l).LogAttrs(context.Background(), slog.LevelError, EventAuthReloadFailed, slog.String("file", file),
+		slog.String("kind", kind), slog.Int("line", line), slog.String("error", err.Error()))
+}
+
+type callerKey struct{}
+
+type caller struct{ by, rule string }
+
+// WithCaller returns ctx carrying the caller's principal and the access
+// rule that allowed its call, for the audit fields (by, rule) of events the
+// call causes deeper down (lock_revoked).
+func WithCaller(ctx context.Context, by, rule string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller{by, rule})
+}
+
+// CallerOf returns what WithCaller put in ctx.
+func CallerOf(ctx context.Context) (by, rule string, ok bool) {
+	c, ok := ctx.Value(callerKey{}).(caller)
+	return c.by, c.rule, ok
+}
