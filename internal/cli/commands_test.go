@@ -162,7 +162,7 @@ func TestClientErrors(t *testing.T) {
 		{[]string{"inspect", "--server", "127.0.0.1:1", "--timeout", "300ms", "k"}, ExitError, "lockd server at 127.0.0.1:1 unavailable"},
 		{[]string{"ls", "--server", "127.0.0.1:1", "--timeout", "300ms"}, ExitError, "unavailable"},
 		{[]string{"watch", "--server", "127.0.0.1:1", "--timeout", "300ms"}, ExitError, "unavailable"},
-		{[]string{"run", "--server", "127.0.0.1:1", "--timeout", "300ms", "k", "true"}, ExitError, "unavailable"},
+		{[]string{"run", "--server", "127.0.0.1:1", "--timeout", "300ms", "k", "true"}, ExitUnavailable, "unavailable"},
 		{[]string{"inspect"}, ExitUsage, "want KEY"},
 		{[]string{"inspect", "a", "b"}, ExitUsage, "want KEY, got 2"},
 		{[]string{"ls", "a", "b"}, ExitUsage, "at most a PREFIX"},

@@ -3,7 +3,8 @@
 // subcommand without building the binary.
 //
 //	lockd serve                              run the lock service (C5 configuration)
-//	lockd run [--ttl D] [--wait D] [--grace D] KEY -- CMD [ARGS...]
+//	lockd run [--ttl D] [--wait D] [--grace D] [--max-runtime D]
+//	          [--conflict-exit-code N] [--owner S] KEY -- CMD [ARGS...]
 //	lockd inspect KEY                        describe one key
 //	lockd ls [PREFIX]                        list held keys
 //	lockd revoke KEY                         revoke a key's grant (administrative)
@@ -21,7 +22,11 @@
 //	1    an error (message on stderr, prefixed with the command); lockd auth
 //	     check: the call is denied
 //	2    a usage error (bad flag, missing or extra argument)
+//	69   lockd run: the server could not be reached before the lock was held
 //	75   lockd run: the lock was lost while CMD ran; CMD was terminated
+//	80   lockd run: KEY was locked and --wait 0 was given (--conflict-exit-code)
+//	81   lockd run: --wait ran out before the lock was granted
+//	124  lockd run: CMD ran longer than --max-runtime; CMD was terminated
 //	N    lockd run: CMD's own exit status; 128+S when CMD died of signal S,
 //	     126 when CMD could not be executed, 127 when it was not found
 package cli

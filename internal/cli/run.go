@@ -20,10 +20,33 @@ import (
 	"lock.dev/lockd/client"
 )
 
-// Environment variables lockd run sets for its command.
+// Environment variables lockd run sets for its command (reserved in C5:
+// lockd serve ignores them).
 const (
 	EnvKey          = "LOCKD_KEY"
 	EnvFencingToken = "LOCKD_FENCING_TOKEN"
+	EnvOwner        = "LOCKD_OWNER" // only with --owner
+)
+
+// Exit codes of lockd run besides CMD's own status and those of every
+// command (ExitError, ExitUsage) and ExitLockLost. CMD's status passes
+// through unchanged, so these keep away from the codes commands commonly
+// return (0–2, 126–165, 255): 69 is sysexits' EX_UNAVAILABLE (like 75, a
+// sysexits code), 80 and 81 are outside every convention, 124 is what
+// timeout(1) returns when it stopped its command. The table is in run's help,
+// the package doc and the README.
+const (
+	// ExitUnavailable: the server could not be reached (within --timeout)
+	// before the lock was held. After that, a server that goes away makes
+	// the lock lost (ExitLockLost).
+	ExitUnavailable = 69
+	// ExitLocked: KEY was held by someone else and --wait 0 was given; the
+	// default of --conflict-exit-code.
+	ExitLocked = 80
+	// ExitWaitTimeout: --wait ran out before the lock was granted.
+	ExitWaitTimeout = 81
+	// ExitMaxRuntime: CMD ran longer than --max-runtime and was terminated.
+	ExitMaxRuntime = 124
 )
 
 // Exit codes of lockd run when the command could not be started (the
@@ -46,10 +69,13 @@ const (
 const deadSessionCloseTimeout = 2 * time.Second
 
 type runFlags struct {
-	cf    *clientFlags
-	ttl   time.Duration
-	wait  time.Duration
-	grace time.Duration
+	cf           *clientFlags
+	ttl          time.Duration
+	wait         time.Duration
+	grace        time.Duration
+	maxRuntime   time.Duration
+	conflictCode int
+	owner        string
 }
 
 func newRunCmd(e *env) *cobra.Command {
@@ -70,7 +96,32 @@ a holder that was superseded.
 --wait bounds how long to wait for the lock: without it lockd run waits as
 long as it takes; --wait 0 tries once and fails at once if the key is held.
 While waiting, a status line on stderr shows the holder's token and how long it
-has held the key (updated in place when stderr is a terminal).`,
+has held the key (updated in place when stderr is a terminal).
+
+--max-runtime bounds how long CMD may run once it started (the wait is not
+counted): then CMD is stopped as on a lost lock (SIGTERM, SIGKILL after
+--grace), the lock is released, and lockd run exits with status 124.
+
+--conflict-exit-code N (like flock's -E) is the exit status when KEY is held
+and --wait 0 was given. With N = 0 such a run prints nothing: in cron, a run
+that overlaps the previous one is skipped quietly. It applies to --wait 0 only:
+a --wait that runs out exits 81, so a job that waited in vain stays visible.
+
+--owner S names this holder: CMD gets it as LOCKD_OWNER and run's status
+lines on stderr show it.
+
+Exit status:
+  CMD's      CMD ran: its exit status (128+N if CMD died of signal N)
+  1          another error (message on stderr)
+  2          usage error
+  69         the server could not be reached before the lock was held
+             (--timeout), or stopped answering while lockd run waited
+  75         the lock was lost while CMD ran; CMD was terminated
+  80         KEY was locked and --wait 0 was given (--conflict-exit-code
+             changes it)
+  81         --wait ran out before the lock was granted
+  124        CMD ran longer than --max-runtime; CMD was terminated
+  126, 127   CMD could not be executed, or was not found`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if _, _, err := splitRunArgs(args); err != nil {
 				return err
@@ -82,7 +133,10 @@ has held the key (updated in place when stderr is a terminal).`,
 	rf := &runFlags{cf: addClientFlags(cmd, e)}
 	cmd.Flags().DurationVar(&rf.ttl, "ttl", 0, "session TTL (2s..1h); 0 uses the server's lock.session.ttl")
 	cmd.Flags().DurationVar(&rf.wait, "wait", 0, "give up if the lock is not acquired within this long; 0 tries once (default: wait forever)")
-	cmd.Flags().DurationVar(&rf.grace, "grace", 5*time.Second, "after the lock is lost, how long CMD has between SIGTERM and SIGKILL")
+	cmd.Flags().DurationVar(&rf.grace, "grace", 5*time.Second, "after the lock is lost or --max-runtime ran out, how long CMD has between SIGTERM and SIGKILL")
+	cmd.Flags().DurationVar(&rf.maxRuntime, "max-runtime", 0, "stop CMD (as on a lost lock) and exit 124 when it runs longer than this (default: no limit)")
+	cmd.Flags().IntVar(&rf.conflictCode, "conflict-exit-code", ExitLocked, "exit status when KEY is locked and --wait 0 was given; 0 also silences the message")
+	cmd.Flags().StringVar(&rf.owner, "owner", "", "name of this holder (e.g. host/job), passed to CMD as "+EnvOwner+" and shown in status lines")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		key, argv, _ := splitRunArgs(args)
 		switch {
@@ -92,8 +146,18 @@ has held the key (updated in place when stderr is a terminal).`,
 			return usageErrorf("--wait must not be negative")
 		case rf.grace < 0:
 			return usageErrorf("--grace must not be negative")
+		case rf.maxRuntime < 0:
+			return usageErrorf("--max-runtime must not be negative (0: no limit)")
+		case rf.conflictCode < 0 || rf.conflictCode > 255:
+			return usageErrorf("--conflict-exit-code must be 0..255, not %d", rf.conflictCode)
+		case strings.ContainsAny(rf.owner, "\x00\n\r"):
+			return usageErrorf("--owner must not contain NUL or line breaks")
 		}
-		r := &runner{e: e, flags: rf, waitForever: !cmd.Flags().Changed("wait"), key: key, argv: argv}
+		waitForever := !cmd.Flags().Changed("wait")
+		if cmd.Flags().Changed("conflict-exit-code") && (waitForever || rf.wait != 0) {
+			return usageErrorf("--conflict-exit-code applies with --wait 0 only (a --wait that runs out exits %d)", ExitWaitTimeout)
+		}
+		r := &runner{e: e, flags: rf, waitForever: waitForever, key: key, argv: argv}
 		return r.run(cmd.Context())
 	}
 	return cmd
@@ -140,7 +204,7 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("open session: %w", err)
+		return r.unavailable(ctx, fmt.Errorf("open session: %w", err))
 	}
 	// Closing the session releases the lock too; it is best effort after
 	// the release below, and brief when the session already ended (the
@@ -179,6 +243,20 @@ func (r *runner) run(ctx context.Context) error {
 	return nil
 }
 
+// unavailable gives err exit code ExitUnavailable when it says that the
+// server could not be reached in time (a call under --timeout failed
+// retrying, or the session's deadline passed without an answer). Other
+// errors, and those of a cancelled ctx, are returned as they are.
+func (r *runner) unavailable(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrSessionExpired) || errors.Is(err, context.DeadlineExceeded) {
+		return &exitError{code: ExitUnavailable, err: err}
+	}
+	return err
+}
+
 // acquire takes the lock, honouring --wait, and reports the wait on stderr.
 func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Session) (*client.Lock, error) {
 	if !r.waitForever && r.flags.wait == 0 {
@@ -189,9 +267,14 @@ func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Sessio
 			return err
 		})
 		if errors.Is(err, client.ErrLocked) {
-			return nil, fmt.Errorf("%q is locked%s (--wait 0: not waiting)", r.key, r.holder(ctx, c))
+			code := r.flags.conflictCode
+			if code == 0 {
+				return nil, &exitError{code: 0} // quietly skipped
+			}
+			holder, _ := r.holder(ctx, c)
+			return nil, &exitError{code: code, err: fmt.Errorf("%q is locked%s (--wait 0: not waiting)", r.key, holder)}
 		}
-		return l, err
+		return l, r.unavailable(ctx, err)
 	}
 
 	actx, cancel := context.WithCancel(ctx)
@@ -208,21 +291,39 @@ func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Sessio
 		return l, nil
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("interrupted while waiting for %q: %w", r.key, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil, fmt.Errorf("timed out after --wait %v waiting for %q%s", r.flags.wait, r.key, r.holder(ctx, c))
+	case errors.Is(err, context.DeadlineExceeded) && !r.waitForever:
+		// The SDK adds the last retryable answer (ErrUnavailable) to the
+		// deadline, even one from long ago: the server is called unavailable
+		// only if it does not answer now either.
+		holder, ierr := r.holder(ctx, c)
+		if errors.Is(err, client.ErrUnavailable) && ierr != nil {
+			return nil, &exitError{code: ExitUnavailable, err: fmt.Errorf("lockd server at %s unavailable while waiting for %q: %w", r.flags.cf.server, r.key, err)}
+		}
+		return nil, &exitError{code: ExitWaitTimeout, err: fmt.Errorf("timed out after --wait %v waiting for %q%s", r.flags.wait, r.key, holder)}
+	case errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrSessionExpired):
+		return nil, &exitError{code: ExitUnavailable, err: fmt.Errorf("lockd server at %s unavailable while waiting for %q: %w", r.flags.cf.server, r.key, err)}
 	}
 	return nil, r.flags.cf.explain(ctx, err) // the SDK names the key
 }
 
-// holder describes the key's holder for an error message, or "".
-func (r *runner) holder(ctx context.Context, c *client.Client) string {
+// holder describes the key's holder for an error message, or "". The error
+// is the server's, when it did not answer.
+func (r *runner) holder(ctx context.Context, c *client.Client) (string, error) {
 	ictx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	info, err := c.Inspect(ictx, r.key)
 	if err != nil || !info.Held {
-		return ""
+		return "", err
 	}
-	return fmt.Sprintf(" (held by token %d for %s)", info.Token, formatHeld(heldFor(info, time.Now())))
+	return fmt.Sprintf(" (held by token %d for %s)", info.Token, formatHeld(heldFor(info, time.Now()))), nil
+}
+
+// prefix starts run's status lines: "lockd run", with the --owner if given.
+func (r *runner) prefix() string {
+	if r.flags.owner == "" {
+		return "lockd run"
+	}
+	return fmt.Sprintf("lockd run (owner %s)", r.flags.owner)
 }
 
 // status reports on stderr that lockd run is waiting. On a terminal it keeps
@@ -235,12 +336,13 @@ type status struct {
 	shown  bool // a line was written
 	tty    bool
 	w      io.Writer
+	prefix string // of every line
 	key    string
 }
 
 func (r *runner) startStatus(ctx context.Context, c *client.Client, s *client.Session) *status {
 	ctx, cancel := context.WithCancel(ctx)
-	st := &status{cancel: cancel, tty: isTerminal(r.e.stderr), w: r.e.stderr, key: r.key}
+	st := &status{cancel: cancel, tty: isTerminal(r.e.stderr), w: r.e.stderr, prefix: r.prefix(), key: r.key}
 	st.wg.Add(1)
 	go func() { // exits when stop cancels ctx
 		defer st.wg.Done()
@@ -258,7 +360,7 @@ func (r *runner) startStatus(ctx context.Context, c *client.Client, s *client.Se
 			if ctx.Err() != nil {
 				return
 			}
-			st.show(waitingLine(r.key, info, err, s.ID()))
+			st.show(waitingLine(st.prefix, r.key, info, err, s.ID()))
 			if !st.tty {
 				return // one line only
 			}
@@ -290,13 +392,13 @@ func (st *status) stop(l *client.Lock) {
 	case st.tty:
 		fmt.Fprint(st.w, "\r\x1b[K")
 	case l != nil:
-		fmt.Fprintf(st.w, "lockd run: acquired %q (token %d)\n", st.key, l.Token())
+		fmt.Fprintf(st.w, "%s: acquired %q (token %d)\n", st.prefix, st.key, l.Token())
 	}
 }
 
-func waitingLine(key string, info client.LockInfo, err error, self string) string {
+func waitingLine(prefix, key string, info client.LockInfo, err error, self string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "lockd run: waiting for %q", key)
+	fmt.Fprintf(&b, "%s: waiting for %q", prefix, key)
 	if err != nil {
 		b.WriteString(" (holder unknown: server not answering)")
 		return b.String()
@@ -315,8 +417,10 @@ func waitingLine(key string, info client.LockInfo, err error, self string) strin
 }
 
 // runLocked runs the command while l is held and returns its exit code. If
-// the lock is lost meanwhile it terminates the command's process group and
-// returns an ExitLockLost error.
+// the lock is lost meanwhile, or --max-runtime runs out, it terminates the
+// command's process group and returns an ExitLockLost or ExitMaxRuntime
+// error (a loss wins: it says that the command may have overlapped another
+// holder).
 func (r *runner) runLocked(ctx context.Context, l *client.Lock) (int, error) {
 	select {
 	case <-l.Done():
@@ -324,8 +428,11 @@ func (r *runner) runLocked(ctx context.Context, l *client.Lock) (int, error) {
 	default:
 	}
 	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	cmd.Env = append(withoutVars(r.e.environ(), EnvKey, EnvFencingToken),
+	cmd.Env = append(withoutVars(r.e.environ(), EnvKey, EnvFencingToken, EnvOwner),
 		EnvKey+"="+r.key, EnvFencingToken+"="+strconv.FormatUint(l.Token(), 10))
+	if r.flags.owner != "" {
+		cmd.Env = append(cmd.Env, EnvOwner+"="+r.flags.owner)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.e.stdin, r.e.stdout, r.e.stderr
 	// A command that exits but leaves its output pipes open (a background
 	// grandchild) does not hold up lockd run.
@@ -350,17 +457,23 @@ func (r *runner) runLocked(ctx context.Context, l *client.Lock) (int, error) {
 	go func() { waitc <- cmd.Wait() }() // ends when the command exits
 
 	var (
-		lost      bool
-		lockDone  = l.Done()
-		ctxDone   = ctx.Done()
-		killTimer *time.Timer
-		killc     <-chan time.Time
+		lost, overran bool
+		lockDone      = l.Done()
+		ctxDone       = ctx.Done()
+		killTimer     *time.Timer
+		killc         <-chan time.Time
+		maxc          <-chan time.Time
 	)
 	defer func() {
 		if killTimer != nil {
 			killTimer.Stop()
 		}
 	}()
+	if r.flags.maxRuntime > 0 {
+		maxTimer := time.NewTimer(r.flags.maxRuntime)
+		defer maxTimer.Stop()
+		maxc = maxTimer.C
+	}
 	// terminate sends SIGTERM now and SIGKILL after --grace.
 	terminate := func() {
 		_ = signalGroup(pgid, syscall.SIGTERM)
@@ -390,8 +503,13 @@ loop:
 			}
 		case <-lockDone:
 			lockDone, lost = nil, true
-			fmt.Fprintf(r.e.stderr, "lockd run: lost the lock on %q (token %d): %v; sending SIGTERM to the command, SIGKILL in %v\n",
-				r.key, l.Token(), l.Err(), r.flags.grace)
+			fmt.Fprintf(r.e.stderr, "%s: lost the lock on %q (token %d): %v; sending SIGTERM to the command, SIGKILL in %v\n",
+				r.prefix(), r.key, l.Token(), l.Err(), r.flags.grace)
+			terminate()
+		case <-maxc:
+			maxc, overran = nil, true
+			fmt.Fprintf(r.e.stderr, "%s: the command on %q (token %d) reached --max-runtime %v; sending SIGTERM, SIGKILL in %v\n",
+				r.prefix(), r.key, l.Token(), r.flags.maxRuntime, r.flags.grace)
 			terminate()
 		case <-killc:
 			killc = nil
@@ -399,11 +517,17 @@ loop:
 		}
 	}
 	restoreTTY()
-	if lost {
+	if lost || overran {
 		// Whatever is left of the group had its SIGTERM; it must not outlive
-		// lockd run while someone else may hold the lock.
+		// lockd run while someone else may hold the lock (now, or after the
+		// release that follows).
 		_ = signalGroup(pgid, syscall.SIGKILL)
+	}
+	switch {
+	case lost:
 		return 0, &exitError{code: ExitLockLost, err: fmt.Errorf("lock %q lost while the command ran (%v); the command was terminated", r.key, l.Err())}
+	case overran:
+		return 0, &exitError{code: ExitMaxRuntime, err: fmt.Errorf("the command on %q ran longer than --max-runtime %v and was terminated", r.key, r.flags.maxRuntime)}
 	}
 	return exitCode(cmd.ProcessState), nil
 }

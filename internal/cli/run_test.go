@@ -177,11 +177,11 @@ func TestRunWait(t *testing.T) {
 		l := hold(t, srv.Client, "busy")
 
 		res := lockd(t, environ, "run", "--wait", "0", "busy", "--", "true")
-		if res.code != ExitError || !strings.Contains(res.stderr, `"busy" is locked (held by token `+strconv.FormatUint(l.Token(), 10)) {
+		if res.code != ExitLocked || !strings.Contains(res.stderr, `"busy" is locked (held by token `+strconv.FormatUint(l.Token(), 10)) {
 			t.Errorf("--wait 0 on a held key: %v", res)
 		}
 		res = lockd(t, environ, "run", "--wait", "700ms", "busy", "--", "true")
-		if res.code != ExitError || !strings.Contains(res.stderr, "timed out after --wait 700ms") {
+		if res.code != ExitWaitTimeout || !strings.Contains(res.stderr, "timed out after --wait 700ms") {
 			t.Errorf("--wait 700ms on a held key: %v", res)
 		}
 		// Not a terminal: one plain status line while waiting.

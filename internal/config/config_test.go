@@ -376,7 +376,7 @@ func TestAccepted(t *testing.T) {
 		check func(Config) bool
 	}{
 		{name: "reserved env ignored",
-			env:   []string{"LOCKD_SERVER=h:1", "LOCKD_KEY=k", "LOCKD_FENCING_TOKEN=7", "LOCKD_TEST_PG_DSN=x", "PATH=/bin", "LOCKDX=1"},
+			env:   []string{"LOCKD_SERVER=h:1", "LOCKD_KEY=k", "LOCKD_FENCING_TOKEN=7", "LOCKD_OWNER=web-3", "LOCKD_TEST_PG_DSN=x", "PATH=/bin", "LOCKDX=1"},
 			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
 		{name: "null and empty sections", file: "lock:\n  session:\n  etcd: {}\n  pg:\n    dsn:\n",
 			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
