@@ -92,6 +92,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Cancellation", s.testCancellation},
 		{"Deadline", s.testDeadline},
 		{"RemainingCountsDown", s.testRemaining},
+		{"SessionSecretHash", s.testSessionSecretHash},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
