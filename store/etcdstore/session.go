@@ -67,16 +67,16 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 	}
 	granted := time.Duration(resp.TTL) * time.Second
 	ss := &session{
-		id:     store.NewSessionID(),
-		lease:  resp.ID,
-		ttl:    granted,
-		done:   make(chan struct{}),
+		id:    store.NewSessionID(),
+		lease: resp.ID,
+		ttl:   granted,
+		done:  make(chan struct{}),
 		// The hash lives in this instance's record, like the session
 		// itself: etcd sessions are used only through the instance that
 		// opened them (C2 #ct2-spi, #ct2-ownership).
 		secretHash: o.SecretHash,
-		held:   make(map[string]uint64),
-		queued: make(map[string]bool),
+		held:       make(map[string]uint64),
+		queued:     make(map[string]bool),
 	}
 	s.mu.Lock()
 	if s.closed {
