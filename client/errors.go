@@ -63,6 +63,13 @@ var (
 	// ErrLimit: a server limit was reached (see the server package doc).
 	ErrLimit = errors.New("client: server limit reached")
 
+	// ErrPermissionDenied: the server refused the call for want of
+	// authority, e.g. a session secret that does not match the session
+	// (C2 #ct2-ownership; with this SDK that means a session the server
+	// cannot verify, such as one opened through an older lockd). The
+	// message says why. Terminal for the session.
+	ErrPermissionDenied = errors.New("client: permission denied")
+
 	// ErrInternal: the server failed unexpectedly; details are in its log.
 	ErrInternal = errors.New("client: internal server error")
 )
@@ -115,7 +122,13 @@ func mapCode(code codes.Code, reason, msg string) error {
 	case codes.FailedPrecondition:
 		sentinel = ErrSessionDead
 	case codes.PermissionDenied:
+		// NOT_OWNER (and a reason-less answer of an older server) is a
+		// release of a grant that is gone; every other reason is a
+		// refusal.
 		sentinel = ErrNotOwner
+		if reason != "" && reason != wireerr.ReasonNotOwner {
+			sentinel = ErrPermissionDenied
+		}
 	case codes.Unavailable, codes.Aborted:
 		sentinel = ErrUnavailable
 	case codes.DeadlineExceeded:

@@ -78,6 +78,7 @@ type Server struct {
 	log     *slog.Logger
 	tlog    telemetry.Log
 	metrics *telemetry.Metrics
+	auth    *telemetry.AuthMetrics // lockd_auth_denied_total (secret.go)
 	reg     *prometheus.Registry
 	grpc    *grpc.Server
 	health  *health.Server
@@ -128,6 +129,10 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
 	}
+	auth, err := telemetry.NewAuthMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
 	log := telemetry.OrDiscard(opts.Logger)
 	s := &Server{
 		cfg:      cfg,
@@ -135,6 +140,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		log:      log,
 		tlog:     telemetry.Log{L: log, Backend: label},
 		metrics:  m,
+		auth:     auth,
 		reg:      reg,
 		sessions: map[store.SessionID]*session{},
 		wake:     make(chan struct{}, 1),
