@@ -72,6 +72,13 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 		_, err = api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: waiter.SessionId, Key: "held", Wait: true, WaitTimeoutMs: 100})
 		check("Acquire(held) with a 100ms wait timeout", err, wireerr.ReasonWaitTimeout)
 
+		// Refusals of a session's secret (C2 #ct2-ownership).
+		bare := dialBare(t, srv.Addr)
+		_, err = bare.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: holder.SessionId, Key: "other"})
+		check("Acquire without the session's secret", err, wireerr.ReasonSessionSecretRequired)
+		_, err = bare.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: holder.SessionId, Key: "other", SessionSecret: make([]byte, 32)})
+		check("Acquire with another secret", err, wireerr.ReasonSessionSecretMismatch)
+
 		// A server limit: a KeepAlive client that does not read its replies
 		// has its stream ended. Small static windows make the server's
 		// sends block after 64 KiB; requests with request id 0 are
