@@ -34,7 +34,10 @@ func testCtx(t *testing.T) context.Context {
 // newClient returns an SDK client of addr, closed when the test ends.
 func newClient(t *testing.T, addr string) *client.Client {
 	t.Helper()
-	c, err := client.New(addr, client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+	// The test remembers the secrets of the SDK's sessions, so that raw
+	// requests of a scenario can act for them (lockdtest.SessionSecrets).
+	c, err := client.New(addr, client.WithBackoff(10*time.Millisecond, 200*time.Millisecond),
+		client.WithDialOptions(lockdtest.SessionSecrets()...))
 	if err != nil {
 		t.Fatalf("client.New(%s): %v", addr, err)
 	}
