@@ -67,6 +67,14 @@ check-generate: generate
 parity:
 	$(GO) test -race -count=1 -timeout 10m -run '^TestParity$$' -v ./test/parity/
 
+## brute: issue 12's brute force against a live session: 10^6 random
+## session secrets per backend on a KeepAlive stream, every one refused
+## (TestSessionSecretBruteForce; `make test` runs it with 1000).
+BRUTE_ATTEMPTS ?= 1000000
+.PHONY: brute
+brute:
+	LOCKD_TEST_BRUTE_ATTEMPTS=$(BRUTE_ATTEMPTS) $(GO) test -race -count=1 -timeout 60m -run '^TestSessionSecretBruteForce$$' -v ./server/
+
 ## chaos: the fault-injection suite of issue 6 in short mode (every scenario
 ## and control, a few minutes; test/chaos). The checkers' own tests first.
 ## chaos-long: every scenario for about DURATION in all (make chaos-long DURATION=30m).

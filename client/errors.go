@@ -63,6 +63,15 @@ var (
 	// ErrLimit: a server limit was reached (see the server package doc).
 	ErrLimit = errors.New("client: server limit reached")
 
+	// ErrPermissionDenied: the server refused the call for want of
+	// authority: a session secret that does not match the session (C2
+	// #ct2-ownership; with this SDK that means a session the server cannot
+	// verify, such as one opened through an older lockd; terminal for the
+	// session), no access rule allowing the call on that key (C5
+	// #ct5-auth, reason ACCESS_DENIED), or credentials the server does not
+	// accept (UNAUTHENTICATED). The message says why.
+	ErrPermissionDenied = errors.New("client: permission denied")
+
 	// ErrInternal: the server failed unexpectedly; details are in its log.
 	ErrInternal = errors.New("client: internal server error")
 )
@@ -115,7 +124,13 @@ func mapCode(code codes.Code, reason, msg string) error {
 	case codes.FailedPrecondition:
 		sentinel = ErrSessionDead
 	case codes.PermissionDenied:
+		// NOT_OWNER (and a reason-less answer of an older server) is a
+		// release of a grant that is gone; every other reason is a
+		// refusal.
 		sentinel = ErrNotOwner
+		if reason != "" && reason != wireerr.ReasonNotOwner {
+			sentinel = ErrPermissionDenied
+		}
 	case codes.Unavailable, codes.Aborted:
 		sentinel = ErrUnavailable
 	case codes.DeadlineExceeded:
@@ -128,6 +143,8 @@ func mapCode(code codes.Code, reason, msg string) error {
 		sentinel = context.Canceled
 	case codes.ResourceExhausted:
 		sentinel = ErrLimit
+	case codes.Unauthenticated:
+		sentinel = ErrPermissionDenied
 	default:
 		sentinel = ErrInternal
 	}

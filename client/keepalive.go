@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -205,7 +206,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 			fl.mu.Lock()
 			fl.beats[nextID] = beat{s: e.s, sent: sent, seq: seq}
 			fl.mu.Unlock()
-			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, RequestId: nextID, Ack: acks}); err != nil {
+			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, SessionSecret: e.s.secret, RequestId: nextID, Ack: acks}); err != nil {
 				return // the receive side says why
 			}
 		}
@@ -280,6 +281,12 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 		// set still ends the locks it does not list.
 		err := fromSessionError(r.GetError())
 		k.c.log.LogAttrs(context.Background(), slog.LevelDebug, "heartbeat failed", slog.String("error", err.Error()))
+		if errors.Is(err, ErrPermissionDenied) {
+			// The server refuses this session's secret: no later
+			// heartbeat can succeed (C2 #ct2-ownership).
+			s.end(err)
+			return
+		}
 		if answered {
 			if r.GetHeld() != nil {
 				s.answer(b.sent, b.seq, false, 0, r.GetHeld())

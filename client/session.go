@@ -25,6 +25,7 @@ import (
 type Session struct {
 	c        *Client
 	id       string
+	secret   []byte // proves ownership (C2 #ct2-ownership); never shown
 	ttl      time.Duration
 	margin   time.Duration
 	interval time.Duration
@@ -90,6 +91,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	s := &Session{
 		c:        c,
 		id:       resp.GetSessionId(),
+		secret:   resp.GetSessionSecret(),
 		ttl:      ms(resp.GetTtlMs()),
 		margin:   ms(resp.GetSafetyMarginMs()),
 		interval: ms(resp.GetHeartbeatIntervalMs()),
@@ -347,7 +349,7 @@ func (s *Session) abandon() {
 		defer s.c.wg.Done()
 		ctx, cancel := context.WithTimeout(s.c.ctx, DefaultCloseTimeout)
 		defer cancel()
-		_, _ = s.c.api.CloseSession(ctx, &lockdv1.CloseSessionRequest{SessionId: s.id})
+		_, _ = s.c.api.CloseSession(ctx, &lockdv1.CloseSessionRequest{SessionId: s.id, SessionSecret: s.secret})
 	}()
 }
 
@@ -365,7 +367,7 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	err := s.c.retry(ctx, func(ctx context.Context) error {
-		_, err := s.c.api.CloseSession(ctx, &lockdv1.CloseSessionRequest{SessionId: s.id})
+		_, err := s.c.api.CloseSession(ctx, &lockdv1.CloseSessionRequest{SessionId: s.id, SessionSecret: s.secret})
 		return fromStatus(ctx, err)
 	})
 	if err != nil {
@@ -397,7 +399,7 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 	if ao.waitTimeout < 0 {
 		return nil, fmt.Errorf("acquire %q: %w: wait timeout: negative", key, ErrInvalidArgument)
 	}
-	req := &lockdv1.AcquireRequest{SessionId: s.id, Key: key, Wait: true}
+	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true}
 	if ao.waitTimeout > 0 {
 		// Round up: never ask to wait less than the caller asked.
 		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
@@ -412,7 +414,7 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 // TryAcquire takes the lock named key if it is free and nobody waits for it;
 // otherwise it returns ErrLocked at once.
 func (s *Session) TryAcquire(ctx context.Context, key string) (*Lock, error) {
-	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, Key: key}, false)
+	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key}, false)
 	if err != nil {
 		return nil, fmt.Errorf("try acquire %q: %w", key, err)
 	}
@@ -618,7 +620,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	err := l.s.c.retry(ctx, func(ctx context.Context) error {
-		_, err := l.s.c.api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: l.s.id, Key: l.key, Token: l.token})
+		_, err := l.s.c.api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: l.s.id, SessionSecret: l.s.secret, Key: l.key, Token: l.token})
 		err = fromStatus(ctx, err)
 		l.mu.Lock()
 		defer l.mu.Unlock()

@@ -62,6 +62,9 @@ func invalidf(field, format string, args ...any) error {
 // the error is the caller's own cancellation or deadline whatever the store
 // said (no reason then).
 func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reason, msg string) {
+	if d, ok := errors.AsType[*deniedError](err); ok {
+		return wireerr.Code(d.reason), d.reason, d.msg // a refusal (secret.go)
+	}
 	switch {
 	case errors.Is(err, errWaitTimeout):
 		reason, msg = wireerr.ReasonWaitTimeout, "wait timeout exceeded"

@@ -81,6 +81,12 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 		check("Inspect without access", err, wireerr.ReasonAccessDenied)
 		_, err = gapi.Inspect(as(ctx, "nobody-known"), &lockdv1.InspectRequest{Key: "k"})
 		check("Inspect with an unknown token", err, wireerr.ReasonUnauthenticated)
+		// Refusals of a session's secret (C2 #ct2-ownership).
+		bare := dialBare(t, srv.Addr)
+		_, err = bare.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: holder.SessionId, Key: "other"})
+		check("Acquire without the session's secret", err, wireerr.ReasonSessionSecretRequired)
+		_, err = bare.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: holder.SessionId, Key: "other", SessionSecret: make([]byte, 32)})
+		check("Acquire with another secret", err, wireerr.ReasonSessionSecretMismatch)
 
 		// A server limit: a KeepAlive client that does not read its replies
 		// has its stream ended. Small static windows make the server's

@@ -128,6 +128,15 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 		ks.push(resp) // no such session can exist: not live
 		return
 	}
+	// A refused request attaches nothing, acknowledges nothing and extends
+	// nothing (C2 #ct2-ownership).
+	if err := s.checkSecret(ctx, "KeepAlive", id, req.SessionSecret); err != nil {
+		if ctx.Err() == nil {
+			resp.Error = s.sessionError(ctx, err)
+			ks.push(resp)
+		}
+		return
+	}
 	ss, err := s.attach(id, ks, req.Ack)
 	if err != nil {
 		resp.Error = s.sessionError(ctx, err)

@@ -254,10 +254,10 @@ type gatedStore struct {
 	gate    chan struct{}
 }
 
-func (g gatedStore) OpenSession(ctx context.Context, ttl time.Duration) (store.Session, error) {
+func (g gatedStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...store.SessionOption) (store.Session, error) {
 	g.entered <- struct{}{}
 	<-g.gate
-	return g.LockStore.OpenSession(ctx, ttl)
+	return g.LockStore.OpenSession(ctx, ttl, opts...)
 }
 
 // TestLimitSessionOpens: OpenSession calls beyond max-session-opens in

@@ -41,10 +41,18 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// dial returns a raw gRPC client of srv, closed when the test ends.
+// dial returns a raw gRPC client of srv, closed when the test ends. Like
+// the SDK, it sends each session's secret (lockdtest.SessionSecrets); the
+// tests of refusals use dialBare.
 func dial(t testing.TB, addr string) lockdv1.LockServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return dialBare(t, addr, lockdtest.SessionSecrets()...)
+}
+
+// dialBare is dial without the session secrets.
+func dialBare(t testing.TB, addr string, opts ...grpc.DialOption) lockdv1.LockServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatalf("grpc.NewClient(%s): %v", addr, err)
 	}

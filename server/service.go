@@ -54,11 +54,12 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	if s.ctx.Err() != nil {
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
 	}
-	sess, err := s.st.OpenSession(ctx, ttl)
+	secret, hash := newSessionSecret()
+	sess, err := s.st.OpenSession(ctx, ttl, store.WithSecretHash(hash))
 	if err != nil {
 		return nil, s.toStatus(ctx, "OpenSession", fmt.Errorf("open session: %w", err))
 	}
-	if !s.register(sess, recv) {
+	if !s.register(sess, recv, hash) {
 		// Shutdown began while the store opened it: do not hand it out.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		_, _ = s.st.CloseSession(cctx, sess.ID)
@@ -72,6 +73,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 		RemainingMs:         max(sess.Remaining, 0).Milliseconds(),
 		SafetyMarginMs:      margin.Milliseconds(),
 		HeartbeatIntervalMs: hb.Milliseconds(),
+		SessionSecret:       secret,
 	}, nil
 }
 
@@ -94,6 +96,9 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 	id := store.SessionID(req.SessionId)
 	if err := store.ValidateSessionID(id); err != nil {
 		return nil, s.toStatus(ctx, "CloseSession", invalid("session_id", err))
+	}
+	if err := s.checkSecret(ctx, "CloseSession", id, req.SessionSecret); err != nil {
+		return nil, s.toStatus(ctx, "CloseSession", err)
 	}
 	ss := s.pin(id)
 	defer s.unpin(ss)
@@ -124,6 +129,9 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	recv := time.Now()
 	id := store.SessionID(req.SessionId)
 	if err := s.checkAcquire(req); err != nil {
+		return nil, s.toStatus(ctx, "Acquire", err)
+	}
+	if err := s.checkSecret(ctx, "Acquire", id, req.SessionSecret); err != nil {
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
 	ss, closing := s.pinUse(id)
@@ -227,6 +235,9 @@ func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*loc
 		err = invalid("key", store.ValidateKey(req.Key))
 	case req.Token == 0:
 		err = invalidf("token", "must be non-zero")
+	}
+	if err == nil {
+		err = s.checkSecret(ctx, "Release", id, req.SessionSecret)
 	}
 	if err != nil {
 		return nil, s.toStatus(ctx, "Release", err)

@@ -90,6 +90,9 @@ type session struct {
 	// trustUntil is the latest (receipt + Remaining) this server granted:
 	// the client trusts nothing of the session beyond it.
 	trustUntil time.Time
+	// secretHash is the SHA-256 of the session's secret (secret.go), set
+	// at open or when first read from the store; nil when not known yet.
+	secretHash []byte
 	// draining: Shutdown with close-sessions-on-shutdown waits for the
 	// client to acknowledge its notices (or trustUntil) before closing.
 	draining bool
@@ -153,13 +156,13 @@ func (s *Server) unschedule(ss *session) {
 
 // register records a session just opened here (recv: when OpenSession was
 // received).
-func (s *Server) register(sess store.Session, recv time.Time) bool {
+func (s *Server) register(sess store.Session, recv time.Time, secretHash []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closingAll {
 		return false
 	}
-	ss := &session{id: sess.ID, ttl: sess.TTL, known: true, seeded: true, heapIdx: -1, locks: map[string]uint64{},
+	ss := &session{id: sess.ID, ttl: sess.TTL, known: true, seeded: true, heapIdx: -1, locks: map[string]uint64{}, secretHash: secretHash,
 		expireAt: recv.Add(max(sess.TTL, sess.Remaining)), trustUntil: recv.Add(sess.Remaining)}
 	s.sessions[sess.ID] = ss
 	s.schedule(ss)

@@ -121,8 +121,15 @@ type Event struct {
 type SessionRegistry interface {
 	// OpenSession starts a session with the given TTL (store.ValidateTTL).
 	// The backend frees every lock of a session that is neither heartbeated
-	// (PostgreSQL) nor kept alive (etcd) for its TTL.
-	OpenSession(ctx context.Context, ttl time.Duration) (Session, error)
+	// (PostgreSQL) nor kept alive (etcd) for its TTL. WithSecretHash
+	// records the owner's secret hash with it (C2 #ct2-ownership).
+	OpenSession(ctx context.Context, ttl time.Duration, opts ...SessionOption) (Session, error)
+
+	// SessionSecretHash returns the secret hash recorded when the session
+	// was opened (nil if none), as long as the session exists, also when it
+	// has expired but is not freed yet. ErrSessionDead when it is unknown
+	// (C2 #ct2-ownership).
+	SessionSecretHash(ctx context.Context, id SessionID) ([]byte, error)
 
 	// Heartbeat reports the session's liveness and the deadline bound
 	// (C2 #ct2-deadline). On backends that need it (PostgreSQL) it also

@@ -121,12 +121,12 @@ func (f *Faulty) report(rem time.Duration) time.Duration {
 }
 
 // OpenSession implements store.SessionRegistry.
-func (f *Faulty) OpenSession(ctx context.Context, ttl time.Duration) (store.Session, error) {
+func (f *Faulty) OpenSession(ctx context.Context, ttl time.Duration, opts ...store.SessionOption) (store.Session, error) {
 	before, after := f.failure(telemetry.OpOpenSession)
 	if before != nil {
 		return store.Session{}, before
 	}
-	s, err := f.LockStore.OpenSession(ctx, ttl)
+	s, err := f.LockStore.OpenSession(ctx, ttl, opts...)
 	if err == nil {
 		s.Remaining = f.report(s.Remaining)
 	}

@@ -3,7 +3,13 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+
+	"lock.dev/lockd/store"
 )
+
+// OpSecretHash is the backend op of reading a session's secret hash
+// (lockd_backend_request_seconds.op, C2 #ct2-ownership).
+const OpSecretHash = "secret_hash"
 
 // Access-control log events (C4 #ct4-logs).
 const (
@@ -19,6 +25,10 @@ const (
 	DeniedAccess = "access_denied"
 	// DeniedUnauthenticated: the caller's credentials were refused.
 	DeniedUnauthenticated = "unauthenticated"
+	// DeniedSecretRequired: the call named a session without its secret.
+	DeniedSecretRequired = "session_secret_required"
+	// DeniedSecretMismatch: the secret sent is not the session's.
+	DeniedSecretMismatch = "session_secret_mismatch"
 )
 
 // Kinds of access-control file (auth_reloaded.kind).
@@ -60,4 +70,11 @@ func WithCaller(ctx context.Context, by, rule string) context.Context {
 func CallerOf(ctx context.Context) (by, rule string, ok bool) {
 	c, ok := ctx.Value(callerKey{}).(caller)
 	return c.by, c.rule, ok
+}
+
+// AuthDenied logs auth_denied {backend, method, reason, session} for a call
+// refused for its session secret: session is the public id the call named,
+// never a secret.
+func (g Log) AuthDenied(method, reason string, id store.SessionID) {
+	g.warn(EventAuthDenied, slog.String("method", method), slog.String("reason", reason), slog.String("session", string(id)))
 }

@@ -18,8 +18,8 @@ type fullTTL struct {
 	ttl map[store.SessionID]store.Session // only the test's goroutine uses it
 }
 
-func (f *fullTTL) OpenSession(ctx context.Context, ttl time.Duration) (store.Session, error) {
-	s, err := f.LockStore.OpenSession(ctx, ttl)
+func (f *fullTTL) OpenSession(ctx context.Context, ttl time.Duration, opts ...store.SessionOption) (store.Session, error) {
+	s, err := f.LockStore.OpenSession(ctx, ttl, opts...)
 	s.Remaining = s.TTL
 	f.ttl[s.ID] = s
 	return s, err

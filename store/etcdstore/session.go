@@ -24,6 +24,9 @@ type session struct {
 	lease clientv3.LeaseID
 	ttl   time.Duration // as granted by etcd
 	done  chan struct{} // closed when the session stops being live
+	// secretHash is the owner's secret hash (C2 #ct2-ownership), fixed at
+	// open; nil for none.
+	secretHash []byte
 
 	// Guarded by Store.mu.
 	dead   bool
@@ -40,10 +43,14 @@ type session struct {
 }
 
 // OpenSession grants one lease with ttl rounded up to whole seconds.
-func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Session, err error) {
+func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...store.SessionOption) (_ store.Session, err error) {
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpOpenSession)(&err)
 	if err := store.ValidateTTL(ttl); err != nil {
+		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", err)
+	}
+	o, err := store.NewSessionOptions(opts...)
+	if err != nil {
 		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
@@ -60,12 +67,16 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 	}
 	granted := time.Duration(resp.TTL) * time.Second
 	ss := &session{
-		id:     store.NewSessionID(),
-		lease:  resp.ID,
-		ttl:    granted,
-		done:   make(chan struct{}),
-		held:   make(map[string]uint64),
-		queued: make(map[string]bool),
+		id:    store.NewSessionID(),
+		lease: resp.ID,
+		ttl:   granted,
+		done:  make(chan struct{}),
+		// The hash lives in this instance's record, like the session
+		// itself: etcd sessions are used only through the instance that
+		// opened them (C2 #ct2-spi, #ct2-ownership).
+		secretHash: o.SecretHash,
+		held:       make(map[string]uint64),
+		queued:     make(map[string]bool),
 	}
 	s.mu.Lock()
 	if s.closed {

@@ -9,6 +9,7 @@ import (
 // queries are the statements of one schema, with the schema name quoted in.
 type queries struct {
 	openSession string
+	secretHash  string
 	closeLock   string
 	closeLocks  string
 	closeDelete string
@@ -50,9 +51,11 @@ func newQueries(schema, channel string) queries {
 	keylock := quoteLiteral("lockd.key:" + schema + ":")
 	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock, "{{channel}}", quoteLiteral(channel))
 	return queries{
-		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at)
-			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond')`),
-		closeLock: r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
+		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash)
+			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3)`),
+		// Any row, expired or not: the caller only compares the hash.
+		secretHash: r.Replace(`SELECT secret_hash FROM {{s}}.sessions WHERE id = $1`),
+		closeLock:  r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.
 		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token`),

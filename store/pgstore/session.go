@@ -16,8 +16,12 @@ import (
 )
 
 // OpenSession implements store.SessionRegistry.
-func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Session, err error) {
+func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...store.SessionOption) (_ store.Session, err error) {
 	if err := store.ValidateTTL(ttl); err != nil {
+		return store.Session{}, fmt.Errorf("pgstore: open session: %w", err)
+	}
+	o, err := store.NewSessionOptions(opts...)
+	if err != nil {
 		return store.Session{}, fmt.Errorf("pgstore: open session: %w", err)
 	}
 	if err := s.begin(ctx, "open session"); err != nil {
@@ -26,7 +30,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration) (_ store.Ses
 	defer s.metrics.Observe(telemetry.OpOpenSession)(&err)
 	id := store.NewSessionID()
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds())
+		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds(), o.SecretHash)
 		return err
 	})
 	if err = classify(ctx, "open session", err); err != nil {

@@ -93,6 +93,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Deadline", s.testDeadline},
 		{"RemainingCountsDown", s.testRemaining},
 		{"ExpireLiveElsewhere", s.testExpireLiveElsewhere}, {"ExpireExpired", s.testExpireExpired},
+		{"SessionSecretHash", s.testSessionSecretHash},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

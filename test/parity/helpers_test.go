@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/lockdtest"
 	"lock.dev/lockd/internal/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
@@ -33,7 +34,10 @@ func testCtx(t *testing.T) context.Context {
 // newClient returns an SDK client of addr, closed when the test ends.
 func newClient(t *testing.T, addr string) *client.Client {
 	t.Helper()
-	c, err := client.New(addr, client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+	// The test remembers the secrets of the SDK's sessions, so that raw
+	// requests of a scenario can act for them (lockdtest.SessionSecrets).
+	c, err := client.New(addr, client.WithBackoff(10*time.Millisecond, 200*time.Millisecond),
+		client.WithDialOptions(lockdtest.SessionSecrets()...))
 	if err != nil {
 		t.Fatalf("client.New(%s): %v", addr, err)
 	}
@@ -64,7 +68,10 @@ func acquire(t *testing.T, ctx context.Context, s *client.Session, key string) *
 // send invalid requests the SDK would refuse).
 func rawAPI(t *testing.T, addr string) lockdv1.LockServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Sessions' secrets are sent as the SDK sends them
+	// (C2 #ct2-ownership), also through another lockd than the opener.
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		lockdtest.SessionSecrets()...)...)
 	if err != nil {
 		t.Fatalf("grpc.NewClient(%s): %v", addr, err)
 	}

@@ -40,15 +40,22 @@ const (
 	ReasonWaitTimeout     = "WAIT_TIMEOUT"     // codes.DeadlineExceeded
 	ReasonLimit           = "LIMIT"            // codes.ResourceExhausted
 	ReasonShuttingDown    = "SHUTTING_DOWN"    // codes.Unavailable; retry elsewhere
-	ReasonInternal        = "INTERNAL"         // codes.Internal; details are in the server's log
-	ReasonAccessDenied    = "ACCESS_DENIED"    // codes.PermissionDenied; no access rule allows the call (C5 #ct5-auth)
-	ReasonUnauthenticated = "UNAUTHENTICATED"  // codes.Unauthenticated; the caller's credentials were refused
+	// ReasonSessionSecretRequired: the call named a session but sent no
+	// session secret (an SDK from before session secrets). codes.PermissionDenied.
+	ReasonSessionSecretRequired = "SESSION_SECRET_REQUIRED"
+	// ReasonSessionSecretMismatch: the session secret is not the session's.
+	// codes.PermissionDenied.
+	ReasonSessionSecretMismatch = "SESSION_SECRET_MISMATCH"
+	ReasonInternal              = "INTERNAL"        // codes.Internal; details are in the server's log
+	ReasonAccessDenied          = "ACCESS_DENIED"   // codes.PermissionDenied; no access rule allows the call (C5 #ct5-auth)
+	ReasonUnauthenticated       = "UNAUTHENTICATED" // codes.Unauthenticated; the caller's credentials were refused
 )
 
 // Reasons lists every reason, in the order of the proto's file comment.
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
-		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated}
+		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonSessionSecretRequired,
+		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated}
 }
 
 // Code is the gRPC code reason travels with; codes.Unknown for a reason
@@ -59,7 +66,7 @@ func Code(reason string) codes.Code {
 		return codes.InvalidArgument
 	case ReasonSessionDead:
 		return codes.FailedPrecondition
-	case ReasonNotOwner, ReasonAccessDenied:
+	case ReasonNotOwner, ReasonAccessDenied, ReasonSessionSecretRequired, ReasonSessionSecretMismatch:
 		return codes.PermissionDenied
 	case ReasonUnauthenticated:
 		return codes.Unauthenticated

@@ -1,0 +1,39 @@
+package store
+
+import "fmt"
+
+// SecretHashSize is the size of a session secret hash (SHA-256), the only
+// size WithSecretHash accepts (C2 #ct2-ownership).
+const SecretHashSize = 32
+
+// SessionOption configures OpenSession.
+type SessionOption func(*SessionOptions)
+
+// SessionOptions are what OpenSession's options set. Backends read them with
+// NewSessionOptions.
+type SessionOptions struct {
+	// SecretHash is the hash of the owner's session secret, persisted with
+	// the session (never the secret itself); nil for none.
+	SecretHash []byte
+}
+
+// WithSecretHash records h, the SHA-256 of the session's secret, with the
+// session (C2 #ct2-ownership). OpenSession copies it.
+func WithSecretHash(h []byte) SessionOption {
+	return func(o *SessionOptions) { o.SecretHash = append([]byte(nil), h...) }
+}
+
+// NewSessionOptions applies opts and validates the result: a secret hash
+// that is set must be SecretHashSize bytes (ErrInvalidArgument otherwise).
+func NewSessionOptions(opts ...SessionOption) (SessionOptions, error) {
+	var o SessionOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.SecretHash != nil && len(o.SecretHash) != SecretHashSize {
+		return SessionOptions{}, fmt.Errorf("%w: secret hash is %d bytes, want %d", ErrInvalidArgument, len(o.SecretHash), SecretHashSize)
+	}
+	return o, nil
+}
