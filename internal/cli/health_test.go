@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/pem"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"lock.dev/lockd/internal/testkit"
 )
 
 // TestHealthServe: lockd health against a real lockd serve's /healthz.
@@ -19,6 +22,12 @@ func TestHealthServe(t *testing.T) {
 	url := "http://" + metricsAddr + "/healthz"
 	if res := lockd(t, nil, "health", "--url", url); res.code != 0 || res.stdout != url+": 200 OK\n" {
 		t.Errorf("lockd health --url %s: %v, want exit 0 and one line", url, res)
+	}
+	// Without --url: from serve's environment, an unspecified host over loopback.
+	_, port, _ := net.SplitHostPort(metricsAddr)
+	environ := []string{envMetricsListen + "=0.0.0.0:" + port}
+	if res := lockd(t, environ, "health"); res.code != 0 || res.stdout != "http://127.0.0.1:"+port+"/healthz: 200 OK\n" {
+		t.Errorf("lockd health with %v: %v, want exit 0", environ, res)
 	}
 	if res := srv.stop(t, 60*time.Second); res.code != 0 {
 		t.Fatalf("lockd serve after cancel: %v", res)
@@ -65,5 +74,60 @@ func TestHealthAnswers(t *testing.T) {
 	}
 	if res := lockd(t, nil, "health", "--url", "::bad"); res.code != ExitUsage {
 		t.Errorf("lockd health --url ::bad: %v, want exit %d", res, ExitUsage)
+	}
+}
+
+// TestHealthLocalTLS: without --url, lockd health reaches a TLS metrics
+// listener found from serve's environment and accepts exactly the
+// certificate of $LOCKD_SERVER_METRICS_TLS_CERT_FILE.
+func TestHealthLocalTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, "lockd-ca")
+	srvCert, srvKey := ca.Issue(t, testkit.CertOptions{}).Write(t, dir, "server")
+	otherCert, _ := ca.Issue(t, testkit.CertOptions{}).Write(t, dir, "other")
+	srv := start(t, nil, "serve", "--data-dir", filepath.Join(dir, "data"),
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--metrics-tls-cert-file", srvCert, "--metrics-tls-key-file", srvKey)
+	_, metricsAddr, _ := srv.serving(t)
+	_, port, _ := net.SplitHostPort(metricsAddr)
+
+	environ := []string{envMetricsListen + "=:" + port, envMetricsTLSCertFile + "=" + srvCert}
+	if res := lockd(t, environ, "health"); res.code != 0 || res.stdout != "https://127.0.0.1:"+port+"/healthz: 200 OK\n" {
+		t.Errorf("lockd health with %v: %v, want exit 0", environ, res)
+	}
+	environ = []string{envMetricsListen + "=127.0.0.1:" + port, envMetricsTLSCertFile + "=" + otherCert}
+	if res := lockd(t, environ, "health"); res.code != ExitError || !strings.Contains(res.stderr, "not the one in") {
+		t.Errorf("lockd health pinned to another certificate: %v, want exit %d", res, ExitError)
+	}
+	if res := srv.stop(t, 60*time.Second); res.code != 0 {
+		t.Fatalf("lockd serve after cancel: %v", res)
+	}
+}
+
+func TestLocalHealthURL(t *testing.T) {
+	for _, tc := range []struct {
+		environ  []string
+		url      string
+		certFile string
+		code     int // of the error, 0 for none
+	}{
+		{nil, "http://127.0.0.1:7421/healthz", "", 0},
+		{[]string{envMetricsListen + "=0.0.0.0:9000"}, "http://127.0.0.1:9000/healthz", "", 0},
+		{[]string{envMetricsListen + "=[::]:9000"}, "http://[::1]:9000/healthz", "", 0},
+		{[]string{envMetricsListen + "=lockd.example:9000", envMetricsTLSCertFile + "=/c.pem"}, "https://lockd.example:9000/healthz", "/c.pem", 0},
+		{[]string{envMetricsListen + "=off"}, "", "", ExitUsage},
+		{[]string{envMetricsListen + "=9000"}, "", "", ExitUsage},
+	} {
+		e := &env{environ: func() []string { return tc.environ }}
+		url, certFile, err := localHealth(e)
+		var ee *exitError
+		switch {
+		case tc.code == 0 && err != nil:
+			t.Errorf("localHealth(%v): %v", tc.environ, err)
+		case tc.code != 0 && (!errors.As(err, &ee) || ee.code != tc.code):
+			t.Errorf("localHealth(%v) error = %v, want exit %d", tc.environ, err, tc.code)
+		case url != tc.url || certFile != tc.certFile:
+			t.Errorf("localHealth(%v) = %q, %q; want %q, %q", tc.environ, url, certFile, tc.url, tc.certFile)
+		}
 	}
 }
