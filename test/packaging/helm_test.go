@@ -40,6 +40,8 @@ var chartCases = []chartCase{
 	{"embedded-plaintext", []string{"tls.secretName=", "insecureAllowRemote=true"}, "StatefulSet", 1, false},
 	{"etcd", []string{"mode=etcd", "replicas=3", "etcd.endpoints={https://etcd-0.etcd:2379,https://etcd-1.etcd:2379}",
 		"etcd.tlsSecretName=etcd-client", "etcd.username=lockd", "etcd.passwordSecret.name=etcd-password"}, "Deployment", 3, true},
+	{"etcd-server-ca-only", []string{"mode=etcd", "etcd.endpoints={https://etcd:2379}", "etcd.tlsSecretName=etcd-ca",
+		"etcd.tlsClientCert=false"}, "Deployment", 3, true},
 	{"pg", []string{"mode=pg", "replicas=2", "pg.dsnSecret.name=lockd-pg", "tls.clientAuth=none"}, "Deployment", 2, true},
 }
 

@@ -119,10 +119,12 @@ spec:
         {{- if .Values.etcd.tlsSecretName }}
         - name: LOCKD_ETCD_TLS_CA_FILE
           value: /etc/lockd/etcd-tls/ca.crt
+        {{- if .Values.etcd.tlsClientCert }}
         - name: LOCKD_ETCD_TLS_CERT_FILE
           value: /etc/lockd/etcd-tls/tls.crt
         - name: LOCKD_ETCD_TLS_KEY_FILE
           value: /etc/lockd/etcd-tls/tls.key
+        {{- end }}
         {{- end }}
         {{- if .Values.etcd.username }}
         - name: LOCKD_ETCD_USERNAME
