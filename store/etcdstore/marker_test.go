@@ -14,14 +14,21 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// countKeys returns how many etcd keys exist under prefix.
+// countKeys returns how many etcd keys exist under prefix besides its
+// epoch key.
 func countKeys(t testing.TB, cli *clientv3.Client, prefix string) int64 {
 	t.Helper()
 	resp, err := cli.Get(ctxT(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatalf("count keys under %q: %v", prefix, err)
 	}
-	return resp.Count
+	epoch, err := cli.Get(ctxT(t), prefix+epochName, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("count the epoch key: %v", err)
+	}
+	// The prefix's epoch key (C2 #ct2-fencing) is one per prefix, not a
+	// residue of any lock key.
+	return resp.Count - epoch.Count
 }
 
 // markerWait bounds how long a test waits for markers to go: the test
