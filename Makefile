@@ -94,7 +94,8 @@ check-generate: generate
 
 ## parity: the backend parity suite (T-034, test/parity): every scenario
 ## through the gRPC API on embedded etcd, an external etcd process
-## (test/cmd/etcd) and PostgreSQL, with lockd as a real child process.
+## (test/cmd/etcd) and PostgreSQL, each also over TLS (rows etcd-tls, pg-tls),
+## with lockd as a real child process.
 ## Prints one row per scenario and backend: scenario | backend | outcome | ok.
 ## The same test also runs in `make test` (go test ./...).
 .PHONY: parity

@@ -13,7 +13,9 @@
 //
 // Start runs initdb for every server. A suite that starts many servers
 // initdb's once with NewTemplate and copies the result (Template.Start).
-// Restart stops a server (fast or immediate shutdown) and starts it again
+// Options.SSL turns SSL on with a given certificate and key, for clients
+// that connect with sslmode=verify-full (VerifyFullDSN; the parity suite's
+// pg-tls row). Restart stops a server (fast or immediate shutdown) and starts it again
 // on the same port and data, as the chaos suite's restart faults need.
 //
 // If the server's parent process dies without stopping it, the kernel sends

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +51,17 @@ type Options struct {
 	// Template, if not nil, is copied as the server's data directory
 	// instead of running initdb, which is much faster.
 	Template *Template
+	// SSL, if not nil, turns SSL on (ssl=on) with this certificate and
+	// key, so that clients can connect with sslmode=verify-full. The files
+	// are copied into the server's directory (the key with mode 0600,
+	// owned by the user the server runs as, as PostgreSQL requires).
+	// Clients may still connect without SSL (DSN's sslmode=disable).
+	SSL *SSLFiles
+}
+
+// SSLFiles name the PEM files of Options.SSL.
+type SSLFiles struct {
+	CertFile, KeyFile string
 }
 
 // Server is a running PostgreSQL server. Its methods are safe for
@@ -59,6 +71,7 @@ type Server struct {
 	loc  local
 	dir  string // the server's own directory: data/, the unix socket, postgres.log
 	port int
+	ssl  bool // server.crt and server.key in dir, served with ssl=on
 
 	mu      sync.Mutex // serialises Restart and Stop
 	pm      *postmaster
@@ -104,6 +117,11 @@ func Start(ctx context.Context, opts Options) (srv *Server, err error) {
 		return nil, fmt.Errorf("pgserver: %s: %w", name, err)
 	}
 	s := &Server{name: name, loc: loc, dir: dir}
+	if opts.SSL != nil {
+		if err := s.installSSL(*opts.SSL); err != nil {
+			return nil, fmt.Errorf("pgserver: %s: %w", name, err)
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		if s.port, err = freePort(); err != nil {
 			return nil, fmt.Errorf("pgserver: %s: %w", name, err)
@@ -122,6 +140,15 @@ func Start(ctx context.Context, opts Options) (srv *Server, err error) {
 // 127.0.0.1.
 func (s *Server) DSN(database string) string {
 	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", s.Addr(), database)
+}
+
+// VerifyFullDSN returns a superuser DSN for database on a server started
+// with Options.SSL: over TCP on 127.0.0.1 with sslmode=verify-full, which
+// verifies the server's certificate against the PEM CA bundle caFile and
+// its name (the certificate must hold the IP address 127.0.0.1).
+func (s *Server) VerifyFullDSN(database, caFile string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=verify-full&sslrootcert=%s",
+		s.Addr(), database, url.QueryEscape(caFile))
 }
 
 // Addr returns the server's TCP address, 127.0.0.1:PORT. It stays the same
@@ -178,9 +205,14 @@ func (s *Server) launch(ctx context.Context) error {
 		return fmt.Errorf("pgserver: %s: %w", s.name, err)
 	}
 	defer logf.Close() // the child has its own copy
-	cmd := exec.Command(filepath.Join(s.loc.bin, "postgres"), "-D", filepath.Join(s.dir, "data"),
+	args := []string{"-D", filepath.Join(s.dir, "data"),
 		"-p", strconv.Itoa(s.port), "-k", s.dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=300")
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=300"}
+	if s.ssl {
+		args = append(args, "-c", "ssl=on",
+			"-c", "ssl_cert_file="+filepath.Join(s.dir, sslCertName), "-c", "ssl_key_file="+filepath.Join(s.dir, sslKeyName))
+	}
+	cmd := exec.Command(filepath.Join(s.loc.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = env()
 	cmd.Dir = s.dir // our working directory may be unreadable for nobody
@@ -256,6 +288,37 @@ func (s *Server) shutdown(mode Shutdown) error {
 		<-pm.exited
 		return fmt.Errorf("pgserver: %s: no exit within %v of a %s shutdown; killed it", s.name, stopTimeout, mode)
 	}
+}
+
+// Names of the SSL files inside the server's directory.
+const (
+	sslCertName = "server.crt"
+	sslKeyName  = "server.key"
+)
+
+// installSSL copies the certificate and key into the server's directory,
+// owned by the user the server runs as; the key with mode 0600.
+func (s *Server) installSSL(files SSLFiles) error {
+	for _, f := range []struct {
+		src, name string
+		mode      os.FileMode
+	}{{files.CertFile, sslCertName, 0o644}, {files.KeyFile, sslKeyName, 0o600}} {
+		b, err := os.ReadFile(f.src)
+		if err != nil {
+			return fmt.Errorf("ssl: %w", err)
+		}
+		dst := filepath.Join(s.dir, f.name)
+		if err := os.WriteFile(dst, b, f.mode); err != nil {
+			return fmt.Errorf("ssl: %w", err)
+		}
+		if s.loc.cred != nil {
+			if err := os.Chown(dst, int(s.loc.cred.Uid), int(s.loc.cred.Gid)); err != nil {
+				return fmt.Errorf("ssl: %w", err)
+			}
+		}
+	}
+	s.ssl = true
+	return nil
 }
 
 func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }

@@ -62,6 +62,42 @@ func TestStartStop(t *testing.T) {
 
 // TestTemplateRestart starts two servers from one template and restarts
 // one in both modes: same address, committed data kept.
+// TestSSL starts a server with SSL: a verify-full client with the right
+// CA connects over SSL (across a restart too), one with another CA is refused.
+func TestSSL(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, "pg-ca")
+	caFile := ca.WriteCA(t, dir, "ca.crt")
+	certFile, keyFile := ca.Issue(t, testkit.CertOptions{}).Write(t, dir, "server")
+	otherCA := testkit.NewCA(t, "other-ca").WriteCA(t, dir, "other.crt")
+
+	s, err := Start(ctx, Options{Name: "ssl", SSL: &SSLFiles{CertFile: certFile, KeyFile: keyFile}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	const onSSL = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+	if !query[bool](t, ctx, s.VerifyFullDSN("postgres", caFile), onSSL) {
+		t.Error("verify-full connection: pg_stat_ssl.ssl = false, want true")
+	}
+	if _, err := pgx.Connect(ctx, s.VerifyFullDSN("postgres", otherCA)); err == nil {
+		t.Error("verify-full with another CA connected; want a certificate error")
+	}
+	if err := s.Restart(ctx, Fast); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if !query[bool](t, ctx, s.VerifyFullDSN("postgres", caFile), onSSL) {
+		t.Error("verify-full connection after Restart: pg_stat_ssl.ssl = false, want true")
+	}
+}
+
 func TestTemplateRestart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -1,13 +1,18 @@
 // Package parity holds lockd's backend parity suite (T-034): one set of
 // scenarios driven through the gRPC API — the Go SDK (lock.dev/lockd/client)
 // and, where a scenario needs to misbehave on purpose, raw lockd.v1 calls —
-// against three backends:
+// against five backend rows:
 //
 //   - embedded: `lockd serve --backend embedded` (etcd inside lockd);
 //   - etcd: an external etcd running as a process of its own
 //     (test/cmd/etcd), `lockd serve --backend etcd`;
-//   - pg: PostgreSQL (internal/pgtest), `lockd serve --backend pg`.
+//   - pg: PostgreSQL (internal/pgtest), `lockd serve --backend pg`;
+//   - etcd-tls: etcd as above serving clients over TLS with client
+//     certificates required, lockd with --etcd-tls-ca-file/-cert-file/-key-file;
+//   - pg-tls: a PostgreSQL of its own with ssl=on, lockd with --pg-dsn-file
+//     holding a sslmode=verify-full DSN.
 //
+// The TLS rows share their base backend's expectations (baseBackend).
 // lockd runs as a real child process, built once per run, so that scenarios
 // can SIGKILL and restart it. Each scenario reports a short observed outcome
 // per backend and declares the outcome it expects. Identical outcomes are the

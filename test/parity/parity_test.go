@@ -27,14 +27,33 @@ func removeBuildDir() {
 	}
 }
 
-// Backend names as the table prints them.
+// Backend names as the table prints them. The TLS rows run the same
+// backend as their base row over an authenticated, encrypted connection:
+// etcd-tls is lockd on an external etcd that serves clients over TLS and
+// requires a client certificate (lock.etcd.tls.*); pg-tls is lockd on a
+// PostgreSQL with ssl=on, reached with sslmode=verify-full (DSN from
+// lock.pg.dsn-file).
 const (
 	backendEmbedded = "embedded"
 	backendEtcd     = "etcd"
 	backendPG       = "pg"
+	backendEtcdTLS  = "etcd-tls"
+	backendPGTLS    = "pg-tls"
 )
 
-var backendNames = []string{backendEmbedded, backendEtcd, backendPG}
+var backendNames = []string{backendEmbedded, backendEtcd, backendPG, backendEtcdTLS, backendPGTLS}
+
+// baseBackend is the backend whose expectations (and documented
+// divergences) a row shares: the TLS rows change the transport only.
+func baseBackend(name string) string {
+	switch name {
+	case backendEtcdTLS:
+		return backendEtcd
+	case backendPGTLS:
+		return backendPG
+	}
+	return name
+}
 
 // env is one backend under test.
 type env struct {
@@ -70,6 +89,23 @@ func newEnv(t *testing.T, bins binaries, name string) *env {
 		e.lineage = func(t *testing.T) []string {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
 		}
+	case backendEtcdTLS:
+		f := newTLSFiles(t)
+		endpoints := startEtcd(t, bins, "--cert-file", f.serverCert, "--key-file", f.serverKey, "--client-ca-file", f.ca)
+		if !strings.HasPrefix(endpoints, "https://") {
+			t.Fatalf("etcd with TLS serves %q; want https:// endpoints", endpoints)
+		}
+		e.lineage = func(*testing.T) []string {
+			return []string{"--backend", "etcd", "--etcd-endpoints", endpoints,
+				"--etcd-prefix", fmt.Sprintf("/parity/%d/", etcdPrefixes.Add(1)),
+				"--etcd-tls-ca-file", f.ca, "--etcd-tls-cert-file", f.clientCert, "--etcd-tls-key-file", f.clientKey}
+		}
+	case backendPGTLS:
+		f := newTLSFiles(t)
+		srv := startSSLPostgres(t, f)
+		e.lineage = func(t *testing.T) []string {
+			return []string{"--backend", "pg", "--pg-dsn-file", sslDatabase(t, srv, f)}
+		}
 	default:
 		t.Fatalf("unknown backend %q", name)
 	}
@@ -94,7 +130,7 @@ type result struct {
 func TestParity(t *testing.T) {
 	for _, sc := range scenarios {
 		for b := range sc.override {
-			if sc.divergence == "" || !slices.Contains(backendNames, b) {
+			if sc.divergence == "" || !slices.Contains(backendNames, b) || baseBackend(b) != b {
 				t.Fatalf("scenario %s overrides %q without naming a documented divergence", sc.name, b)
 			}
 		}
@@ -181,7 +217,7 @@ func printTable(results []result) {
 	b.WriteString("intended divergences relied upon:\n")
 	for _, sc := range scenarios {
 		for _, name := range backendNames {
-			if _, ok := sc.override[name]; ok {
+			if _, ok := sc.override[baseBackend(name)]; ok {
 				fmt.Fprintf(&b, "  %s on %s: %s\n", sc.name, name, sc.divergence)
 			}
 		}

@@ -274,13 +274,13 @@ func (l *lockd) restart(t *testing.T, bins binaries) *lockd {
 	return startLockd(t, bins, l.flags)
 }
 
-// startEtcd starts test/cmd/etcd on a fresh data dir and returns its
-// client endpoints (comma-separated). It is stopped with SIGTERM when the
-// test ends.
-func startEtcd(t *testing.T, bins binaries) string {
+// startEtcd starts test/cmd/etcd on a fresh data dir, with extra flags
+// (TLS), and returns its client endpoints (comma-separated). It is stopped
+// with SIGTERM when the test ends.
+func startEtcd(t *testing.T, bins binaries, extra ...string) string {
 	t.Helper()
 	p, line := startProc(t, "etcd", bins.etcd,
-		[]string{"--data-dir", filepath.Join(t.TempDir(), "etcd")}, nil, "etcd serving endpoints=")
+		append([]string{"--data-dir", filepath.Join(t.TempDir(), "etcd")}, extra...), nil, "etcd serving endpoints=")
 	t.Cleanup(func() {
 		if p.running() {
 			p.stop(t)

@@ -20,15 +20,16 @@ type scenario struct {
 	name string
 	// want is the outcome expected on every backend.
 	want string
-	// override replaces want for a backend. Only for an intended
-	// divergence listed in docs/backends.md, which divergence names.
+	// override replaces want for a backend (and its TLS row, see
+	// baseBackend). Only for an intended divergence listed in
+	// docs/backends.md, which divergence names.
 	override   map[string]string
 	divergence string
 	run        func(t *testing.T, e *env) string
 }
 
 func (s scenario) expect(backend string) string {
-	if w, ok := s.override[backend]; ok {
+	if w, ok := s.override[baseBackend(backend)]; ok {
 		return w
 	}
 	return s.want

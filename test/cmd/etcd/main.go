@@ -10,12 +10,16 @@
 //	etcd --data-dir DIR [--client-url URL] [--peer-url URL] [--advertise-peer-url URL]
 //	     [--name NAME --initial-cluster NAME=PEERURL,... --initial-cluster-state new|existing]
 //	     [--tick-ms 100 --election-ms 1000]
+//	     [--cert-file FILE --key-file FILE --client-ca-file FILE]
 //
 // Both URLs must be http on a loopback address; an empty URL picks a free
-// 127.0.0.1 port. Without --initial-cluster the server is a cluster of its
+// 127.0.0.1 port. With --cert-file, --key-file and --client-ca-file (all
+// three, PEM) etcd serves its clients over TLS (an https client URL) and
+// requires client certificates signed by the client CA: an external etcd
+// reached over mTLS (lock.etcd.tls.*; the parity suite's etcd-tls row). Without --initial-cluster the server is a cluster of its
 // own. Once etcd serves clients it prints one line to stdout:
 //
-//	etcd serving endpoints=http://127.0.0.1:PORT
+//	etcd serving endpoints=http://127.0.0.1:PORT   (https:// with TLS)
 //
 // etcd's warnings go to stderr as JSON lines. SIGINT or SIGTERM stops the
 // server cleanly (exit 0); the data directory stays, so a restart on it keeps
@@ -71,6 +75,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.ClusterState, "initial-cluster-state", "new", "new or existing")
 	fs.UintVar(&cfg.TickMs, "tick-ms", 100, "heartbeat interval in milliseconds")
 	fs.UintVar(&cfg.ElectionMs, "election-ms", 1000, "election timeout in milliseconds")
+	var tlsFiles embedetcd.TLSFiles
+	fs.StringVar(&tlsFiles.CertFile, "cert-file", "", "PEM certificate for the client URL (TLS; with --key-file and --client-ca-file)")
+	fs.StringVar(&tlsFiles.KeyFile, "key-file", "", "PEM private key of --cert-file")
+	fs.StringVar(&tlsFiles.ClientCAFile, "client-ca-file", "", "PEM CA bundle client certificates must chain to (required with TLS)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -85,6 +93,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.ClusterState != "new" && cfg.ClusterState != "existing" {
 		return fmt.Errorf("%w: --initial-cluster-state %q: want new or existing", errUsage, cfg.ClusterState)
+	}
+	switch set := tlsFiles != (embedetcd.TLSFiles{}); {
+	case set && (tlsFiles.CertFile == "" || tlsFiles.KeyFile == "" || tlsFiles.ClientCAFile == ""):
+		return fmt.Errorf("%w: --cert-file, --key-file and --client-ca-file go together", errUsage)
+	case set:
+		cfg.ClientTLS = &tlsFiles
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
 

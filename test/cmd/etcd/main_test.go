@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"path/filepath"
@@ -86,6 +87,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--data-dir", t.TempDir(), "extra"},
 		{"--no-such-flag"},
 		{"--data-dir", t.TempDir(), "--initial-cluster-state", "bogus"},
+		{"--data-dir", t.TempDir(), "--cert-file", "server.crt", "--key-file", "server.key"}, // no --client-ca-file
 	} {
 		err := run(context.Background(), args, io.Discard, io.Discard)
 		if !errors.Is(err, errUsage) {
@@ -95,5 +97,66 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	err := run(context.Background(), []string{"--data-dir", t.TempDir(), "--client-url", "http://10.1.2.3:2379"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Errorf("run with a non-loopback client URL = %v; want a loopback error", err)
+	}
+}
+
+// TestRunTLS serves clients over mTLS: a client with a certificate of the
+// client CA writes; one without a certificate is refused.
+func TestRunTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, "etcd-ca")
+	caFile := ca.WriteCA(t, dir, "ca.crt")
+	certFile, keyFile := ca.Issue(t, testkit.CertOptions{}).Write(t, dir, "server")
+	clientCert := ca.Issue(t, testkit.CertOptions{CommonName: "lockd"}).TLS(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &lineWriter{lines: make(chan string, 1)}
+	lines := out.lines
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--data-dir", filepath.Join(dir, "data"),
+			"--cert-file", certFile, "--key-file", keyFile, "--client-ca-file", caFile}, out, io.Discard)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case err := <-done:
+		t.Fatalf("run returned %v before printing its endpoints", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no endpoints line within 60s")
+	}
+	ep, ok := strings.CutPrefix(line, "etcd serving endpoints=")
+	if !ok || !strings.HasPrefix(ep, "https://127.0.0.1:") {
+		t.Fatalf("stdout line %q; want etcd serving endpoints=https://127.0.0.1:PORT", line)
+	}
+
+	put := func(certs []tls.Certificate) error {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			TLS: &tls.Config{RootCAs: ca.Pool(), Certificates: certs, MinVersion: tls.VersionTLS12}})
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer pcancel()
+		_, err = cli.Put(pctx, "k", "v")
+		return err
+	}
+	if err := put([]tls.Certificate{clientCert}); err != nil {
+		t.Fatalf("Put with a client certificate through %s: %v", ep, err)
+	}
+	if err := put(nil); err == nil {
+		t.Error("Put without a client certificate succeeded; want it refused")
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel = %v; want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of cancellation")
 	}
 }
