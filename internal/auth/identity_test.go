@@ -2,14 +2,8 @@ package auth
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -22,65 +16,15 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+
+	"lock.dev/lockd/internal/testkit"
 )
-
-// testCA issues certificates for the identity tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-var serial int64 = 10
-
-func (ca *testCA) issue(t *testing.T, cn string, uris []string, ips []net.IP, usage x509.ExtKeyUsage) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips}
-	for _, u := range uris {
-		pu, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, pu)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // TestIdentify runs a real gRPC server with mTLS (client-auth request, so
 // certificate-less callers get through too) whose interceptor records
 // Identify's answer, and calls it with each kind of credential.
 func TestIdentify(t *testing.T) {
-	ca := newCA(t)
+	ca := testkit.NewCA(t, "test CA")
 	dir := t.TempDir()
 	pf, tf := filepath.Join(dir, "policy"), filepath.Join(dir, "tokens")
 	if err := os.WriteFile(pf, []byte("rules: []\n"), 0o600); err != nil {
@@ -100,9 +44,9 @@ func TestIdentify(t *testing.T) {
 		err       error
 	}
 	got := make(chan result, 1)
-	srvCert := ca.issue(t, "lockd", nil, []net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+	srvCert := ca.Issue(t, testkit.CertOptions{CommonName: "lockd", IPs: []net.IP{net.ParseIP("127.0.0.1")}}).TLS(t)
 	gs := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.pool,
+		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.Pool(),
 			ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13})),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			p, err := az.Identify(ctx)
@@ -120,7 +64,7 @@ func TestIdentify(t *testing.T) {
 
 	call := func(cert *tls.Certificate, token string) result {
 		t.Helper()
-		cfg := &tls.Config{RootCAs: ca.pool, MinVersion: tls.VersionTLS13}
+		cfg := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
 		}
@@ -140,9 +84,11 @@ func TestIdentify(t *testing.T) {
 		return <-got
 	}
 
-	spiffe := ca.issue(t, "billing", []string{"spiffe://example.org/ns/prod/sa/billing"}, nil, x509.ExtKeyUsageClientAuth)
-	cnOnly := ca.issue(t, "alice", nil, nil, x509.ExtKeyUsageClientAuth)
-	stranger := newCA(t).issue(t, "mallory", nil, nil, x509.ExtKeyUsageClientAuth)
+	spiffe := ca.Issue(t, testkit.CertOptions{CommonName: "billing", URIs: []*url.URL{{Scheme: "spiffe", Host: "example.org", Path: "/ns/prod/sa/billing"}}}).TLS(t)
+	cnOnly := ca.Issue(t, testkit.CertOptions{CommonName: "alice"}).TLS(t)
+	// Same name as the real CA: Go's TLS client sends a certificate only to a
+	// server that names its issuer, and the test wants it sent (and refused).
+	stranger := testkit.NewCA(t, "test CA").Issue(t, testkit.CertOptions{CommonName: "mallory"}).TLS(t)
 	for _, c := range []struct {
 		name   string
 		cert   *tls.Certificate
@@ -168,7 +114,7 @@ func TestIdentify(t *testing.T) {
 	}
 
 	// A certificate from another CA fails the handshake: never a principal.
-	cfg := &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{stranger}, MinVersion: tls.VersionTLS13}
+	cfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{stranger}, MinVersion: tls.VersionTLS13}
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
 		t.Fatal(err)
