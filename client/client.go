@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -197,11 +199,29 @@ type LockInfo struct {
 	AcquiredAt time.Time
 	// Waiters are the sessions queued for the key, first in line first.
 	Waiters []string
+	// Owner and Labels are the holder session's (WithOwner); Value is the
+	// grant's (WithValue). Empty when not set.
+	Owner  string
+	Labels map[string]string
+	Value  []byte
+}
+
+// Holder describes the holder for people: its owner (quoted if it is not
+// plain printable text), else its session, and the grant's token.
+func (i LockInfo) Holder() string {
+	who := "session " + i.Session
+	if i.Owner != "" {
+		who = i.Owner
+		if store.ValidateOwner(i.Owner) != nil || strings.ContainsAny(i.Owner, "\"") {
+			who = strconv.Quote(i.Owner)
+		}
+	}
+	return fmt.Sprintf("%s token %d", who, i.Token)
 }
 
 func lockInfo(p *lockdv1.LockInfo) LockInfo {
 	info := LockInfo{Key: p.GetKey(), Held: true, Session: p.GetSessionId(), Token: p.GetToken(),
-		Waiters: p.GetWaiters()}
+		Waiters: p.GetWaiters(), Owner: p.GetOwner(), Labels: p.GetLabels(), Value: p.GetValue()}
 	if p.GetAcquiredAt() != nil {
 		info.AcquiredAt = p.GetAcquiredAt().AsTime()
 	}

@@ -3,6 +3,8 @@ package client
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -113,7 +115,17 @@ func WithBackoff(minWait, maxWait time.Duration) Option {
 type SessionOption func(*sessionOptions)
 
 type sessionOptions struct {
-	ttl time.Duration
+	ttl    time.Duration
+	owner  string
+	labels map[string]string
+}
+
+// WithOwner says who holds the session's locks: an owner string (at most
+// 128 bytes of printable UTF-8, e.g. "web-3 (pid 812)") and a few labels (at
+// most 8; keys 1..64 bytes, values at most 64 bytes). Inspect, List and the
+// ErrLocked of other sessions' TryAcquire show them.
+func WithOwner(owner string, labels map[string]string) SessionOption {
+	return func(o *sessionOptions) { o.owner, o.labels = owner, maps.Clone(labels) }
 }
 
 // WithSessionTTL sets the session's TTL (2s..1h, more than twice the safety
@@ -127,6 +139,13 @@ type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
 	waitTimeout time.Duration
+	value       []byte
+}
+
+// WithValue attaches v (at most 4096 bytes) to the grant: Inspect and List
+// show it for as long as the grant lasts.
+func WithValue(v []byte) AcquireOption {
+	return func(o *acquireOptions) { o.value = slices.Clone(v) }
 }
 
 // WithWaitTimeout bounds how long Acquire waits in the queue; when it runs

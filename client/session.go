@@ -9,6 +9,7 @@ import (
 	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
 )
 
 // Session is a lockd session: the unit of liveness that locks live in. The
@@ -70,6 +71,12 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if so.ttl < 0 || so.ttl%time.Millisecond != 0 {
 		return nil, fmt.Errorf("new session: %w: ttl: %v is negative or not whole milliseconds", ErrInvalidArgument, so.ttl)
 	}
+	if err := invalidInput("owner", store.ValidateOwner(so.owner)); err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
+	if err := invalidInput("labels", store.ValidateLabels(so.labels)); err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
 	// The client's own settings against the TTL asked for, before the
 	// server opens anything.
 	if err := checkTiming(so.ttl, c.opts.safetyMargin, c.opts.heartbeatInterval); err != nil {
@@ -82,7 +89,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		sent = c.clock.Now()
-		resp, err = c.api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: so.ttl.Milliseconds()})
+		resp, err = c.api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: so.ttl.Milliseconds(), Owner: so.owner, Labels: so.labels})
 		return fromStatus(ctx, err)
 	})
 	if err != nil {
@@ -392,14 +399,14 @@ func (s *Session) checkServerErr(err error) {
 // retry re-enters the queue at its end). Asking again for a key the session
 // holds returns the same Lock.
 func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
-	var ao acquireOptions
-	for _, opt := range opts {
-		opt(&ao)
+	ao, err := acquireOpts(opts)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
 	if ao.waitTimeout < 0 {
 		return nil, fmt.Errorf("acquire %q: %w: wait timeout: negative", key, ErrInvalidArgument)
 	}
-	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true}
+	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value}
 	if ao.waitTimeout > 0 {
 		// Round up: never ask to wait less than the caller asked.
 		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
@@ -412,13 +419,44 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 }
 
 // TryAcquire takes the lock named key if it is free and nobody waits for it;
-// otherwise it returns ErrLocked at once.
-func (s *Session) TryAcquire(ctx context.Context, key string) (*Lock, error) {
-	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key}, false)
+// otherwise it returns ErrLocked at once, naming the holder when it can
+// (its owner and token, read with one Inspect). Of the options only
+// WithValue applies.
+func (s *Session) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	ao, err := acquireOpts(opts)
+	if err != nil {
+		return nil, fmt.Errorf("try acquire %q: %w", key, err)
+	}
+	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value}, false)
+	if errors.Is(err, ErrLocked) {
+		err = s.c.lockedBy(ctx, key)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("try acquire %q: %w", key, err)
 	}
 	return l, nil
+}
+
+// acquireOpts applies and checks the options of an acquire.
+func acquireOpts(opts []AcquireOption) (acquireOptions, error) {
+	var ao acquireOptions
+	for _, opt := range opts {
+		opt(&ao)
+	}
+	return ao, invalidInput("value", store.ValidateValue(ao.value))
+}
+
+// lockedBy is ErrLocked naming key's holder, read with one best-effort
+// Inspect (bounded by a second, never retried): plain ErrLocked if that
+// fails or the key went free meanwhile.
+func (c *Client) lockedBy(ctx context.Context, key string) error {
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := c.api.Inspect(ictx, &lockdv1.InspectRequest{Key: key})
+	if err != nil || !resp.GetHeld() {
+		return ErrLocked
+	}
+	return fmt.Errorf("%w: held by %s", ErrLocked, lockInfo(resp.GetLock()).Holder())
 }
 
 // acquire sends req until it is answered; with untilCtx a WAIT_TIMEOUT (the

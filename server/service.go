@@ -54,8 +54,14 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	if s.ctx.Err() != nil {
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
 	}
+	if err := store.ValidateOwner(req.Owner); err != nil {
+		return nil, s.toStatus(ctx, "OpenSession", invalid("owner", err))
+	}
+	if err := store.ValidateLabels(req.Labels); err != nil {
+		return nil, s.toStatus(ctx, "OpenSession", invalid("labels", err))
+	}
 	secret, hash := newSessionSecret()
-	sess, err := s.st.OpenSession(ctx, ttl, store.WithSecretHash(hash))
+	sess, err := s.st.OpenSession(ctx, ttl, store.WithSecretHash(hash), store.WithOwner(req.Owner, req.Labels))
 	if err != nil {
 		return nil, s.toStatus(ctx, "OpenSession", fmt.Errorf("open session: %w", err))
 	}
@@ -165,6 +171,14 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 		return &lockdv1.AcquireResponse{Key: req.Key}, nil
 	}
 
+	if len(req.Value) > 0 {
+		// The value is display data: a grant is never refused over it
+		// (C2 #ct2-holder). A failure (the grant already revoked, a
+		// backend error) leaves the grant without a value.
+		if err := s.st.SetValue(ctx, id, g.Key, g.Token, req.Value); err != nil {
+			s.log.WarnContext(ctx, "lockd: acquire: the grant's value was not stored", "key", g.Key, "token", g.Token, "error", err)
+		}
+	}
 	s.mu.Lock()
 	ok := s.grantTrustLocked(ss, recv, g.Remaining)
 	if ok {
@@ -192,6 +206,9 @@ func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
 	}
 	if err := store.ValidateKey(req.Key); err != nil {
 		return invalid("key", err)
+	}
+	if err := store.ValidateValue(req.Value); err != nil {
+		return invalid("value", err)
 	}
 	switch {
 	case req.WaitTimeoutMs < 0 || req.WaitTimeoutMs > MaxWait.Milliseconds():
@@ -265,7 +282,8 @@ func (s service) Inspect(ctx context.Context, req *lockdv1.InspectRequest) (*loc
 }
 
 func lockInfo(info store.LockInfo) *lockdv1.LockInfo {
-	out := &lockdv1.LockInfo{Key: info.Key, SessionId: string(info.Session), Token: info.Token}
+	out := &lockdv1.LockInfo{Key: info.Key, SessionId: string(info.Session), Token: info.Token,
+		Owner: info.Owner, Labels: info.Labels, Value: info.Value}
 	if !info.AcquiredAt.IsZero() {
 		out.AcquiredAt = timestamppb.New(info.AcquiredAt)
 	}

@@ -15,6 +15,10 @@ type SessionOptions struct {
 	// SecretHash is the hash of the owner's session secret, persisted with
 	// the session (never the secret itself); nil for none.
 	SecretHash []byte
+	// Owner and Labels describe who holds the session's locks (WithOwner,
+	// C2 #ct2-holder); empty for none.
+	Owner  string
+	Labels map[string]string
 }
 
 // WithSecretHash records h, the SHA-256 of the session's secret, with the
@@ -24,7 +28,8 @@ func WithSecretHash(h []byte) SessionOption {
 }
 
 // NewSessionOptions applies opts and validates the result: a secret hash
-// that is set must be SecretHashSize bytes (ErrInvalidArgument otherwise).
+// that is set must be SecretHashSize bytes, and the owner and labels must
+// pass ValidateOwner and ValidateLabels (ErrInvalidArgument otherwise).
 func NewSessionOptions(opts ...SessionOption) (SessionOptions, error) {
 	var o SessionOptions
 	for _, opt := range opts {
@@ -34,6 +39,12 @@ func NewSessionOptions(opts ...SessionOption) (SessionOptions, error) {
 	}
 	if o.SecretHash != nil && len(o.SecretHash) != SecretHashSize {
 		return SessionOptions{}, fmt.Errorf("%w: secret hash is %d bytes, want %d", ErrInvalidArgument, len(o.SecretHash), SecretHashSize)
+	}
+	if err := ValidateOwner(o.Owner); err != nil {
+		return SessionOptions{}, err
+	}
+	if err := ValidateLabels(o.Labels); err != nil {
+		return SessionOptions{}, err
 	}
 	return o, nil
 }

@@ -72,6 +72,11 @@ type LockInfo struct {
 	Session    SessionID
 	Token      uint64
 	AcquiredAt time.Time
+	// Owner and Labels are the holder session's (WithOwner); Value is the
+	// grant's (SetValue). Empty when not set (C2 #ct2-holder).
+	Owner  string
+	Labels map[string]string
+	Value  []byte
 	// Waiters are the sessions queued for the key, first in line first.
 	Waiters []SessionID
 }
@@ -171,6 +176,7 @@ type SessionRegistry interface {
 // where docs/backends.md records a divergence.
 type LockStore interface {
 	SessionRegistry
+	ValueSetter
 
 	// TryInsert grants key to the session iff the key is free, nobody is
 	// queued for it, and the session is live. acquired is false (and err

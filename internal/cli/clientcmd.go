@@ -139,10 +139,16 @@ type lockJSON struct {
 	AcquiredAt *time.Time `json:"acquired_at,omitempty"`
 	HeldForMs  int64      `json:"held_for_ms,omitempty"`
 	Waiters    []string   `json:"waiters"`
+	// Owner, Labels and Value: the holder's (C2 #ct2-holder); the value
+	// is base64, as encoding/json writes bytes.
+	Owner  string            `json:"owner,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Value  []byte            `json:"value,omitempty"`
 }
 
 func toJSON(info client.LockInfo, now time.Time) lockJSON {
-	j := lockJSON{Key: info.Key, Held: info.Held, Token: info.Token, Session: info.Session, Waiters: info.Waiters}
+	j := lockJSON{Key: info.Key, Held: info.Held, Token: info.Token, Session: info.Session, Waiters: info.Waiters,
+		Owner: info.Owner, Labels: info.Labels, Value: info.Value}
 	if j.Waiters == nil {
 		j.Waiters = []string{}
 	}

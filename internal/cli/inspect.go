@@ -48,6 +48,16 @@ func newInspectCmd(e *env) *cobra.Command {
 			fmt.Fprintf(&b, "held:      yes\n")
 			fmt.Fprintf(&b, "token:     %d\n", info.Token)
 			fmt.Fprintf(&b, "session:   %s\n", info.Session)
+			fmt.Fprintf(&b, "holder:    %s\n", heldBy(info, now))
+			if info.Owner != "" {
+				fmt.Fprintf(&b, "owner:     %s\n", displayKey(info.Owner))
+			}
+			if len(info.Labels) > 0 {
+				fmt.Fprintf(&b, "labels:    %s\n", displayLabels(info.Labels))
+			}
+			if len(info.Value) > 0 {
+				fmt.Fprintf(&b, "value:     %s\n", displayValue(info.Value))
+			}
 			fmt.Fprintf(&b, "held for:  %s (since %s)\n", formatHeld(heldFor(info, now)), info.AcquiredAt.UTC().Format(time.RFC3339Nano))
 		}
 		fmt.Fprintf(&b, "waiters:   %d\n", len(info.Waiters))

@@ -56,9 +56,13 @@ func newLsCmd(e *env) *cobra.Command {
 			return writeJSON(e.stdout, js)
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tTOKEN\tHELD FOR\tWAITERS")
+		fmt.Fprintln(tw, "KEY\tTOKEN\tHELD FOR\tWAITERS\tOWNER")
 		for _, info := range all {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", displayKey(info.Key), info.Token, formatHeld(heldFor(info, now)), len(info.Waiters))
+			owner := "-"
+			if info.Owner != "" {
+				owner = displayKey(info.Owner)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", displayKey(info.Key), info.Token, formatHeld(heldFor(info, now)), len(info.Waiters), owner)
 		}
 		return tw.Flush()
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/store"
 )
 
 // Environment variables lockd run sets for its command (reserved in C5:
@@ -107,8 +108,10 @@ and --wait 0 was given. With N = 0 such a run prints nothing: in cron, a run
 that overlaps the previous one is skipped quietly. It applies to --wait 0 only:
 a --wait that runs out exits 81, so a job that waited in vain stays visible.
 
---owner S names this holder: CMD gets it as LOCKD_OWNER and run's status
-lines on stderr show it.
+--owner S names this holder (at most 128 bytes, printable): lockd inspect, ls
+and other runs' waiting lines show it, CMD gets it as LOCKD_OWNER and run's
+status lines on stderr show it. Without --owner the holder is shown as
+"HOST (pid PID, CMD)" (and LOCKD_OWNER is not set).
 
 Exit status:
   CMD's      CMD ran: its exit status (128+N if CMD died of signal N)
@@ -136,7 +139,7 @@ Exit status:
 	cmd.Flags().DurationVar(&rf.grace, "grace", 5*time.Second, "after the lock is lost or --max-runtime ran out, how long CMD has between SIGTERM and SIGKILL")
 	cmd.Flags().DurationVar(&rf.maxRuntime, "max-runtime", 0, "stop CMD (as on a lost lock) and exit 124 when it runs longer than this (default: no limit)")
 	cmd.Flags().IntVar(&rf.conflictCode, "conflict-exit-code", ExitLocked, "exit status when KEY is locked and --wait 0 was given; 0 also silences the message")
-	cmd.Flags().StringVar(&rf.owner, "owner", "", "name of this holder (e.g. host/job), passed to CMD as "+EnvOwner+" and shown in status lines")
+	cmd.Flags().StringVar(&rf.owner, "owner", "", "name of this holder (e.g. host/job; default \"HOST (pid PID, CMD)\"), shown by inspect and ls, passed to CMD as "+EnvOwner)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		key, argv, _ := splitRunArgs(args)
 		switch {
@@ -152,6 +155,8 @@ Exit status:
 			return usageErrorf("--conflict-exit-code must be 0..255, not %d", rf.conflictCode)
 		case strings.ContainsAny(rf.owner, "\x00\n\r"):
 			return usageErrorf("--owner must not contain NUL or line breaks")
+		case store.ValidateOwner(rf.owner) != nil:
+			return usageErrorf("--owner: %v", store.ValidateOwner(rf.owner))
 		}
 		waitForever := !cmd.Flags().Changed("wait")
 		if cmd.Flags().Changed("conflict-exit-code") && (waitForever || rf.wait != 0) {
@@ -194,7 +199,11 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	defer c.Close()
 
-	var sopts []client.SessionOption
+	owner := r.flags.owner
+	if owner == "" {
+		owner = defaultOwner(r.argv)
+	}
+	sopts := []client.SessionOption{client.WithOwner(owner, nil)}
 	if r.flags.ttl > 0 {
 		sopts = append(sopts, client.WithSessionTTL(r.flags.ttl))
 	}
@@ -315,7 +324,7 @@ func (r *runner) holder(ctx context.Context, c *client.Client) (string, error) {
 	if err != nil || !info.Held {
 		return "", err
 	}
-	return fmt.Sprintf(" (held by token %d for %s)", info.Token, formatHeld(heldFor(info, time.Now()))), nil
+	return " (" + heldBy(info, time.Now()) + ")", nil
 }
 
 // prefix starts run's status lines: "lockd run", with the --owner if given.
@@ -404,7 +413,7 @@ func waitingLine(prefix, key string, info client.LockInfo, err error, self strin
 		return b.String()
 	}
 	if info.Held {
-		fmt.Fprintf(&b, ": held by token %d for %s", info.Token, formatHeld(heldFor(info, time.Now())))
+		fmt.Fprintf(&b, ": %s", heldBy(info, time.Now()))
 	} else {
 		b.WriteString(": being handed over")
 	}

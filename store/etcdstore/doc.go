@@ -166,6 +166,12 @@
 //	                   skips markers.
 //	P q/<key>\x00<id>  waiter of session <id> for <key>, attached to the
 //	                   waiter's lease; FIFO order is the create revision.
+//	P h/<id>           holder record of session <id> (C2 #ct2-holder): JSON
+//	                   {"o": owner, "l": labels}, written once at open when an
+//	                   owner or labels are given, on the session's lease.
+//	P v/<key>          value of <key>'s grant: "<token> <value>", written by
+//	                   SetValue iff the grant is current, on the holder's
+//	                   lease; shown only while its token is the grant's (holder.go).
 //
 // Keys never contain NUL, so "l/<key>\x00" and "q/<key>\x00" name exactly one
 // key's marker and waiters.

@@ -44,7 +44,11 @@ func (s *Store) Inspect(ctx context.Context, key string) (info store.LockInfo, f
 		return store.LockInfo{}, false, fmt.Errorf("etcdstore: inspect: %w", err)
 	}
 	info.Session, info.Token, info.AcquiredAt = g.Session, g.Token, g.AcquiredAt
-	return info, true, nil
+	one := []store.LockInfo{info}
+	if err := s.fillHolders(ctx, resp.Header.Revision, one); err != nil {
+		return store.LockInfo{}, false, fmt.Errorf("etcdstore: inspect: %w", err)
+	}
+	return one[0], true, nil
 }
 
 // maxListPage caps one range read of List.
@@ -120,6 +124,9 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []
 	resp, err := s.cli.Get(ctx, qfrom, clientv3.WithRange(qend), clientv3.WithRev(rev))
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: list: %w", classify(ctx, err))
+	}
+	if err := s.fillHolders(ctx, rev, infos); err != nil {
+		return nil, fmt.Errorf("etcdstore: list: %w", err)
 	}
 	queues := make(map[string][]*mvccpb.KeyValue)
 	for _, kv := range resp.Kvs {

@@ -66,8 +66,13 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", classify(ctx, err))
 	}
 	granted := time.Duration(resp.TTL) * time.Second
+	id := store.NewSessionID()
+	if err := s.putHolder(ctx, id, resp.ID, o); err != nil {
+		s.revokeNow(resp.ID)
+		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", classify(ctx, err))
+	}
 	ss := &session{
-		id:    store.NewSessionID(),
+		id:    id,
 		lease: resp.ID,
 		ttl:   granted,
 		done:  make(chan struct{}),

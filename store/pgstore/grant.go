@@ -238,3 +238,31 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ store.Grant, _ bool, 
 	s.metrics.Released(telemetry.ReleaseRevoked, 1)
 	return g, true, nil
 }
+
+// SetValue implements store.ValueSetter: one UPDATE of the grant's row, iff
+// (session, key, token) is the current grant of a live session.
+func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, token uint64, value []byte) (err error) {
+	if err := validateGrantArgs("set value", id, key); err != nil {
+		return err
+	}
+	if err := store.ValidateValue(value); err != nil {
+		return fmt.Errorf("pgstore: set value: %w", err)
+	}
+	if err := s.begin(ctx, "set value"); err != nil {
+		return err
+	}
+	if token == 0 || token > 1<<63-1 {
+		return fmt.Errorf("pgstore: set value: token %d was never issued: %w", token, store.ErrNotOwner)
+	}
+	if len(value) == 0 {
+		value = nil
+	}
+	tag, err := s.pool.Exec(ctx, s.q.setValue, key, string(id), int64(token), value)
+	if err = classify(ctx, "set value", err); err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("pgstore: set value: %w", store.ErrNotOwner)
+	}
+	return nil
+}

@@ -10,6 +10,7 @@ import (
 type queries struct {
 	openSession string
 	secretHash  string
+	setValue    string
 	closeLock   string
 	closeLocks  string
 	closeDelete string
@@ -51,8 +52,13 @@ func newQueries(schema, channel string) queries {
 	keylock := quoteLiteral("lockd.key:" + schema + ":")
 	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock, "{{channel}}", quoteLiteral(channel))
 	return queries{
-		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash)
-			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3)`),
+		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash, owner, labels)
+			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3, $4, $5::jsonb)`),
+		// SetValue: only the current grant (session, key, token) of a live
+		// session; the token is not touched.
+		setValue: r.Replace(`UPDATE {{s}}.locks SET value = $4
+			WHERE key = $1 AND session_id = $2 AND token = $3
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())`),
 		// Any row, expired or not: the caller only compares the hash.
 		secretHash: r.Replace(`SELECT secret_hash FROM {{s}}.sessions WHERE id = $1`),
 		closeLock:  r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
@@ -169,13 +175,15 @@ func newQueries(schema, channel string) queries {
 			WHERE key = $1 AND set_config('lockd.reason', 'revoked', true) IS NOT NULL
 			RETURNING session_id, token, acquired_at`),
 		inspect: r.Replace(`SELECT l.session_id, l.token, l.acquired_at,
-			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id)
-			FROM {{s}}.locks l WHERE l.key = $1`),
+			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id),
+			coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), l.value
+			FROM {{s}}.locks l LEFT JOIN {{s}}.sessions s ON s.id = l.session_id WHERE l.key = $1`),
 		// $1 prefix, $2 the first string past every key with the prefix
 		// (NULL: none), $3 after, $4 limit. Bytewise order (COLLATE "C").
 		list: r.Replace(`SELECT l.key, l.session_id, l.token, l.acquired_at,
-			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id)
-			FROM {{s}}.locks l
+			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id),
+			coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), l.value
+			FROM {{s}}.locks l LEFT JOIN {{s}}.sessions s ON s.id = l.session_id
 			WHERE l.key >= $1::text COLLATE "C" AND ($2::text IS NULL OR l.key < $2::text COLLATE "C")
 			AND l.key > $3::text COLLATE "C"
 			ORDER BY l.key LIMIT $4`),

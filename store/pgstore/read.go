@@ -1,7 +1,9 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"unicode"
@@ -26,7 +28,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ store.LockInfo, _ bo
 	var sid string
 	var tok int64
 	var waiters []string
-	err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters)
+	var labels, value []byte
+	err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters, &info.Owner, &labels, &value)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.LockInfo{}, false, nil
 	}
@@ -34,6 +37,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ store.LockInfo, _ bo
 		return store.LockInfo{}, false, err
 	}
 	info.Session, info.Token, info.Waiters = store.SessionID(sid), uint64(tok), sessionIDs(waiters)
+	info.Labels, info.Value = decodeLabels(labels), cloneValue(value)
 	return info, true, nil
 }
 
@@ -65,8 +69,10 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []
 		var sid string
 		var tok int64
 		var waiters []string
-		_, err = pgx.ForEachRow(rows, []any{&info.Key, &sid, &tok, &info.AcquiredAt, &waiters}, func() error {
+		var labels, value []byte
+		_, err = pgx.ForEachRow(rows, []any{&info.Key, &sid, &tok, &info.AcquiredAt, &waiters, &info.Owner, &labels, &value}, func() error {
 			info.Session, info.Token, info.Waiters = store.SessionID(sid), uint64(tok), sessionIDs(waiters)
+			info.Labels, info.Value = decodeLabels(labels), cloneValue(value)
 			infos = append(infos, info)
 			return nil
 		})
@@ -75,6 +81,24 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []
 		return nil, err
 	}
 	return infos, nil
+}
+
+// decodeLabels decodes a labels column (a JSON object); nil when empty.
+func decodeLabels(b []byte) map[string]string {
+	var m map[string]string
+	if json.Unmarshal(b, &m) != nil || len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// cloneValue copies a scanned value (the scan buffer is reused); nil when
+// empty.
+func cloneValue(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Clone(b)
 }
 
 func sessionIDs(ss []string) []store.SessionID {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,8 +30,12 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 	}
 	defer s.metrics.Observe(telemetry.OpOpenSession)(&err)
 	id := store.NewSessionID()
+	labels, err := json.Marshal(o.Labels)
+	if err != nil || o.Labels == nil {
+		labels = []byte("{}")
+	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds(), o.SecretHash)
+		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds(), o.SecretHash, o.Owner, string(labels))
 		return err
 	})
 	if err = classify(ctx, "open session", err); err != nil {

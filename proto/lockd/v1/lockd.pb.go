@@ -194,7 +194,13 @@ type OpenSessionRequest struct {
 	// the session's locks if nobody keeps it alive. 0 means the server's
 	// lock.session.ttl. Bounds: 2000..3600000, and more than twice the
 	// server's safety margin.
-	TtlMs         int64 `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs int64 `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// owner says who holds the session's locks ("web-3 (pid 812)"), shown by
+	// Inspect, List and Watch: at most 128 bytes of printable UTF-8. Optional.
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// labels describe the owner further ("job": "deploy/api"): at most 8
+	// entries, keys 1..64 and values at most 64 bytes of printable UTF-8.
+	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +240,20 @@ func (x *OpenSessionRequest) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *OpenSessionRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *OpenSessionRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // OpenSessionResponse describes the new session and the client settings the
@@ -890,6 +910,10 @@ type AcquireRequest struct {
 	WaitTimeoutMs int64 `protobuf:"varint,4,opt,name=wait_timeout_ms,json=waitTimeoutMs,proto3" json:"wait_timeout_ms,omitempty"`
 	// session_secret is the session's secret from OpenSessionResponse.
 	SessionSecret []byte `protobuf:"bytes,5,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// value is attached to the grant (at most 4096 bytes; optional) and shown
+	// by Inspect and List for as long as the grant lasts. It is set right
+	// after the grant: a reader may see the grant briefly without it.
+	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -955,6 +979,13 @@ func (x *AcquireRequest) GetWaitTimeoutMs() int64 {
 func (x *AcquireRequest) GetSessionSecret() []byte {
 	if x != nil {
 		return x.SessionSecret
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
 	}
 	return nil
 }
@@ -1259,7 +1290,12 @@ type LockInfo struct {
 	// display only; never use it for a timing decision.
 	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
 	// waiters are the sessions queued for the key, first in line first.
-	Waiters       []string `protobuf:"bytes,5,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	Waiters []string `protobuf:"bytes,5,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	// owner and labels are the holder session's (OpenSessionRequest).
+	Owner  string            `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// value is the grant's value (AcquireRequest.value), empty if none.
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1325,6 +1361,27 @@ func (x *LockInfo) GetAcquiredAt() *timestamppb.Timestamp {
 func (x *LockInfo) GetWaiters() []string {
 	if x != nil {
 		return x.Waiters
+	}
+	return nil
+}
+
+func (x *LockInfo) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LockInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *LockInfo) GetValue() []byte {
+	if x != nil {
+		return x.Value
 	}
 	return nil
 }
@@ -1682,9 +1739,14 @@ var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
-	"\x14lockd/v1/lockd.proto\x12\blockd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"+\n" +
+	"\x14lockd/v1/lockd.proto\x12\blockd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x01\n" +
 	"\x12OpenSessionRequest\x12\x15\n" +
-	"\x06ttl_ms\x18\x01 \x01(\x03R\x05ttlMs\"\xf3\x01\n" +
+	"\x06ttl_ms\x18\x01 \x01(\x03R\x05ttlMs\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12@\n" +
+	"\x06labels\x18\x03 \x03(\v2(.lockd.v1.OpenSessionRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x15\n" +
@@ -1729,14 +1791,15 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xa4\x01\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\xba\x01\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12&\n" +
 	"\x0fwait_timeout_ms\x18\x04 \x01(\x03R\rwaitTimeoutMs\x12%\n" +
-	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\"v\n" +
+	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"v\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -1753,7 +1816,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"M\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
-	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xa8\x01\n" +
+	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xc7\x02\n" +
 	"\bLockInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -1761,7 +1824,13 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12;\n" +
 	"\vacquired_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"acquiredAt\x12\x18\n" +
-	"\awaiters\x18\x05 \x03(\tR\awaiters\"Z\n" +
+	"\awaiters\x18\x05 \x03(\tR\awaiters\x12\x14\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\x126\n" +
+	"\x06labels\x18\a \x03(\v2\x1e.lockd.v1.LockInfo.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1d\n" +
 	"\n" +
@@ -1820,7 +1889,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(EventKind)(0),                // 1: lockd.v1.EventKind
@@ -1847,41 +1916,45 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*RevokeResponse)(nil),        // 22: lockd.v1.RevokeResponse
 	(*WatchRequest)(nil),          // 23: lockd.v1.WatchRequest
 	(*WatchResponse)(nil),         // 24: lockd.v1.WatchResponse
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	nil,                           // 25: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 26: lockd.v1.LockInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	8,  // 0: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
-	9,  // 1: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
-	6,  // 2: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
-	7,  // 3: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
-	0,  // 4: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
-	18, // 5: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	25, // 6: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	18, // 7: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	1,  // 8: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	2,  // 9: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	4,  // 10: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 11: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 12: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	14, // 13: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	16, // 14: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	19, // 15: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	21, // 16: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	23, // 17: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	3,  // 18: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	5,  // 19: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 20: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	13, // 21: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	15, // 22: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	17, // 23: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	20, // 24: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	22, // 25: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	24, // 26: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	25, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	8,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
+	9,  // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
+	6,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
+	7,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
+	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
+	18, // 6: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	27, // 7: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	26, // 8: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	18, // 9: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	1,  // 10: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	2,  // 11: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	4,  // 12: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 13: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 14: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	14, // 15: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	16, // 16: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	19, // 17: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	21, // 18: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	23, // 19: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	3,  // 20: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	5,  // 21: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 22: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	13, // 23: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	15, // 24: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	17, // 25: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	20, // 26: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	22, // 27: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	24, // 28: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -1895,7 +1968,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
