@@ -15,6 +15,9 @@ type SessionOptions struct {
 	// SecretHash is the hash of the owner's session secret, persisted with
 	// the session (never the secret itself); nil for none.
 	SecretHash []byte
+	// Principal is the authenticated principal the session is bound to
+	// (principal.go); "" for none.
+	Principal string
 }
 
 // WithSecretHash records h, the SHA-256 of the session's secret, with the
@@ -34,6 +37,9 @@ func NewSessionOptions(opts ...SessionOption) (SessionOptions, error) {
 	}
 	if o.SecretHash != nil && len(o.SecretHash) != SecretHashSize {
 		return SessionOptions{}, fmt.Errorf("%w: secret hash is %d bytes, want %d", ErrInvalidArgument, len(o.SecretHash), SecretHashSize)
+	}
+	if err := validatePrincipal(o.Principal); err != nil {
+		return SessionOptions{}, err
 	}
 	return o, nil
 }

@@ -10,6 +10,7 @@ import (
 type queries struct {
 	openSession string
 	secretHash  string
+	principal   string
 	closeLock   string
 	closeLocks  string
 	closeDelete string
@@ -51,10 +52,11 @@ func newQueries(schema, channel string) queries {
 	keylock := quoteLiteral("lockd.key:" + schema + ":")
 	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock, "{{channel}}", quoteLiteral(channel))
 	return queries{
-		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash)
-			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3)`),
+		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash, principal)
+			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3, NULLIF($4, ''))`),
 		// Any row, expired or not: the caller only compares the hash.
 		secretHash: r.Replace(`SELECT secret_hash FROM {{s}}.sessions WHERE id = $1`),
+		principal:  r.Replace(`SELECT coalesce(principal, '') FROM {{s}}.sessions WHERE id = $1`),
 		closeLock:  r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.

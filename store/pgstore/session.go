@@ -30,7 +30,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 	defer s.metrics.Observe(telemetry.OpOpenSession)(&err)
 	id := store.NewSessionID()
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds(), o.SecretHash)
+		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds(), o.SecretHash, o.Principal)
 		return err
 	})
 	if err = classify(ctx, "open session", err); err != nil {

@@ -94,6 +94,7 @@ func Run(t *testing.T, cfg Config) {
 		{"RemainingCountsDown", s.testRemaining},
 		{"ExpireLiveElsewhere", s.testExpireLiveElsewhere}, {"ExpireExpired", s.testExpireExpired},
 		{"SessionSecretHash", s.testSessionSecretHash},
+		{"SessionPrincipal", s.testSessionPrincipal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
