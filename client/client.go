@@ -74,6 +74,13 @@ func New(target string, opts ...Option) (*Client, error) {
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
 	}, o.dial...)
+	bearer, err := o.token.dialOption(target, creds) // token.go
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if bearer != nil {
+		dial = append(dial, bearer)
+	}
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %q: %w", target, err)

@@ -26,6 +26,7 @@ const (
 
 type options struct {
 	transport         transportOptions // tls.go
+	token             tokenOptions     // token.go
 	dial              []grpc.DialOption
 	logger            *slog.Logger
 	clock             Clock

@@ -95,6 +95,12 @@ func TestPolicyMatrix(t *testing.T) {
 		}
 	}
 
+	// Acquire and Release act in a session of locker's own: a session is
+	// bound to the principal that opened it (C2 #ct2-ownership), and the
+	// other principals are refused by the policy before their session
+	// is looked at.
+	lockerSID := openRaw(t, as(ctx, "locker"), api, longTTL).SessionId
+
 	type rpc struct {
 		name   string
 		action string // "" for the session calls
@@ -125,7 +131,7 @@ func TestPolicyMatrix(t *testing.T) {
 			return err
 		}},
 		{"Acquire", "lock", func(ctx context.Context, top, id string) error {
-			r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: rootSID, Key: key(top, id)})
+			r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: lockerSID, Key: key(top, id)})
 			if err == nil && !r.Granted {
 				return fmt.Errorf("not granted")
 			}
@@ -134,7 +140,7 @@ func TestPolicyMatrix(t *testing.T) {
 		{"Release", "lock", func(ctx context.Context, top, _ string) error {
 			// A stale token: the handler answers NOT_OWNER, which
 			// shows the call passed access control.
-			_, err := api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: rootSID, Key: key(top, "held"), Token: 1})
+			_, err := api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: lockerSID, Key: key(top, "held"), Token: 1})
 			if reason(err) == wireerr.ReasonNotOwner {
 				return nil
 			}

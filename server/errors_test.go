@@ -87,6 +87,13 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 		check("Acquire without the session's secret", err, wireerr.ReasonSessionSecretRequired)
 		_, err = bare.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: holder.SessionId, Key: "other", SessionSecret: make([]byte, 32)})
 		check("Acquire with another secret", err, wireerr.ReasonSessionSecretMismatch)
+		// A session bound to its opener's principal (C2 #ct2-ownership).
+		baz, _ := authFiles(t, principalPolicy, "alice", "bob")
+		bound := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true, Auth: baz})
+		bapi := dialBare(t, bound.Addr)
+		alices := openRaw(t, as(ctx, "alice"), bapi, longTTL)
+		_, err = bapi.Acquire(as(ctx, "bob"), &lockdv1.AcquireRequest{SessionId: alices.SessionId, SessionSecret: alices.SessionSecret, Key: "k"})
+		check("Acquire in another principal's session", err, wireerr.ReasonSessionPrincipalMismatch)
 
 		// A server limit: a KeepAlive client that does not read its replies
 		// has its stream ended. Small static windows make the server's

@@ -17,7 +17,8 @@ import (
 // record here and in the store (so another replica can check it). Every
 // call that acts for a session (Acquire, Release, KeepAlive, CloseSession)
 // must carry the secret; checkSecret compares in constant time and refuses
-// before anything changes.
+// before anything changes. A session opened by an authenticated principal
+// is also bound to it (principal.go).
 
 // secretSize is the size of a session secret: 256 random bits.
 const secretSize = 32
@@ -47,7 +48,8 @@ var (
 )
 
 // checkSecret checks that secret is the secret of session id before method
-// acts for it. nil means go on: the secret matches, or the store does not
+// acts for it, then (principal.go) that the caller is the principal the
+// session is bound to. nil means go on: the secret matches, or the store does not
 // know the session (nothing can be done to it, and the call then finds it
 // dead as before). A refusal is errSecretRequired or errSecretMismatch,
 // logged (auth_denied, with the public id only) and counted; any other
@@ -68,7 +70,7 @@ func (s *Server) checkSecret(ctx context.Context, method string, id store.Sessio
 		// A session without a hash (opened by a lockd from before session
 		// secrets) matches nothing: fail closed.
 		if len(h) == sha256.Size && subtle.ConstantTimeCompare(sum[:], h) == 1 {
-			return nil
+			return s.checkPrincipal(ctx, method, id) // principal.go
 		}
 	}
 	s.tlog.AuthDenied(method, denied.label, id)

@@ -61,11 +61,14 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 		return nil, s.toStatus(ctx, "OpenSession", invalid("labels", err))
 	}
 	secret, hash := newSessionSecret()
-	sess, err := s.st.OpenSession(ctx, ttl, store.WithSecretHash(hash), store.WithOwner(req.Owner, req.Labels))
+	principal, bind := principalOption(ctx) // principal.go
+	sess, err := s.st.OpenSession(ctx, ttl, store.WithSecretHash(hash), store.WithOwner(req.Owner, req.Labels), bind)
 	if err != nil {
 		return nil, s.toStatus(ctx, "OpenSession", fmt.Errorf("open session: %w", err))
 	}
-	if !s.register(sess, recv, hash) {
+	registered := s.register(sess, recv, hash)
+	s.rememberPrincipal(sess.ID, principal)
+	if !registered {
 		// Shutdown began while the store opened it: do not hand it out.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		_, _ = s.st.CloseSession(cctx, sess.ID)

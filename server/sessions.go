@@ -93,6 +93,10 @@ type session struct {
 	// secretHash is the SHA-256 of the session's secret (secret.go), set
 	// at open or when first read from the store; nil when not known yet.
 	secretHash []byte
+	// principal is the principal the session is bound to (principal.go),
+	// "" for none; valid when principalKnown.
+	principal      string
+	principalKnown bool
 	// draining: Shutdown with close-sessions-on-shutdown waits for the
 	// client to acknowledge its notices (or trustUntil) before closing.
 	draining bool

@@ -19,6 +19,9 @@ type SessionOptions struct {
 	// C2 #ct2-holder); empty for none.
 	Owner  string
 	Labels map[string]string
+	// Principal is the authenticated principal the session is bound to
+	// (principal.go); "" for none.
+	Principal string
 }
 
 // WithSecretHash records h, the SHA-256 of the session's secret, with the
@@ -41,6 +44,9 @@ func NewSessionOptions(opts ...SessionOption) (SessionOptions, error) {
 		return SessionOptions{}, fmt.Errorf("%w: secret hash is %d bytes, want %d", ErrInvalidArgument, len(o.SecretHash), SecretHashSize)
 	}
 	if err := ValidateOwner(o.Owner); err != nil {
+		return SessionOptions{}, err
+	}
+	if err := validatePrincipal(o.Principal); err != nil {
 		return SessionOptions{}, err
 	}
 	if err := ValidateLabels(o.Labels); err != nil {

@@ -136,6 +136,11 @@ type SessionRegistry interface {
 	// (C2 #ct2-ownership).
 	SessionSecretHash(ctx context.Context, id SessionID) ([]byte, error)
 
+	// SessionPrincipal returns the principal recorded with WithPrincipal
+	// when the session was opened ("" if none), like SessionSecretHash.
+	// ErrSessionDead when it is unknown (C2 #ct2-ownership).
+	SessionPrincipal(ctx context.Context, id SessionID) (string, error)
+
 	// Heartbeat reports the session's liveness and the deadline bound
 	// (C2 #ct2-deadline). On backends that need it (PostgreSQL) it also
 	// extends the session by its TTL; on etcd it only reports what the

@@ -27,6 +27,9 @@ const (
 	EnvTLSCert       = "LOCKD_TLS_CERT"
 	EnvTLSKey        = "LOCKD_TLS_KEY"
 	EnvTLSServerName = "LOCKD_TLS_SERVER_NAME"
+	// EnvTokenFile names the file holding the bearer token (C5 #ct5-auth);
+	// there is deliberately no variable or flag taking the token itself.
+	EnvTokenFile = "LOCKD_TOKEN_FILE"
 )
 
 // clientFlags are the flags every client command has.
@@ -35,6 +38,8 @@ type clientFlags struct {
 	timeout time.Duration
 	// TLS: any of them set turns TLS on.
 	tlsCA, tlsCert, tlsKey, tlsServerName string
+	// tokenFile holds the bearer token sent with every call.
+	tokenFile string
 }
 
 func addClientFlags(cmd *cobra.Command, e *env) *clientFlags {
@@ -53,6 +58,8 @@ func addClientFlags(cmd *cobra.Command, e *env) *clientFlags {
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", e.getenv(EnvTLSKey), "PEM private key of --tls-cert [$"+EnvTLSKey+"]")
 	cmd.Flags().StringVar(&f.tlsServerName, "tls-server-name", e.getenv(EnvTLSServerName),
 		"name to verify in the server's certificate (default: the host of --server) [$"+EnvTLSServerName+"]")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", e.getenv(EnvTokenFile),
+		"file holding the bearer token to authenticate with (sent over TLS, or in plaintext to a loopback server only) [$"+EnvTokenFile+"]")
 	return f
 }
 
@@ -85,6 +92,9 @@ func (f *clientFlags) dial() (*client.Client, error) {
 	}
 	if tlsOpt != nil {
 		opts = append(opts, tlsOpt)
+	}
+	if f.tokenFile != "" {
+		opts = append(opts, client.WithBearerTokenFile(f.tokenFile))
 	}
 	c, err := client.New(f.server, opts...)
 	if err != nil {

@@ -401,6 +401,8 @@ func TestAccepted(t *testing.T) {
 			check: func(c Config) bool { return c.Server.Listen == "localhost:7420" }},
 		{name: "client tls env reserved", env: []string{"LOCKD_TLS_CA=/ca", "LOCKD_TLS_CERT=/c", "LOCKD_TLS_KEY=/k", "LOCKD_TLS_SERVER_NAME=x"},
 			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
+		{name: "client token file env reserved", env: []string{"LOCKD_TOKEN_FILE=/t"},
+			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
 		{name: "file list replaced by env", file: "lock:\n  backend: etcd\n  etcd:\n    endpoints: [a:1, b:2]\n",
 			env:   []string{"LOCKD_ETCD_ENDPOINTS=c:3"},
 			check: func(c Config) bool { return reflect.DeepEqual(c.Backend.EtcdEndpoints, []string{"c:3"}) }},

@@ -88,7 +88,9 @@ var keyTable = []struct{ name, flag, usage string }{
 // reservedEnv are LOCKD_ variables that are not configuration.
 var reservedEnv = map[string]bool{"LOCKD_SERVER": true, "LOCKD_KEY": true, "LOCKD_FENCING_TOKEN": true, "LOCKD_OWNER": true,
 	// The client commands' TLS settings (C5 #ct5-tls).
-	"LOCKD_TLS_CA": true, "LOCKD_TLS_CERT": true, "LOCKD_TLS_KEY": true, "LOCKD_TLS_SERVER_NAME": true}
+	"LOCKD_TLS_CA": true, "LOCKD_TLS_CERT": true, "LOCKD_TLS_KEY": true, "LOCKD_TLS_SERVER_NAME": true,
+	// The client commands' bearer token file (C5 #ct5-auth).
+	"LOCKD_TOKEN_FILE": true}
 
 const (
 	envPrefix         = "LOCKD_"

@@ -29,6 +29,8 @@ const (
 	DeniedSecretRequired = "session_secret_required"
 	// DeniedSecretMismatch: the secret sent is not the session's.
 	DeniedSecretMismatch = "session_secret_mismatch"
+	// DeniedPrincipalMismatch: the session is bound to another principal.
+	DeniedPrincipalMismatch = "session_principal_mismatch"
 )
 
 // Kinds of access-control file (auth_reloaded.kind).

@@ -27,6 +27,8 @@ type session struct {
 	// secretHash is the owner's secret hash (C2 #ct2-ownership), fixed at
 	// open; nil for none.
 	secretHash []byte
+	// principal is the principal the session is bound to (principal.go).
+	principal string
 
 	// Guarded by Store.mu.
 	dead   bool
@@ -80,6 +82,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 		// itself: etcd sessions are used only through the instance that
 		// opened them (C2 #ct2-spi, #ct2-ownership).
 		secretHash: o.SecretHash,
+		principal:  o.Principal,
 		held:       make(map[string]uint64),
 		queued:     make(map[string]bool),
 	}

@@ -11,6 +11,7 @@ type queries struct {
 	openSession string
 	secretHash  string
 	setValue    string
+	principal   string
 	closeLock   string
 	closeLocks  string
 	closeDelete string
@@ -52,8 +53,8 @@ func newQueries(schema, channel string) queries {
 	keylock := quoteLiteral("lockd.key:" + schema + ":")
 	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock, "{{channel}}", quoteLiteral(channel))
 	return queries{
-		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash, owner, labels)
-			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3, $4, $5::jsonb)`),
+		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash, owner, labels, principal)
+			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3, $4, $5::jsonb, NULLIF($6, ''))`),
 		// SetValue: only the current grant (session, key, token) of a live
 		// session; the token is not touched.
 		setValue: r.Replace(`UPDATE {{s}}.locks SET value = $4
@@ -61,6 +62,7 @@ func newQueries(schema, channel string) queries {
 			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())`),
 		// Any row, expired or not: the caller only compares the hash.
 		secretHash: r.Replace(`SELECT secret_hash FROM {{s}}.sessions WHERE id = $1`),
+		principal:  r.Replace(`SELECT coalesce(principal, '') FROM {{s}}.sessions WHERE id = $1`),
 		closeLock:  r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.

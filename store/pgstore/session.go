@@ -35,7 +35,7 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 		labels = []byte("{}")
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds(), o.SecretHash, o.Owner, string(labels))
+		_, err := tx.Exec(ctx, s.q.openSession, string(id), ttl.Milliseconds(), o.SecretHash, o.Owner, string(labels), o.Principal)
 		return err
 	})
 	if err = classify(ctx, "open session", err); err != nil {

@@ -95,6 +95,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ExpireLiveElsewhere", s.testExpireLiveElsewhere}, {"ExpireExpired", s.testExpireExpired},
 		{"SessionSecretHash", s.testSessionSecretHash},
 		{"Holder", s.testHolder},
+		{"SessionPrincipal", s.testSessionPrincipal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,16 +46,20 @@ const (
 	// ReasonSessionSecretMismatch: the session secret is not the session's.
 	// codes.PermissionDenied.
 	ReasonSessionSecretMismatch = "SESSION_SECRET_MISMATCH"
-	ReasonInternal              = "INTERNAL"        // codes.Internal; details are in the server's log
-	ReasonAccessDenied          = "ACCESS_DENIED"   // codes.PermissionDenied; no access rule allows the call (C5 #ct5-auth)
-	ReasonUnauthenticated       = "UNAUTHENTICATED" // codes.Unauthenticated; the caller's credentials were refused
+	// ReasonSessionPrincipalMismatch: the session is bound to the principal
+	// that opened it and the caller is another one, whatever secret it sent
+	// (C2 #ct2-ownership). codes.PermissionDenied.
+	ReasonSessionPrincipalMismatch = "SESSION_PRINCIPAL_MISMATCH"
+	ReasonInternal                 = "INTERNAL"        // codes.Internal; details are in the server's log
+	ReasonAccessDenied             = "ACCESS_DENIED"   // codes.PermissionDenied; no access rule allows the call (C5 #ct5-auth)
+	ReasonUnauthenticated          = "UNAUTHENTICATED" // codes.Unauthenticated; the caller's credentials were refused
 )
 
 // Reasons lists every reason, in the order of the proto's file comment.
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
 		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonSessionSecretRequired,
-		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated}
+		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch}
 }
 
 // Code is the gRPC code reason travels with; codes.Unknown for a reason
@@ -66,7 +70,8 @@ func Code(reason string) codes.Code {
 		return codes.InvalidArgument
 	case ReasonSessionDead:
 		return codes.FailedPrecondition
-	case ReasonNotOwner, ReasonAccessDenied, ReasonSessionSecretRequired, ReasonSessionSecretMismatch:
+	case ReasonNotOwner, ReasonAccessDenied, ReasonSessionSecretRequired, ReasonSessionSecretMismatch,
+		ReasonSessionPrincipalMismatch:
 		return codes.PermissionDenied
 	case ReasonUnauthenticated:
 		return codes.Unauthenticated
