@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -179,13 +180,19 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 // seed fills the record of a session this server did not open (adopted:
 // PostgreSQL sessions are usable from any replica and survive a lockd
 // restart) with its grants read from the store, once, so that answers can
-// confirm them.
+// confirm them. Over a store whose sessions every replica can use
+// (store.SharedSessions) it reads them again before every answer: a grant
+// or revoke through another replica changes them without this server
+// seeing it, so its own record would list a revoked lock, or miss a lock
+// granted elsewhere (C2 #ct2-confirm). A grant tracked before the read
+// began that the store no longer has went away through another replica.
 func (s *Server) seed(ctx context.Context, ss *session) error {
 	s.mu.Lock()
-	if ss.seeded || ss.locks == nil {
+	if ss.locks == nil || (ss.seeded && !s.sharedSessions) {
 		s.mu.Unlock()
 		return nil
 	}
+	before := maps.Clone(ss.locks)
 	s.beginReadLocked(ss)
 	s.mu.Unlock()
 	grants, err := s.st.LocksOf(ctx, ss.id)
@@ -194,6 +201,15 @@ func (s *Server) seed(ctx context.Context, ss *session) error {
 	defer s.endReadLocked(ss)
 	if err != nil || ss.locks == nil {
 		return err
+	}
+	inStore := make(map[string]uint64, len(grants))
+	for _, g := range grants {
+		inStore[g.Key] = g.Token
+	}
+	for k, tok := range before {
+		if inStore[k] != tok && ss.locks[k] == tok {
+			s.goneLocked(ss, k, tok)
+		}
 	}
 	for _, g := range grants {
 		s.trackLocked(ss, g.Key, g.Token)

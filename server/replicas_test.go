@@ -206,3 +206,66 @@ func lostTotal(t *testing.T, srv *lockdtest.Server) float64 {
 	}
 	return n
 }
+
+// TestHeldSetAcrossReplicas: on PostgreSQL a session's grants and revokes
+// may go through another replica, so the held set of a heartbeat answer is
+// read from the store (C2 #ct2-confirm). An answer of replica A lists a
+// lock granted through replica B — before, A's own record missed it and the
+// SDK dropped the lock as unconfirmed, a false loss on nearly every grant
+// of a client spread over replicas — and no longer lists a lock revoked
+// through B — before, A kept confirming the revoked lock.
+func TestHeldSetAcrossReplicas(t *testing.T) {
+	ns := lockdtest.NewNamespace(t, backend.PG)
+	a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+	b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+	ctx := testCtx(t, 60*time.Second)
+	apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
+
+	id := openRaw(t, ctx, apiA, 0).SessionId
+	acquire := func(api lockdv1.LockServiceClient, key string) uint64 {
+		t.Helper()
+		g, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: key})
+		if err != nil || !g.Granted {
+			t.Fatalf("Acquire(%s) = %v, %v", key, g, err)
+		}
+		return g.GetToken()
+	}
+	mine, there := acquire(apiA, "h/mine"), acquire(apiB, "h/there")
+
+	stream, err := apiA.KeepAlive(ctx)
+	if err != nil {
+		t.Fatalf("KeepAlive on A: %v", err)
+	}
+	held := func(reqID uint64) map[string]uint64 {
+		t.Helper()
+		if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: reqID}); err != nil {
+			t.Fatalf("KeepAlive send: %v", err)
+		}
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("KeepAlive recv: %v", err)
+			}
+			if r.GetRequestId() != reqID {
+				continue // a pushed notice
+			}
+			if !r.GetLive() || r.GetHeld() == nil {
+				t.Fatalf("answer %d: live=%v held=%v, want a live answer with a held set", reqID, r.GetLive(), r.GetHeld())
+			}
+			got := map[string]uint64{}
+			for _, l := range r.GetHeld().GetLocks() {
+				got[l.GetKey()] = l.GetToken()
+			}
+			return got
+		}
+	}
+	if got := held(1); got["h/mine"] != mine || got["h/there"] != there || len(got) != 2 {
+		t.Fatalf("A's answer held %v; want h/mine=%d (granted through A) and h/there=%d (granted through B)", got, mine, there)
+	}
+	if _, err := apiB.Revoke(ctx, &lockdv1.RevokeRequest{Key: "h/mine"}); err != nil {
+		t.Fatalf("Revoke(h/mine) on B: %v", err)
+	}
+	if got := held(2); len(got) != 1 || got["h/there"] != there {
+		t.Fatalf("A's answer after a revoke through B held %v; want only h/there=%d (the revoked lock never confirmed again)", got, there)
+	}
+}

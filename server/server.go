@@ -78,16 +78,19 @@ type Options struct {
 
 // Server is a lockd gRPC server over one store.
 type Server struct {
-	cfg     Config
-	st      store.LockStore
-	log     *slog.Logger
-	tlog    telemetry.Log
-	metrics *telemetry.Metrics
-	reg     *prometheus.Registry
-	grpc    *grpc.Server
-	health  *health.Server
-	bad     badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
-	lim     *limits     // the limits of C2 #ct2-limits (limits.go)
+	// sharedSessions: every replica can use every session of the store
+	// (store.SharedSessions), so heartbeat answers read the grants from it.
+	sharedSessions bool
+	cfg            Config
+	st             store.LockStore
+	log            *slog.Logger
+	tlog           telemetry.Log
+	metrics        *telemetry.Metrics
+	reg            *prometheus.Registry
+	grpc           *grpc.Server
+	health         *health.Server
+	bad            badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
+	lim            *limits     // the limits of C2 #ct2-limits (limits.go)
 
 	grpcTLS, metricsTLS *TLSReloader // nil: plaintext listener (tls.go)
 
@@ -141,16 +144,18 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	log := telemetry.OrDiscard(opts.Logger)
+	sh, _ := st.(store.SharedSessions)
 	s := &Server{
-		lim:      newLimits(cfg, lm),
-		cfg:      cfg,
-		st:       st,
-		log:      log,
-		tlog:     telemetry.Log{L: log, Backend: label},
-		metrics:  m,
-		reg:      reg,
-		sessions: map[store.SessionID]*session{},
-		wake:     make(chan struct{}, 1),
+		sharedSessions: sh != nil && sh.SharesSessions(),
+		lim:            newLimits(cfg, lm),
+		cfg:            cfg,
+		st:             st,
+		log:            log,
+		tlog:           telemetry.Log{L: log, Backend: label},
+		metrics:        m,
+		reg:            reg,
+		sessions:       map[store.SessionID]*session{},
+		wake:           make(chan struct{}, 1),
 	}
 	if s.grpcTLS, s.metricsTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)

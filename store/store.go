@@ -233,3 +233,14 @@ type LockStore interface {
 	// backend's own expiry (docs/backends.md, restart semantics).
 	Close() error
 }
+
+// SharedSessions is implemented by a store whose sessions every instance
+// can use (PostgreSQL: a session is a row; etcd sessions belong to the
+// instance that opened them). A server over such a store cannot know a
+// session's grants from its own calls alone — a grant or revoke may go
+// through another replica — so it reads them from the store (LocksOf)
+// before every heartbeat answer that confirms locks (C2 #ct2-confirm).
+// A store without the method shares nothing.
+type SharedSessions interface {
+	SharesSessions() bool
+}

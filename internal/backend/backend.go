@@ -168,3 +168,10 @@ func (b *Backend) Close() error {
 	})
 	return b.closeErr
 }
+
+// SharesSessions forwards store.SharedSessions of the opened store (true on
+// PostgreSQL), which the embedded store.LockStore does not promote.
+func (b *Backend) SharesSessions() bool {
+	sh, ok := b.LockStore.(store.SharedSessions)
+	return ok && sh.SharesSessions()
+}

@@ -264,3 +264,9 @@ func firstErr(err, after error) error {
 	}
 	return after
 }
+
+// SharesSessions forwards store.SharedSessions of the wrapped store.
+func (f *Faulty) SharesSessions() bool {
+	sh, ok := f.LockStore.(store.SharedSessions)
+	return ok && sh.SharesSessions()
+}

@@ -207,3 +207,7 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 	}
 	return grants, nil
 }
+
+// SharesSessions reports that every Store on a schema can use every
+// session (store.SharedSessions).
+func (s *Store) SharesSessions() bool { return true }
