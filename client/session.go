@@ -505,13 +505,24 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 }
 
 // addLock records a granted lock trusted until deadline (the grant reply's
-// bound), or returns the session's existing Lock for the same grant. A grant
-// whose lock-lost notice overtook its reply is lost at once.
+// bound) or the session's current deadline, whichever is later, or returns
+// the session's existing Lock for the same grant. A grant whose lock-lost
+// notice overtook its reply is lost at once.
+//
+// The session's deadline counts: the grant shows the session live, and the
+// session's backend lifetime bounds the lock's (only a revoke ends it
+// sooner; the next answer or a notice catches that, C2 #ct2-confirm). The
+// reply's own bound counts from the Acquire's send time, so a grant that
+// waited in the queue longer than Remaining − margin would otherwise be born
+// expired.
 func (s *Session) addLock(key string, token uint64, deadline time.Time) (*Lock, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return nil, s.err
+	}
+	if s.deadline.After(deadline) {
+		deadline = s.deadline
 	}
 	if token <= s.lostTok[key] {
 		return nil, fmt.Errorf("%w: lost before its grant reply arrived", ErrLockLost)
