@@ -652,9 +652,16 @@ func (l *Lock) end(err error) {
 // closes), then deletes the grant on the server, checked by fencing token so
 // it never deletes a newer grant. It is safe to retry: when an earlier
 // attempt may have taken effect (its reply was lost) and a retry finds the
-// grant gone, Release returns nil; ErrNotOwner from a first attempt means the
-// lock was lost before the release.
+// grant gone, Release returns nil — unless the lock had already been lost
+// when Release was called (Done closed with a loss): then the grant may have
+// gone with the loss, not with the release, and Release says ErrNotOwner.
+// ErrNotOwner from a first attempt means the lock was lost before the
+// release.
 func (l *Lock) Release(ctx context.Context) error {
+	lostBefore := l.Err() // nil while trusted; a loss if it ended before this call
+	if errors.Is(lostBefore, ErrReleased) {
+		lostBefore = nil // an earlier Release call, not a loss
+	}
 	l.s.mu.Lock()
 	if l.s.locks[l.key] == l {
 		delete(l.s.locks, l.key)
@@ -676,6 +683,8 @@ func (l *Lock) Release(ctx context.Context) error {
 		switch {
 		case err == nil:
 			l.releasedOK = true
+		case errors.Is(err, ErrNotOwner) && l.ambiguous && lostBefore != nil:
+			return fmt.Errorf("%w (the lock was lost before the release: %v)", err, lostBefore)
 		case errors.Is(err, ErrNotOwner) && l.ambiguous:
 			l.releasedOK = true
 			return nil
