@@ -33,6 +33,14 @@
 //                     session secrets; upgrade it)
 //   SESSION_SECRET_MISMATCH (PERMISSION_DENIED; the session_secret is not
 //                     the one OpenSession returned for the session)
+//   SESSION_PRINCIPAL_MISMATCH (PERMISSION_DENIED; the session is bound to
+//                     the authenticated principal that opened it and the
+//                     caller is another one, whatever secret it sent)
+//   ACCESS_DENIED    (PERMISSION_DENIED; no access rule allows the call,
+//                     docs/contracts/C5.md #ct5-auth)
+//   UNAUTHENTICATED  (UNAUTHENTICATED; the caller's credentials were
+//                     refused: an unknown bearer token, or a certificate
+//                     and a token naming different principals)
 //   INTERNAL         (INTERNAL; details are in the server's log)
 //
 // Session ownership (docs/contracts/C2.md #ct2-ownership): session ids are
