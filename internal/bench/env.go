@@ -118,7 +118,11 @@ func newBed(ctx context.Context, cfg Config) (b *bed, err error) {
 	if err != nil {
 		return b, err
 	}
-	if err := b.startLockd(st); err != nil {
+	maxLocks := 0
+	for _, n := range cfg.DeathLocks {
+		maxLocks = max(maxLocks, n)
+	}
+	if err := b.startLockd(st, maxLocks); err != nil {
 		return b, err
 	}
 	return b, nil
@@ -338,14 +342,16 @@ func (b *bed) pgFsyncDir(ctx context.Context, pool *pgxpool.Pool) (dir, note str
 }
 
 // startLockd starts the lockd server over st on 127.0.0.1 and connects the
-// SDK client to it.
-func (b *bed) startLockd(st store.LockStore) (err error) {
-	withLabel(sysLockd, func() { err = b.startLockdLabelled(st) })
+// SDK client to it. Its lock.server.max-locks-per-session admits the largest
+// death scenario (maxLocks locks in one session).
+func (b *bed) startLockd(st store.LockStore, maxLocks int) (err error) {
+	withLabel(sysLockd, func() { err = b.startLockdLabelled(st, maxLocks) })
 	return err
 }
 
-func (b *bed) startLockdLabelled(st store.LockStore) error {
+func (b *bed) startLockdLabelled(st store.LockStore, maxLocks int) error {
 	cfg := server.DefaultConfig()
+	cfg.MaxLocksPerSession = max(cfg.MaxLocksPerSession, maxLocks)
 	cfg.Listen = "127.0.0.1:0"
 	cfg.MetricsListen = "off"
 	cfg.SessionTTL = sessionTTL

@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/server"
 	"lock.dev/lockd/store/etcdstore"
 )
 
@@ -144,7 +145,8 @@ func (r *runner) idle(ctx context.Context) ([]Row, error) {
 // idleLockd measures lockd's idle sessions.
 func (r *runner) idleLockd(ctx context.Context) (f idleFigures, note string, err error) {
 	cfg, b := r.cfg, r.bed
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off"}
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+		"--max-sessions", strconv.Itoa(max(server.DefaultConfig().MaxSessions, cfg.IdleSessions))}
 	note = "idle: cpu = the `lockd serve` child process (plus the etcd process when the bench started one); client cpu = the bench process, " +
 		"where the SDK clients (lockd) or the clientv3 client (etcd-session) hold the sessions"
 	switch cfg.Backend {
