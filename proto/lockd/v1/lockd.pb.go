@@ -479,7 +479,14 @@ type KeepAliveResponse struct {
 	// does not list, as lost. Unset: the server does not confirm locks (an
 	// older server, or a session whose grants it does not know); the client
 	// then applies remaining_ms to every lock of the session.
-	Held          *HeldLocks `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
+	Held *HeldLocks `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
+	// draining is set by a replica that is shutting down gracefully (SIGTERM)
+	// in every answer and in one unsolicited notice (request_id = 0) per
+	// stream: the client should move this stream and its pending calls to
+	// another replica of the same backend. The sessions stay live (the
+	// replica does not end them); a client with no other address keeps
+	// heartbeating here until the stream ends. Old clients ignore it.
+	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +568,13 @@ func (x *KeepAliveResponse) GetHeld() *HeldLocks {
 		return x.Held
 	}
 	return nil
+}
+
+func (x *KeepAliveResponse) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 // HeldLocks is the set of grants a session holds.
@@ -1769,7 +1783,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x10\n" +
 	"\x03ack\x18\x03 \x03(\x04R\x03ack\x12%\n" +
-	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\x87\x02\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\xa3\x02\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1779,7 +1793,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12,\n" +
 	"\x05error\x18\x05 \x01(\v2\x16.lockd.v1.SessionErrorR\x05error\x12&\n" +
 	"\x04lost\x18\x06 \x03(\v2\x12.lockd.v1.LockLostR\x04lost\x12'\n" +
-	"\x04held\x18\a \x01(\v2\x13.lockd.v1.HeldLocksR\x04held\"5\n" +
+	"\x04held\x18\a \x01(\v2\x13.lockd.v1.HeldLocksR\x04held\x12\x1a\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\"5\n" +
 	"\tHeldLocks\x12(\n" +
 	"\x05locks\x18\x01 \x03(\v2\x12.lockd.v1.HeldLockR\x05locks\"2\n" +
 	"\bHeldLock\x12\x10\n" +
