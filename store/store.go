@@ -95,9 +95,13 @@ const (
 	EventExpired
 	// EventRevoked: an administrator revoked the grant.
 	EventRevoked
+	// EventValue: SetValue attached a value to the grant; the grant and its
+	// token are unchanged. The event does not carry the value: a reader
+	// inspects the key (C2 #ct2-watch, #ct2-holder).
+	EventValue
 )
 
-var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked"}
+var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked", "value"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventKindNames) {
@@ -223,7 +227,8 @@ type LockStore interface {
 	// Watch reports every change to keys starting with prefix, in commit
 	// order. It returns once the watch is established: every change committed
 	// after Watch returns is delivered. The channel is closed when ctx ends,
-	// or after one final Event with Err set when the watch breaks. A consumer
+	// or after one final Event with Err set when the watch breaks. SetValue
+	// is an EventValue of the grant it set. A consumer
 	// that falls behind by more than the channel's buffer breaks the watch
 	// (Err wraps ErrContention) rather than stalling the backend.
 	Watch(ctx context.Context, prefix string) (<-chan Event, error)

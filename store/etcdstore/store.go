@@ -202,6 +202,9 @@ func parseGrant(v []byte) (store.SessionID, time.Time, error) {
 const (
 	markReleased = "released"
 	markRevoked  = "revoked"
+	// markValue starts the marker SetValue writes ("value <session>
+	// <token>"), with no change to the grant key: Watch's value event.
+	markValue = "value "
 )
 
 // ready is the entry check of calls without a session: the caller's ctx

@@ -240,7 +240,8 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ store.Grant, _ bool, 
 }
 
 // SetValue implements store.ValueSetter: one UPDATE of the grant's row, iff
-// (session, key, token) is the current grant of a live session.
+// (session, key, token) is the current grant of a live session, and its
+// value event (a NOTIFY in the same statement).
 func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, token uint64, value []byte) (err error) {
 	if err := validateGrantArgs("set value", id, key); err != nil {
 		return err
@@ -257,7 +258,7 @@ func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, to
 	if len(value) == 0 {
 		value = nil
 	}
-	tag, err := s.pool.Exec(ctx, s.q.setValue, key, string(id), int64(token), value)
+	tag, err := s.pool.Exec(ctx, s.q.setValue, key, string(id), int64(token), value, s.channel)
 	if err = classify(ctx, "set value", err); err != nil {
 		return err
 	}

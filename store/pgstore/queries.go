@@ -57,9 +57,13 @@ func newQueries(schema, channel string) queries {
 			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3, $4, $5::jsonb, NULLIF($6, ''))`),
 		// SetValue: only the current grant (session, key, token) of a live
 		// session; the token is not touched.
-		setValue: r.Replace(`UPDATE {{s}}.locks SET value = $4
+		// The value event of Watch goes in the same statement, in the
+		// triggers' format ($5 is the channel): one row per grant updated.
+		setValue: r.Replace(`WITH u AS (UPDATE {{s}}.locks SET value = $4
 			WHERE key = $1 AND session_id = $2 AND token = $3
-			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())`),
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())
+			RETURNING key, session_id, token)
+			SELECT pg_notify($5, json_build_array(json_build_array('value', key, session_id, token))::text) FROM u`),
 		// Any row, expired or not: the caller only compares the hash.
 		secretHash: r.Replace(`SELECT secret_hash FROM {{s}}.sessions WHERE id = $1`),
 		principal:  r.Replace(`SELECT coalesce(principal, '') FROM {{s}}.sessions WHERE id = $1`),

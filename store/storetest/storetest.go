@@ -88,6 +88,7 @@ func Run(t *testing.T, cfg Config) {
 		{"InspectAndList", s.testInspectAndList},
 		{"LocksOf", s.testLocksOf},
 		{"WatchOrder", s.testWatchOrder},
+		{"WatchValue", s.testWatchValue},
 		{"BadInput", s.testBadInput},
 		{"Cancellation", s.testCancellation},
 		{"Deadline", s.testDeadline},
