@@ -146,6 +146,14 @@ func TestPolicyMatrix(t *testing.T) {
 			}
 			return err
 		}},
+		{"SetValue", "lock", func(ctx context.Context, top, _ string) error {
+			// As Release: NOT_OWNER shows the call passed access control.
+			_, err := api.SetValue(ctx, &lockdv1.SetValueRequest{SessionId: lockerSID, Key: key(top, "held"), Token: 1, Value: []byte("v")})
+			if reason(err) == wireerr.ReasonNotOwner {
+				return nil
+			}
+			return err
+		}},
 		{"Inspect", "read", func(ctx context.Context, top, _ string) error {
 			r, err := api.Inspect(ctx, &lockdv1.InspectRequest{Key: key(top, "held")})
 			if err == nil && !r.Held {

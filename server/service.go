@@ -369,13 +369,67 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 		if ev.Err != nil {
 			return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", ev.Err))
 		}
-		if err := stream.Send(&lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
-			SessionId: string(ev.Session), Token: ev.Token}); err != nil {
+		resp := &lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
+			SessionId: string(ev.Session), Token: ev.Token}
+		if ev.Kind == store.EventValue || (req.Holder && ev.Kind == store.EventAcquired) {
+			if !req.Holder {
+				continue // older clients know no value events
+			}
+			current, err := s.fillHolder(ctx, resp)
+			if err != nil {
+				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", err))
+			}
+			if !current && ev.Kind == store.EventValue {
+				continue // the grant is gone: its value is nobody's
+			}
+		}
+		if err := stream.Send(resp); err != nil {
 			return err
 		}
 	}
 	// The channel closed because ctx ended: the caller left, or Shutdown.
 	return s.toStatus(rctx, "Watch", context.Cause(ctx))
+}
+
+// fillHolder sets the owner, labels and value of an acquired or value event
+// from the key's grant, read now (C2 #ct2-holder), if that grant is still
+// the event's; current reports whether it was. A watch is established per
+// prefix, so the caller was allowed to read the key (or the event is
+// filtered out by access control before it is sent).
+func (s *Server) fillHolder(ctx context.Context, ev *lockdv1.WatchResponse) (current bool, err error) {
+	info, found, err := s.st.Inspect(ctx, ev.Key)
+	if err != nil || !found || info.Token != ev.Token || string(info.Session) != ev.SessionId {
+		return false, err
+	}
+	ev.Owner, ev.Labels, ev.Value = info.Owner, info.Labels, info.Value
+	return true, nil
+}
+
+// SetValue implements the SetValue RPC: the holder replaces its grant's
+// value (C2 #ct2-holder). The grant and its token never change.
+func (s service) SetValue(ctx context.Context, req *lockdv1.SetValueRequest) (*lockdv1.SetValueResponse, error) {
+	id := store.SessionID(req.SessionId)
+	var err error
+	switch {
+	case store.ValidateSessionID(id) != nil:
+		err = invalid("session_id", store.ValidateSessionID(id))
+	case store.ValidateKey(req.Key) != nil:
+		err = invalid("key", store.ValidateKey(req.Key))
+	case req.Token == 0:
+		err = invalidf("token", "must be non-zero")
+	case store.ValidateValue(req.Value) != nil:
+		err = invalid("value", store.ValidateValue(req.Value))
+	}
+	if err == nil {
+		err = s.checkSecret(ctx, "SetValue", id, req.SessionSecret)
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetValue", err)
+	}
+	if err := s.st.SetValue(ctx, id, req.Key, req.Token, req.Value); err != nil {
+		return nil, s.toStatus(ctx, "SetValue", fmt.Errorf("set value: %w", err))
+	}
+	return &lockdv1.SetValueResponse{}, nil
 }
 
 func eventKind(k store.EventKind) lockdv1.EventKind {
@@ -388,6 +442,8 @@ func eventKind(k store.EventKind) lockdv1.EventKind {
 		return lockdv1.EventKind_EVENT_KIND_EXPIRED
 	case store.EventRevoked:
 		return lockdv1.EventKind_EVENT_KIND_REVOKED
+	case store.EventValue:
+		return lockdv1.EventKind_EVENT_KIND_VALUE
 	}
 	return lockdv1.EventKind_EVENT_KIND_UNSPECIFIED
 }
