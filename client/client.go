@@ -311,6 +311,10 @@ const (
 	EventExpired
 	// EventRevoked: an administrator revoked the grant.
 	EventRevoked
+	// EventValue: the holder set the grant's value (WithValue, Lock.SetValue,
+	// Leadership.Proclaim); the grant and its token are unchanged. Only
+	// watches made WithHolders report it.
+	EventValue
 )
 
 func (k EventKind) String() string {
@@ -323,6 +327,8 @@ func (k EventKind) String() string {
 		return "expired"
 	case EventRevoked:
 		return "revoked"
+	case EventValue:
+		return "value"
 	}
 	return "unknown"
 }
@@ -333,26 +339,48 @@ type Event struct {
 	Key     string
 	Session string
 	Token   uint64
+	// Owner and Labels are the holder session's, Value the grant's value:
+	// set only in acquired and value events of a watch made WithHolders,
+	// read when the server sent the event (not when it happened), and only
+	// if the grant was still current then.
+	Owner  string
+	Labels map[string]string
+	Value  []byte
 	// Err is set only on the last event before the channel closes because
 	// the watch broke (not because its context ended); events may have been
 	// missed.
 	Err error
 }
 
+// WatchOption configures a Watch.
+type WatchOption func(*watchOptions)
+
+type watchOptions struct{ holders bool }
+
+// WithHolders asks the server for the holder's owner, labels and value in
+// acquired events, and for value events (EventValue) when a holder sets its
+// grant's value. The server reads them for each such event (one read per
+// event), so a watch of a busy prefix costs more with it.
+func WithHolders() WatchOption { return func(o *watchOptions) { o.holders = true } }
+
 // Watch reports every change to the keys that start with prefix, in commit
 // order. It returns once the watch is established: every change committed
 // after it returns is delivered. The channel closes when ctx ends or the
 // client closes, or after one event with Err set when the watch breaks.
-func (c *Client) Watch(ctx context.Context, prefix string) (<-chan Event, error) {
+func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) (<-chan Event, error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("watch %q: %w", prefix, invalidInput("prefix", err))
+	}
+	var wo watchOptions
+	for _, opt := range opts {
+		opt(&wo)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(c.ctx, cancel)
 	var stream lockdv1.LockService_WatchClient
 	err := c.retry(wctx, func(ctx context.Context) error {
 		var err error
-		stream, err = c.api.Watch(ctx, &lockdv1.WatchRequest{Prefix: prefix})
+		stream, err = c.api.Watch(ctx, &lockdv1.WatchRequest{Prefix: prefix, Holder: wo.holders})
 		if err != nil {
 			return fromStatus(ctx, err)
 		}
@@ -387,7 +415,8 @@ func (c *Client) Watch(ctx context.Context, prefix string) (<-chan Event, error)
 				return
 			}
 			// The proto's EventKind numbers the kinds as EventKind does.
-			ev := Event{Kind: EventKind(r.GetKind()), Key: r.GetKey(), Session: r.GetSessionId(), Token: r.GetToken()}
+			ev := Event{Kind: EventKind(r.GetKind()), Key: r.GetKey(), Session: r.GetSessionId(), Token: r.GetToken(),
+				Owner: r.GetOwner(), Labels: r.GetLabels(), Value: r.GetValue()}
 			select {
 			case ch <- ev:
 			case <-wctx.Done():

@@ -648,6 +648,39 @@ func (l *Lock) end(err error) {
 	l.cancel(err)
 }
 
+// SetValue replaces the value attached to the grant (see WithValue): the
+// grant and its fencing token do not change, and watchers made WithHolders
+// see an EventValue. It is ErrLockLost once the lock is no longer trusted
+// (Done closed) and ErrNotOwner when the server finds the grant gone; it
+// never takes the lock again. Retryable errors are retried until ctx ends
+// (setting the same value twice is harmless).
+func (l *Lock) SetValue(ctx context.Context, value []byte) error {
+	if err := invalidInput("value", store.ValidateValue(value)); err != nil {
+		return fmt.Errorf("set value of %q: %w", l.key, err)
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("set value of %q: %w", l.key, lostErr(err))
+	}
+	err := l.s.c.retry(ctx, func(ctx context.Context) error {
+		_, err := l.s.c.api.SetValue(ctx, &lockdv1.SetValueRequest{SessionId: l.s.id, SessionSecret: l.s.secret,
+			Key: l.key, Token: l.token, Value: value})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return fmt.Errorf("set value of %q: %w", l.key, err)
+	}
+	return nil
+}
+
+// lostErr makes a lock's end error match ErrLockLost (a session's end or a
+// release does not by itself).
+func lostErr(err error) error {
+	if errors.Is(err, ErrLockLost) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrLockLost, err)
+}
+
 // Release releases the lock. It stops trusting the lock first (Done
 // closes), then deletes the grant on the server, checked by fencing token so
 // it never deletes a newer grant. It is safe to retry: when an earlier
