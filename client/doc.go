@@ -36,6 +36,16 @@
 // stream, every heartbeat interval (advertised by the server, default
 // TTL/3, with jitter), and reconnect with backoff when it breaks.
 //
+// # Leader election
+//
+// Session.Campaign waits in an election's FIFO queue until the session
+// leads it; the Leadership it returns has the fencing token of its grant,
+// a Done channel like a Lock's, Proclaim (a new value, same token) and
+// Resign. Client.Observe streams the leader — session, owner, value, token —
+// and "no leader" whenever there is none. An election is the lock named by
+// its name (docs/contracts/C2.md #ct2-election): access rules apply as for
+// locks.
+//
 // # Errors
 //
 // Retryable errors (the server or its backend unavailable, contention, not

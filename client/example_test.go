@@ -123,3 +123,84 @@ func ExampleClient_Watch() {
 	// acquired watched/a
 	// released watched/a
 }
+
+// Campaign waits in the election's FIFO queue until this session leads;
+// the leader's fencing token guards what it writes, Proclaim publishes a new
+// value without an election, and Resign hands over to the next candidate.
+func ExampleSession_Campaign() {
+	c, err := client.New(lockdtest.ExampleAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	s, err := c.NewSession(ctx, client.WithOwner("web-3", nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	lead, err := s.Campaign(ctx, "election/api", []byte("http://web-3:8080"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	token := lead.Token() // hand it to the resources the leader writes to
+	if err := lead.Proclaim(ctx, []byte("http://web-3:9090")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same token after Proclaim:", lead.Token() == token)
+	select {
+	case <-lead.Done(): // lost: stop acting as leader at once
+		fmt.Println("deposed:", lead.Err())
+	default:
+		fmt.Println("leading with", string(lead.Value()))
+	}
+	if err := lead.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// same token after Proclaim: true
+	// leading with http://web-3:9090
+}
+
+// Observe reports the leader of an election, its value and token, and "no
+// leader" when there is none.
+func ExampleClient_Observe() {
+	c, err := client.New(lockdtest.ExampleAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	leaders, err := c.Observe(ctx, "election/db")
+	if err != nil {
+		log.Fatal(err)
+	}
+	show := func(o client.Observation) {
+		if !o.Leader {
+			fmt.Println("no leader")
+			return
+		}
+		fmt.Printf("leader %s: %s\n", o.Owner, o.Value)
+	}
+	show(<-leaders) // the current state
+
+	s, _ := c.NewSession(ctx, client.WithOwner("db-1", nil))
+	defer s.Close(context.Background())
+	lead, _ := s.Campaign(ctx, "election/db", []byte("primary at db-1:5432"))
+	for o := range leaders {
+		if o.Leader && len(o.Value) > 0 { // the value may follow the grant
+			show(o)
+			break
+		}
+	}
+	_ = lead.Resign(ctx)
+	show(<-leaders)
+	// Output:
+	// no leader
+	// leader db-1: primary at db-1:5432
+	// no leader
+}
