@@ -117,6 +117,7 @@ Start a server with 'lockd serve'; take a lock around a command with
 		return &exitError{code: ExitUsage, err: err}
 	})
 	root.AddCommand(newServeCmd(e), newRunCmd(e), newInspectCmd(e), newLsCmd(e), newRevokeCmd(e), newWatchCmd(e))
+	root.AddCommand(newElectCmd(e), newLeaderCmd(e))
 	root.AddCommand(newBenchCmd(e), newAuthCmd(e))
 	root.AddCommand(newVersionCmd(e), newHealthCmd(e))
 	return root

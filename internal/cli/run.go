@@ -189,6 +189,15 @@ type runner struct {
 	waitForever bool
 	key         string
 	argv        []string
+	cmdName     string // "elect" for lockd elect; "" is run
+}
+
+// held is what runLocked runs a command under: a *client.Lock, or a
+// *client.Leadership (lockd elect).
+type held interface {
+	Done() <-chan struct{}
+	Err() error
+	Token() uint64
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -327,12 +336,17 @@ func (r *runner) holder(ctx context.Context, c *client.Client) (string, error) {
 	return " (" + heldBy(info, time.Now()) + ")", nil
 }
 
-// prefix starts run's status lines: "lockd run", with the --owner if given.
+// prefix starts run's status lines: "lockd run" (or "lockd elect"), with
+// the --owner if given.
 func (r *runner) prefix() string {
-	if r.flags.owner == "" {
-		return "lockd run"
+	name := "lockd run"
+	if r.cmdName != "" {
+		name = "lockd " + r.cmdName
 	}
-	return fmt.Sprintf("lockd run (owner %s)", r.flags.owner)
+	if r.flags.owner == "" {
+		return name
+	}
+	return fmt.Sprintf("%s (owner %s)", name, r.flags.owner)
 }
 
 // status reports on stderr that lockd run is waiting. On a terminal it keeps
@@ -430,7 +444,7 @@ func waitingLine(prefix, key string, info client.LockInfo, err error, self strin
 // command's process group and returns an ExitLockLost or ExitMaxRuntime
 // error (a loss wins: it says that the command may have overlapped another
 // holder).
-func (r *runner) runLocked(ctx context.Context, l *client.Lock) (int, error) {
+func (r *runner) runLocked(ctx context.Context, l held) (int, error) {
 	select {
 	case <-l.Done():
 		return 0, &exitError{code: ExitLockLost, err: fmt.Errorf("lock %q lost before the command started: %w", r.key, l.Err())}
