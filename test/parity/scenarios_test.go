@@ -102,6 +102,16 @@ var scenarios = []scenario{
 		run:        restartSemantics,
 	},
 	{
+		name: "holder-identity",
+		want: "inspect=ok list=ok set-value=ok watch=acquired(owner):ok,value(v2):ok",
+		run:  holderIdentity,
+	},
+	{
+		name: "election",
+		want: "first=none leaders=A:a1,A:a2,B:b1,C:c1 last=none proclaim-token=same tokens=increasing",
+		run:  election,
+	},
+	{
 		name: "bad-input-sdk",
 		want: "ErrInvalidArgument: open(ttl=1s) acquire(bad-keys) try(bad-keys) inspect(bad-keys) revoke(bad-keys) " +
 			"wait-timeout=-1s wait-timeout=11m0s list(limit=5000) list(token=junk) watch(prefix=NUL); " +
