@@ -53,13 +53,16 @@ const (
 	ReasonInternal                 = "INTERNAL"        // codes.Internal; details are in the server's log
 	ReasonAccessDenied             = "ACCESS_DENIED"   // codes.PermissionDenied; no access rule allows the call (C5 #ct5-auth)
 	ReasonUnauthenticated          = "UNAUTHENTICATED" // codes.Unauthenticated; the caller's credentials were refused
+	// ReasonLimitMismatch: an Acquire's limit or mode disagrees with the
+	// kind of lock the key's holders and waiters use (C2 #ct2-multi).
+	ReasonLimitMismatch = "LIMIT_MISMATCH" // codes.FailedPrecondition
 )
 
 // Reasons lists every reason, in the order of the proto's file comment.
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
 		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonSessionSecretRequired,
-		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch}
+		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch, ReasonLimitMismatch}
 }
 
 // Code is the gRPC code reason travels with; codes.Unknown for a reason
@@ -68,7 +71,7 @@ func Code(reason string) codes.Code {
 	switch reason {
 	case ReasonInvalidArgument:
 		return codes.InvalidArgument
-	case ReasonSessionDead:
+	case ReasonSessionDead, ReasonLimitMismatch:
 		return codes.FailedPrecondition
 	case ReasonNotOwner, ReasonAccessDenied, ReasonSessionSecretRequired, ReasonSessionSecretMismatch,
 		ReasonSessionPrincipalMismatch:
