@@ -55,7 +55,9 @@ const (
 	ReasonUnauthenticated          = "UNAUTHENTICATED" // codes.Unauthenticated; the caller's credentials were refused
 	// ReasonLimitMismatch: an Acquire's limit or mode disagrees with the
 	// kind of lock the key's holders and waiters use (C2 #ct2-multi).
-	ReasonLimitMismatch = "LIMIT_MISMATCH" // codes.FailedPrecondition
+	// Its code is InvalidArgument, not FailedPrecondition: older SDKs
+	// take FailedPrecondition for a dead session.
+	ReasonLimitMismatch = "LIMIT_MISMATCH" // codes.InvalidArgument
 )
 
 // Reasons lists every reason, in the order of the proto's file comment.
@@ -69,9 +71,9 @@ func Reasons() []string {
 // that is not one of lockd's.
 func Code(reason string) codes.Code {
 	switch reason {
-	case ReasonInvalidArgument:
+	case ReasonInvalidArgument, ReasonLimitMismatch:
 		return codes.InvalidArgument
-	case ReasonSessionDead, ReasonLimitMismatch:
+	case ReasonSessionDead:
 		return codes.FailedPrecondition
 	case ReasonNotOwner, ReasonAccessDenied, ReasonSessionSecretRequired, ReasonSessionSecretMismatch,
 		ReasonSessionPrincipalMismatch:
