@@ -211,6 +211,26 @@ type LockInfo struct {
 	Owner  string
 	Labels map[string]string
 	Value  []byte
+	// Holders lists every holder of a semaphore or read/write key, lowest
+	// token first; the single-holder fields above then describe the first.
+	// Empty for a plain lock.
+	Holders []HolderInfo
+	// Limit is the semaphore's N (1 for a read/write lock); 0 for a plain
+	// lock.
+	Limit uint32
+}
+
+// HolderInfo is one holder of a semaphore or read/write key.
+type HolderInfo struct {
+	Session    string
+	Token      uint64
+	AcquiredAt time.Time
+	// Mode is "shared" or "exclusive" for a read/write lock, "" for a
+	// semaphore slot.
+	Mode   string
+	Owner  string
+	Labels map[string]string
+	Value  []byte
 }
 
 // Holder describes the holder for people: its owner (quoted if it is not
@@ -231,6 +251,20 @@ func lockInfo(p *lockdv1.LockInfo) LockInfo {
 		Waiters: p.GetWaiters(), Owner: p.GetOwner(), Labels: p.GetLabels(), Value: p.GetValue()}
 	if p.GetAcquiredAt() != nil {
 		info.AcquiredAt = p.GetAcquiredAt().AsTime()
+	}
+	info.Limit = p.GetLimit()
+	for _, h := range p.GetHolders() {
+		hi := HolderInfo{Session: h.GetSessionId(), Token: h.GetToken(), Owner: h.GetOwner(), Labels: h.GetLabels(), Value: h.GetValue()}
+		switch h.GetMode() {
+		case lockdv1.LockMode_LOCK_MODE_SHARED:
+			hi.Mode = "shared"
+		case lockdv1.LockMode_LOCK_MODE_EXCLUSIVE:
+			hi.Mode = "exclusive"
+		}
+		if h.GetAcquiredAt() != nil {
+			hi.AcquiredAt = h.GetAcquiredAt().AsTime()
+		}
+		info.Holders = append(info.Holders, hi)
 	}
 	return info
 }

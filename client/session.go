@@ -406,7 +406,8 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 	if ao.waitTimeout < 0 {
 		return nil, fmt.Errorf("acquire %q: %w: wait timeout: negative", key, ErrInvalidArgument)
 	}
-	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value}
+	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value,
+		Limit: ao.limit, Mode: ao.mode}
 	if ao.waitTimeout > 0 {
 		// Round up: never ask to wait less than the caller asked.
 		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
@@ -421,13 +422,15 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 // TryAcquire takes the lock named key if it is free and nobody waits for it;
 // otherwise it returns ErrLocked at once, naming the holder when it can
 // (its owner and token, read with one Inspect). Of the options only
-// WithValue applies.
+// WithValue, WithLimit, Shared and Exclusive apply: a semaphore or shared
+// lock is taken if a slot is free and nobody waits.
 func (s *Session) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	ao, err := acquireOpts(opts)
 	if err != nil {
 		return nil, fmt.Errorf("try acquire %q: %w", key, err)
 	}
-	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value}, false)
+	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value,
+		Limit: ao.limit, Mode: ao.mode}, false)
 	if errors.Is(err, ErrLocked) {
 		err = s.c.lockedBy(ctx, key)
 	}
@@ -443,7 +446,16 @@ func acquireOpts(opts []AcquireOption) (acquireOptions, error) {
 	for _, opt := range opts {
 		opt(&ao)
 	}
-	return ao, invalidInput("value", store.ValidateValue(ao.value))
+	if err := invalidInput("value", store.ValidateValue(ao.value)); err != nil {
+		return ao, err
+	}
+	switch {
+	case ao.limit > store.MaxLimit:
+		return ao, fmt.Errorf("%w: limit: %d, at most %d", ErrInvalidArgument, ao.limit, store.MaxLimit)
+	case ao.mode != lockdv1.LockMode_LOCK_MODE_UNSPECIFIED && ao.limit > 1:
+		return ao, fmt.Errorf("%w: limit: Shared and Exclusive take no limit", ErrInvalidArgument)
+	}
+	return ao, nil
 }
 
 // lockedBy is ErrLocked naming key's holder, read with one best-effort

@@ -160,7 +160,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 		granted = true
 	)
 	if !req.Wait {
-		g, granted, err = s.st.TryInsert(ctx, id, req.Key)
+		g, granted, err = s.st.TryInsert(ctx, id, req.Key, acquireOptions(req)...)
 	} else {
 		g, err = s.waitAcquire(ctx, id, req)
 	}
@@ -213,6 +213,13 @@ func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
 	if err := store.ValidateValue(req.Value); err != nil {
 		return invalid("value", err)
 	}
+	if _, err := store.NewAcquireOptions(acquireOptions(req)...); err != nil {
+		field := "limit"
+		if req.Mode != lockdv1.LockMode_LOCK_MODE_UNSPECIFIED {
+			field = "mode"
+		}
+		return invalid(field, err)
+	}
 	switch {
 	case req.WaitTimeoutMs < 0 || req.WaitTimeoutMs > MaxWait.Milliseconds():
 		return invalidf("wait_timeout_ms", "%d out of range [0, %d]", req.WaitTimeoutMs, MaxWait.Milliseconds())
@@ -220,6 +227,25 @@ func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
 		return invalidf("wait_timeout_ms", "must be 0 when wait is false")
 	}
 	return nil
+}
+
+// acquireOptions are the store options of req's limit and mode (C2
+// #ct2-multi); none for a plain lock, so the plain grant paths serve it.
+func acquireOptions(req *lockdv1.AcquireRequest) []store.AcquireOption {
+	var opts []store.AcquireOption
+	if req.Limit > 1 {
+		opts = append(opts, store.WithLimit(req.Limit))
+	}
+	switch req.Mode {
+	case lockdv1.LockMode_LOCK_MODE_UNSPECIFIED:
+	case lockdv1.LockMode_LOCK_MODE_EXCLUSIVE:
+		opts = append(opts, store.WithMode(store.ModeExclusive))
+	case lockdv1.LockMode_LOCK_MODE_SHARED:
+		opts = append(opts, store.WithMode(store.ModeShared))
+	default:
+		opts = append(opts, store.WithMode(store.Mode(255))) // unknown: NewAcquireOptions refuses it
+	}
+	return opts
 }
 
 // waitAcquire queues in the backend's FIFO queue for the key, bounded by the
@@ -236,7 +262,7 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 	defer stop()
 	wctx, cancelTimeout := context.WithTimeoutCause(wctx, timeout, errWaitTimeout)
 	defer cancelTimeout()
-	g, err := s.st.Acquire(wctx, id, req.Key)
+	g, err := s.st.Acquire(wctx, id, req.Key, acquireOptions(req)...)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return g, fmt.Errorf("%w: %w", context.Cause(wctx), err)
@@ -293,7 +319,29 @@ func lockInfo(info store.LockInfo) *lockdv1.LockInfo {
 	for _, w := range info.Waiters {
 		out.Waiters = append(out.Waiters, string(w))
 	}
+	if len(info.Holders) > 0 {
+		out.Limit = max(info.Limit, 1)
+	}
+	for _, h := range info.Holders {
+		lh := &lockdv1.LockHolder{SessionId: string(h.Session), Token: h.Token, Mode: lockMode(h.Mode),
+			Owner: h.Owner, Labels: h.Labels, Value: h.Value}
+		if !h.AcquiredAt.IsZero() {
+			lh.AcquiredAt = timestamppb.New(h.AcquiredAt)
+		}
+		out.Holders = append(out.Holders, lh)
+	}
 	return out
+}
+
+// lockMode is the wire form of a grant's mode.
+func lockMode(m store.Mode) lockdv1.LockMode {
+	switch m {
+	case store.ModeExclusive:
+		return lockdv1.LockMode_LOCK_MODE_EXCLUSIVE
+	case store.ModeShared:
+		return lockdv1.LockMode_LOCK_MODE_SHARED
+	}
+	return lockdv1.LockMode_LOCK_MODE_UNSPECIFIED
 }
 
 // List implements the List RPC. Page tokens are the last key of the
@@ -344,6 +392,10 @@ func (s service) Revoke(ctx context.Context, req *lockdv1.RevokeRequest) (*lockd
 	// lockd instances); telling a holder of this instance now is faster,
 	// and lockLost notifies once.
 	s.lockLost(g.Session, g.Key, g.Token, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
+	// A semaphore or read/write key loses every holder at once and the
+	// store returns one (C2 #ct2-multi): this server's other holders of the
+	// key are checked against the store.
+	s.recheckHolders(req.Key, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
 	return &lockdv1.RevokeResponse{Revoked: true, SessionId: string(g.Session), Token: g.Token}, nil
 }
 

@@ -79,6 +79,14 @@ type LockInfo struct {
 	Value  []byte
 	// Waiters are the sessions queued for the key, first in line first.
 	Waiters []SessionID
+	// Holders lists every holder of a semaphore or read/write key, lowest
+	// token first; the single-holder fields above then describe the first
+	// of them. Nil for a plain lock (C2 #ct2-multi).
+	Holders []HolderInfo
+	// Limit is the semaphore's N (1 for a read/write lock); 0 for a plain
+	// lock. RW is true for a read/write lock.
+	Limit uint32
+	RW    bool
 }
 
 // EventKind says what happened to a key.
@@ -192,8 +200,9 @@ type LockStore interface {
 	// nil) when another session holds the key or waiters are queued. If the
 	// session already holds the key, its existing grant is returned with
 	// acquired true, so a retried call is idempotent. An unknown or dead
-	// session is ErrSessionDead and writes nothing.
-	TryInsert(ctx context.Context, id SessionID, key string) (g Grant, acquired bool, err error)
+	// session is ErrSessionDead and writes nothing. The options are
+	// Acquire's.
+	TryInsert(ctx context.Context, id SessionID, key string, opts ...AcquireOption) (g Grant, acquired bool, err error)
 
 	// Acquire grants key to the session, waiting in the key's FIFO queue
 	// (kept in the backend, shared by every store instance) until it is the
@@ -201,7 +210,10 @@ type LockStore interface {
 	// leaves the queue at once; the error matches ctx.Err()); or when the
 	// session dies (ErrSessionDead; the waiter leaves the queue). If the
 	// session already holds the key, its existing grant is returned at once.
-	Acquire(ctx context.Context, id SessionID, key string) (Grant, error)
+	// WithLimit and WithMode make the grant a semaphore slot or a side of a
+	// read/write lock (C2 #ct2-multi); a request of another kind than the
+	// key's holders and waiters is ErrLimitMismatch.
+	Acquire(ctx context.Context, id SessionID, key string, opts ...AcquireOption) (Grant, error)
 
 	// DeleteIfOwner releases the grant (session, key, token). It deletes the
 	// key only if that exact grant is the current one: any other case

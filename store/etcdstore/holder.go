@@ -61,6 +61,9 @@ func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, to
 	if err != nil {
 		return fmt.Errorf("etcdstore: set value: %w", err)
 	}
+	if s.isMulti(ss, key) {
+		return s.setValueMulti(ctx, ss, key, token, value, notOwner) // multi.go
+	}
 	lk := s.lockKey(key)
 	resp, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(lk), "=", rev),

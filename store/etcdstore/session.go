@@ -38,6 +38,9 @@ type session struct {
 	// the queue: others likely wait too, so their release looks at the
 	// queue first (see DeleteIfOwner). A hint only.
 	queued map[string]bool
+	// multi holds the keys of held grants that are semaphore or read/write
+	// slots (multi.go); nil until the first.
+	multi map[string]bool
 
 	// ka is the lease's keepalive state and proven bound, guarded by
 	// keeper.mu (keepalive.go).
@@ -235,7 +238,7 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 	}
 	var ops []clientv3.Op
 	for _, k := range ttl.Keys {
-		if _, ok := s.userKey(k); ok {
+		if _, ok := s.userKey(k); ok || s.isSlotKey(k) {
 			ops = append(ops, clientv3.OpGet(string(k)))
 		}
 	}
@@ -247,6 +250,10 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 		}
 		for _, r := range resp.Responses {
 			for _, kv := range r.GetResponseRange().Kvs {
+				if g, ok := s.multiGrantOf(kv, id, ss.lease); ok {
+					grants = append(grants, g)
+					continue
+				}
 				key, _ := s.userKey(kv.Key)
 				holder, at, err := parseGrant(kv.Value)
 				if err != nil || holder != id || clientv3.LeaseID(kv.Lease) != ss.lease {

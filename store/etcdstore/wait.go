@@ -25,16 +25,27 @@ import (
 // starts at the current revision and the state is read again once it
 // exists: a watch that starts at a revision the server has passed is only
 // served by etcd's periodic resync of lagging watchers (every 100 ms).
-func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g store.Grant, err error) {
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (g store.Grant, err error) {
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpAcquire)(&err)
 	defer func() { s.met.Acquire(acquireResult(ctx, err), time.Since(start)) }()
 	if err := store.ValidateKey(key); err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
+	o, err := store.NewAcquireOptions(opts...)
+	if err != nil {
+		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
+	}
 	ss, err := s.live(ctx, id)
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
+	}
+	if o.Multi() {
+		g, _, err := s.acquireMulti(ctx, ss, key, o, true, start) // multi.go
+		if err != nil {
+			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
+		}
+		return g, nil
 	}
 	lk, wk := s.lockKey(key), s.waiterKey(key, id)
 	at := time.Now()
@@ -42,11 +53,13 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 		[]clientv3.Op{s.putGrant(ss, key, at)},
 		[]clientv3.Op{
 			clientv3.OpGet(lk),
-			// Queue up, unless the session holds the key already.
+			// Queue up, unless the session holds the key already or the
+			// key is a semaphore or read/write lock (multi.go).
 			clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease)},
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease), s.ifMultiFree(key)},
 				[]clientv3.Op{clientv3.OpPut(wk, string(id), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
 				nil),
+			s.getMultiAny(key),
 		},
 		// ctx ended in flight. A grant this call made stays, as with
 		// TryInsert: a retry returns it (already held). A place in the
@@ -75,6 +88,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 	if !queued.Succeeded {
 		// The session holds the key already: that grant, at once.
 		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 && len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
+			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", errMismatch(key, o))
+		}
 		if len(kvs) == 0 {
 			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", errMalformed)
 		}

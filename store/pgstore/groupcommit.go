@@ -195,13 +195,14 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		newTok      *int64
 		inserted    *time.Time
 		eligible    bool
+		multi       bool
 	}
 	checks := make([]check, len(grants))
 	if len(grants) > 0 {
 		b.Queue(s.q.grantBatch, grSessions, grKeys, grWait).Query(func(rows pgx.Rows) error {
 			var i int
 			var c check
-			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible, &c.multi}, func() error {
 				if i < 1 || i > len(checks) {
 					return fmt.Errorf("grant batch returned row %d of %d", i, len(checks))
 				}
@@ -237,6 +238,9 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			r.out = granted
 		case c.eligible:
 			r.out = raced
+			continue
+		case c.multi && c.holder == nil:
+			r.out = mismatch // a semaphore or read/write key (multi.go)
 			continue
 		default:
 			r.out = busy

@@ -87,12 +87,19 @@ func (s *Store) wakeAllLocked() {
 // committed after that look wakes it; between wake-ups it holds no
 // connection. Each attempt is observed as a request of its own; the
 // outcome (lockd_lock_acquire_total) once, for the call.
-func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
 	if err := validateGrantArgs("acquire", id, key); err != nil {
 		return store.Grant{}, err
 	}
+	o, err := store.NewAcquireOptions(opts...)
+	if err != nil {
+		return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", err)
+	}
 	if err := s.begin(ctx, "acquire"); err != nil {
 		return store.Grant{}, err
+	}
+	if o.Multi() {
+		return s.acquireMulti(ctx, id, key, o) // multi.go
 	}
 	w, err := s.addWaiter(id, key)
 	if err != nil {
@@ -119,6 +126,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (st
 		case dead:
 			s.metrics.Acquire(telemetry.AcquireError, 0)
 			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+		case mismatch:
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
 		}
 		recheck.Reset(recheckInterval)
 		select {

@@ -97,6 +97,14 @@ func Run(t *testing.T, cfg Config) {
 		{"SessionSecretHash", s.testSessionSecretHash},
 		{"Holder", s.testHolder},
 		{"SessionPrincipal", s.testSessionPrincipal},
+		{"SemaphoreLimit", s.testSemaphoreLimit},
+		{"SemaphoreFIFO", s.testSemaphoreFIFO},
+		{"LimitMismatch", s.testLimitMismatch},
+		{"SharedReaders", s.testSharedReaders},
+		{"WriterPreference", s.testWriterPreference},
+		{"TokensAcrossModes", s.testTokensAcrossModes},
+		{"SlotRelease", s.testSlotRelease},
+		{"SlotHolderDeath", s.testSlotHolderDeath},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -42,6 +42,13 @@
 //                     refused: an unknown bearer token, or a certificate
 //                     and a token naming different principals)
 //   INTERNAL         (INTERNAL; details are in the server's log)
+//   LIMIT_MISMATCH   (INVALID_ARGUMENT; an Acquire whose limit or mode
+//                     disagrees with the kind of lock the key's current
+//                     holders and waiters use: a semaphore of another N, a
+//                     shared/exclusive request on a plain lock or the
+//                     reverse; nothing was written, docs/contracts/C2.md
+//                     #ct2-multi. Not FAILED_PRECONDITION: older SDKs
+//                     read that as a dead session)
 //
 // Session ownership (docs/contracts/C2.md #ct2-ownership): session ids are
 // public (Inspect, List and Watch show them); the session_secret that
@@ -133,6 +140,60 @@ func (LockLostReason) EnumDescriptor() ([]byte, []int) {
 	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{0}
 }
 
+// LockMode is the side of a read/write lock an Acquire asks for.
+type LockMode int32
+
+const (
+	// LOCK_MODE_UNSPECIFIED: not a read/write lock (a plain lock or a
+	// semaphore slot).
+	LockMode_LOCK_MODE_UNSPECIFIED LockMode = 0
+	// LOCK_MODE_EXCLUSIVE: the writer side; no other holder at once.
+	LockMode_LOCK_MODE_EXCLUSIVE LockMode = 1
+	// LOCK_MODE_SHARED: the reader side; shared with other SHARED holders.
+	LockMode_LOCK_MODE_SHARED LockMode = 2
+)
+
+// Enum value maps for LockMode.
+var (
+	LockMode_name = map[int32]string{
+		0: "LOCK_MODE_UNSPECIFIED",
+		1: "LOCK_MODE_EXCLUSIVE",
+		2: "LOCK_MODE_SHARED",
+	}
+	LockMode_value = map[string]int32{
+		"LOCK_MODE_UNSPECIFIED": 0,
+		"LOCK_MODE_EXCLUSIVE":   1,
+		"LOCK_MODE_SHARED":      2,
+	}
+)
+
+func (x LockMode) Enum() *LockMode {
+	p := new(LockMode)
+	*p = x
+	return p
+}
+
+func (x LockMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockd_v1_lockd_proto_enumTypes[1].Descriptor()
+}
+
+func (LockMode) Type() protoreflect.EnumType {
+	return &file_lockd_v1_lockd_proto_enumTypes[1]
+}
+
+func (x LockMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockMode.Descriptor instead.
+func (LockMode) EnumDescriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{1}
+}
+
 // EventKind says what happened to a key.
 type EventKind int32
 
@@ -185,11 +246,11 @@ func (x EventKind) String() string {
 }
 
 func (EventKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_lockd_v1_lockd_proto_enumTypes[1].Descriptor()
+	return file_lockd_v1_lockd_proto_enumTypes[2].Descriptor()
 }
 
 func (EventKind) Type() protoreflect.EnumType {
-	return &file_lockd_v1_lockd_proto_enumTypes[1]
+	return &file_lockd_v1_lockd_proto_enumTypes[2]
 }
 
 func (x EventKind) Number() protoreflect.EnumNumber {
@@ -198,7 +259,7 @@ func (x EventKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventKind.Descriptor instead.
 func (EventKind) EnumDescriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{1}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{2}
 }
 
 // OpenSessionRequest asks for a new session.
@@ -941,7 +1002,20 @@ type AcquireRequest struct {
 	// value is attached to the grant (at most 4096 bytes; optional) and shown
 	// by Inspect and List for as long as the grant lasts. It is set right
 	// after the grant: a reader may see the grant briefly without it.
-	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// limit makes the key a counting semaphore: up to limit sessions hold it
+	// at once, each with its own fencing token, the rest wait in FIFO order.
+	// 0 and 1 mean the plain exclusive lock (older SDKs send 0); at most
+	// 1024. Every caller of one key must agree on it while the key has
+	// holders or waiters, else LIMIT_MISMATCH (docs/contracts/C2.md
+	// #ct2-multi). Must be 0 or 1 with a mode.
+	Limit uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	// mode makes the key a read/write lock: any number of SHARED holders or
+	// one EXCLUSIVE holder, FIFO with writer preference (a waiting EXCLUSIVE
+	// request blocks later SHARED ones). UNSPECIFIED (older SDKs) is the
+	// plain exclusive lock, a kind of its own: readers and writers of one
+	// key both set a mode.
+	Mode          LockMode `protobuf:"varint,11,opt,name=mode,proto3,enum=lockd.v1.LockMode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1016,6 +1090,20 @@ func (x *AcquireRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_UNSPECIFIED
 }
 
 // AcquireResponse is a grant, or a try that found the key held.
@@ -1323,7 +1411,14 @@ type LockInfo struct {
 	Owner  string            `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
 	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// value is the grant's value (AcquireRequest.value), empty if none.
-	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// holders lists every holder of a semaphore or read/write key, lowest
+	// token first; the fields above then describe the first of them. Empty
+	// for a plain lock (the fields above are its one holder).
+	Holders []*LockHolder `protobuf:"bytes,9,rep,name=holders,proto3" json:"holders,omitempty"`
+	// limit is the semaphore's N (1 for a read/write lock); 0 for a plain
+	// lock.
+	Limit         uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1414,6 +1509,121 @@ func (x *LockInfo) GetValue() []byte {
 	return nil
 }
 
+func (x *LockInfo) GetHolders() []*LockHolder {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LockInfo) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// LockHolder is one holder of a semaphore or read/write key.
+type LockHolder struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the holder session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// token is the fencing token of this holder's grant.
+	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// acquired_at is when the grant happened, on the backend's clock
+	// (display only).
+	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	// mode is the grant's side of a read/write lock; UNSPECIFIED for a
+	// semaphore slot.
+	Mode LockMode `protobuf:"varint,4,opt,name=mode,proto3,enum=lockd.v1.LockMode" json:"mode,omitempty"`
+	// owner and labels are the holder session's (OpenSessionRequest).
+	Owner  string            `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// value is the grant's value (AcquireRequest.value), empty if none.
+	Value         []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockHolder) Reset() {
+	*x = LockHolder{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockHolder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockHolder) ProtoMessage() {}
+
+func (x *LockHolder) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
+func (*LockHolder) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LockHolder) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LockHolder) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LockHolder) GetAcquiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcquiredAt
+	}
+	return nil
+}
+
+func (x *LockHolder) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_UNSPECIFIED
+}
+
+func (x *LockHolder) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LockHolder) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *LockHolder) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // ListRequest asks for one page of held keys.
 type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1430,7 +1640,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1652,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1665,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1492,7 +1702,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1714,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1727,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1545,7 +1755,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1767,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1780,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -1595,7 +1805,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1817,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1830,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -1661,7 +1871,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1883,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1896,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1726,7 +1936,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1948,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1961,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -1822,7 +2032,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +2044,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2057,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetValueRequest) GetSessionId() string {
@@ -1894,7 +2104,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2116,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2129,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
 }
 
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
@@ -1979,7 +2189,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xba\x01\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\xf8\x01\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1987,7 +2197,10 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12&\n" +
 	"\x0fwait_timeout_ms\x18\x04 \x01(\x03R\rwaitTimeoutMs\x12%\n" +
 	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\fR\x05value\"v\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\rR\x05limit\x12&\n" +
+	"\x04mode\x18\v \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\"v\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -2004,7 +2217,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"M\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
-	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xc7\x02\n" +
+	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\x8d\x03\n" +
 	"\bLockInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -2015,7 +2228,24 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\awaiters\x18\x05 \x03(\tR\awaiters\x12\x14\n" +
 	"\x05owner\x18\x06 \x01(\tR\x05owner\x126\n" +
 	"\x06labels\x18\a \x03(\v2\x1e.lockd.v1.LockInfo.LabelsEntryR\x06labels\x12\x14\n" +
-	"\x05value\x18\b \x01(\fR\x05value\x1a9\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12.\n" +
+	"\aholders\x18\t \x03(\v2\x14.lockd.v1.LockHolderR\aholders\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\rR\x05limit\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x02\n" +
+	"\n" +
+	"LockHolder\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12;\n" +
+	"\vacquired_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"acquiredAt\x12&\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x128\n" +
+	"\x06labels\x18\x06 \x03(\v2 .lockd.v1.LockHolder.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05value\x18\a \x01(\fR\x05value\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
@@ -2061,7 +2291,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_EXPIRED\x10\x02\x12$\n" +
-	" LOCK_LOST_REASON_SERVER_SHUTDOWN\x10\x03*\x9f\x01\n" +
+	" LOCK_LOST_REASON_SERVER_SHUTDOWN\x10\x03*T\n" +
+	"\bLockMode\x12\x19\n" +
+	"\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13LOCK_MODE_EXCLUSIVE\x10\x01\x12\x14\n" +
+	"\x10LOCK_MODE_SHARED\x10\x02*\x9f\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
@@ -2093,79 +2327,87 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 	return file_lockd_v1_lockd_proto_rawDescData
 }
 
-var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
-	(EventKind)(0),                // 1: lockd.v1.EventKind
-	(*OpenSessionRequest)(nil),    // 2: lockd.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 3: lockd.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),      // 4: lockd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 5: lockd.v1.KeepAliveResponse
-	(*HeldLocks)(nil),             // 6: lockd.v1.HeldLocks
-	(*HeldLock)(nil),              // 7: lockd.v1.HeldLock
-	(*SessionError)(nil),          // 8: lockd.v1.SessionError
-	(*LockLost)(nil),              // 9: lockd.v1.LockLost
-	(*CloseSessionRequest)(nil),   // 10: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 11: lockd.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 12: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 13: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 14: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 15: lockd.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 16: lockd.v1.InspectRequest
-	(*InspectResponse)(nil),       // 17: lockd.v1.InspectResponse
-	(*LockInfo)(nil),              // 18: lockd.v1.LockInfo
-	(*ListRequest)(nil),           // 19: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 20: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 21: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 22: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 23: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 24: lockd.v1.WatchResponse
-	(*SetValueRequest)(nil),       // 25: lockd.v1.SetValueRequest
-	(*SetValueResponse)(nil),      // 26: lockd.v1.SetValueResponse
-	nil,                           // 27: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 28: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 29: lockd.v1.WatchResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(LockMode)(0),                 // 1: lockd.v1.LockMode
+	(EventKind)(0),                // 2: lockd.v1.EventKind
+	(*OpenSessionRequest)(nil),    // 3: lockd.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 4: lockd.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),      // 5: lockd.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),     // 6: lockd.v1.KeepAliveResponse
+	(*HeldLocks)(nil),             // 7: lockd.v1.HeldLocks
+	(*HeldLock)(nil),              // 8: lockd.v1.HeldLock
+	(*SessionError)(nil),          // 9: lockd.v1.SessionError
+	(*LockLost)(nil),              // 10: lockd.v1.LockLost
+	(*CloseSessionRequest)(nil),   // 11: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 12: lockd.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 13: lockd.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 14: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 15: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 16: lockd.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 17: lockd.v1.InspectRequest
+	(*InspectResponse)(nil),       // 18: lockd.v1.InspectResponse
+	(*LockInfo)(nil),              // 19: lockd.v1.LockInfo
+	(*LockHolder)(nil),            // 20: lockd.v1.LockHolder
+	(*ListRequest)(nil),           // 21: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 22: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 23: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 24: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 25: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 26: lockd.v1.WatchResponse
+	(*SetValueRequest)(nil),       // 27: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),      // 28: lockd.v1.SetValueResponse
+	nil,                           // 29: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 30: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 31: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 32: lockd.v1.WatchResponse.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	27, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
-	8,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
-	9,  // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
-	6,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
-	7,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
+	29, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	9,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
+	10, // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
+	7,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
+	8,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
 	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
-	18, // 6: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	30, // 7: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	28, // 8: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	18, // 9: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	1,  // 10: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	29, // 11: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	2,  // 12: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	4,  // 13: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 14: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 15: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	14, // 16: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	16, // 17: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	19, // 18: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	21, // 19: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	23, // 20: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	25, // 21: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	3,  // 22: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	5,  // 23: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 24: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	13, // 25: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	15, // 26: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	17, // 27: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	20, // 28: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	22, // 29: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	24, // 30: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	26, // 31: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	22, // [22:32] is the sub-list for method output_type
-	12, // [12:22] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	1,  // 6: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
+	19, // 7: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	33, // 8: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	30, // 9: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	20, // 10: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	33, // 11: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
+	31, // 13: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	19, // 14: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	2,  // 15: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	32, // 16: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	3,  // 17: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	5,  // 18: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 19: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 20: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	15, // 21: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	17, // 22: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	21, // 23: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	23, // 24: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	25, // 25: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	27, // 26: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	4,  // 27: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	6,  // 28: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 29: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	14, // 30: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	16, // 31: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	18, // 32: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	22, // 33: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	24, // 34: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	26, // 35: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	28, // 36: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	27, // [27:37] is the sub-list for method output_type
+	17, // [17:27] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -2178,8 +2420,8 @@ func file_lockd_v1_lockd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   28,
+			NumEnums:      3,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

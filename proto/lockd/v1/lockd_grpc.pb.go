@@ -42,6 +42,13 @@
 //                     refused: an unknown bearer token, or a certificate
 //                     and a token naming different principals)
 //   INTERNAL         (INTERNAL; details are in the server's log)
+//   LIMIT_MISMATCH   (INVALID_ARGUMENT; an Acquire whose limit or mode
+//                     disagrees with the kind of lock the key's current
+//                     holders and waiters use: a semaphore of another N, a
+//                     shared/exclusive request on a plain lock or the
+//                     reverse; nothing was written, docs/contracts/C2.md
+//                     #ct2-multi. Not FAILED_PRECONDITION: older SDKs
+//                     read that as a dead session)
 //
 // Session ownership (docs/contracts/C2.md #ct2-ownership): session ids are
 // public (Inspect, List and Watch show them); the session_secret that
