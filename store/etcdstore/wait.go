@@ -36,6 +36,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
+	defer s.keep.use(ss)() // an adopted session stays kept while it waits
 	lk, wk := s.lockKey(key), s.waiterKey(key, id)
 	at := time.Now()
 	resp, err := s.txn(ctx, key, s.ifFree(key),

@@ -96,6 +96,9 @@ func Run(t *testing.T, cfg Config) {
 		{"SessionSecretHash", s.testSessionSecretHash},
 		{"Holder", s.testHolder},
 		{"SessionPrincipal", s.testSessionPrincipal},
+		{"ReplicaServesSession", s.testReplicaServesSession},
+		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
+		{"ReplicaUnknownSession", s.testReplicaUnknownSession},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
