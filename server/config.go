@@ -31,6 +31,11 @@ type Config struct {
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
 	CloseSessionsOnShutdown bool `koanf:"lock.server.close-sessions-on-shutdown"`
+	// DrainTimeout is lock.server.drain-timeout: without
+	// CloseSessionsOnShutdown, how long Shutdown drains (tells attached
+	// clients to move and waits for their KeepAlive streams to end) before
+	// it stops, ending no session (C2 #ct2-drain). 0 skips the drain.
+	DrainTimeout time.Duration `koanf:"lock.server.drain-timeout"`
 
 	// Transport security (C5 #ct5-tls; tls.go): the gRPC listener's TLS
 	// (lock.server.tls.*), the metrics listener's (lock.server.metrics-tls.*)
@@ -87,6 +92,7 @@ func DefaultConfig() Config {
 		SafetyMargin:  2 * time.Second,
 		Listen:        "127.0.0.1:7420",
 		MetricsListen: "127.0.0.1:7421",
+		DrainTimeout:  5 * time.Second,
 
 		MaxTTL:             store.MaxTTL,
 		MaxSessions:        10000,
@@ -121,6 +127,9 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsListen == "" {
 		bad("lock.server.metrics-listen", "must not be empty (use \"off\" to disable)")
+	}
+	if d := c.DrainTimeout; d != 0 && (d < 100*time.Millisecond || d > time.Minute) {
+		bad("lock.server.drain-timeout", "%v must be 0 (no drain) or in [100ms, 1m]", d)
 	}
 	c.GRPCTLS().validate("lock.server.tls.", bad)
 	c.MetricsTLS().validate("lock.server.metrics-tls.", bad)

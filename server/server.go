@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,6 +110,11 @@ type Server struct {
 	noticeSeq uint64        // the last lock-lost notice id (notify.go; s.mu)
 	drainWake chan struct{} // set by closeAll (s.mu): an acknowledgement arrived (drain.go)
 
+	// The graceful drain of a replica (drain.go, C2 #ct2-drain).
+	draining    atomic.Bool            // set when the drain begins; never cleared
+	kaStreams   map[*kaStream]struct{} // open KeepAlive streams (s.mu)
+	streamsGone chan struct{}          // capacity 1: a KeepAlive stream ended
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -155,6 +161,8 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		metrics:        m,
 		reg:            reg,
 		sessions:       map[store.SessionID]*session{},
+		kaStreams:      map[*kaStream]struct{}{},
+		streamsGone:    make(chan struct{}, 1),
 		wake:           make(chan struct{}, 1),
 	}
 	if s.grpcTLS, s.metricsTLS, err = cfg.tlsSetup(log); err != nil {
@@ -229,6 +237,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	var errs []error
 	if s.cfg.CloseSessionsOnShutdown {
 		errs = append(errs, s.closeAll(ctx))
+	} else if s.cfg.DrainTimeout > 0 {
+		s.drain(ctx) // drain.go: clients move, no session ends
 	}
 	stopped := make(chan struct{})
 	go func() { // exits when GracefulStop returns (bounded: Stop below)

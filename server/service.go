@@ -51,7 +51,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 		return nil, err
 	}
 	defer release()
-	if s.ctx.Err() != nil {
+	if s.ctx.Err() != nil || s.refuseWhileDraining() != nil {
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
 	}
 	if err := store.ValidateOwner(req.Owner); err != nil {
@@ -138,6 +138,9 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	recv := time.Now()
 	id := store.SessionID(req.SessionId)
 	if err := s.checkAcquire(req); err != nil {
+		return nil, s.toStatus(ctx, "Acquire", err)
+	}
+	if err := s.refuseWhileDraining(); err != nil { // drain.go
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
 	if err := s.checkSecret(ctx, "Acquire", id, req.SessionSecret); err != nil {
@@ -404,6 +407,9 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 	rctx := stream.Context()
 	if err := store.ValidatePrefix(req.Prefix); err != nil {
 		return s.toStatus(rctx, "Watch", invalid("prefix", err))
+	}
+	if err := s.refuseWhileDraining(); err != nil { // drain.go
+		return s.toStatus(rctx, "Watch", err)
 	}
 	ctx, cancel := context.WithCancelCause(rctx)
 	defer cancel(nil)

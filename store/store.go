@@ -188,9 +188,9 @@ type SessionRegistry interface {
 //
 // Every method is safe for concurrent use and follows the cancellation rule
 // of SessionRegistry. Invalid input is ErrInvalidArgument and writes nothing.
-// A session is used only through the store instance that opened it; another
-// instance on the same backend reports it as unknown (ErrSessionDead), except
-// where docs/backends.md records a divergence.
+// Every instance on the same backend and namespace can use every live
+// session (C2 #ct2-replicas): one that does not know it adopts it from the
+// backend.
 type LockStore interface {
 	SessionRegistry
 	ValueSetter
@@ -252,8 +252,8 @@ type LockStore interface {
 }
 
 // SharedSessions is implemented by a store whose sessions every instance
-// can use (PostgreSQL: a session is a row; etcd sessions belong to the
-// instance that opened them). A server over such a store cannot know a
+// can use (PostgreSQL: a session is a row; etcd: a session record on the
+// session's lease that any instance adopts). A server over such a store cannot know a
 // session's grants from its own calls alone — a grant or revoke may go
 // through another replica — so it reads them from the store (LocksOf)
 // before every heartbeat answer that confirms locks (C2 #ct2-confirm).

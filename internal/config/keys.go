@@ -44,6 +44,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.listen", "listen", "gRPC listen address"},
 	{"lock.server.metrics-listen", "metrics-listen", `/metrics and /healthz listen address, or "off"`},
 	{"lock.server.close-sessions-on-shutdown", "close-sessions-on-shutdown", "on SIGINT/SIGTERM close every session (releasing its locks) instead of leaving them to expire"},
+	{"lock.server.drain-timeout", "drain-timeout", "on SIGINT/SIGTERM, how long to tell clients to move to another replica and wait for them (0: no drain)"},
 	// Transport security of the listeners (C5 #ct5-tls).
 	{"lock.server.tls.cert-file", "tls-cert-file", "PEM certificate of the gRPC listener (turns TLS on; with --tls-key-file)"},
 	{"lock.server.tls.key-file", "tls-key-file", "PEM private key of --tls-cert-file"},

@@ -28,19 +28,6 @@ type holderRecord struct {
 	Labels map[string]string `json:"l,omitempty"`
 }
 
-// putHolder writes the session's holder record on its lease, if it has one.
-func (s *Store) putHolder(ctx context.Context, id store.SessionID, lease clientv3.LeaseID, o store.SessionOptions) error {
-	if o.Owner == "" && len(o.Labels) == 0 {
-		return nil
-	}
-	b, err := json.Marshal(holderRecord{Owner: o.Owner, Labels: o.Labels})
-	if err != nil {
-		return err
-	}
-	_, err = s.cli.Put(ctx, s.holderKey(id), string(b), clientv3.WithLease(lease))
-	return err
-}
-
 // SetValue implements store.ValueSetter: it writes key's value record iff
 // the grant key still has token's revision and the session's lease, and in
 // the same revision the key's marker "value <session> <token>", which Watch

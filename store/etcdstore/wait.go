@@ -40,6 +40,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
+	defer s.keep.use(ss)() // an adopted session stays kept while it waits
 	if o.Multi() {
 		g, _, err := s.acquireMulti(ctx, ss, key, o, true, start) // multi.go
 		if err != nil {

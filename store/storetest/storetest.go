@@ -105,6 +105,9 @@ func Run(t *testing.T, cfg Config) {
 		{"TokensAcrossModes", s.testTokensAcrossModes},
 		{"SlotRelease", s.testSlotRelease},
 		{"SlotHolderDeath", s.testSlotHolderDeath},
+		{"ReplicaServesSession", s.testReplicaServesSession},
+		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
+		{"ReplicaUnknownSession", s.testReplicaUnknownSession},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
