@@ -1,11 +1,16 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -87,5 +92,107 @@ func TestGrantsDoNotExtendSession(t *testing.T) {
 	}
 	if after := read(); !after.After(before) {
 		t.Fatalf("Heartbeat did not move expires_at (%v -> %v)", before, after)
+	}
+}
+
+// TestLocksOfBatched reads the grants of many sessions while the locks
+// table is locked against reads: the calls queued meanwhile share one
+// SELECT, and each caller gets exactly its own session's grants in key
+// order (a session asked for twice gets two equal answers of its own), or
+// ErrSessionDead for a session that is gone or expired.
+func TestLocksOfBatched(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var batches []int
+	s, err := New(testCtx(t), Options{DSN: pgtest.NewDatabase(t), ReaperInterval: time.Hour, // no reaper: expired stays a row
+		onLocksOfBatch: func(n int) { mu.Lock(); batches = append(batches, n); mu.Unlock() }})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer s.Close()
+	a, b, c, other := openSession(t, s), openSession(t, s), openSession(t, s), openSession(t, s)
+	closed, expired := openSession(t, s), openSession(t, s)
+	want := map[store.SessionID][]store.Grant{
+		a: {mustTry(t, s, a, "lb/a1"), mustTry(t, s, a, "lb/a2"), mustTry(t, s, a, "lb/a3")},
+		b: {},
+		c: {mustTry(t, s, c, "lb/c1")},
+	}
+	mustTry(t, s, other, "lb/other")
+	mustTry(t, s, expired, "lb/expired")
+	expire(t, s, expired)
+	if _, err := s.CloseSession(testCtx(t), closed); err != nil {
+		t.Fatalf("CloseSession: %v", err)
+	}
+	asked := []store.SessionID{c, a, b, closed, expired, a} // a twice in one batch
+	const first = 1                                         // the lone request taken at once, then blocked
+
+	tx, err := s.pool.Begin(testCtx(t))
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(testCtx(t), "LOCK TABLE "+s.schemaIdent()+".locks IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatalf("lock table: %v", err)
+	}
+	type res struct {
+		g   []store.Grant
+		err error
+	}
+	results := make([]res, len(asked))
+	var wg sync.WaitGroup
+	call := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := s.LocksOf(testCtx(t), asked[i])
+			results[i] = res{g, err}
+		}()
+	}
+	call(0)
+	testkit.Eventually(t, 30*time.Second, "the first LocksOf sent", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(batches) != 1 {
+			return fmt.Errorf("%d batches sent", len(batches))
+		}
+		return nil
+	})
+	for i := first; i < len(asked); i++ {
+		call(i)
+	}
+	testkit.Eventually(t, 30*time.Second, "the other LocksOf queued", func() error {
+		if q := s.locksQ.queued(); q != len(asked)-first {
+			return fmt.Errorf("%d queued", q)
+		}
+		return nil
+	})
+	if err := tx.Rollback(testCtx(t)); err != nil {
+		t.Fatalf("release table: %v", err)
+	}
+	wg.Wait()
+
+	mu.Lock()
+	if !slices.Equal(batches, []int{first, len(asked) - first}) {
+		t.Errorf("LocksOf batches %v, want [%d %d]", batches, first, len(asked)-first)
+	}
+	mu.Unlock()
+	for i, r := range results {
+		id := asked[i]
+		w, live := want[id]
+		if !live {
+			if !errors.Is(r.err, store.ErrSessionDead) {
+				t.Errorf("LocksOf(%s) #%d = %v, %v; want ErrSessionDead", id, i, r.g, r.err)
+			}
+			continue
+		}
+		eq := slices.EqualFunc(r.g, w, func(x, y store.Grant) bool {
+			return x.Key == y.Key && x.Session == y.Session && x.Token == y.Token && x.AcquiredAt.Equal(y.AcquiredAt)
+		})
+		if r.err != nil || r.g == nil || !eq {
+			t.Errorf("LocksOf(%s) #%d = %+v, %v; want %+v", id, i, r.g, r.err, w)
+		}
+	}
+	if r1, r5 := results[1].g, results[5].g; len(r1) > 0 && len(r5) > 0 && &r1[0] == &r5[0] {
+		t.Error("two LocksOf calls of one session share one slice")
 	}
 }
