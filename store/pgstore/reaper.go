@@ -52,7 +52,8 @@ func (s *Store) reap(ctx context.Context) {
 			bySession[g.Session] = append(bySession[g.Session], g)
 		}
 		for _, id := range ids {
-			s.sessionExpired(store.SessionID(id), bySession[store.SessionID(id)])
+			g := bySession[store.SessionID(id)]
+			s.sessionExpired(store.SessionID(id), len(g), g)
 		}
 		if len(ids) < reapBatch {
 			return

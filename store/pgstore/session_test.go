@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
@@ -194,5 +200,102 @@ func TestLocksOfBatched(t *testing.T) {
 	}
 	if r1, r5 := results[1].g, results[5].g; len(r1) > 0 && len(r5) > 0 && &r1[0] == &r5[0] {
 		t.Error("two LocksOf calls of one session share one slice")
+	}
+}
+
+// TestCloseSessionSendsEvents closes sessions holding many locks with
+// awkward keys (escapes, the longest key of control characters, whose JSON
+// is six times its size): the statement that deletes them sends their
+// expired events itself, every notification within maxPayload, each lock
+// exactly once with its token. With info logging on, every lock is also
+// logged as released; without, only counted.
+func TestCloseSessionSendsEvents(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	reg := prometheus.NewRegistry()
+	metrics, err := telemetry.NewMetrics(reg, "pg")
+	if err != nil {
+		t.Fatalf("NewMetrics: %v", err)
+	}
+	var logs testkit.LogBuffer
+	logged, err := New(testCtx(t), Options{DSN: dsn, ReaperInterval: time.Hour, Metrics: metrics,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer logged.Close()
+	quiet := newStore(t, dsn) // logs nothing
+
+	listener, err := pgx.Connect(testCtx(t), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer listener.Close(context.Background())
+	if _, err := listener.Exec(testCtx(t), "LISTEN "+pgx.Identifier{quiet.channel}.Sanitize()); err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+
+	for _, s := range []*Store{quiet, logged} {
+		id := openSession(t, s)
+		keys := []string{"cs/\"\\\t\u00e9"}
+		for i := range 3 {
+			keys = append(keys, fmt.Sprintf("cs/%d/", i)+strings.Repeat("\x01", store.MaxKeyLen-5))
+		}
+		for i := range 1500 {
+			keys = append(keys, fmt.Sprintf("cs/k%04d", i))
+		}
+		if _, err := s.pool.Exec(testCtx(t), "INSERT INTO "+s.schemaIdent()+".locks (key, session_id, token) SELECT k, $2, nextval('"+s.schema+".fencing_token') FROM unnest($1::text[]) AS k", keys, string(id)); err != nil {
+			t.Fatalf("grant: %v", err)
+		}
+		want := map[grantKey]bool{}
+		rows, _ := s.pool.Query(testCtx(t), "SELECT key, token FROM "+s.schemaIdent()+".locks WHERE session_id = $1", string(id))
+		var key string
+		var tok int64
+		if _, err := pgx.ForEachRow(rows, []any{&key, &tok}, func() error { want[grantKey{key, uint64(tok)}] = true; return nil }); err != nil || len(want) != len(keys) {
+			t.Fatalf("read grants: %d of %d, %v", len(want), len(keys), err)
+		}
+
+		n, err := s.CloseSession(testCtx(t), id)
+		if err != nil || n != len(keys) {
+			t.Fatalf("CloseSession = %d, %v; want %d, nil", n, err, len(keys))
+		}
+		got := map[grantKey]bool{}
+		notifications := 0
+		for len(got) < len(want) {
+			ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
+			msg, err := listener.WaitForNotification(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("after %d of %d events: %v", len(got), len(want), err)
+			}
+			evs := parseNotices(msg.Payload)
+			if len(evs) == 0 || evs[0].Kind == "acquired" {
+				continue // the INSERT's, committed before the close
+			}
+			notifications++
+			if len(msg.Payload) > maxPayload {
+				t.Errorf("notification of %d bytes, more than %d", len(msg.Payload), maxPayload)
+			}
+			for _, ev := range evs {
+				g := grantKey{ev.Key, ev.Token}
+				if ev.Kind != "expired" || ev.Session != string(id) || !want[g] || got[g] {
+					t.Fatalf("event %+v: not one of the closed session's grants, or twice", ev)
+				}
+				got[g] = true
+			}
+		}
+		if notifications < 2 {
+			t.Errorf("%d events in %d notification(s), want several", len(got), notifications)
+		}
+	}
+	released := 0
+	for _, e := range logs.Records() {
+		if e["msg"] == telemetry.EventLockReleased {
+			released++
+		}
+	}
+	if wantN := 1504; released != wantN || metricValue(t, reg, "lockd_lock_release_total", nil) != float64(wantN) {
+		t.Errorf("%d lock_released events, lockd_lock_release_total %v; want %d of each", released,
+			metricValue(t, reg, "lockd_lock_release_total", nil), wantN)
 	}
 }
