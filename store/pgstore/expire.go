@@ -45,7 +45,7 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (store.Ex
 	if err := s.begin(ctx, "expire session"); err != nil {
 		return store.Expiry{}, err
 	}
-	found, rem, n, grants, err := s.expireSession(ctx, id)
+	found, rem, grants, err := s.expireSession(ctx, id)
 	switch {
 	case err != nil:
 		return store.Expiry{}, err
@@ -55,18 +55,18 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (store.Ex
 		return store.Expiry{Remaining: rem}, nil
 	}
 	s.logReleased(grants, telemetry.ReleaseSessionLost)
-	s.metrics.Released(telemetry.ReleaseSessionLost, n)
+	s.metrics.Released(telemetry.ReleaseSessionLost, len(grants))
 	s.metrics.SessionEnded("")
-	return store.Expiry{Ended: true, Released: n}, nil
+	return store.Expiry{Ended: true, Released: len(grants)}, nil
 }
 
 // expireSession runs ExpireSession's transaction. found: the row exists;
 // rem > 0: it is alive for at least rem (nothing written); else it was
-// deleted with n grants (listed in grants when they are logged). It is observed as a close_session request.
-func (s *Store) expireSession(ctx context.Context, id store.SessionID) (found bool, rem time.Duration, n int, grants []store.Grant, err error) {
+// deleted with grants. It is observed as a close_session request.
+func (s *Store) expireSession(ctx context.Context, id store.SessionID) (found bool, rem time.Duration, grants []store.Grant, err error) {
 	defer s.metrics.Observe(telemetry.OpCloseSession)(&err)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		found, rem, n, grants = false, 0, 0, nil
+		found, rem, grants = false, 0, nil
 		var remUS int64
 		err := tx.QueryRow(ctx, s.q.expireLock, string(id)).Scan(&remUS)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -92,14 +92,18 @@ func (s *Store) expireSession(ctx context.Context, id store.SessionID) (found bo
 		if _, err := tx.Exec(ctx, s.q.notifiedSelf); err != nil {
 			return err
 		}
-		// The locks go first (closeNotify deletes them and sends their
-		// events), then the row, only if it has expired now; FOR UPDATE
-		// above kept out every grant.
-		rows, err := tx.Query(ctx, s.q.closeNotify, string(id), s.logsReleased())
+		// The locks go first (closeLocks returns them), then the row, only
+		// if it has expired now; FOR UPDATE above kept out every grant.
+		rows, err := tx.Query(ctx, s.q.closeLocks, string(id))
 		if err != nil {
 			return err
 		}
-		if grants, n, err = scanClosed(rows, id); err != nil {
+		var key string
+		var tok int64
+		if _, err := pgx.ForEachRow(rows, []any{&key, &tok}, func() error {
+			grants = append(grants, store.Grant{Key: key, Session: id, Token: uint64(tok)})
+			return nil
+		}); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, s.q.expireDelete, string(id))
@@ -111,10 +115,10 @@ func (s *Store) expireSession(ctx context.Context, id store.SessionID) (found bo
 			rem = time.Millisecond
 			return errNotYet
 		}
-		return nil
+		return s.notifyExpired(ctx, tx, grants)
 	})
 	if errors.Is(err, errNotYet) {
-		return found, rem, 0, nil, nil // rolled back: nothing written
+		return found, rem, nil, nil // rolled back: nothing written
 	}
-	return found, rem, n, grants, classify(ctx, "expire session", err)
+	return found, rem, grants, classify(ctx, "expire session", err)
 }

@@ -13,7 +13,7 @@ type queries struct {
 	setValue    string
 	principal   string
 	closeLock   string
-	closeNotify string
+	closeLocks  string
 	closeDelete string
 	locksOf     string
 
@@ -66,36 +66,9 @@ func newQueries(schema, channel string) queries {
 		secretHash: r.Replace(`SELECT secret_hash FROM {{s}}.sessions WHERE id = $1`),
 		principal:  r.Replace(`SELECT coalesce(principal, '') FROM {{s}}.sessions WHERE id = $1`),
 		closeLock:  r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
-		// Deletes the session's locks itself (not by cascade) and sends
-		// their expired events (after notifiedSelf silenced the trigger),
-		// in eventPayloads' form, so that no row has to travel to lockd
-		// and back (C2 #ct2-watch: expired). Answers one row with the number of
-		// notifications and of locks deleted, then (when $2) each lock's
-		// key and token in key order. Each payload stays within maxPayload
-		// (7000 bytes): the events are cut where the running total of
-		// their sizes crosses a multiple of 7000 less the head (53 bytes
-		// and the session's JSON) and the widest event, so a payload holds
-		// less than that width plus one event.
-		closeNotify: r.Replace(`WITH d AS (
-				DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token
-			), e AS (
-				SELECT key, to_json(key::text)::text AS k, token::text AS t FROM d
-			), c AS (
-				SELECT key, k, t,
-					sum(octet_length(k) + octet_length(t) + 2) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS cum,
-					max(octet_length(k) + octet_length(t) + 2) OVER () AS widest
-				FROM e
-			), n AS MATERIALIZED (
-				SELECT pg_notify({{channel}}, '[{"kind":"expired","session":' || to_json($1::text)::text
-					|| ',"keys":[' || string_agg(k, ',' ORDER BY key) || '],"tokens":[' || string_agg(t, ',' ORDER BY key) || ']}]')
-				FROM c
-				GROUP BY cum / (7000 - 53 - octet_length(to_json($1::text)::text) - widest)
-			)
-			SELECT nz.sent, nd.deleted, r.key, r.token
-			FROM (SELECT count(*) AS sent FROM n) nz
-			CROSS JOIN (SELECT count(*) AS deleted FROM d) nd
-			LEFT JOIN (SELECT key, token FROM d WHERE $2::bool) r ON true
-			ORDER BY r.key`),
+		// Deletes the locks itself (not by cascade) to return them: no
+		// reason is set, so the watch reports them as expired.
+		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
 		// ExpireSession (expire.go): the session's remaining life on the
 		// database clock at this moment (clock_timestamp, not the

@@ -52,8 +52,7 @@ func (s *Store) reap(ctx context.Context) {
 			bySession[g.Session] = append(bySession[g.Session], g)
 		}
 		for _, id := range ids {
-			g := bySession[store.SessionID(id)]
-			s.sessionExpired(store.SessionID(id), len(g), g)
+			s.sessionExpired(store.SessionID(id), bySession[store.SessionID(id)])
 		}
 		if len(ids) < reapBatch {
 			return

@@ -87,35 +87,34 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 	if err := s.begin(ctx, "close session"); err != nil {
 		return 0, err
 	}
-	found, live, n, grants, err := s.closeSession(ctx, id)
+	found, live, grants, err := s.closeSession(ctx, id)
 	if err != nil || !found {
 		return 0, err
 	}
 	if !live {
-		s.sessionExpired(id, n, grants)
+		s.sessionExpired(id, grants)
 		return 0, nil
 	}
 	s.logReleased(grants, telemetry.ReleaseSessionClosed)
-	s.metrics.Released(telemetry.ReleaseSessionClosed, n)
+	s.metrics.Released(telemetry.ReleaseSessionClosed, len(grants))
 	s.metrics.SessionEnded("")
-	s.log.SessionClosed(id, n)
-	return n, nil
+	s.log.SessionClosed(id, len(grants))
+	return len(grants), nil
 }
 
 // closeSession deletes session id and its locks, and returns whether it
-// existed, whether it was live, how many locks went with it and, when info
-// events are logged (logReleased), which.
-func (s *Store) closeSession(ctx context.Context, id store.SessionID) (found, live bool, n int, grants []store.Grant, err error) {
+// existed, whether it was live, and the grants deleted with it.
+func (s *Store) closeSession(ctx context.Context, id store.SessionID) (found, live bool, grants []store.Grant, err error) {
 	defer s.metrics.Observe(telemetry.OpCloseSession)(&err)
-	// One pipelined implicit transaction: one round trip, one commit.
 	// FOR UPDATE waits for and then excludes concurrent grants, so the
-	// locks deleted are all the session had. The statement that deletes
-	// them sends their events itself (closeNotify), not the trigger. It
-	// runs detached from ctx (bounded by commitTimeout), like a COMMIT in
-	// inTx, so the outcome is always known.
+	// locks deleted are all the session had. The transaction sends their
+	// events itself (notifyExpired) rather than through the trigger. It runs
+	// detached from ctx (bounded by commitTimeout), like a COMMIT in inTx,
+	// so the outcome is always known; three round trips.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
 	b.Queue(s.q.closeLock, string(id)).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&live)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -125,43 +124,38 @@ func (s *Store) closeSession(ctx context.Context, id store.SessionID) (found, li
 		return err
 	})
 	b.Queue(s.q.notifiedSelf)
-	b.Queue(s.q.closeNotify, string(id), s.logsReleased()).Query(func(rows pgx.Rows) error {
-		grants, n, err = scanClosed(rows, id)
+	b.Queue(s.q.closeLocks, string(id)).Query(func(rows pgx.Rows) error {
+		var key string
+		var tok int64
+		_, err := pgx.ForEachRow(rows, []any{&key, &tok}, func() error {
+			grants = append(grants, store.Grant{Key: key, Session: id, Token: uint64(tok)})
+			return nil
+		})
 		return err
 	})
 	b.Queue(s.q.closeDelete, string(id))
-	err = s.pool.SendBatch(bctx, &b).Close()
-	return found, live, n, grants, classify(ctx, "close session", err)
-}
-
-// scanClosed reads closeNotify's answer: the grants it deleted (only when
-// it was asked to list them) and how many there were.
-func scanClosed(rows pgx.Rows, id store.SessionID) (grants []store.Grant, n int, err error) {
-	var (
-		sent, deleted int64
-		key           *string
-		tok           *int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&sent, &deleted, &key, &tok}, func() error {
-		if key != nil {
-			grants = append(grants, store.Grant{Key: *key, Session: id, Token: uint64(*tok)})
-		}
-		return nil
-	})
-	return grants, int(deleted), err
-}
-
-// logsReleased reports whether logReleased logs anything, so that the
-// grants of a closed session are read back only for it.
-func (s *Store) logsReleased() bool {
-	return telemetry.OrDiscard(s.log.L).Enabled(context.Background(), slog.LevelInfo)
+	br := s.pool.SendBatch(bctx, &b)
+	tx := br.Tx()
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx) // no-op after a commit
+	}()
+	err = br.Close()
+	if err == nil {
+		err = s.notifyExpired(bctx, tx, grants)
+	}
+	if err == nil {
+		err = tx.Commit(bctx)
+	}
+	return found, live, grants, classify(ctx, "close session", err)
 }
 
 // logReleased logs lock_released for each of grants, in key order; nothing
 // at all (not even the sort) when the logger discards info events, which
 // matters for a session with many locks.
 func (s *Store) logReleased(grants []store.Grant, reason string) {
-	if !s.logsReleased() {
+	if !telemetry.OrDiscard(s.log.L).Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
 	slices.SortFunc(grants, func(a, b store.Grant) int { return strings.Compare(a.Key, b.Key) })
@@ -171,11 +165,10 @@ func (s *Store) logReleased(grants []store.Grant, reason string) {
 }
 
 // sessionExpired records the C4 telemetry of a session that ended by expiry,
-// with the n grants that went with it (listed in grants when they are
-// logged).
-func (s *Store) sessionExpired(id store.SessionID, n int, grants []store.Grant) {
+// with the grants that went with it.
+func (s *Store) sessionExpired(id store.SessionID, grants []store.Grant) {
 	s.logReleased(grants, telemetry.ReleaseSessionLost)
-	s.metrics.Released(telemetry.ReleaseSessionLost, n)
+	s.metrics.Released(telemetry.ReleaseSessionLost, len(grants))
 	s.log.LeaseExpired(id)
 	s.log.SessionLost(id, telemetry.LostLeaseExpired)
 	s.metrics.LeaseExpired()
