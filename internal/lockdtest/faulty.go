@@ -186,12 +186,12 @@ func (f *Faulty) TryInsert(ctx context.Context, id store.SessionID, key string) 
 }
 
 // Acquire implements store.LockStore.
-func (f *Faulty) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
+func (f *Faulty) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
 	before, after := f.failure(telemetry.OpAcquire)
 	if before != nil {
 		return store.Grant{}, before
 	}
-	g, err := f.LockStore.Acquire(ctx, id, key)
+	g, err := f.LockStore.Acquire(ctx, id, key, opts...)
 	if err == nil && after != nil {
 		return store.Grant{}, after
 	}

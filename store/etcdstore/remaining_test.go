@@ -37,8 +37,8 @@ func (f *fullTTL) TryInsert(ctx context.Context, id store.SessionID, key string)
 	return g, ok, err
 }
 
-func (f *fullTTL) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
-	g, err := f.LockStore.Acquire(ctx, id, key)
+func (f *fullTTL) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
+	g, err := f.LockStore.Acquire(ctx, id, key, opts...)
 	g.Remaining = f.ttl[id].TTL
 	return g, err
 }

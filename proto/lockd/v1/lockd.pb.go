@@ -485,7 +485,10 @@ type KeepAliveResponse struct {
 	// stream: the client should move this stream and its pending calls to
 	// another replica of the same backend. The sessions stay live (the
 	// replica does not end them); a client with no other address keeps
-	// heartbeating here until the stream ends. Old clients ignore it.
+	// heartbeating here until the stream ends. Old clients ignore it. An
+	// answer with draining still extends trust as any other (its
+	// remaining_ms is this replica's proof); the Go SDK moves its stream on
+	// the first draining reply (docs/contracts/C2.md #ct2-failover).
 	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -935,7 +938,19 @@ type AcquireRequest struct {
 	// value is attached to the grant (at most 4096 bytes; optional) and shown
 	// by Inspect and List for as long as the grant lasts. It is set right
 	// after the grant: a reader may see the grant briefly without it.
-	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// keep_place (wait only) keeps the session's place in the key's queue
+	// when this call ends without a grant for any reason but the session's
+	// end or the caller's own wait_timeout_ms: the caller's deadline or
+	// cancellation, a broken connection, the server's maximum wait
+	// (WAIT_TIMEOUT with wait_timeout_ms 0) or its shutdown. A later Acquire
+	// with wait of the same session and key, through any replica, resumes
+	// the same place; if the key was handed to the session meanwhile, it
+	// returns that grant at once. The place is kept until then, until
+	// LeaveQueue, or until the session ends (docs/contracts/C2.md
+	// #ct2-keep-place). A caller that gives up must call LeaveQueue. Old
+	// servers ignore it (the place is left when the call ends).
+	KeepPlace     bool `protobuf:"varint,7,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,6 +1027,115 @@ func (x *AcquireRequest) GetValue() []byte {
 	return nil
 }
 
+func (x *AcquireRequest) GetKeepPlace() bool {
+	if x != nil {
+		return x.KeepPlace
+	}
+	return false
+}
+
+// LeaveQueueRequest names the queue place to give up.
+type LeaveQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the queued session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// key is the key whose queue the session leaves.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// session_secret is the session's secret from OpenSessionResponse.
+	SessionSecret []byte `protobuf:"bytes,3,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveQueueRequest) Reset() {
+	*x = LeaveQueueRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveQueueRequest) ProtoMessage() {}
+
+func (x *LeaveQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveQueueRequest.ProtoReflect.Descriptor instead.
+func (*LeaveQueueRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LeaveQueueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LeaveQueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LeaveQueueRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+// LeaveQueueResponse is empty: the session is not queued for the key any
+// more.
+type LeaveQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveQueueResponse) Reset() {
+	*x = LeaveQueueResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveQueueResponse) ProtoMessage() {}
+
+func (x *LeaveQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveQueueResponse.ProtoReflect.Descriptor instead.
+func (*LeaveQueueResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+}
+
 // AcquireResponse is a grant, or a try that found the key held.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1032,7 +1156,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1168,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1181,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AcquireResponse) GetGranted() bool {
@@ -1105,7 +1229,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1241,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1254,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetSessionId() string {
@@ -1170,7 +1294,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1306,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1319,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
 }
 
 // InspectRequest names a key.
@@ -1209,7 +1333,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1345,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1358,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1257,7 +1381,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1393,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1406,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1324,7 +1448,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1460,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1473,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockInfo) GetKey() string {
@@ -1424,7 +1548,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1560,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1573,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1486,7 +1610,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1622,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1635,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1539,7 +1663,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1675,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1688,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -1589,7 +1713,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1725,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1738,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -1649,7 +1773,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1785,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1798,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1701,7 +1825,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1837,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1850,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -1814,7 +1938,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xba\x01\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\xd9\x01\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1822,7 +1946,15 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12&\n" +
 	"\x0fwait_timeout_ms\x18\x04 \x01(\x03R\rwaitTimeoutMs\x12%\n" +
 	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\fR\x05value\"v\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x1d\n" +
+	"\n" +
+	"keep_place\x18\a \x01(\bR\tkeepPlace\"k\n" +
+	"\x11LeaveQueueRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12%\n" +
+	"\x0esession_secret\x18\x03 \x01(\fR\rsessionSecret\"\x14\n" +
+	"\x12LeaveQueueResponse\"v\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -1887,12 +2019,14 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
-	"\x12EVENT_KIND_REVOKED\x10\x042\xe2\x04\n" +
+	"\x12EVENT_KIND_REVOKED\x10\x042\xab\x05\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12M\n" +
 	"\fCloseSession\x12\x1d.lockd.v1.CloseSessionRequest\x1a\x1e.lockd.v1.CloseSessionResponse\x12>\n" +
-	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x12>\n" +
+	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x12G\n" +
+	"\n" +
+	"LeaveQueue\x12\x1b.lockd.v1.LeaveQueueRequest\x1a\x1c.lockd.v1.LeaveQueueResponse\x12>\n" +
 	"\aRelease\x12\x18.lockd.v1.ReleaseRequest\x1a\x19.lockd.v1.ReleaseResponse\x12>\n" +
 	"\aInspect\x12\x18.lockd.v1.InspectRequest\x1a\x19.lockd.v1.InspectResponse\x125\n" +
 	"\x04List\x12\x15.lockd.v1.ListRequest\x1a\x16.lockd.v1.ListResponse\x12;\n" +
@@ -1912,7 +2046,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(EventKind)(0),                // 1: lockd.v1.EventKind
@@ -1927,54 +2061,58 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*CloseSessionRequest)(nil),   // 10: lockd.v1.CloseSessionRequest
 	(*CloseSessionResponse)(nil),  // 11: lockd.v1.CloseSessionResponse
 	(*AcquireRequest)(nil),        // 12: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 13: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 14: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 15: lockd.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 16: lockd.v1.InspectRequest
-	(*InspectResponse)(nil),       // 17: lockd.v1.InspectResponse
-	(*LockInfo)(nil),              // 18: lockd.v1.LockInfo
-	(*ListRequest)(nil),           // 19: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 20: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 21: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 22: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 23: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 24: lockd.v1.WatchResponse
-	nil,                           // 25: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 26: lockd.v1.LockInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*LeaveQueueRequest)(nil),     // 13: lockd.v1.LeaveQueueRequest
+	(*LeaveQueueResponse)(nil),    // 14: lockd.v1.LeaveQueueResponse
+	(*AcquireResponse)(nil),       // 15: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 16: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 17: lockd.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 18: lockd.v1.InspectRequest
+	(*InspectResponse)(nil),       // 19: lockd.v1.InspectResponse
+	(*LockInfo)(nil),              // 20: lockd.v1.LockInfo
+	(*ListRequest)(nil),           // 21: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 22: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 23: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 24: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 25: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 26: lockd.v1.WatchResponse
+	nil,                           // 27: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 28: lockd.v1.LockInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	25, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	27, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
 	8,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
 	9,  // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
 	6,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
 	7,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
 	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
-	18, // 6: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	27, // 7: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	26, // 8: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	18, // 9: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	20, // 6: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	29, // 7: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	28, // 8: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	20, // 9: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
 	1,  // 10: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
 	2,  // 11: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
 	4,  // 12: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
 	10, // 13: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
 	12, // 14: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	14, // 15: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	16, // 16: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	19, // 17: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	21, // 18: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	23, // 19: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	3,  // 20: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	5,  // 21: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 22: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	13, // 23: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	15, // 24: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	17, // 25: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	20, // 26: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	22, // 27: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	24, // 28: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
+	13, // 15: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	16, // 16: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	18, // 17: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	21, // 18: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	23, // 19: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	25, // 20: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	3,  // 21: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	5,  // 22: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 23: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 24: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	14, // 25: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	17, // 26: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	19, // 27: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	22, // 28: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	24, // 29: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	26, // 30: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	21, // [21:31] is the sub-list for method output_type
+	11, // [11:21] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1991,7 +2129,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
