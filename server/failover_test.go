@@ -301,3 +301,47 @@ func TestWaitKeepsPlaceAcrossMaxWait(t *testing.T) {
 		}
 	})
 }
+
+// TestFailoverStalledReplica: the path to the holder's replica stops
+// carrying anything, without a reset (the connection stays open). The SDK
+// notices the stalled stream (a heartbeat unanswered for half an interval)
+// and moves to another replica before its trust runs out: Lock.Done never
+// fires (C2 #ct2-failover).
+func TestFailoverStalledReplica(t *testing.T) {
+	forReplicaBackends(t, func(t *testing.T, backend string) {
+		srvs, faulty := replicas(t, backend, 2)
+		ctx := testCtx(t, 90*time.Second)
+		proxy := testkit.NewProxy(t, srvs[0].Addr)
+		c := failoverClient(t, proxy.Addr(), srvs[1].Addr)
+		s, err := c.NewSession(ctx, client.WithSessionTTL(lockdtest.TTL))
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		l, err := s.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if n := len(faulty[1].Reported()); n != 0 {
+			t.Fatalf("replica B answered %d trust-extending calls before the stall; want 0 (the client uses A)", n)
+		}
+		proxy.Pause()
+		paused := time.Now()
+		testkit.Eventually(t, 2*lockdtest.TTL, "a heartbeat answered by replica B", func() bool {
+			return len(faulty[1].Reported()) > 0
+		})
+		testkit.Eventually(t, 4*lockdtest.TTL, "the session's deadline two TTLs past the stall", func() error {
+			select {
+			case <-l.Done():
+				t.Fatalf("Lock.Done fired %v after the stall: %v", time.Since(paused), l.Err())
+			default:
+			}
+			if d := time.Until(s.Deadline()); time.Since(paused)+d < 2*lockdtest.TTL {
+				return fmt.Errorf("deadline %v from now, %v after the stall", d, time.Since(paused))
+			}
+			return nil
+		})
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release after the move: %v", err)
+		}
+	})
+}
