@@ -374,7 +374,10 @@ type KeepAliveRequest struct {
 	RequestId uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// ack lists the notice_id of lock-lost notices of this session that the
 	// client has applied. The server keeps each notice, and repeats it in
-	// every answer for the session, until it is acknowledged here.
+	// every answer for the session, until it is acknowledged here. Notice
+	// ids are unique per server process only: send an ack on the stream
+	// (to the replica) the notice came from, never to another replica
+	// (docs/contracts/C2.md #ct2-failover).
 	Ack []uint64 `protobuf:"varint,3,rep,packed,name=ack,proto3" json:"ack,omitempty"`
 	// session_secret is the session's secret from OpenSessionResponse. A
 	// request without it, or with another, is answered with error
