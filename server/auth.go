@@ -39,6 +39,8 @@ func checkOf(req any) (auth.Action, string) {
 		return auth.ActionLock, r.Key
 	case *lockdv1.SetValueRequest:
 		return auth.ActionLock, r.Key
+	case *lockdv1.LeaveQueueRequest:
+		return auth.ActionLock, r.Key
 	case *lockdv1.InspectRequest:
 		return auth.ActionRead, r.Key
 	case *lockdv1.RevokeRequest:

@@ -107,6 +107,10 @@ type Server struct {
 	wake       chan struct{}
 	closingAll bool // Shutdown with CloseSessionsOnShutdown began
 
+	// maxWait bounds one Acquire's wait in nanoseconds (MaxWait; tests
+	// shorten it while the server runs: export_test.go).
+	maxWait atomic.Int64
+
 	noticeSeq uint64        // the last lock-lost notice id (notify.go; s.mu)
 	drainWake chan struct{} // set by closeAll (s.mu): an acknowledgement arrived (drain.go)
 
@@ -165,6 +169,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		streamsGone:    make(chan struct{}, 1),
 		wake:           make(chan struct{}, 1),
 	}
+	s.maxWait.Store(int64(MaxWait))
 	if s.grpcTLS, s.metricsTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

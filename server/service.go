@@ -255,7 +255,7 @@ func acquireOptions(req *lockdv1.AcquireRequest) []store.AcquireOption {
 // wait timeout (MaxWait when 0), the caller's context and Shutdown. The
 // backend wakes the waiter; nothing here polls.
 func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockdv1.AcquireRequest) (store.Grant, error) {
-	timeout := MaxWait
+	timeout := time.Duration(s.maxWait.Load())
 	if req.WaitTimeoutMs > 0 {
 		timeout = time.Duration(req.WaitTimeoutMs) * time.Millisecond
 	}
@@ -265,12 +265,50 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 	defer stop()
 	wctx, cancelTimeout := context.WithTimeoutCause(wctx, timeout, errWaitTimeout)
 	defer cancelTimeout()
-	g, err := s.st.Acquire(wctx, id, req.Key, acquireOptions(req)...)
+	opts := acquireOptions(req)
+	if req.KeepPlace {
+		// The place outlives this call: the client resumes it with its
+		// next Acquire, or leaves it (C2 #ct2-keep-place).
+		opts = append(opts, store.KeepPlace())
+	}
+	g, err := s.st.Acquire(wctx, id, req.Key, opts...)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return g, fmt.Errorf("%w: %w", context.Cause(wctx), err)
+		err = fmt.Errorf("%w: %w", context.Cause(wctx), err)
+		if req.KeepPlace && req.WaitTimeoutMs > 0 && errors.Is(err, errWaitTimeout) {
+			// The caller's own wait timeout: it gives up its place. A
+			// failure leaves the place to its session's end, or to the
+			// caller's own LeaveQueue.
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			if lerr := s.st.LeaveQueue(lctx, id, req.Key); lerr != nil {
+				s.log.WarnContext(ctx, "lockd: acquire: leaving the queue after the wait timeout failed", "key", req.Key, "error", lerr)
+			}
+			lcancel()
+		}
 	}
 	return g, err
+}
+
+// LeaveQueue implements the LeaveQueue RPC (C2 #ct2-keep-place).
+func (s service) LeaveQueue(ctx context.Context, req *lockdv1.LeaveQueueRequest) (*lockdv1.LeaveQueueResponse, error) {
+	id := store.SessionID(req.SessionId)
+	var err error
+	switch {
+	case store.ValidateSessionID(id) != nil:
+		err = invalid("session_id", store.ValidateSessionID(id))
+	case store.ValidateKey(req.Key) != nil:
+		err = invalid("key", store.ValidateKey(req.Key))
+	}
+	if err == nil {
+		err = s.checkSecret(ctx, "LeaveQueue", id, req.SessionSecret)
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "LeaveQueue", err)
+	}
+	if err := s.st.LeaveQueue(ctx, id, req.Key); err != nil {
+		return nil, s.toStatus(ctx, "LeaveQueue", fmt.Errorf("leave queue: %w", err))
+	}
+	return &lockdv1.LeaveQueueResponse{}, nil
 }
 
 // Release implements the Release RPC.

@@ -36,6 +36,7 @@ const (
 	OpLocksOf      = "locks_of"
 	OpTryInsert    = "try_insert"
 	OpAcquire      = "acquire"
+	OpLeaveQueue   = "leave_queue"
 	OpRelease      = "release"
 	OpRevoke       = "revoke"
 	OpInspect      = "inspect"

@@ -82,6 +82,7 @@ func Run(t *testing.T, cfg Config) {
 		{"FIFO", s.testFIFO},
 		{"FIFOCancelledWaiterLeaves", s.testFIFOCancelledWaiterLeaves},
 		{"FIFODeadWaiterLeaves", s.testFIFODeadWaiterLeaves},
+		{"FIFOKeptPlace", s.testFIFOKeptPlace}, {"LeaveQueue", s.testLeaveQueue},
 		{"TryInsertDoesNotJumpQueue", s.testTryInsertDoesNotJumpQueue},
 		{"AcquireHeldBySelf", s.testAcquireHeldBySelf},
 		{"Revoke", s.testRevoke},

@@ -441,7 +441,10 @@ type KeepAliveRequest struct {
 	RequestId uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// ack lists the notice_id of lock-lost notices of this session that the
 	// client has applied. The server keeps each notice, and repeats it in
-	// every answer for the session, until it is acknowledged here.
+	// every answer for the session, until it is acknowledged here. Notice
+	// ids are unique per server process only: send an ack on the stream
+	// (to the replica) the notice came from, never to another replica
+	// (docs/contracts/C2.md #ct2-failover).
 	Ack []uint64 `protobuf:"varint,3,rep,packed,name=ack,proto3" json:"ack,omitempty"`
 	// session_secret is the session's secret from OpenSessionResponse. A
 	// request without it, or with another, is answered with error
@@ -552,7 +555,10 @@ type KeepAliveResponse struct {
 	// stream: the client should move this stream and its pending calls to
 	// another replica of the same backend. The sessions stay live (the
 	// replica does not end them); a client with no other address keeps
-	// heartbeating here until the stream ends. Old clients ignore it.
+	// heartbeating here until the stream ends. Old clients ignore it. An
+	// answer with draining still extends trust as any other (its
+	// remaining_ms is this replica's proof); the Go SDK moves its stream on
+	// the first draining reply (docs/contracts/C2.md #ct2-failover).
 	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1015,7 +1021,19 @@ type AcquireRequest struct {
 	// request blocks later SHARED ones). UNSPECIFIED (older SDKs) is the
 	// plain exclusive lock, a kind of its own: readers and writers of one
 	// key both set a mode.
-	Mode          LockMode `protobuf:"varint,11,opt,name=mode,proto3,enum=lockd.v1.LockMode" json:"mode,omitempty"`
+	Mode LockMode `protobuf:"varint,11,opt,name=mode,proto3,enum=lockd.v1.LockMode" json:"mode,omitempty"`
+	// keep_place (wait only) keeps the session's place in the key's queue
+	// when this call ends without a grant for any reason but the session's
+	// end or the caller's own wait_timeout_ms: the caller's deadline or
+	// cancellation, a broken connection, the server's maximum wait
+	// (WAIT_TIMEOUT with wait_timeout_ms 0) or its shutdown. A later Acquire
+	// with wait of the same session and key, through any replica, resumes
+	// the same place; if the key was handed to the session meanwhile, it
+	// returns that grant at once. The place is kept until then, until
+	// LeaveQueue, or until the session ends (docs/contracts/C2.md
+	// #ct2-keep-place). A caller that gives up must call LeaveQueue. Old
+	// servers ignore it (the place is left when the call ends).
+	KeepPlace     bool `protobuf:"varint,7,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1106,6 +1124,115 @@ func (x *AcquireRequest) GetMode() LockMode {
 	return LockMode_LOCK_MODE_UNSPECIFIED
 }
 
+func (x *AcquireRequest) GetKeepPlace() bool {
+	if x != nil {
+		return x.KeepPlace
+	}
+	return false
+}
+
+// LeaveQueueRequest names the queue place to give up.
+type LeaveQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the queued session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// key is the key whose queue the session leaves.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// session_secret is the session's secret from OpenSessionResponse.
+	SessionSecret []byte `protobuf:"bytes,3,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveQueueRequest) Reset() {
+	*x = LeaveQueueRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveQueueRequest) ProtoMessage() {}
+
+func (x *LeaveQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveQueueRequest.ProtoReflect.Descriptor instead.
+func (*LeaveQueueRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LeaveQueueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LeaveQueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LeaveQueueRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+// LeaveQueueResponse is empty: the session is not queued for the key any
+// more.
+type LeaveQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveQueueResponse) Reset() {
+	*x = LeaveQueueResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveQueueResponse) ProtoMessage() {}
+
+func (x *LeaveQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveQueueResponse.ProtoReflect.Descriptor instead.
+func (*LeaveQueueResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+}
+
 // AcquireResponse is a grant, or a try that found the key held.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1126,7 +1253,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1265,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1278,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AcquireResponse) GetGranted() bool {
@@ -1199,7 +1326,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1338,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1351,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetSessionId() string {
@@ -1264,7 +1391,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1403,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1416,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
 }
 
 // InspectRequest names a key.
@@ -1303,7 +1430,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1442,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1455,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1351,7 +1478,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1490,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1503,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1425,7 +1552,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1564,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1577,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockInfo) GetKey() string {
@@ -1547,7 +1674,7 @@ type LockHolder struct {
 
 func (x *LockHolder) Reset() {
 	*x = LockHolder{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1686,7 @@ func (x *LockHolder) String() string {
 func (*LockHolder) ProtoMessage() {}
 
 func (x *LockHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1699,7 @@ func (x *LockHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
 func (*LockHolder) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LockHolder) GetSessionId() string {
@@ -1640,7 +1767,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1779,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1792,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1702,7 +1829,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1841,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1854,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1755,7 +1882,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1894,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1907,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -1805,7 +1932,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1944,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1957,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -1871,7 +1998,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2010,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2023,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1936,7 +2063,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2075,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2088,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -2032,7 +2159,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2171,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2184,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetValueRequest) GetSessionId() string {
@@ -2104,7 +2231,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2243,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2256,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
@@ -2189,7 +2316,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xf8\x01\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\x97\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2200,7 +2327,15 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\x14\n" +
 	"\x05limit\x18\n" +
 	" \x01(\rR\x05limit\x12&\n" +
-	"\x04mode\x18\v \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\"v\n" +
+	"\x04mode\x18\v \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\x12\x1d\n" +
+	"\n" +
+	"keep_place\x18\a \x01(\bR\tkeepPlace\"k\n" +
+	"\x11LeaveQueueRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12%\n" +
+	"\x0esession_secret\x18\x03 \x01(\fR\rsessionSecret\"\x14\n" +
+	"\x12LeaveQueueResponse\"v\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -2302,12 +2437,14 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
 	"\x12EVENT_KIND_REVOKED\x10\x04\x12\x14\n" +
-	"\x10EVENT_KIND_VALUE\x10\x052\xa5\x05\n" +
+	"\x10EVENT_KIND_VALUE\x10\x052\xee\x05\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12M\n" +
 	"\fCloseSession\x12\x1d.lockd.v1.CloseSessionRequest\x1a\x1e.lockd.v1.CloseSessionResponse\x12>\n" +
-	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x12>\n" +
+	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x12G\n" +
+	"\n" +
+	"LeaveQueue\x12\x1b.lockd.v1.LeaveQueueRequest\x1a\x1c.lockd.v1.LeaveQueueResponse\x12>\n" +
 	"\aRelease\x12\x18.lockd.v1.ReleaseRequest\x1a\x19.lockd.v1.ReleaseResponse\x12>\n" +
 	"\aInspect\x12\x18.lockd.v1.InspectRequest\x1a\x19.lockd.v1.InspectResponse\x125\n" +
 	"\x04List\x12\x15.lockd.v1.ListRequest\x1a\x16.lockd.v1.ListResponse\x12;\n" +
@@ -2328,7 +2465,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(LockMode)(0),                 // 1: lockd.v1.LockMode
@@ -2344,67 +2481,71 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*CloseSessionRequest)(nil),   // 11: lockd.v1.CloseSessionRequest
 	(*CloseSessionResponse)(nil),  // 12: lockd.v1.CloseSessionResponse
 	(*AcquireRequest)(nil),        // 13: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 14: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 15: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 16: lockd.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 17: lockd.v1.InspectRequest
-	(*InspectResponse)(nil),       // 18: lockd.v1.InspectResponse
-	(*LockInfo)(nil),              // 19: lockd.v1.LockInfo
-	(*LockHolder)(nil),            // 20: lockd.v1.LockHolder
-	(*ListRequest)(nil),           // 21: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 22: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 23: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 24: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 25: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 26: lockd.v1.WatchResponse
-	(*SetValueRequest)(nil),       // 27: lockd.v1.SetValueRequest
-	(*SetValueResponse)(nil),      // 28: lockd.v1.SetValueResponse
-	nil,                           // 29: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 30: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 31: lockd.v1.LockHolder.LabelsEntry
-	nil,                           // 32: lockd.v1.WatchResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*LeaveQueueRequest)(nil),     // 14: lockd.v1.LeaveQueueRequest
+	(*LeaveQueueResponse)(nil),    // 15: lockd.v1.LeaveQueueResponse
+	(*AcquireResponse)(nil),       // 16: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 17: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 18: lockd.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 19: lockd.v1.InspectRequest
+	(*InspectResponse)(nil),       // 20: lockd.v1.InspectResponse
+	(*LockInfo)(nil),              // 21: lockd.v1.LockInfo
+	(*LockHolder)(nil),            // 22: lockd.v1.LockHolder
+	(*ListRequest)(nil),           // 23: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 24: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 25: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 26: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 27: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 28: lockd.v1.WatchResponse
+	(*SetValueRequest)(nil),       // 29: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),      // 30: lockd.v1.SetValueResponse
+	nil,                           // 31: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 32: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 33: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 34: lockd.v1.WatchResponse.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	29, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	31, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
 	9,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
 	10, // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
 	7,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
 	8,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
 	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
 	1,  // 6: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
-	19, // 7: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	33, // 8: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	30, // 9: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	20, // 10: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	33, // 11: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	21, // 7: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	35, // 8: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	32, // 9: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	22, // 10: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	35, // 11: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	31, // 13: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
-	19, // 14: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	33, // 13: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	21, // 14: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
 	2,  // 15: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	32, // 16: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	34, // 16: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
 	3,  // 17: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
 	5,  // 18: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
 	11, // 19: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
 	13, // 20: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	15, // 21: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	17, // 22: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	21, // 23: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	23, // 24: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	25, // 25: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	27, // 26: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	4,  // 27: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	6,  // 28: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 29: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 30: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	16, // 31: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	18, // 32: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	22, // 33: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	24, // 34: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	26, // 35: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	28, // 36: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
+	14, // 21: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	17, // 22: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 23: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	23, // 24: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	25, // 25: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	27, // 26: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	29, // 27: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	4,  // 28: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	6,  // 29: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 30: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	16, // 31: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	15, // 32: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	18, // 33: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 34: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	24, // 35: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	26, // 36: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	28, // 37: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	30, // 38: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -2421,7 +2562,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

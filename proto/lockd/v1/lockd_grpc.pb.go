@@ -80,6 +80,7 @@ const (
 	LockService_KeepAlive_FullMethodName    = "/lockd.v1.LockService/KeepAlive"
 	LockService_CloseSession_FullMethodName = "/lockd.v1.LockService/CloseSession"
 	LockService_Acquire_FullMethodName      = "/lockd.v1.LockService/Acquire"
+	LockService_LeaveQueue_FullMethodName   = "/lockd.v1.LockService/LeaveQueue"
 	LockService_Release_FullMethodName      = "/lockd.v1.LockService/Release"
 	LockService_Inspect_FullMethodName      = "/lockd.v1.LockService/Inspect"
 	LockService_List_FullMethodName         = "/lockd.v1.LockService/List"
@@ -118,8 +119,16 @@ type LockServiceClient interface {
 	// FIFO queue until granted, until wait_timeout_ms passes (WAIT_TIMEOUT),
 	// until the caller's deadline or cancellation, or until the session dies
 	// (SESSION_DEAD). Asking again for a key the session already holds
-	// returns the existing grant, so a retry is safe.
+	// returns the existing grant, so a retry is safe. With keep_place the
+	// session's place in the queue outlives the call (docs/contracts/C2.md
+	// #ct2-keep-place): a later Acquire of the same session and key, through
+	// any replica, resumes it; LeaveQueue gives it up.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
+	// LeaveQueue gives up the session's place in a key's FIFO queue, kept
+	// after an Acquire with keep_place ended without a grant (its caller gave
+	// up). It never touches a grant. Idempotent: a session that is not queued
+	// for the key (or is unknown) succeeds and nothing changes.
+	LeaveQueue(ctx context.Context, in *LeaveQueueRequest, opts ...grpc.CallOption) (*LeaveQueueResponse, error)
 	// Release releases one grant, named by session, key and fencing token. It
 	// deletes the key only if exactly that grant is current; otherwise it
 	// fails with NOT_OWNER and changes nothing, so a retried release never
@@ -192,6 +201,16 @@ func (c *lockServiceClient) Acquire(ctx context.Context, in *AcquireRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AcquireResponse)
 	err := c.cc.Invoke(ctx, LockService_Acquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lockServiceClient) LeaveQueue(ctx context.Context, in *LeaveQueueRequest, opts ...grpc.CallOption) (*LeaveQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaveQueueResponse)
+	err := c.cc.Invoke(ctx, LockService_LeaveQueue_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -297,8 +316,16 @@ type LockServiceServer interface {
 	// FIFO queue until granted, until wait_timeout_ms passes (WAIT_TIMEOUT),
 	// until the caller's deadline or cancellation, or until the session dies
 	// (SESSION_DEAD). Asking again for a key the session already holds
-	// returns the existing grant, so a retry is safe.
+	// returns the existing grant, so a retry is safe. With keep_place the
+	// session's place in the queue outlives the call (docs/contracts/C2.md
+	// #ct2-keep-place): a later Acquire of the same session and key, through
+	// any replica, resumes it; LeaveQueue gives it up.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
+	// LeaveQueue gives up the session's place in a key's FIFO queue, kept
+	// after an Acquire with keep_place ended without a grant (its caller gave
+	// up). It never touches a grant. Idempotent: a session that is not queued
+	// for the key (or is unknown) succeeds and nothing changes.
+	LeaveQueue(context.Context, *LeaveQueueRequest) (*LeaveQueueResponse, error)
 	// Release releases one grant, named by session, key and fencing token. It
 	// deletes the key only if exactly that grant is current; otherwise it
 	// fails with NOT_OWNER and changes nothing, so a retried release never
@@ -345,6 +372,9 @@ func (UnimplementedLockServiceServer) CloseSession(context.Context, *CloseSessio
 }
 func (UnimplementedLockServiceServer) Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Acquire not implemented")
+}
+func (UnimplementedLockServiceServer) LeaveQueue(context.Context, *LeaveQueueRequest) (*LeaveQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaveQueue not implemented")
 }
 func (UnimplementedLockServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
@@ -442,6 +472,24 @@ func _LockService_Acquire_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LockServiceServer).Acquire(ctx, req.(*AcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LockService_LeaveQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).LeaveQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_LeaveQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).LeaveQueue(ctx, req.(*LeaveQueueRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -565,6 +613,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Acquire",
 			Handler:    _LockService_Acquire_Handler,
+		},
+		{
+			MethodName: "LeaveQueue",
+			Handler:    _LockService_LeaveQueue_Handler,
 		},
 		{
 			MethodName: "Release",
