@@ -207,7 +207,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		close(ss.done)
 		s.keep.remove(ss)
 		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
-		s.log.SessionClosed(id, n)
+		s.log.SessionClosed(ctx, id, n)
 		s.met.SessionEnded("")
 	}
 	delete(s.sessions, id)
