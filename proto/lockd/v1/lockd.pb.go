@@ -1757,6 +1757,231 @@ func (x *WatchResponse) GetToken() uint64 {
 	return 0
 }
 
+// ListSessionsRequest selects a page of sessions.
+type ListSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// principal, when set, lists only the sessions bound to this principal.
+	// A caller without admin on every key may name only itself.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// page_token is the next_page_token of the previous page; empty for the
+	// first page. Opaque.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// limit is the page size: 0 means 100; at most 1000.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListSessionsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListSessionsResponse is one page of sessions.
+type ListSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sessions are the live sessions of this page, in session id order.
+	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// next_page_token fetches the next page; empty when this is the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListSessionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// SessionInfo describes one live session. It never carries the session
+// secret.
+type SessionInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the session's public id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// principal is the principal the session is bound to; empty for a
+	// session opened anonymously.
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	// owner is the opener's owner string (OpenSessionRequest.owner).
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// labels are the opener's labels (OpenSessionRequest.labels).
+	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// ttl_ms is the session's TTL as the backend applies it.
+	TtlMs int64 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// remaining_ms is a lower bound of how long the backend keeps the
+	// session alive, measured when the server read it; listing never
+	// extends it.
+	RemainingMs int64 `protobuf:"varint,6,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// locks is the number of locks the session holds.
+	Locks         int64 `protobuf:"varint,7,opt,name=locks,proto3" json:"locks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInfo) Reset() {
+	*x = SessionInfo{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInfo) ProtoMessage() {}
+
+func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
+func (*SessionInfo) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SessionInfo) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetLocks() int64 {
+	if x != nil {
+		return x.Locks
+	}
+	return 0
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -1876,7 +2101,27 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x04R\x05token*\x94\x01\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\"h\n" +
+	"\x13ListSessionsRequest\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"q\n" +
+	"\x14ListSessionsResponse\x121\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x02\n" +
+	"\vSessionInfo\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x129\n" +
+	"\x06labels\x18\x04 \x03(\v2!.lockd.v1.SessionInfo.LabelsEntryR\x06labels\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12!\n" +
+	"\fremaining_ms\x18\x06 \x01(\x03R\vremainingMs\x12\x14\n" +
+	"\x05locks\x18\a \x01(\x03R\x05locks\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x94\x01\n" +
 	"\x0eLockLostReason\x12 \n" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
@@ -1887,7 +2132,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
-	"\x12EVENT_KIND_REVOKED\x10\x042\xe2\x04\n" +
+	"\x12EVENT_KIND_REVOKED\x10\x042\xb1\x05\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12M\n" +
@@ -1897,7 +2142,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\aInspect\x12\x18.lockd.v1.InspectRequest\x1a\x19.lockd.v1.InspectResponse\x125\n" +
 	"\x04List\x12\x15.lockd.v1.ListRequest\x1a\x16.lockd.v1.ListResponse\x12;\n" +
 	"\x06Revoke\x12\x17.lockd.v1.RevokeRequest\x1a\x18.lockd.v1.RevokeResponse\x12:\n" +
-	"\x05Watch\x12\x16.lockd.v1.WatchRequest\x1a\x17.lockd.v1.WatchResponse0\x01B'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\x05Watch\x12\x16.lockd.v1.WatchRequest\x1a\x17.lockd.v1.WatchResponse0\x01\x12M\n" +
+	"\fListSessions\x12\x1d.lockd.v1.ListSessionsRequest\x1a\x1e.lockd.v1.ListSessionsResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -1912,7 +2158,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(EventKind)(0),                // 1: lockd.v1.EventKind
@@ -1939,45 +2185,53 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*RevokeResponse)(nil),        // 22: lockd.v1.RevokeResponse
 	(*WatchRequest)(nil),          // 23: lockd.v1.WatchRequest
 	(*WatchResponse)(nil),         // 24: lockd.v1.WatchResponse
-	nil,                           // 25: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 26: lockd.v1.LockInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*ListSessionsRequest)(nil),   // 25: lockd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 26: lockd.v1.ListSessionsResponse
+	(*SessionInfo)(nil),           // 27: lockd.v1.SessionInfo
+	nil,                           // 28: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 29: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 30: lockd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	25, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	28, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
 	8,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
 	9,  // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
 	6,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
 	7,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
 	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
 	18, // 6: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	27, // 7: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	26, // 8: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	31, // 7: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	29, // 8: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
 	18, // 9: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
 	1,  // 10: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	2,  // 11: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	4,  // 12: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 13: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 14: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	14, // 15: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	16, // 16: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	19, // 17: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	21, // 18: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	23, // 19: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	3,  // 20: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	5,  // 21: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 22: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	13, // 23: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	15, // 24: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	17, // 25: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	20, // 26: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	22, // 27: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	24, // 28: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	27, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	30, // 12: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	2,  // 13: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	4,  // 14: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 15: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 16: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	14, // 17: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	16, // 18: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	19, // 19: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	21, // 20: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	23, // 21: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	25, // 22: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	3,  // 23: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	5,  // 24: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 25: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	13, // 26: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	15, // 27: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	17, // 28: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	20, // 29: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	22, // 30: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	24, // 31: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	26, // 32: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	23, // [23:33] is the sub-list for method output_type
+	13, // [13:23] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -1991,7 +2245,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

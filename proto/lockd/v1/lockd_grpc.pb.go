@@ -78,6 +78,7 @@ const (
 	LockService_List_FullMethodName         = "/lockd.v1.LockService/List"
 	LockService_Revoke_FullMethodName       = "/lockd.v1.LockService/Revoke"
 	LockService_Watch_FullMethodName        = "/lockd.v1.LockService/Watch"
+	LockService_ListSessions_FullMethodName = "/lockd.v1.LockService/ListSessions"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -132,6 +133,12 @@ type LockServiceClient interface {
 	// established: every change committed after that is delivered. A broken
 	// watch ends the stream with UNAVAILABLE; events may have been missed.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// ListSessions pages through live sessions in session id order: the
+	// caller's own (those bound to its principal), or every session for a
+	// caller with admin on every key (C5 #ct5-auth). Listing extends
+	// nothing: remaining_ms is what the backend proves at the call. On etcd
+	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
 type lockServiceClient struct {
@@ -244,6 +251,16 @@ func (c *lockServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *lockServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, LockService_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -296,6 +313,12 @@ type LockServiceServer interface {
 	// established: every change committed after that is delivered. A broken
 	// watch ends the stream with UNAVAILABLE; events may have been missed.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// ListSessions pages through live sessions in session id order: the
+	// caller's own (those bound to its principal), or every session for a
+	// caller with admin on every key (C5 #ct5-auth). Listing extends
+	// nothing: remaining_ms is what the backend proves at the call. On etcd
+	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -332,6 +355,9 @@ func (UnimplementedLockServiceServer) Revoke(context.Context, *RevokeRequest) (*
 }
 func (UnimplementedLockServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -498,6 +524,24 @@ func _LockService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _LockService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -532,6 +576,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Revoke",
 			Handler:    _LockService_Revoke_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _LockService_ListSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
