@@ -117,6 +117,13 @@ func (s *Server) authUnary(az *auth.Authorizer) grpc.UnaryServerInterceptor {
 			}
 			return s.filteredList(ctx, az, principal, lr, handler)
 		}
+		if lr, ok := req.(*lockdv1.ListSessionsRequest); ok {
+			ctx, err := s.authorizeSessions(ctx, az, method, lr.Principal) // sessionlist.go
+			if err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
+		}
 		act, key := checkOf(req)
 		ctx, _, _, err := s.authorize(ctx, az, method, act, key, false)
 		if err != nil {

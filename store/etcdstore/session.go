@@ -29,6 +29,10 @@ type session struct {
 	secretHash []byte
 	// principal is the principal the session is bound to (principal.go).
 	principal string
+	// owner and labels are the holder identity given at open (C2
+	// #ct2-holder), fixed; kept here for ListSessions.
+	owner  string
+	labels map[string]string
 
 	// Guarded by Store.mu.
 	dead   bool
@@ -83,6 +87,8 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 		// opened them (C2 #ct2-spi, #ct2-ownership).
 		secretHash: o.SecretHash,
 		principal:  o.Principal,
+		owner:      o.Owner,
+		labels:     o.Labels,
 		held:       make(map[string]uint64),
 		queued:     make(map[string]bool),
 	}

@@ -96,6 +96,7 @@ func Run(t *testing.T, cfg Config) {
 		{"SessionSecretHash", s.testSessionSecretHash},
 		{"Holder", s.testHolder},
 		{"SessionPrincipal", s.testSessionPrincipal},
+		{"ListSessions", s.testListSessions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
