@@ -34,7 +34,7 @@ type sessionScope struct {
 func (s *Server) authorizeSessions(ctx context.Context, az *auth.Authorizer, method, want string) (context.Context, error) {
 	principal, err := az.Identify(ctx)
 	if err != nil {
-		return ctx, s.deny(method, principal, "", "", telemetry.DeniedUnauthenticated,
+		return ctx, s.deny(ctx, method, principal, "", "", telemetry.DeniedUnauthenticated,
 			errors.New(strings.TrimPrefix(lastLine(err), "auth: ")))
 	}
 	if all, _, rule := az.Scope(principal, auth.ActionAdmin, ""); all {
@@ -54,7 +54,7 @@ func (s *Server) authorizeSessions(ctx context.Context, az *auth.Authorizer, met
 		why = fmt.Sprintf("%s may list only its own sessions (another principal's need admin on every key)", principal)
 	}
 	if !allowed {
-		return ctx, s.deny(method, principal, "", rule, telemetry.DeniedAccess, errors.New("access denied: "+why))
+		return ctx, s.deny(ctx, method, principal, "", rule, telemetry.DeniedAccess, errors.New("access denied: "+why))
 	}
 	ctx = telemetry.WithCaller(ctx, principal, rule)
 	return context.WithValue(ctx, sessionScopeKey{}, sessionScope{principal: principal}), nil
