@@ -92,6 +92,7 @@ type Server struct {
 	health         *health.Server
 	bad            badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
 	lim            *limits     // the limits of C2 #ct2-limits (limits.go)
+	refused        *refusals   // the refusal rate per peer (refusals.go)
 
 	grpcTLS, metricsTLS *TLSReloader // nil: plaintext listener (tls.go)
 
@@ -158,6 +159,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	s := &Server{
 		sharedSessions: sh != nil && sh.SharesSessions(),
 		lim:            newLimits(cfg, lm),
+		refused:        newRefusals(cfg.RefusalRate),
 		cfg:            cfg,
 		st:             st,
 		log:            log,

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -70,7 +71,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	s.rememberPrincipal(sess.ID, principal)
 	if !registered {
 		// Shutdown began while the store opened it: do not hand it out.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		cctx, cancel := context.WithTimeout(telemetry.WithServerClose(context.WithoutCancel(ctx)), closeTimeout)
 		_, _ = s.st.CloseSession(cctx, sess.ID)
 		cancel()
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
@@ -114,7 +115,7 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 	s.beginClose(ss)
 	n, err := s.st.CloseSession(ctx, id)
 	if err != nil {
-		s.retryCloseLater(ss)
+		s.retryCloseLater(ctx, ss)
 		return nil, s.toStatus(ctx, "CloseSession", fmt.Errorf("close session: %w", err))
 	}
 	s.markGone(ss)
@@ -122,13 +123,15 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 }
 
 // retryCloseLater hands a session whose close failed to the silence loop,
-// which retries with backoff; the record stays closing.
-func (s *Server) retryCloseLater(ss *session) {
+// which retries with backoff; the record stays closing and keeps who asked
+// (the caller in ctx) for the audit trail of the retried close.
+func (s *Server) retryCloseLater(ctx context.Context, ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ss.gone || !ss.known {
 		return
 	}
+	ss.closeBy, ss.closeRule, ss.closeCaller = telemetry.CallerOf(ctx)
 	ss.expireAt = time.Now().Add(closeRetryMin)
 	s.schedule(ss)
 }

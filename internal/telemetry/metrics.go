@@ -41,6 +41,8 @@ const (
 	OpRevoke       = "revoke"
 	OpInspect      = "inspect"
 	OpList         = "list"
+	// OpListSessions is ListSessions (C2 #ct2-list-sessions).
+	OpListSessions = "list_sessions"
 	OpWatch        = "watch"
 	OpReap         = "reap"
 	OpMigrate      = "migrate"

@@ -109,6 +109,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ReplicaServesSession", s.testReplicaServesSession},
 		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
 		{"ReplicaUnknownSession", s.testReplicaUnknownSession},
+		{"ListSessions", s.testListSessions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

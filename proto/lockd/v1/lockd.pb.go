@@ -2259,6 +2259,231 @@ func (*SetValueResponse) Descriptor() ([]byte, []int) {
 	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
+// ListSessionsRequest selects a page of sessions.
+type ListSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// principal, when set, lists only the sessions bound to this principal.
+	// A caller without admin on every key may name only itself.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// page_token is the next_page_token of the previous page; empty for the
+	// first page. Opaque.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// limit is the page size: 0 means 100; at most 1000.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListSessionsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListSessionsResponse is one page of sessions.
+type ListSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sessions are the live sessions of this page, in session id order.
+	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// next_page_token fetches the next page; empty when this is the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListSessionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// SessionInfo describes one live session. It never carries the session
+// secret.
+type SessionInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the session's public id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// principal is the principal the session is bound to; empty for a
+	// session opened anonymously.
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	// owner is the opener's owner string (OpenSessionRequest.owner).
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// labels are the opener's labels (OpenSessionRequest.labels).
+	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// ttl_ms is the session's TTL as the backend applies it.
+	TtlMs int64 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// remaining_ms is a lower bound of how long the backend keeps the
+	// session alive, measured when the server read it; listing never
+	// extends it.
+	RemainingMs int64 `protobuf:"varint,6,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// locks is the number of locks the session holds.
+	Locks         int64 `protobuf:"varint,7,opt,name=locks,proto3" json:"locks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInfo) Reset() {
+	*x = SessionInfo{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInfo) ProtoMessage() {}
+
+func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
+func (*SessionInfo) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SessionInfo) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetLocks() int64 {
+	if x != nil {
+		return x.Locks
+	}
+	return 0
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -2421,7 +2646,27 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\"\x12\n" +
-	"\x10SetValueResponse*\x94\x01\n" +
+	"\x10SetValueResponse\"h\n" +
+	"\x13ListSessionsRequest\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"q\n" +
+	"\x14ListSessionsResponse\x121\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x02\n" +
+	"\vSessionInfo\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x129\n" +
+	"\x06labels\x18\x04 \x03(\v2!.lockd.v1.SessionInfo.LabelsEntryR\x06labels\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12!\n" +
+	"\fremaining_ms\x18\x06 \x01(\x03R\vremainingMs\x12\x14\n" +
+	"\x05locks\x18\a \x01(\x03R\x05locks\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x94\x01\n" +
 	"\x0eLockLostReason\x12 \n" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
@@ -2437,7 +2682,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
 	"\x12EVENT_KIND_REVOKED\x10\x04\x12\x14\n" +
-	"\x10EVENT_KIND_VALUE\x10\x052\xee\x05\n" +
+	"\x10EVENT_KIND_VALUE\x10\x052\xbd\x06\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12M\n" +
@@ -2450,7 +2695,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04List\x12\x15.lockd.v1.ListRequest\x1a\x16.lockd.v1.ListResponse\x12;\n" +
 	"\x06Revoke\x12\x17.lockd.v1.RevokeRequest\x1a\x18.lockd.v1.RevokeResponse\x12:\n" +
 	"\x05Watch\x12\x16.lockd.v1.WatchRequest\x1a\x17.lockd.v1.WatchResponse0\x01\x12A\n" +
-	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\x12M\n" +
+	"\fListSessions\x12\x1d.lockd.v1.ListSessionsRequest\x1a\x1e.lockd.v1.ListSessionsResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -2465,7 +2711,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(LockMode)(0),                 // 1: lockd.v1.LockMode
@@ -2498,14 +2744,18 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*WatchResponse)(nil),         // 28: lockd.v1.WatchResponse
 	(*SetValueRequest)(nil),       // 29: lockd.v1.SetValueRequest
 	(*SetValueResponse)(nil),      // 30: lockd.v1.SetValueResponse
-	nil,                           // 31: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 32: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 33: lockd.v1.LockHolder.LabelsEntry
-	nil,                           // 34: lockd.v1.WatchResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*ListSessionsRequest)(nil),   // 31: lockd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 32: lockd.v1.ListSessionsResponse
+	(*SessionInfo)(nil),           // 33: lockd.v1.SessionInfo
+	nil,                           // 34: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 35: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 36: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 37: lockd.v1.WatchResponse.LabelsEntry
+	nil,                           // 38: lockd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	31, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	34, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
 	9,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
 	10, // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
 	7,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
@@ -2513,42 +2763,46 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
 	1,  // 6: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
 	21, // 7: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	35, // 8: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	32, // 9: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	39, // 8: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	35, // 9: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
 	22, // 10: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	35, // 11: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	39, // 11: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	33, // 13: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	36, // 13: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
 	21, // 14: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
 	2,  // 15: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	34, // 16: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	3,  // 17: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	5,  // 18: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 19: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 20: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	14, // 21: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
-	17, // 22: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	19, // 23: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	23, // 24: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	25, // 25: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	27, // 26: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	29, // 27: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	4,  // 28: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	6,  // 29: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 30: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	16, // 31: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	15, // 32: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	18, // 33: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	20, // 34: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	24, // 35: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	26, // 36: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	28, // 37: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	30, // 38: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	28, // [28:39] is the sub-list for method output_type
-	17, // [17:28] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	37, // 16: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	33, // 17: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	38, // 18: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	3,  // 19: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	5,  // 20: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 21: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 22: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	14, // 23: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	17, // 24: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 25: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	23, // 26: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	25, // 27: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	27, // 28: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	29, // 29: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	31, // 30: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	4,  // 31: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	6,  // 32: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 33: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	16, // 34: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	15, // 35: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	18, // 36: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 37: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	24, // 38: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	26, // 39: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	28, // 40: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	30, // 41: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	32, // 42: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	31, // [31:43] is the sub-list for method output_type
+	19, // [19:31] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -2562,7 +2816,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

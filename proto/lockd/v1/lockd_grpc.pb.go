@@ -87,6 +87,7 @@ const (
 	LockService_Revoke_FullMethodName       = "/lockd.v1.LockService/Revoke"
 	LockService_Watch_FullMethodName        = "/lockd.v1.LockService/Watch"
 	LockService_SetValue_FullMethodName     = "/lockd.v1.LockService/SetValue"
+	LockService_ListSessions_FullMethodName = "/lockd.v1.LockService/ListSessions"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -154,6 +155,12 @@ type LockServiceClient interface {
 	// token: NOT_OWNER unless (session_id, key, token) is the key's current
 	// grant. Watchers that ask for holder see an EVENT_KIND_VALUE event.
 	SetValue(ctx context.Context, in *SetValueRequest, opts ...grpc.CallOption) (*SetValueResponse, error)
+	// ListSessions pages through live sessions in session id order: the
+	// caller's own (those bound to its principal), or every session for a
+	// caller with admin on every key (C5 #ct5-auth). Listing extends
+	// nothing: remaining_ms is what the backend proves at the call. On etcd
+	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
 type lockServiceClient struct {
@@ -286,6 +293,16 @@ func (c *lockServiceClient) SetValue(ctx context.Context, in *SetValueRequest, o
 	return out, nil
 }
 
+func (c *lockServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, LockService_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -351,6 +368,12 @@ type LockServiceServer interface {
 	// token: NOT_OWNER unless (session_id, key, token) is the key's current
 	// grant. Watchers that ask for holder see an EVENT_KIND_VALUE event.
 	SetValue(context.Context, *SetValueRequest) (*SetValueResponse, error)
+	// ListSessions pages through live sessions in session id order: the
+	// caller's own (those bound to its principal), or every session for a
+	// caller with admin on every key (C5 #ct5-auth). Listing extends
+	// nothing: remaining_ms is what the backend proves at the call. On etcd
+	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -393,6 +416,9 @@ func (UnimplementedLockServiceServer) Watch(*WatchRequest, grpc.ServerStreamingS
 }
 func (UnimplementedLockServiceServer) SetValue(context.Context, *SetValueRequest) (*SetValueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetValue not implemented")
+}
+func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -595,6 +621,24 @@ func _LockService_SetValue_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -637,6 +681,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetValue",
 			Handler:    _LockService_SetValue_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _LockService_ListSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
