@@ -443,6 +443,162 @@ func (x *KeepAliveRequest) GetSessionSecret() []byte {
 	return nil
 }
 
+// HeartbeatRequest is one heartbeat of one session as a unary call.
+type HeartbeatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the session to keep alive.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// session_secret is the session's secret from OpenSessionResponse. A
+	// request without it, or with another, is refused (PERMISSION_DENIED)
+	// and keeps nothing alive and acknowledges nothing.
+	SessionSecret []byte `protobuf:"bytes,2,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// ack lists the notice_id of lock-lost notices of this session that the
+	// client has applied (as KeepAliveRequest.ack).
+	Ack           []uint64 `protobuf:"varint,3,rep,packed,name=ack,proto3" json:"ack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HeartbeatRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetAck() []uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
+// HeartbeatResponse answers one Heartbeat call: the fields of a
+// KeepAliveResponse that answers a request, with the same meaning.
+type HeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// live is false when the session is dead (unknown, expired, lost or
+	// closed): terminal, the client stops trusting the session and every
+	// lock in it.
+	Live bool `protobuf:"varint,1,opt,name=live,proto3" json:"live,omitempty"`
+	// remaining_ms is the deadline bound (see the file comment), measured
+	// from when the server received the call. Set only when live.
+	RemainingMs int64 `protobuf:"varint,2,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// held lists the session's grants as the server knows them (as
+	// KeepAliveResponse.held; unset when the server does not know them).
+	Held *HeldLocks `protobuf:"bytes,3,opt,name=held,proto3" json:"held,omitempty"`
+	// lost repeats every lock-lost notice of the session not acknowledged
+	// yet (as KeepAliveResponse.lost).
+	Lost []*LockLost `protobuf:"bytes,4,rep,name=lost,proto3" json:"lost,omitempty"`
+	// draining is set by a replica that is shutting down gracefully: move
+	// to another replica of the same backend (as KeepAliveResponse.draining).
+	Draining      bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeartbeatResponse) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetHeld() *HeldLocks {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetLost() []*LockLost {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 // KeepAliveResponse answers one heartbeat, or is an unsolicited notice.
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -493,7 +649,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +661,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +674,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeepAliveResponse) GetSessionId() string {
@@ -588,7 +744,7 @@ type HeldLocks struct {
 
 func (x *HeldLocks) Reset() {
 	*x = HeldLocks{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +756,7 @@ func (x *HeldLocks) String() string {
 func (*HeldLocks) ProtoMessage() {}
 
 func (x *HeldLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +769,7 @@ func (x *HeldLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldLocks.ProtoReflect.Descriptor instead.
 func (*HeldLocks) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeldLocks) GetLocks() []*HeldLock {
@@ -636,7 +792,7 @@ type HeldLock struct {
 
 func (x *HeldLock) Reset() {
 	*x = HeldLock{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +804,7 @@ func (x *HeldLock) String() string {
 func (*HeldLock) ProtoMessage() {}
 
 func (x *HeldLock) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +817,7 @@ func (x *HeldLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldLock.ProtoReflect.Descriptor instead.
 func (*HeldLock) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeldLock) GetKey() string {
@@ -693,7 +849,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +861,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +874,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionError) GetCode() int32 {
@@ -760,7 +916,7 @@ type LockLost struct {
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +928,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +941,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LockLost) GetKey() string {
@@ -829,7 +985,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +997,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1010,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -882,7 +1038,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1050,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1063,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CloseSessionResponse) GetReleased() int64 {
@@ -942,7 +1098,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1110,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1123,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcquireRequest) GetSessionId() string {
@@ -1032,7 +1188,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1200,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1213,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AcquireResponse) GetGranted() bool {
@@ -1105,7 +1261,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1273,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1286,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetSessionId() string {
@@ -1170,7 +1326,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1338,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1351,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
 }
 
 // InspectRequest names a key.
@@ -1209,7 +1365,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1377,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1390,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1257,7 +1413,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1425,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1438,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1324,7 +1480,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1492,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1505,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockInfo) GetKey() string {
@@ -1424,7 +1580,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1592,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1605,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1486,7 +1642,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1654,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1667,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1539,7 +1695,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1707,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1720,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -1589,7 +1745,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1757,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1770,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -1649,7 +1805,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1817,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1830,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1701,7 +1857,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1869,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1882,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -1783,7 +1939,18 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x10\n" +
 	"\x03ack\x18\x03 \x03(\x04R\x03ack\x12%\n" +
-	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\xa3\x02\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"j\n" +
+	"\x10HeartbeatRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
+	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\x12\x10\n" +
+	"\x03ack\x18\x03 \x03(\x04R\x03ack\"\xb7\x01\n" +
+	"\x11HeartbeatResponse\x12\x12\n" +
+	"\x04live\x18\x01 \x01(\bR\x04live\x12!\n" +
+	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\x12'\n" +
+	"\x04held\x18\x03 \x01(\v2\x13.lockd.v1.HeldLocksR\x04held\x12&\n" +
+	"\x04lost\x18\x04 \x03(\v2\x12.lockd.v1.LockLostR\x04lost\x12\x1a\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xa3\x02\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1887,10 +2054,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
-	"\x12EVENT_KIND_REVOKED\x10\x042\xe2\x04\n" +
+	"\x12EVENT_KIND_REVOKED\x10\x042\xa8\x05\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
-	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12M\n" +
+	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +
+	"\tHeartbeat\x12\x1a.lockd.v1.HeartbeatRequest\x1a\x1b.lockd.v1.HeartbeatResponse\x12M\n" +
 	"\fCloseSession\x12\x1d.lockd.v1.CloseSessionRequest\x1a\x1e.lockd.v1.CloseSessionResponse\x12>\n" +
 	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x12>\n" +
 	"\aRelease\x12\x18.lockd.v1.ReleaseRequest\x1a\x19.lockd.v1.ReleaseResponse\x12>\n" +
@@ -1912,72 +2080,78 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(EventKind)(0),                // 1: lockd.v1.EventKind
 	(*OpenSessionRequest)(nil),    // 2: lockd.v1.OpenSessionRequest
 	(*OpenSessionResponse)(nil),   // 3: lockd.v1.OpenSessionResponse
 	(*KeepAliveRequest)(nil),      // 4: lockd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 5: lockd.v1.KeepAliveResponse
-	(*HeldLocks)(nil),             // 6: lockd.v1.HeldLocks
-	(*HeldLock)(nil),              // 7: lockd.v1.HeldLock
-	(*SessionError)(nil),          // 8: lockd.v1.SessionError
-	(*LockLost)(nil),              // 9: lockd.v1.LockLost
-	(*CloseSessionRequest)(nil),   // 10: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 11: lockd.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 12: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 13: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 14: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 15: lockd.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 16: lockd.v1.InspectRequest
-	(*InspectResponse)(nil),       // 17: lockd.v1.InspectResponse
-	(*LockInfo)(nil),              // 18: lockd.v1.LockInfo
-	(*ListRequest)(nil),           // 19: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 20: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 21: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 22: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 23: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 24: lockd.v1.WatchResponse
-	nil,                           // 25: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 26: lockd.v1.LockInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*HeartbeatRequest)(nil),      // 5: lockd.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 6: lockd.v1.HeartbeatResponse
+	(*KeepAliveResponse)(nil),     // 7: lockd.v1.KeepAliveResponse
+	(*HeldLocks)(nil),             // 8: lockd.v1.HeldLocks
+	(*HeldLock)(nil),              // 9: lockd.v1.HeldLock
+	(*SessionError)(nil),          // 10: lockd.v1.SessionError
+	(*LockLost)(nil),              // 11: lockd.v1.LockLost
+	(*CloseSessionRequest)(nil),   // 12: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 13: lockd.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 14: lockd.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 15: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 16: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 17: lockd.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 18: lockd.v1.InspectRequest
+	(*InspectResponse)(nil),       // 19: lockd.v1.InspectResponse
+	(*LockInfo)(nil),              // 20: lockd.v1.LockInfo
+	(*ListRequest)(nil),           // 21: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 22: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 23: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 24: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 25: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 26: lockd.v1.WatchResponse
+	nil,                           // 27: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 28: lockd.v1.LockInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	25, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
-	8,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
-	9,  // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
-	6,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
-	7,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
-	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
-	18, // 6: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	27, // 7: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	26, // 8: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	18, // 9: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	1,  // 10: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	2,  // 11: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	4,  // 12: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 13: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 14: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	14, // 15: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	16, // 16: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	19, // 17: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	21, // 18: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	23, // 19: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	3,  // 20: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	5,  // 21: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 22: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	13, // 23: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	15, // 24: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	17, // 25: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	20, // 26: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	22, // 27: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	24, // 28: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	27, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	8,  // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
+	11, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
+	10, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
+	11, // 4: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
+	8,  // 5: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
+	9,  // 6: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
+	0,  // 7: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
+	20, // 8: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	29, // 9: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	28, // 10: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	20, // 11: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	1,  // 12: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	2,  // 13: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	4,  // 14: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	5,  // 15: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	12, // 16: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	14, // 17: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	16, // 18: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	18, // 19: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	21, // 20: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	23, // 21: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	25, // 22: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	3,  // 23: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	7,  // 24: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	6,  // 25: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	13, // 26: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 27: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	17, // 28: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	19, // 29: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	22, // 30: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	24, // 31: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	26, // 32: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	23, // [23:33] is the sub-list for method output_type
+	13, // [13:23] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -1991,7 +2165,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
