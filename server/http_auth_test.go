@@ -63,7 +63,9 @@ func TestHTTPAccessParity(t *testing.T) {
 				_, err := api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: longTTL.Milliseconds()})
 				return err
 			},
-			func(c *jclient) (int, obj) { return c.do("POST", "/v1/sessions", obj{"ttl_ms": longTTL.Milliseconds()}) }},
+			func(c *jclient) (int, obj) {
+				return c.do("POST", "/v1/sessions", obj{"ttl_ms": longTTL.Milliseconds()})
+			}},
 		{"Heartbeat",
 			func(ctx context.Context) error {
 				_, err := api.Heartbeat(ctx, &lockdv1.HeartbeatRequest{SessionId: ls.id, SessionSecret: sec()})
