@@ -342,7 +342,6 @@ func (pipeCreds) Info() credentials.ProtocolInfo {
 
 func (pipeCreds) Clone() credentials.TransportCredentials { return pipeCreds{} }
 
-//lint:ignore SA1019 part of the TransportCredentials interface
 func (pipeCreds) OverrideServerName(string) error { return nil }
 
 // limitBody bounds request bodies (maxHTTPBody; a longer one fails to
