@@ -27,6 +27,9 @@ type Config struct {
 	Listen string `koanf:"lock.server.listen"`
 	// MetricsListen is lock.server.metrics-listen (/metrics, /healthz).
 	MetricsListen string `koanf:"lock.server.metrics-listen"`
+	// HTTPListen is lock.server.http.listen, the HTTP/JSON API's address
+	// (C5 #ct5-http); empty: off. Its TLS is the gRPC listener's.
+	HTTPListen string `koanf:"lock.server.http.listen"`
 	// CloseSessionsOnShutdown is lock.server.close-sessions-on-shutdown: on
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.

@@ -81,10 +81,15 @@ type Server struct {
 	Store store.LockStore
 	// Registry holds the server's metrics.
 	Registry *prometheus.Registry
+	// HTTPAddr is the HTTP/JSON API's address (host:port; over TLS when
+	// the config sets lock.server.tls.*), "" when Config.HTTPListen is
+	// empty (the API is off).
+	HTTPAddr string
 	// Client is connected to the server (nil with Options.NoClient).
 	Client *client.Client
 
-	served   chan error
+	served   chan error // the results of Serve and ServeHTTPAPI
+	serving  int        // how many of them run
 	stopOnce sync.Once
 	stopErr  error
 	lis      *trackingListener
@@ -142,8 +147,19 @@ func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Regis
 		t.Fatalf("lockdtest: listen: %v", err)
 	}
 	lis := &trackingListener{Listener: inner, conns: map[net.Conn]bool{}}
-	s := &Server{Server: srv, Addr: lis.Addr().String(), Store: st, Registry: reg, served: make(chan error, 1), lis: lis}
+	s := &Server{Server: srv, Addr: lis.Addr().String(), Store: st, Registry: reg, served: make(chan error, 2), lis: lis}
 	go func() { s.served <- srv.Serve(lis) }() // exits after Shutdown (Stop)
+	s.serving = 1
+	if cfg.HTTPListen != "" {
+		hlis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			_ = srv.Shutdown(context.Background())
+			t.Fatalf("lockdtest: listen (HTTP): %v", err)
+		}
+		s.HTTPAddr = hlis.Addr().String()
+		s.serving++
+		go func() { s.served <- srv.ServeHTTPAPI(hlis) }() // exits after Shutdown (Stop)
+	}
 	t.Cleanup(func() {
 		if err := s.Stop(); err != nil {
 			t.Errorf("lockdtest: stop server: %v", err)
@@ -169,14 +185,16 @@ func (s *Server) NewClient(t testing.TB, opts ...client.Option) *client.Client {
 }
 
 // Stop shuts the server down (sessions are left to expire) and waits until
-// Serve returned. It is idempotent; the test's cleanup calls it too.
+// Serve (and ServeHTTPAPI) returned. It is idempotent; the test's cleanup calls it too.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		s.stopErr = s.Shutdown(ctx)
-		if err := <-s.served; err != nil && s.stopErr == nil && !s.lis.wasKilled() { // Kill closed the listener under Serve
-			s.stopErr = fmt.Errorf("serve: %w", err)
+		for range s.serving {
+			if err := <-s.served; err != nil && s.stopErr == nil && !s.lis.wasKilled() { // Kill closed the listener under Serve
+				s.stopErr = fmt.Errorf("serve: %w", err)
+			}
 		}
 	})
 	return s.stopErr

@@ -78,6 +78,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	LockService_OpenSession_FullMethodName  = "/lockd.v1.LockService/OpenSession"
 	LockService_KeepAlive_FullMethodName    = "/lockd.v1.LockService/KeepAlive"
+	LockService_Heartbeat_FullMethodName    = "/lockd.v1.LockService/Heartbeat"
 	LockService_CloseSession_FullMethodName = "/lockd.v1.LockService/CloseSession"
 	LockService_Acquire_FullMethodName      = "/lockd.v1.LockService/Acquire"
 	LockService_LeaveQueue_FullMethodName   = "/lockd.v1.LockService/LeaveQueue"
@@ -111,6 +112,19 @@ type LockServiceClient interface {
 	// whose client sends no heartbeat for max(ttl, the last remaining_ms
 	// granted) is closed by the server (session_lost reason client_silent).
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
+	// Heartbeat is one KeepAlive request as a unary call, for clients that
+	// hold no stream (the HTTP/JSON API: POST
+	// /v1/sessions/{session_id}:keepalive, docs/contracts/C2.md #ct2-http).
+	// It checks the secret and principal, extends the session and answers
+	// exactly like a KeepAlive answer to one request: remaining_ms counts
+	// from the receipt of this call (the client counts it from its own send
+	// time), held lists the standing locks and lost the unacknowledged
+	// notices (acknowledged in a later call's ack). A dead session is
+	// answered with live = false; every error (a refused secret, a transient
+	// backend error, SHUTTING_DOWN) is the call's error and extends nothing.
+	// It does not attach the session to a KeepAlive stream: notices are not
+	// pushed, they come with the next answer.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// CloseSession ends a session and releases every lock it holds.
 	// Idempotent: closing an unknown or closed session succeeds with
 	// released = 0.
@@ -193,6 +207,16 @@ func (c *lockServiceClient) KeepAlive(ctx context.Context, opts ...grpc.CallOpti
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
+
+func (c *lockServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, LockService_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *lockServiceClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -324,6 +348,19 @@ type LockServiceServer interface {
 	// whose client sends no heartbeat for max(ttl, the last remaining_ms
 	// granted) is closed by the server (session_lost reason client_silent).
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
+	// Heartbeat is one KeepAlive request as a unary call, for clients that
+	// hold no stream (the HTTP/JSON API: POST
+	// /v1/sessions/{session_id}:keepalive, docs/contracts/C2.md #ct2-http).
+	// It checks the secret and principal, extends the session and answers
+	// exactly like a KeepAlive answer to one request: remaining_ms counts
+	// from the receipt of this call (the client counts it from its own send
+	// time), held lists the standing locks and lost the unacknowledged
+	// notices (acknowledged in a later call's ack). A dead session is
+	// answered with live = false; every error (a refused secret, a transient
+	// backend error, SHUTTING_DOWN) is the call's error and extends nothing.
+	// It does not attach the session to a KeepAlive stream: notices are not
+	// pushed, they come with the next answer.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// CloseSession ends a session and releases every lock it holds.
 	// Idempotent: closing an unknown or closed session succeeds with
 	// released = 0.
@@ -389,6 +426,9 @@ func (UnimplementedLockServiceServer) OpenSession(context.Context, *OpenSessionR
 }
 func (UnimplementedLockServiceServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
 	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
+}
+func (UnimplementedLockServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
 }
 func (UnimplementedLockServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
@@ -465,6 +505,24 @@ func _LockService_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) e
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
+
+func _LockService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _LockService_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CloseSessionRequest)
@@ -649,6 +707,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "OpenSession",
 			Handler:    _LockService_OpenSession_Handler,
+		},
+		{
+			MethodName: "Heartbeat",
+			Handler:    _LockService_Heartbeat_Handler,
 		},
 		{
 			MethodName: "CloseSession",
