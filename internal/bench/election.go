@@ -19,7 +19,9 @@ import (
 // The election scenario (issue #15 §2): c candidates campaign in a loop for
 // one election; each leader resigns as soon as every other candidate is
 // campaigning, so that every resignation hands over to a waiting candidate,
-// and one observer follows the election. Per system:
+// and campaigns again only after another candidate was granted, so that
+// every leadership is a hand-over; one observer follows the election. Per
+// system:
 //
 //   - hand-overs/s: leaderships that followed a resignation in the window;
 //   - hand-over latency: from the start of the leader's Resign until the
@@ -67,7 +69,8 @@ const (
 const observeGrace = 5 * time.Second
 
 // electionNote explains the election rows.
-const electionNote = "election: c candidates campaign in a loop; a leader resigns once every other candidate is campaigning; " +
+const electionNote = "election: c candidates campaign in a loop; a leader resigns once every other candidate is campaigning, and campaigns again " +
+	"only after another candidate was granted (every leadership is a hand-over to a waiting candidate); " +
 	"hand-over = Resign start -> next leader's Campaign returns; observed = Resign start -> the observer reports the next leader; " +
 	"lockd = Session.Campaign / Leadership.Resign / Client.Observe; etcd-election (primary on etcd) = concurrency.Election Campaign / Resign / Observe; " +
 	"etcd-txn = its lock with the value, observed by Get + watch of the key; pg-raw = its lock on a leaders table with a value column, " +
@@ -212,16 +215,40 @@ type leadership struct {
 	resigned time.Time // Resign started
 }
 
-// campaigning counts the candidates inside campaign; a leader waits until
-// all the others are, so that its resignation hands over to one of them.
-// It also counts the leaders: from Campaign's return to the start of
-// Resign, at most one.
+// campaigning paces the candidates so that every leadership is a
+// hand-over to another candidate that was waiting: a leader resigns once
+// every other candidate is inside campaign, and a candidate that resigned
+// campaigns again only after someone else was granted (else an election
+// without a queue, such as a polled row, would often re-elect the one who
+// just resigned). It also counts the leaders: from Campaign's return to the
+// start of Resign, at most one.
 type campaigning struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
-	n       int
+	n       int // candidates inside campaign
 	leaders int
+	grants  int // leaderships so far
 	ended   bool
+}
+
+// granted counts a leadership and returns its number (1, 2, …).
+func (g *campaigning) granted() int {
+	g.mu.Lock()
+	g.grants++
+	n := g.grants
+	g.mu.Unlock()
+	g.cond.Broadcast()
+	return n
+}
+
+// awaitGrant returns when leadership number n+1 was granted, or the load
+// ended.
+func (g *campaigning) awaitGrant(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.grants <= n && !g.ended {
+		g.cond.Wait()
+	}
 }
 
 // lead counts a leader in (d = 1) or out (d = -1); false when the
@@ -310,11 +337,7 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 	start := time.Now()
 	warmEnd := start.Add(warm)
 	first := make(chan time.Time, 1) // the first hand-over after warmEnd
-	var (
-		grantsMu sync.Mutex
-		grants   int
-	)
-	var windowStart time.Time // written by the controller before ctrlDone closes
+	var windowStart time.Time        // written by the controller before ctrlDone closes
 	ctrlDone := make(chan struct{})
 	go func() { // the controller: exits after ending the window, or when ctx ends
 		defer close(ctrlDone)
@@ -368,11 +391,8 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 					cancel(fmt.Errorf("two leaders at once: candidate %d won (id %d) while another led", ci, id))
 					return
 				}
-				grantsMu.Lock()
-				grants++
-				handOver := grants > 1
-				grantsMu.Unlock()
-				if handOver && !at.Before(warmEnd) {
+				nth := gate.granted()
+				if nth > 1 && !at.Before(warmEnd) {
 					select {
 					case first <- at:
 					default:
@@ -385,6 +405,7 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 					cancel(fmt.Errorf("candidate %d resign: %w", ci, err))
 					return
 				}
+				gate.awaitGrant(nth)
 			}
 		}()
 	}
