@@ -158,10 +158,7 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 		ks.push(resp)
 		return
 	}
-	lv, err := s.st.Heartbeat(ctx, id)
-	if err == nil && lv.Live {
-		err = s.seed(ctx, ss)
-	}
+	lv, err := s.liveness(ctx, ss) // liveness.go
 	s.mu.Lock()
 	switch {
 	case ctx.Err() != nil:
