@@ -107,6 +107,7 @@ const (
 	// reply instead of the send of its request: check.NoTrustedOverlap must
 	// find overlaps.
 	RecvTimeSDK Control = "recvtime-sdk"
+	// StaleRecord: see replicas.go.
 )
 
 // Spec is one scenario.
@@ -474,8 +475,15 @@ func (r *run) startLockd() error {
 	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch || r.spec.Fault == LockdPause {
 		replicas = 2
 	}
+	bin := r.env.bins.Lockd
+	if r.replicaFault() {
+		replicas = 3
+	}
+	if r.spec.Control == StaleRecord {
+		bin = r.env.bins.LockdStale
+	}
 	cfg := lockdConfig{
-		bin:     r.env.bins.Lockd,
+		bin:     bin,
 		dir:     r.dir,
 		backend: string(r.spec.Backend),
 		ttl:     r.opts.TTL,
@@ -525,6 +533,9 @@ func (r *run) planWorkers() {
 		}
 		if r.spec.Fault == ReplicaSwitch {
 			ws.holdMin, ws.holdMax = switchHolds(r.opts.TTL)
+		}
+		if r.replicaFault() {
+			ws.holdMin, ws.holdMax = r.replicaHolds()
 		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
@@ -718,6 +729,9 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		return sleep(ctx, 2*ttl)
 	}
 	if handled, err := r.cycle11(ctx, i); handled {
+		return err
+	}
+	if handled, err := r.cycle13(ctx); handled {
 		return err
 	}
 	return fmt.Errorf("unknown fault %q", r.spec.Fault)

@@ -36,12 +36,19 @@ func Suite() []Spec {
 		{Name: "lockd-pause-pg", Backend: PG, Fault: LockdPause},
 		{Name: "restart-empty-embedded", Backend: Embedded, Fault: RestartEmpty, Cycles: 1},
 		{Name: "restart-older-embedded", Backend: Embedded, Fault: RestartOlder},
+		// issue 13: three replicas over one backend; every session
+		// survives the replica it talks to.
+		{Name: "replica-kill-etcd", Backend: Etcd, Fault: ReplicaKill, Cycles: 3},
+		{Name: "replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3},
+		{Name: "rolling-restart-etcd", Backend: Etcd, Fault: RollingRestart, Cycles: 1},
+		{Name: "rolling-restart-pg", Backend: PG, Fault: RollingRestart, Cycles: 1},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-receive-ttl-pg", Backend: PG, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-slow-clock-embedded", Backend: Embedded, Fault: PauseHolder, Control: SlowClock},
 		{Name: "control-recvtime-sdk-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK},
+		{Name: "control-stale-record-etcd", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord, Cycles: 3},
 		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal, Cycles: 1},
 	}
 }

@@ -34,8 +34,9 @@ type workerProc struct {
 	state    string // wait, hold or free
 	key      string
 	pausable bool
-	stopped  bool // SIGSTOPped by the harness and not resumed yet
-	killed   bool // SIGKILLed by the harness
+	peer     string // the lockd replica of the latest grant ("hold" line), "" if unknown
+	stopped  bool   // SIGSTOPped by the harness and not resumed yet
+	killed   bool   // SIGKILLed by the harness
 
 	// trig, if set, fires on the next matching line (see trigger).
 	trig atomic.Pointer[trigger]
@@ -71,6 +72,9 @@ func (w *workerProc) onLine(line string) {
 	w.mu.Lock()
 	w.state, w.key = f[0], f[1]
 	w.pausable = f[0] == "hold" && len(f) >= 4 && f[3] == "1"
+	if f[0] == "hold" && len(f) >= 5 && f[4] != "-" {
+		w.peer = f[4]
+	}
 	state, pausable := w.state, w.pausable
 	w.mu.Unlock()
 	if state == "hold" {
@@ -82,6 +86,14 @@ func (w *workerProc) onLine(line string) {
 	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
 		tr.fire(w)
 	}
+}
+
+// replica returns the address of the lockd replica the worker's latest
+// grant came through, "" if none is known yet.
+func (w *workerProc) replica() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.peer
 }
 
 // markStopped records a SIGSTOP or SIGCONT by the harness.

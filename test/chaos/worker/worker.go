@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
@@ -137,6 +139,10 @@ type worker struct {
 
 	sess    *session
 	sessTTL time.Duration
+	// lastPeer is the address of the lockd replica the latest successful
+	// unary call went to (peerRecorder): with pick-first, the replica the
+	// worker talks to.
+	lastPeer atomic.Value // string
 }
 
 // session is a client session with the extension tracking the receive-time
@@ -172,7 +178,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
 	}
 	defer w.fc.Close()
 
-	opts := []client.Option{client.WithBackoff(20*time.Millisecond, 500*time.Millisecond)}
+	opts := []client.Option{client.WithBackoff(20*time.Millisecond, 500*time.Millisecond),
+		client.WithDialOptions(grpc.WithChainUnaryInterceptor(w.peerRecorder))}
 	if cfg.ClockScale != 0 && cfg.ClockScale != 1 {
 		w.clock = newScaledClock(cfg.ClockScale)
 		opts = append(opts, client.WithClock(w.clock))
@@ -207,6 +214,27 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
 		w.iteration(ctx)
 	}
 	return rec.Err()
+}
+
+// peerRecorder is a unary client interceptor that remembers the remote
+// address of every call that succeeded: the "hold" line names the replica
+// the grant came through, which the replica-kill scenario SIGKILLs.
+func (w *worker) peerRecorder(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	var p peer.Peer
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
+	if err == nil && p.Addr != nil {
+		w.lastPeer.Store(p.Addr.String())
+	}
+	return err
+}
+
+// peer is the address lastPeer holds, "-" before the first call.
+func (w *worker) peer() string {
+	if a, ok := w.lastPeer.Load().(string); ok {
+		return a
+	}
+	return "-"
 }
 
 // say writes one state line.
@@ -321,7 +349,7 @@ func (w *worker) iteration(ctx context.Context) {
 			hold = controlHold
 		}
 	}
-	w.say("hold %s %d %d", key, tok, boolDigit(pausable))
+	w.say("hold %s %d %d %s", key, tok, boolDigit(pausable), w.peer())
 	time.Sleep(hold) // the critical section: not cut short by a stop, the grant is finished properly
 	// trustEnd is when the worker's trust ends if nothing else ends it
 	// first: the SDK's deadline, or receive + TTL under the control.
