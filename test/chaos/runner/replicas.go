@@ -24,6 +24,16 @@ const (
 	RollingRestart Fault = "rolling-restart"
 )
 
+// replicaTTL is the session TTL of the real replica scenarios. A session
+// survives the death of its replica when its client gets a heartbeat
+// answered through another before its deadline: at the shortest TTL (2 s,
+// 0.5 s margin) that budget is under a second after a kill late in the
+// heartbeat cycle, which the move (a new connection, the adoption's reads)
+// overran once on a loaded two-core machine (a grant lost, no safety
+// violation). 5 s leaves about three seconds, still well below lockd's
+// default of 15 s.
+const replicaTTL = 5 * time.Second
+
 // StaleRecord runs ReplicaKill on lockd binaries built with the server's
 // test-only tag lockd_stale_control (server/control_stale.go): a replica
 // answers every heartbeat of a session it adopted after the first from the

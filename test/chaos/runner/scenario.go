@@ -118,6 +118,9 @@ type Spec struct {
 	Control Control
 	// Cycles is how many fault cycles the short mode runs (default 2).
 	Cycles int
+	// TTL, if set, replaces Options.TTL (lockd's session TTL) for this
+	// scenario.
+	TTL time.Duration
 	// Pending, if set, names the fix a scenario waits for: it is in the
 	// suite and fails until that fix lands (Table shows it with the
 	// failure).
@@ -239,6 +242,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (rep *Report, err error) {
 	if spec.Cycles == 0 {
 		spec.Cycles = 2
+	}
+	if spec.TTL > 0 {
+		opts.TTL = spec.TTL
 	}
 	start := time.Now()
 	epoch := time.Now()

@@ -37,11 +37,11 @@ func Suite() []Spec {
 		{Name: "restart-empty-embedded", Backend: Embedded, Fault: RestartEmpty, Cycles: 1},
 		{Name: "restart-older-embedded", Backend: Embedded, Fault: RestartOlder},
 		// issue 13: three replicas over one backend; every session
-		// survives the replica it talks to.
-		{Name: "replica-kill-etcd", Backend: Etcd, Fault: ReplicaKill, Cycles: 3},
-		{Name: "replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3},
-		{Name: "rolling-restart-etcd", Backend: Etcd, Fault: RollingRestart, Cycles: 1},
-		{Name: "rolling-restart-pg", Backend: PG, Fault: RollingRestart, Cycles: 1},
+		// survives the replica it talks to (replicaTTL).
+		{Name: "replica-kill-etcd", Backend: Etcd, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL},
+		{Name: "replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL},
+		{Name: "rolling-restart-etcd", Backend: Etcd, Fault: RollingRestart, Cycles: 1, TTL: replicaTTL},
+		{Name: "rolling-restart-pg", Backend: PG, Fault: RollingRestart, Cycles: 1, TTL: replicaTTL},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
