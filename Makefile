@@ -82,8 +82,15 @@ package-check:
 ## (apt-get install -y protobuf-compiler libprotobuf-dev) and
 ##   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 ##   go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+##   go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.34.0
+##   go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@v2.34.0
+## (.ci/run installs the same versions; the gateway's runtime in go.mod is
+## the same v2.34.0). The HTTP/JSON routes are in HTTP_RULES, not in the
+## proto (docs/contracts/C2.md #ct2-http): a new RPC served over HTTP needs
+## one rule there. The OpenAPI document is lockd.swagger.json.
 PROTOC ?= protoc
 PROTOS := proto/lockd/v1/lockd.proto
+HTTP_RULES := proto/lockd/v1/lockd_http.yaml
 
 .PHONY: generate check-generate
 
@@ -91,7 +98,17 @@ generate:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(PROTOC) -I proto -I /usr/include \
 		--go_out=. --go_opt=module=lock.dev/lockd \
 		--go-grpc_out=. --go-grpc_opt=module=lock.dev/lockd \
+		--openapiv2_out=proto --openapiv2_opt=grpc_api_configuration=$(HTTP_RULES) \
+		--openapiv2_opt=json_names_for_fields=false \
 		$(PROTOS)
+	@# The gateway is a package of its own (standalone), so that the SDK,
+	@# which imports proto/lockd/v1, never links grpc-gateway.
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(PROTOC) -I proto -I /usr/include \
+		--grpc-gateway_out="$$tmp" --grpc-gateway_opt=paths=source_relative \
+		--grpc-gateway_opt=standalone=true --grpc-gateway_opt=grpc_api_configuration=$(HTTP_RULES) \
+		$(PROTOS) && \
+	mkdir -p proto/lockd/v1/gateway && mv "$$tmp/lockd/v1/lockd.pb.gw.go" proto/lockd/v1/gateway/lockd.pb.gw.go
 
 ## check-generate: fail when regenerating changes the committed generated code.
 check-generate: generate

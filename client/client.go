@@ -39,13 +39,21 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	ka *keepaliver
+	// failover is the resolver of a client of several addresses (nil for
+	// one address): it sets a draining or stalled replica aside.
+	failover *failoverResolver
 
 	closeOnce sync.Once
 }
 
-// New creates a client of the lockd server at target (host:port or any gRPC
-// target). It does not wait for the connection: calls retry until their
-// context ends while the server is unreachable. Plaintext is the default
+// New creates a client of the lockd server at target: host:port or any gRPC
+// target, or several replicas of one backend — "a:7420,b:7420,c:7420"
+// (also WithAddresses) or a DNS name, "dns:///lockd.example:7420". With
+// several addresses the client uses one replica at a time and moves its
+// KeepAlive stream and pending calls to another when that replica dies,
+// drains or stalls, keeping its sessions, locks and queue places (C2
+// #ct2-failover). It does not wait for the connection: calls retry until
+// their context ends while the server is unreachable. Plaintext is the default
 // only for a loopback target; any other target needs WithTLS,
 // WithTLSFiles or WithTransportCredentials, or WithInsecure to send
 // plaintext anyway (tls.go).
@@ -63,34 +71,62 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err := checkTiming(o.ttl, o.safetyMargin, o.heartbeatInterval); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	creds, err := o.transport.credentials(target)
+	// Several addresses or a DNS name: a resolver of this client's own
+	// (failover.go). The transport rules hold for every address: plaintext
+	// and a bearer token over it only if all of them are on loopback.
+	addrs, dnsTarget, err := splitTarget(target, o.addresses)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	dial := append([]grpc.DialOption{
+	secTarget, dialTarget := target, target
+	var fo *failoverResolver
+	if len(addrs) > 0 || dnsTarget != "" {
+		fo = newFailoverResolver(addrs, dnsTarget, o.clock.Now)
+		dialTarget = failoverScheme + ":///lockd"
+		if len(addrs) > 0 {
+			secTarget = addrs[0]
+			for _, a := range addrs {
+				if !loopbackTarget(a) {
+					secTarget = a
+					break
+				}
+			}
+		}
+	}
+	creds, err := o.transport.credentials(secTarget)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		// Static flow-control windows: no bandwidth-delay PING after each
 		// reply (see the server's transport settings).
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
-	}, o.dial...)
-	bearer, err := o.token.dialOption(target, creds) // token.go
+	}
+	if fo != nil {
+		dial = append(dial, fo.dialOptions()...)
+		dial = append(dial, grpc.WithChainUnaryInterceptor(fo.asideOnShutdown))
+	}
+	dial = append(dial, o.dial...)
+	bearer, err := o.token.dialOption(secTarget, creds) // token.go
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	if bearer != nil {
 		dial = append(dial, bearer)
 	}
-	conn, err := grpc.NewClient(target, dial...)
+	conn, err := grpc.NewClient(dialTarget, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %q: %w", target, err)
 	}
 	c := &Client{
-		conn:  conn,
-		api:   lockdv1.NewLockServiceClient(conn),
-		opts:  o,
-		clock: o.clock,
-		log:   orDiscard(o.logger),
+		conn:     conn,
+		api:      lockdv1.NewLockServiceClient(conn),
+		opts:     o,
+		clock:    o.clock,
+		log:      orDiscard(o.logger),
+		failover: fo,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ka = newKeepaliver(c)

@@ -30,6 +30,7 @@ type options struct {
 	transport         transportOptions // tls.go
 	token             tokenOptions     // token.go
 	dial              []grpc.DialOption
+	addresses         []string // WithAddresses (failover.go)
 	logger            *slog.Logger
 	clock             Clock
 	safetyMargin      time.Duration

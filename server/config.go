@@ -27,6 +27,9 @@ type Config struct {
 	Listen string `koanf:"lock.server.listen"`
 	// MetricsListen is lock.server.metrics-listen (/metrics, /healthz).
 	MetricsListen string `koanf:"lock.server.metrics-listen"`
+	// HTTPListen is lock.server.http.listen, the HTTP/JSON API's address
+	// (C5 #ct5-http); empty: off. Its TLS is the gRPC listener's.
+	HTTPListen string `koanf:"lock.server.http.listen"`
 	// CloseSessionsOnShutdown is lock.server.close-sessions-on-shutdown: on
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
@@ -80,6 +83,10 @@ type Config struct {
 	// MaxLocksPerSession is lock.server.max-locks-per-session: grants made
 	// through this server plus acquires in progress, per session.
 	MaxLocksPerSession int `koanf:"lock.server.max-locks-per-session"`
+	// RefusalRate is lock.server.refusal-rate: calls per second one peer
+	// gets refused for access before further refusals are answered LIMIT
+	// refusals (C2 #ct2-limits); 0 is off.
+	RefusalRate int `koanf:"lock.server.refusal-rate"`
 }
 
 // MaxLimit is the upper bound of every lock.server.max-* key.
@@ -103,6 +110,7 @@ func DefaultConfig() Config {
 		MaxWaiters:         4096,
 		MaxWaitersPerKey:   256,
 		MaxLocksPerSession: 1024,
+		RefusalRate:        10,
 	}
 }
 
@@ -163,5 +171,8 @@ func (c Config) validateLimits(bad func(key, format string, args ...any)) {
 		case l.v > l.upper:
 			bad(l.key, "%d must not exceed %s (%d)", l.v, l.upperKey, l.upper)
 		}
+	}
+	if c.RefusalRate < 0 || c.RefusalRate > MaxLimit {
+		bad("lock.server.refusal-rate", "%d out of bounds [0 (off), %d]", c.RefusalRate, MaxLimit)
 	}
 }

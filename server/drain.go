@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 
@@ -97,7 +98,7 @@ func (s *Server) closeDrained(ctx context.Context, ss *session) error {
 		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
 	}
 	s.mu.Unlock()
-	if _, err := s.st.CloseSession(ctx, ss.id); err != nil {
+	if _, err := s.st.CloseSession(telemetry.WithServerClose(ctx), ss.id); err != nil {
 		return fmt.Errorf("server: close session on shutdown: %w", err)
 	}
 	s.markGone(ss)

@@ -106,6 +106,9 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if d, ok := errors.AsType[*deniedError](err); ok && d.limit != "" {
+		return wireerr.LimitStatus(d.limit, d.msg).Err()
+	}
 	code, reason, msg := s.classify(ctx, err)
 	if code == codes.Internal {
 		s.log.LogAttrs(context.Background(), slog.LevelError, "rpc failed",

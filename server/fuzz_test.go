@@ -37,6 +37,7 @@ func FuzzAPI(f *testing.F) {
 	f.Add(uint8(6), int64(0), "", "a\x00b", uint64(0), false, int64(0), int32(0), true)
 	f.Add(uint8(7), int64(1<<62), "", "w/", uint64(0), true, int64(1<<62), int32(1), true)
 	f.Add(uint8(8), int64(0), "", "k", uint64(0), false, int64(0), int32(0), true)
+	f.Add(uint8(9), int64(0), "", "k", uint64(3), false, int64(0), int32(0), true)
 
 	f.Fuzz(func(t *testing.T, rpc uint8, ttlMs int64, sid, key string, token uint64, wait bool, timeoutMs int64, limit int32, useReal bool) {
 		// Protobuf refuses to encode invalid UTF-8 on the client side; the
@@ -52,7 +53,7 @@ func FuzzAPI(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
-		switch rpc % 9 {
+		switch rpc % 10 {
 		case 0:
 			var r *lockdv1.OpenSessionResponse
 			if r, err = api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: ttlMs}); err == nil {
@@ -95,11 +96,13 @@ func FuzzAPI(f *testing.F) {
 				}
 				_ = ka.CloseSend()
 			}
+		case 9:
+			_, err = api.Heartbeat(ctx, &lockdv1.HeartbeatRequest{SessionId: sid, Ack: []uint64{token}})
 		}
 		switch status.Code(err) {
 		case codes.Internal, codes.Unknown:
 			t.Fatalf("rpc %d (sid %q, key %q, token %d, ttl %d, wait %v/%dms, limit %d): %v",
-				rpc%9, sid, key, token, ttlMs, wait, timeoutMs, limit, err)
+				rpc%10, sid, key, token, ttlMs, wait, timeoutMs, limit, err)
 		}
 	})
 }

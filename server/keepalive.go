@@ -119,13 +119,8 @@ loop:
 	return s.streamEnd(stream.Context(), context.Cause(ctx))
 }
 
-// heartbeat answers one KeepAlive request. Every answer repeats the
-// session's unacknowledged lock-lost notices, and every answer of a session
-// whose grants the server knows lists them (held, C2 #ct2-confirm), read
-// under the same lock as the trust it grants, after the store's answer: a
-// grant the server has seen go is never listed afterwards.
+// heartbeat answers one KeepAlive request (beat does the work).
 func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepAliveRequest) {
-	recv := time.Now()
 	resp := &lockdv1.KeepAliveResponse{SessionId: req.SessionId, RequestId: req.RequestId}
 	if req.RequestId == 0 {
 		resp.Error = s.sessionError(ctx, invalidf("request_id", "must be non-zero"))
@@ -137,49 +132,68 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 		ks.push(resp) // no such session can exist: not live
 		return
 	}
-	// A refused request attaches nothing, acknowledges nothing and extends
-	// nothing (C2 #ct2-ownership).
-	if err := s.checkSecret(ctx, "KeepAlive", id, req.SessionSecret); err != nil {
-		if ctx.Err() == nil {
-			resp.Error = s.sessionError(ctx, err)
-			ks.push(resp)
-		}
+	answer, err := s.beat(ctx, "KeepAlive", ks, id, req.SessionSecret, req.Ack, resp)
+	if !answer {
 		return
 	}
-	ss, err := s.attach(id, ks, req.Ack)
 	if err != nil {
 		resp.Error = s.sessionError(ctx, err)
-		ks.push(resp)
-		return
+	}
+	ks.push(resp)
+}
+
+// beat is one heartbeat of session id, received on the KeepAlive stream ks
+// or, with ks nil, as a Heartbeat call (which attaches the session to no
+// stream). It fills resp and returns the error that answers it instead of
+// a plain answer (resp then carries what such an answer also carries), or
+// answer = false when ctx ended and nobody is left to answer. Every answer
+// repeats the session's unacknowledged lock-lost notices, and every answer
+// of a session whose grants the server knows lists them (held, C2
+// #ct2-confirm), read under the same lock as the trust it grants, after
+// the store's answer: a grant the server has seen go is never listed
+// afterwards.
+func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store.SessionID, secret []byte, acks []uint64,
+	resp *lockdv1.KeepAliveResponse) (answer bool, err error) {
+	recv := time.Now()
+	// A refused request attaches nothing, acknowledges nothing and extends
+	// nothing (C2 #ct2-ownership).
+	if err := s.checkSecret(ctx, method, id, secret); err != nil {
+		return ctx.Err() == nil, err
+	}
+	ss, err := s.attach(id, ks, acks)
+	if err != nil {
+		return true, err
 	}
 	defer s.unpin(ss)
 
-	if s.drainAnswer(ctx, ss, resp) || s.isClosing(ss) {
-		ks.push(resp)
-		return
+	if s.drainAnswer(ss, resp) {
+		return true, errShuttingDown
+	}
+	if s.isClosing(ss) {
+		return true, nil
 	}
 	lv, err := s.liveness(ctx, ss) // liveness.go
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch {
 	case ctx.Err() != nil:
-		s.mu.Unlock()
-		return // the stream is gone: nobody to answer
+		return false, nil // the caller is gone: nobody to answer
 	case err == nil && lv.Live:
 		if s.grantTrustLocked(ss, recv, lv.Remaining) {
 			resp.Live = true
 			resp.RemainingMs = max(lv.Remaining, 0).Milliseconds()
 			resp.Held = s.heldLocked(ss)
 		}
+		err = nil
 	case err == nil || errors.Is(err, store.ErrSessionDead):
 		s.markGoneLocked(ss)
+		err = nil
 	default:
-		resp.Error = s.sessionError(ctx, err)
 		resp.Live = true // not meaningful with an error; never read as dead
 		resp.Held = s.heldLocked(ss)
 	}
 	resp.Lost = s.pendingLocked(ss)
-	s.mu.Unlock()
-	ks.push(resp)
+	return true, err
 }
 
 // seed fills the record of a session this server did not open (adopted:
@@ -224,15 +238,15 @@ func (s *Server) seed(ctx context.Context, ss *session) error {
 }
 
 // drainAnswer fills resp for a session that a Shutdown with
-// close-sessions-on-shutdown is about to close (SHUTTING_DOWN, no
-// extension, its pending notices) and reports whether it did.
-func (s *Server) drainAnswer(ctx context.Context, ss *session, resp *lockdv1.KeepAliveResponse) bool {
+// close-sessions-on-shutdown is about to close (no extension, its pending
+// notices; the caller answers with SHUTTING_DOWN) and reports whether it
+// did.
+func (s *Server) drainAnswer(ss *session, resp *lockdv1.KeepAliveResponse) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !ss.draining || ss.gone {
 		return false
 	}
-	resp.Error = s.sessionError(ctx, errShuttingDown)
 	resp.Live = true // not meaningful with an error
 	resp.Held = s.heldLocked(ss)
 	resp.Lost = s.pendingLocked(ss)
@@ -240,13 +254,14 @@ func (s *Server) drainAnswer(ctx context.Context, ss *session, resp *lockdv1.Kee
 }
 
 // attach pins the session's record, applies the client's acknowledgements
-// and makes ks the stream its notices go to. It fails when ks already
-// carries MaxSessionsPerStream sessions.
+// and makes ks the stream its notices go to (a nil ks, a Heartbeat call,
+// leaves the stream as it is). It fails when ks already carries
+// MaxSessionsPerStream sessions.
 func (s *Server) attach(id store.SessionID, ks *kaStream, acks []uint64) (*session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.sessions[id]
-	if ss == nil || ss.stream != ks {
+	if ks != nil && (ss == nil || ss.stream != ks) {
 		if ks.sessions >= MaxSessionsPerStream {
 			return nil, fmt.Errorf("%w: at most %d sessions per keepalive stream", errLimit, MaxSessionsPerStream)
 		}
@@ -256,7 +271,7 @@ func (s *Server) attach(id store.SessionID, ks *kaStream, acks []uint64) (*sessi
 		s.sessions[id] = ss
 	}
 	ss.pins++
-	if ss.stream != ks {
+	if ks != nil && ss.stream != ks {
 		if ss.stream != nil {
 			ss.stream.sessions--
 		}
@@ -271,4 +286,25 @@ func (s *Server) isClosing(ss *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return ss.closing || ss.gone || s.closingAll
+}
+
+// Heartbeat implements the Heartbeat RPC: one KeepAlive request as a unary
+// call (the HTTP/JSON API's keepalive, C2 #ct2-http). The answer is the
+// one a KeepAlive request gets, without request_id; an error of that
+// answer is the call's error.
+func (s service) Heartbeat(ctx context.Context, req *lockdv1.HeartbeatRequest) (*lockdv1.HeartbeatResponse, error) {
+	id := store.SessionID(req.SessionId)
+	if err := store.ValidateSessionID(id); err != nil {
+		return nil, s.toStatus(ctx, "Heartbeat", invalid("session_id", err))
+	}
+	resp := &lockdv1.KeepAliveResponse{SessionId: req.SessionId}
+	answer, err := s.beat(ctx, "Heartbeat", nil, id, req.SessionSecret, req.Ack, resp)
+	switch {
+	case err != nil:
+		return nil, s.toStatus(ctx, "Heartbeat", err)
+	case !answer:
+		return nil, s.toStatus(ctx, "Heartbeat", context.Cause(ctx))
+	}
+	return &lockdv1.HeartbeatResponse{Live: resp.Live, RemainingMs: resp.RemainingMs, Held: resp.Held, Lost: resp.Lost,
+		Draining: resp.Draining}, nil
 }

@@ -92,8 +92,10 @@ type Server struct {
 	health         *health.Server
 	bad            badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
 	lim            *limits     // the limits of C2 #ct2-limits (limits.go)
+	refused        *refusals   // the refusal rate per peer (refusals.go)
 
-	grpcTLS, metricsTLS *TLSReloader // nil: plaintext listener (tls.go)
+	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
+	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
 
 	// ctx ends when Shutdown begins; every background goroutine and every
 	// long-running handler (waits, streams) watches it.
@@ -106,6 +108,10 @@ type Server struct {
 	silence    silenceHeap
 	wake       chan struct{}
 	closingAll bool // Shutdown with CloseSessionsOnShutdown began
+
+	// maxWait bounds one Acquire's wait in nanoseconds (MaxWait; tests
+	// shorten it while the server runs: export_test.go).
+	maxWait atomic.Int64
 
 	noticeSeq uint64        // the last lock-lost notice id (notify.go; s.mu)
 	drainWake chan struct{} // set by closeAll (s.mu): an acknowledgement arrived (drain.go)
@@ -154,6 +160,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	s := &Server{
 		sharedSessions: sh != nil && sh.SharesSessions(),
 		lim:            newLimits(cfg, lm),
+		refused:        newRefusals(cfg.RefusalRate),
 		cfg:            cfg,
 		st:             st,
 		log:            log,
@@ -165,24 +172,13 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		streamsGone:    make(chan struct{}, 1),
 		wake:           make(chan struct{}, 1),
 	}
-	if s.grpcTLS, s.metricsTLS, err = cfg.tlsSetup(log); err != nil {
+	s.maxWait.Store(int64(MaxWait))
+	if s.grpcTLS, s.metricsTLS, s.httpTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.grpc = grpc.NewServer(append(s.grpcCreds(),
-		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
-		grpc.StaticStreamWindowSize(streamWindow),
-		grpc.StaticConnWindowSize(connWindow),
-		grpc.NumStreamWorkers(streamWorkers),
-		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
-		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(opts.Auth), s.unaryLimits),
-		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(opts.Auth), s.streamLimits),
-		grpc.StatsHandler(s.lim), // counts connections (limits.go)
-		// Find dead client connections (a waiting Acquire of a client
-		// that vanished then ends, and its waiter leaves the queue).
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)...)
+	gopts := s.grpcOptions(opts.Auth)
+	s.grpc = grpc.NewServer(append(s.grpcCreds(), gopts...)...)
 	lockdv1.RegisterLockServiceServer(s.grpc, service{Server: s})
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -191,9 +187,37 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	reflection.Register(s.grpc)
 
 	s.wg.Add(2)
+	if cfg.HTTPListen != "" {
+		s.http = s.newHTTPAPI(gopts)
+		s.wg.Add(1)
+		go func() { // exits when the in-process server stops (Shutdown)
+			defer s.wg.Done()
+			_ = s.http.inproc.Serve(s.http.pipes)
+		}()
+	}
 	go s.silenceLoop() // exits when s.ctx ends
 	go s.lostLoop()    // exits when s.ctx ends
 	return s, nil
+}
+
+// grpcOptions are the options of the gRPC server but its transport
+// credentials: the public server's and the HTTP/JSON API's in-process one
+// (http.go) are the same server but for them.
+func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
+		grpc.NumStreamWorkers(streamWorkers),
+		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
+		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(az), s.unaryLimits),
+		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(az), s.streamLimits),
+		grpc.StatsHandler(s.lim), // counts connections (limits.go)
+		// Find dead client connections (a waiting Acquire of a client
+		// that vanished then ends, and its waiter leaves the queue).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
 }
 
 // Serve accepts gRPC connections on lis until Shutdown; it returns nil after
@@ -245,6 +269,13 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.grpc.GracefulStop()
 		close(stopped)
 	}()
+	var httpDone chan error
+	if s.http != nil {
+		httpDone = make(chan error, 1)
+		go func() { // exits when the HTTP API has stopped (bounded by ctx)
+			httpDone <- s.http.shutdown(ctx)
+		}()
+	}
 	// Long-running handlers (waits, KeepAlive and Watch streams) end now,
 	// so the graceful stop only waits for short RPCs.
 	s.cancel()
@@ -254,6 +285,11 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.grpc.Stop()
 		<-stopped
 		errs = append(errs, fmt.Errorf("server: shutdown: %w", ctx.Err()))
+	}
+	if httpDone != nil {
+		if err := <-httpDone; err != nil {
+			errs = append(errs, fmt.Errorf("server: shutdown of the HTTP/JSON API: %w", err))
+		}
 	}
 	s.wg.Wait()
 	return errors.Join(errs...)

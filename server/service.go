@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -70,7 +71,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	s.rememberPrincipal(sess.ID, principal)
 	if !registered {
 		// Shutdown began while the store opened it: do not hand it out.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		cctx, cancel := context.WithTimeout(telemetry.WithServerClose(context.WithoutCancel(ctx)), closeTimeout)
 		_, _ = s.st.CloseSession(cctx, sess.ID)
 		cancel()
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
@@ -114,7 +115,7 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 	s.beginClose(ss)
 	n, err := s.st.CloseSession(ctx, id)
 	if err != nil {
-		s.retryCloseLater(ss)
+		s.retryCloseLater(ctx, ss)
 		return nil, s.toStatus(ctx, "CloseSession", fmt.Errorf("close session: %w", err))
 	}
 	s.markGone(ss)
@@ -122,13 +123,15 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 }
 
 // retryCloseLater hands a session whose close failed to the silence loop,
-// which retries with backoff; the record stays closing.
-func (s *Server) retryCloseLater(ss *session) {
+// which retries with backoff; the record stays closing and keeps who asked
+// (the caller in ctx) for the audit trail of the retried close.
+func (s *Server) retryCloseLater(ctx context.Context, ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ss.gone || !ss.known {
 		return
 	}
+	ss.closeBy, ss.closeRule, ss.closeCaller = telemetry.CallerOf(ctx)
 	ss.expireAt = time.Now().Add(closeRetryMin)
 	s.schedule(ss)
 }
@@ -255,7 +258,7 @@ func acquireOptions(req *lockdv1.AcquireRequest) []store.AcquireOption {
 // wait timeout (MaxWait when 0), the caller's context and Shutdown. The
 // backend wakes the waiter; nothing here polls.
 func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockdv1.AcquireRequest) (store.Grant, error) {
-	timeout := MaxWait
+	timeout := time.Duration(s.maxWait.Load())
 	if req.WaitTimeoutMs > 0 {
 		timeout = time.Duration(req.WaitTimeoutMs) * time.Millisecond
 	}
@@ -265,12 +268,50 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 	defer stop()
 	wctx, cancelTimeout := context.WithTimeoutCause(wctx, timeout, errWaitTimeout)
 	defer cancelTimeout()
-	g, err := s.st.Acquire(wctx, id, req.Key, acquireOptions(req)...)
+	opts := acquireOptions(req)
+	if req.KeepPlace {
+		// The place outlives this call: the client resumes it with its
+		// next Acquire, or leaves it (C2 #ct2-keep-place).
+		opts = append(opts, store.KeepPlace())
+	}
+	g, err := s.st.Acquire(wctx, id, req.Key, opts...)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return g, fmt.Errorf("%w: %w", context.Cause(wctx), err)
+		err = fmt.Errorf("%w: %w", context.Cause(wctx), err)
+		if req.KeepPlace && req.WaitTimeoutMs > 0 && errors.Is(err, errWaitTimeout) {
+			// The caller's own wait timeout: it gives up its place. A
+			// failure leaves the place to its session's end, or to the
+			// caller's own LeaveQueue.
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			if lerr := s.st.LeaveQueue(lctx, id, req.Key); lerr != nil {
+				s.log.WarnContext(ctx, "lockd: acquire: leaving the queue after the wait timeout failed", "key", req.Key, "error", lerr)
+			}
+			lcancel()
+		}
 	}
 	return g, err
+}
+
+// LeaveQueue implements the LeaveQueue RPC (C2 #ct2-keep-place).
+func (s service) LeaveQueue(ctx context.Context, req *lockdv1.LeaveQueueRequest) (*lockdv1.LeaveQueueResponse, error) {
+	id := store.SessionID(req.SessionId)
+	var err error
+	switch {
+	case store.ValidateSessionID(id) != nil:
+		err = invalid("session_id", store.ValidateSessionID(id))
+	case store.ValidateKey(req.Key) != nil:
+		err = invalid("key", store.ValidateKey(req.Key))
+	}
+	if err == nil {
+		err = s.checkSecret(ctx, "LeaveQueue", id, req.SessionSecret)
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "LeaveQueue", err)
+	}
+	if err := s.st.LeaveQueue(ctx, id, req.Key); err != nil {
+		return nil, s.toStatus(ctx, "LeaveQueue", fmt.Errorf("leave queue: %w", err))
+	}
+	return &lockdv1.LeaveQueueResponse{}, nil
 }
 
 // Release implements the Release RPC.

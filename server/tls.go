@@ -104,6 +104,11 @@ func (c Config) validateListeners(bad func(key, format string, args ...any)) {
 		bad("lock.server.listen", "%q is not a loopback address and TLS is off: set lock.server.tls.cert-file and "+
 			"lock.server.tls.key-file (or lock.server.insecure-allow-remote=true to serve plaintext anyway)", c.Listen)
 	}
+	if c.HTTPListen != "" && !c.GRPCTLS().Enabled() && !IsLoopback(c.HTTPListen) {
+		bad("lock.server.http.listen", "%q is not a loopback address and TLS is off: set lock.server.tls.cert-file and "+
+			"lock.server.tls.key-file (the HTTP/JSON API uses the gRPC listener's TLS; or lock.server.insecure-allow-remote=true "+
+			"to serve plaintext anyway)", c.HTTPListen)
+	}
 	if c.MetricsListen != "" && c.MetricsListen != metricsOff && !c.MetricsTLS().Enabled() && !IsLoopback(c.MetricsListen) {
 		bad("lock.server.metrics-listen", "%q is not a loopback address and TLS is off: set lock.server.metrics-tls.cert-file and "+
 			"lock.server.metrics-tls.key-file (or lock.server.insecure-allow-remote=true to serve plaintext anyway)", c.MetricsListen)
@@ -265,22 +270,33 @@ func PeerCertificate(ctx context.Context) *x509.Certificate { return auth.PeerCe
 // tlsSetup builds the reloaders of both listeners (nil when a listener is
 // plaintext) and logs insecure_listener for each non-loopback plaintext
 // listener allowed by InsecureAllowRemote.
-func (c Config) tlsSetup(logger *slog.Logger) (grpcTLS, metricsTLS *TLSReloader, err error) {
+func (c Config) tlsSetup(logger *slog.Logger) (grpcTLS, metricsTLS, httpTLS *TLSReloader, err error) {
 	if c.GRPCTLS().Enabled() {
 		if grpcTLS, err = NewTLSReloader(c.GRPCTLS(), telemetry.ListenerGRPC, []string{"h2"}, logger); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	} else if !IsLoopback(c.Listen) {
 		telemetry.InsecureListener(logger, telemetry.ListenerGRPC, c.Listen)
 	}
 	if c.MetricsTLS().Enabled() {
 		if metricsTLS, err = NewTLSReloader(c.MetricsTLS(), telemetry.ListenerMetrics, []string{"http/1.1"}, logger); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	} else if c.MetricsListen != metricsOff && !IsLoopback(c.MetricsListen) {
 		telemetry.InsecureListener(logger, telemetry.ListenerMetrics, c.MetricsListen)
 	}
-	return grpcTLS, metricsTLS, nil
+	// The HTTP/JSON API serves the gRPC listener's files (C5 #ct5-http)
+	// through a reloader of its own (ALPN http/1.1, listener label http).
+	if c.HTTPListen != "" {
+		if c.GRPCTLS().Enabled() {
+			if httpTLS, err = NewTLSReloader(c.GRPCTLS(), telemetry.ListenerHTTP, []string{"http/1.1"}, logger); err != nil {
+				return nil, nil, nil, err
+			}
+		} else if !IsLoopback(c.HTTPListen) {
+			telemetry.InsecureListener(logger, telemetry.ListenerHTTP, c.HTTPListen)
+		}
+	}
+	return grpcTLS, metricsTLS, httpTLS, nil
 }
 
 // MetricsTLSConfig returns the tls.Config for the metrics listener
@@ -292,12 +308,12 @@ func (s *Server) MetricsTLSConfig() *tls.Config {
 	return s.metricsTLS.Config()
 }
 
-// ReloadTLS re-reads the certificate, key and client CA files of both
-// listeners now (SIGHUP). Failures are logged and returned; the previous
+// ReloadTLS re-reads the certificate, key and client CA files of every
+// listener now (SIGHUP). Failures are logged and returned; the previous
 // files stay in force.
 func (s *Server) ReloadTLS() error {
 	var errs []error
-	for _, r := range []*TLSReloader{s.grpcTLS, s.metricsTLS} {
+	for _, r := range []*TLSReloader{s.grpcTLS, s.metricsTLS, s.httpTLS} {
 		if r != nil {
 			errs = append(errs, r.Reload())
 		}

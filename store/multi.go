@@ -43,6 +43,10 @@ type AcquireOptions struct {
 	Limit uint32
 	// Mode is the read/write side; ModeUnset for none.
 	Mode Mode
+	// KeepPlace: an Acquire that ends without a grant for any reason but
+	// the session's end leaves the session's queue entry in place
+	// (KeepPlace, C2 #ct2-keep-place).
+	KeepPlace bool
 }
 
 // WithLimit makes the grant one of up to n slots of a counting semaphore

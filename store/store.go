@@ -207,13 +207,21 @@ type LockStore interface {
 	// Acquire grants key to the session, waiting in the key's FIFO queue
 	// (kept in the backend, shared by every store instance) until it is the
 	// session's turn. It returns when granted; when ctx ends (the waiter
-	// leaves the queue at once; the error matches ctx.Err()); or when the
-	// session dies (ErrSessionDead; the waiter leaves the queue). If the
-	// session already holds the key, its existing grant is returned at once.
-	// WithLimit and WithMode make the grant a semaphore slot or a side of a
-	// read/write lock (C2 #ct2-multi); a request of another kind than the
-	// key's holders and waiters is ErrLimitMismatch.
+	// leaves the queue at once, unless KeepPlace; the error matches
+	// ctx.Err()); or when the session dies (ErrSessionDead; the waiter
+	// leaves the queue). If the session already holds the key, its existing
+	// grant is returned at once. A session already queued for the key (a
+	// place kept with KeepPlace, or a concurrent call) resumes that place
+	// (C2 #ct2-keep-place). WithLimit and WithMode make the grant a
+	// semaphore slot or a side of a read/write lock (C2 #ct2-multi); a
+	// request of another kind than the key's holders and waiters is
+	// ErrLimitMismatch.
 	Acquire(ctx context.Context, id SessionID, key string, opts ...AcquireOption) (Grant, error)
+
+	// LeaveQueue removes the session's place in the key's queue, if it has
+	// one; it never touches a grant. Idempotent: a session that is not
+	// queued for the key, or unknown, is nil (C2 #ct2-keep-place).
+	LeaveQueue(ctx context.Context, id SessionID, key string) error
 
 	// DeleteIfOwner releases the grant (session, key, token). It deletes the
 	// key only if that exact grant is the current one: any other case

@@ -25,6 +25,7 @@ var sdkForbidden = []string{
 	"github.com/prometheus",
 	"go.etcd.io",
 	"github.com/jackc",
+	"github.com/grpc-ecosystem/grpc-gateway", // the HTTP/JSON gateway is the server's (proto/lockd/v1/gateway)
 	"lock.dev/lockd/server",
 	"lock.dev/lockd/store/etcdstore",
 	"lock.dev/lockd/store/pgstore",

@@ -42,7 +42,11 @@ Configuration comes from flags, then LOCKD_* environment variables, then the
 YAML file given with --config, then the defaults (docs/contracts/C5.md). Once
 listening it prints one line to stdout:
 
-  lockd serving grpc=HOST:PORT metrics=HOST:PORT backend=NAME
+  lockd serving grpc=HOST:PORT metrics=HOST:PORT backend=NAME[ http=HOST:PORT]
+
+With --http-listen it also serves the same API as HTTP/1.1 + JSON (routes in
+docs/contracts/C2.md #ct2-http, OpenAPI in proto/lockd/v1/lockd.swagger.json),
+with the gRPC listener's TLS and the same access rules.
 
 Logs (C4 events) are JSON lines on stderr. SIGINT or SIGTERM shuts it down:
 sessions are left to expire unless --close-sessions-on-shutdown.
@@ -123,6 +127,17 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		metricsAt = mlis.Addr().String()
 	}
 
+	var hlis net.Listener // the HTTP/JSON API (C5 #ct5-http); nil when off
+	if cfg.Server.HTTPListen != "" {
+		if hlis, err = net.Listen("tcp", cfg.Server.HTTPListen); err != nil {
+			errs := []error{fmt.Errorf("lock.server.http.listen: %w", err), lis.Close()}
+			if mlis != nil {
+				errs = append(errs, mlis.Close())
+			}
+			return errors.Join(append(errs, shutdown())...)
+		}
+	}
+
 	// SIGHUP re-reads the TLS certificates, keys and client CAs (they are
 	// also re-read when they change on disk); the reloader logs the outcome.
 	hup := make(chan os.Signal, 1)
@@ -140,10 +155,22 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		}
 	}()
 
-	// Both serve goroutines end at shutdown below; errc holds their results.
-	errc := make(chan error, 2)
+	// The serve goroutines end at shutdown below; errc holds their results.
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(lis) }()
 	running := 1
+	httpAt := ""
+	if hlis != nil {
+		running++
+		httpAt = " http=" + hlis.Addr().String()
+		go func() {
+			if err := srv.ServeHTTPAPI(hlis); err != nil {
+				errc <- fmt.Errorf("serve HTTP/JSON API: %w", err)
+				return
+			}
+			errc <- nil
+		}()
+	}
 	if httpSrv != nil {
 		running++
 		go func() {
@@ -154,7 +181,7 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 			errc <- nil
 		}()
 	}
-	fmt.Fprintf(e.stdout, "lockd serving grpc=%s metrics=%s backend=%s\n", lis.Addr(), metricsAt, cfg.Backend.Kind)
+	fmt.Fprintf(e.stdout, "lockd serving grpc=%s metrics=%s backend=%s%s\n", lis.Addr(), metricsAt, cfg.Backend.Kind, httpAt)
 
 	var serveErr error
 	select {
@@ -162,10 +189,11 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	case serveErr = <-errc: // a listener failed (Serve returns nil only after Shutdown)
 		running--
 		if serveErr == nil {
-			serveErr = errors.New("metrics server stopped")
+			serveErr = errors.New("a listener stopped")
 		}
 	}
-	// Order: the gRPC server (so /healthz reports 503 while it drains), then
+	// Order: the gRPC server and the HTTP/JSON API (so /healthz reports 503
+	// while they drain), then
 	// the metrics server, then (deferred) the backend: the store, the etcd
 	// client and the embedded etcd (backend.Backend.Close).
 	errs := []error{serveErr, shutdown()}

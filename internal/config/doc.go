@@ -37,6 +37,7 @@
 //	lock.client.heartbeat-interval           0 (= ttl/3)     0, or 100ms..ttl − 2×safety-margin           LOCKD_CLIENT_HEARTBEAT_INTERVAL          --heartbeat-interval
 //	lock.server.listen                       127.0.0.1:7420  non-empty host:port                          LOCKD_SERVER_LISTEN                      --listen
 //	lock.server.metrics-listen               127.0.0.1:7421  non-empty host:port, or "off"                LOCKD_SERVER_METRICS_LISTEN              --metrics-listen
+//	lock.server.http.listen                  (empty: off)    host:port, or empty (HTTP/JSON API)          LOCKD_SERVER_HTTP_LISTEN                 --http-listen
 //	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
 //	lock.server.drain-timeout                5s              0, or 100ms..1m                              LOCKD_SERVER_DRAIN_TIMEOUT               --drain-timeout
 //	lock.server.tls.cert-file                (none)          PEM certificate; with key-file               LOCKD_SERVER_TLS_CERT_FILE               --tls-cert-file
@@ -74,6 +75,7 @@
 //	lock.server.max-waiters                  4096            1..1000000                                   LOCKD_SERVER_MAX_WAITERS                 --max-waiters
 //	lock.server.max-waiters-per-key          256             1..lock.server.max-waiters                   LOCKD_SERVER_MAX_WAITERS_PER_KEY         --max-waiters-per-key
 //	lock.server.max-locks-per-session        1024            1..1000000                                   LOCKD_SERVER_MAX_LOCKS_PER_SESSION       --max-locks-per-session
+//	lock.server.refusal-rate                 10              0 (off), or 1..1000000 per second per peer   LOCKD_SERVER_REFUSAL_RATE                --refusal-rate
 //
 //	lock.auth.policy-file                    (none)          a YAML policy file (C5 #ct5-auth)             LOCKD_AUTH_POLICY_FILE                   --auth-policy-file
 //	lock.auth.tokens-file                    (none)          a tokens file; needs lock.auth.policy-file   LOCKD_AUTH_TOKENS_FILE                   --auth-tokens-file

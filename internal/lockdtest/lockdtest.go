@@ -81,12 +81,18 @@ type Server struct {
 	Store store.LockStore
 	// Registry holds the server's metrics.
 	Registry *prometheus.Registry
+	// HTTPAddr is the HTTP/JSON API's address (host:port; over TLS when
+	// the config sets lock.server.tls.*), "" when Config.HTTPListen is
+	// empty (the API is off).
+	HTTPAddr string
 	// Client is connected to the server (nil with Options.NoClient).
 	Client *client.Client
 
-	served   chan error
+	served   chan error // the results of Serve and ServeHTTPAPI
+	serving  int        // how many of them run
 	stopOnce sync.Once
 	stopErr  error
+	lis      *trackingListener
 }
 
 // StartBackend starts a server over a fresh, isolated store on kind
@@ -135,13 +141,25 @@ func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Regis
 	if err != nil {
 		t.Fatalf("lockdtest: server.New: %v", err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
 		t.Fatalf("lockdtest: listen: %v", err)
 	}
-	s := &Server{Server: srv, Addr: lis.Addr().String(), Store: st, Registry: reg, served: make(chan error, 1)}
+	lis := &trackingListener{Listener: inner, conns: map[net.Conn]bool{}}
+	s := &Server{Server: srv, Addr: lis.Addr().String(), Store: st, Registry: reg, served: make(chan error, 2), lis: lis}
 	go func() { s.served <- srv.Serve(lis) }() // exits after Shutdown (Stop)
+	s.serving = 1
+	if cfg.HTTPListen != "" {
+		hlis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			_ = srv.Shutdown(context.Background())
+			t.Fatalf("lockdtest: listen (HTTP): %v", err)
+		}
+		s.HTTPAddr = hlis.Addr().String()
+		s.serving++
+		go func() { s.served <- srv.ServeHTTPAPI(hlis) }() // exits after Shutdown (Stop)
+	}
 	t.Cleanup(func() {
 		if err := s.Stop(); err != nil {
 			t.Errorf("lockdtest: stop server: %v", err)
@@ -167,15 +185,87 @@ func (s *Server) NewClient(t testing.TB, opts ...client.Option) *client.Client {
 }
 
 // Stop shuts the server down (sessions are left to expire) and waits until
-// Serve returned. It is idempotent; the test's cleanup calls it too.
+// Serve (and ServeHTTPAPI) returned. It is idempotent; the test's cleanup calls it too.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		s.stopErr = s.Shutdown(ctx)
-		if err := <-s.served; err != nil && s.stopErr == nil {
-			s.stopErr = fmt.Errorf("serve: %w", err)
+		for range s.serving {
+			if err := <-s.served; err != nil && s.stopErr == nil && !s.lis.wasKilled() { // Kill closed the listener under Serve
+				s.stopErr = fmt.Errorf("serve: %w", err)
+			}
 		}
 	})
 	return s.stopErr
+}
+
+// Kill stands in for SIGKILL of the server process: every client connection
+// is reset at once (TCP RST) and the listener closed, so clients see the
+// connection break, never a graceful GOAWAY or a status; then the server is
+// stopped without closing any session (their locks stay until the backend
+// expires them, or another replica keeps them). Unlike a real kill, the
+// store's calls in flight end through their cancellation (e.g. a waiting
+// Acquire without store.KeepPlace leaves its queue). Idempotent with Stop.
+func (s *Server) Kill() error {
+	s.lis.reset()
+	return s.Stop()
+}
+
+// trackingListener remembers the connections it accepted, so that Kill can
+// reset them.
+type trackingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	killed bool
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.killed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns[c] = true
+	return &trackedConn{Conn: c, l: l}, nil
+}
+
+func (l *trackingListener) wasKilled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.killed
+}
+
+// reset closes the listener and resets every accepted connection.
+func (l *trackingListener) reset() {
+	l.mu.Lock()
+	l.killed = true
+	conns := l.conns
+	l.conns = map[net.Conn]bool{}
+	l.mu.Unlock()
+	_ = l.Listener.Close()
+	for c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST, as the kernel does for a killed process
+		}
+		_ = c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l *trackingListener
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c.Conn)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }

@@ -14,6 +14,7 @@ const (
 	EventPGTLSWeak        = "pg_tls_weak"
 	ListenerGRPC          = "grpc"    // listener label: lock.server.listen
 	ListenerMetrics       = "metrics" // listener label: lock.server.metrics-listen
+	ListenerHTTP          = "http"    // listener label: lock.server.http.listen (C5 #ct5-http)
 	PGTLSOptional         = "optional"
 	PGTLSUnverified       = "unverified"
 )

@@ -80,7 +80,7 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 		// A failed revoke is not retried: the session record is gone (no
 		// Store can adopt it) and none keeps it, so the lease runs out
 		// within its TTL anyway.
-		s.endLocal(ss, id, max(n, 0))
+		s.endLocal(ctx, ss, id, max(n, 0))
 		return store.Expiry{Ended: true, Released: max(n, 0)}, nil
 	case !exists:
 		if ss != nil {
@@ -125,7 +125,7 @@ func (s *Store) forgetKept(ss *session) {
 }
 
 // endLocal records a session ExpireSession ended (n locks released).
-func (s *Store) endLocal(ss *session, id store.SessionID, n int) {
+func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ss != nil && !ss.dead {
@@ -136,5 +136,5 @@ func (s *Store) endLocal(ss *session, id store.SessionID, n int) {
 			s.met.SessionEnded("")
 		}
 	}
-	s.log.SessionClosed(id, n)
+	s.log.SessionClosed(ctx, id, n)
 }

@@ -35,6 +35,10 @@ type session struct {
 	// keeperRev is the revision of this Store's keeper record of the
 	// session (record.go), fixed when it was written.
 	keeperRev int64
+	// owner and labels are the holder identity given at open (C2
+	// #ct2-holder), fixed; kept here for ListSessions.
+	owner  string
+	labels map[string]string
 
 	// Guarded by Store.mu.
 	dead   bool
@@ -98,6 +102,8 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 		secretHash: o.SecretHash,
 		principal:  o.Principal,
 		keeperRev:  tr.Header.Revision,
+		owner:      o.Owner,
+		labels:     o.Labels,
 		held:       make(map[string]uint64),
 		queued:     make(map[string]bool),
 	}
@@ -242,7 +248,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 
 	if ss == nil {
 		n = max(counted, 0)
-		s.log.SessionClosed(id, n)
+		s.log.SessionClosed(ctx, id, n)
 		return n, nil
 	}
 	s.mu.Lock()
@@ -255,7 +261,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		close(ss.done)
 		s.keep.remove(ss)
 		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
-		s.log.SessionClosed(id, n)
+		s.log.SessionClosed(ctx, id, n)
 		if !ss.adopted {
 			s.met.SessionEnded("")
 		}

@@ -25,7 +25,13 @@ import (
 // starts at the current revision and the state is read again once it
 // exists: a watch that starts at a revision the server has passed is only
 // served by etcd's periodic resync of lagging watchers (every 100 ms).
+//
+// With store.KeepPlace (C2 #ct2-keep-place) a call that ends without a grant
+// leaves its waiter key in place, unless the session ended: the next call
+// of the session for key re-puts it, which keeps its create revision (the
+// place), or finds the key handed over to the session meanwhile.
 func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (g store.Grant, err error) {
+	keep := store.KeepsPlace(opts)
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpAcquire)(&err)
 	defer func() { s.met.Acquire(acquireResult(ctx, err), time.Since(start)) }()
@@ -72,6 +78,8 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 			case err != nil:
 			case resp.Succeeded:
 				s.recordAbandoned(ss, key, resp.Header.Revision)
+			case keep:
+				// The place stays for the next call (C2 #ct2-keep-place).
 			case resp.Responses[1].GetResponseTxn().Succeeded:
 				ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 				defer cancel()
@@ -107,7 +115,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	}
 	g, err = s.wait(ctx, ss, key, myRev, start)
 	if err != nil {
-		s.leave(ss, key, myRev)
+		if !keep || ss.isDone() {
+			s.leave(ss, key, myRev)
+		}
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
 	s.mu.Lock()
@@ -464,4 +474,21 @@ func (s *Store) leave(ss *session, key string, myRev int64) {
 			delay = min(2*delay, time.Second)
 		}
 	}()
+}
+
+// LeaveQueue implements store.LockStore: it deletes the session's waiter
+// key for key, if any (C2 #ct2-keep-place). It never touches a grant; the
+// waiter behind is woken by the deletion (it watches this key).
+func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) (err error) {
+	defer s.met.Observe(telemetry.OpLeaveQueue)(&err)
+	if err := store.ValidateKey(key); err != nil {
+		return fmt.Errorf("etcdstore: leave queue: %w", err)
+	}
+	if err := store.ValidateSessionID(id); err != nil {
+		return fmt.Errorf("etcdstore: leave queue: %w", err)
+	}
+	if _, err := s.cli.Delete(ctx, s.waiterKey(key, id)); err != nil {
+		return fmt.Errorf("etcdstore: leave queue: %w", classify(ctx, err))
+	}
+	return nil
 }

@@ -38,6 +38,8 @@ type queries struct {
 	inspect string
 	list    string
 
+	listSessions string
+
 	reapSelect string
 	reapLocks  string
 	reapDelete string
@@ -211,6 +213,17 @@ func newQueries(schema, channel string) queries {
 			WHERE l.key >= $1::text COLLATE "C" AND ($2::text IS NULL OR l.key < $2::text COLLATE "C")
 			AND l.key > $3::text COLLATE "C"
 			ORDER BY l.key LIMIT $4`),
+
+		// ListSessions (sessionlist.go): $1 after, $2 principal (NULL:
+		// any), $3 limit. Live rows only; remaining in whole ms, floored,
+		// from the database's now() (later than the call's receipt).
+		listSessions: r.Replace(`SELECT s.id, coalesce(s.principal, ''), coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), s.ttl_ms,
+			floor(extract(epoch FROM (s.expires_at - now())) * 1000)::bigint,
+			(SELECT count(*) FROM {{s}}.locks l WHERE l.session_id = s.id)
+			FROM {{s}}.sessions s
+			WHERE s.expires_at > now() AND s.id > $1::text COLLATE "C"
+			AND ($2::text IS NULL OR coalesce(s.principal, '') = $2::text)
+			ORDER BY s.id COLLATE "C" LIMIT $3`),
 
 		reapSelect: r.Replace(`SELECT id FROM {{s}}.sessions WHERE expires_at < now()
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED`),

@@ -98,7 +98,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 	s.logReleased(grants, telemetry.ReleaseSessionClosed)
 	s.metrics.Released(telemetry.ReleaseSessionClosed, len(grants))
 	s.metrics.SessionEnded("")
-	s.log.SessionClosed(id, len(grants))
+	s.log.SessionClosed(ctx, id, len(grants))
 	return len(grants), nil
 }
 

@@ -82,6 +82,7 @@ func Run(t *testing.T, cfg Config) {
 		{"FIFO", s.testFIFO},
 		{"FIFOCancelledWaiterLeaves", s.testFIFOCancelledWaiterLeaves},
 		{"FIFODeadWaiterLeaves", s.testFIFODeadWaiterLeaves},
+		{"FIFOKeptPlace", s.testFIFOKeptPlace}, {"LeaveQueue", s.testLeaveQueue},
 		{"TryInsertDoesNotJumpQueue", s.testTryInsertDoesNotJumpQueue},
 		{"AcquireHeldBySelf", s.testAcquireHeldBySelf},
 		{"Revoke", s.testRevoke},
@@ -108,6 +109,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ReplicaServesSession", s.testReplicaServesSession},
 		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
 		{"ReplicaUnknownSession", s.testReplicaUnknownSession},
+		{"ListSessions", s.testListSessions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -441,7 +441,10 @@ type KeepAliveRequest struct {
 	RequestId uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// ack lists the notice_id of lock-lost notices of this session that the
 	// client has applied. The server keeps each notice, and repeats it in
-	// every answer for the session, until it is acknowledged here.
+	// every answer for the session, until it is acknowledged here. Notice
+	// ids are unique per server process only: send an ack on the stream
+	// (to the replica) the notice came from, never to another replica
+	// (docs/contracts/C2.md #ct2-failover).
 	Ack []uint64 `protobuf:"varint,3,rep,packed,name=ack,proto3" json:"ack,omitempty"`
 	// session_secret is the session's secret from OpenSessionResponse. A
 	// request without it, or with another, is answered with error
@@ -510,6 +513,162 @@ func (x *KeepAliveRequest) GetSessionSecret() []byte {
 	return nil
 }
 
+// HeartbeatRequest is one heartbeat of one session as a unary call.
+type HeartbeatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the session to keep alive.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// session_secret is the session's secret from OpenSessionResponse. A
+	// request without it, or with another, is refused (PERMISSION_DENIED)
+	// and keeps nothing alive and acknowledges nothing.
+	SessionSecret []byte `protobuf:"bytes,2,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// ack lists the notice_id of lock-lost notices of this session that the
+	// client has applied (as KeepAliveRequest.ack).
+	Ack           []uint64 `protobuf:"varint,3,rep,packed,name=ack,proto3" json:"ack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HeartbeatRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetAck() []uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
+// HeartbeatResponse answers one Heartbeat call: the fields of a
+// KeepAliveResponse that answers a request, with the same meaning.
+type HeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// live is false when the session is dead (unknown, expired, lost or
+	// closed): terminal, the client stops trusting the session and every
+	// lock in it.
+	Live bool `protobuf:"varint,1,opt,name=live,proto3" json:"live,omitempty"`
+	// remaining_ms is the deadline bound (see the file comment), measured
+	// from when the server received the call. Set only when live.
+	RemainingMs int64 `protobuf:"varint,2,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// held lists the session's grants as the server knows them (as
+	// KeepAliveResponse.held; unset when the server does not know them).
+	Held *HeldLocks `protobuf:"bytes,3,opt,name=held,proto3" json:"held,omitempty"`
+	// lost repeats every lock-lost notice of the session not acknowledged
+	// yet (as KeepAliveResponse.lost).
+	Lost []*LockLost `protobuf:"bytes,4,rep,name=lost,proto3" json:"lost,omitempty"`
+	// draining is set by a replica that is shutting down gracefully: move
+	// to another replica of the same backend (as KeepAliveResponse.draining).
+	Draining      bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeartbeatResponse) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetHeld() *HeldLocks {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetLost() []*LockLost {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 // KeepAliveResponse answers one heartbeat, or is an unsolicited notice.
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -552,7 +711,10 @@ type KeepAliveResponse struct {
 	// stream: the client should move this stream and its pending calls to
 	// another replica of the same backend. The sessions stay live (the
 	// replica does not end them); a client with no other address keeps
-	// heartbeating here until the stream ends. Old clients ignore it.
+	// heartbeating here until the stream ends. Old clients ignore it. An
+	// answer with draining still extends trust as any other (its
+	// remaining_ms is this replica's proof); the Go SDK moves its stream on
+	// the first draining reply (docs/contracts/C2.md #ct2-failover).
 	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -560,7 +722,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +734,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +747,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeepAliveResponse) GetSessionId() string {
@@ -655,7 +817,7 @@ type HeldLocks struct {
 
 func (x *HeldLocks) Reset() {
 	*x = HeldLocks{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +829,7 @@ func (x *HeldLocks) String() string {
 func (*HeldLocks) ProtoMessage() {}
 
 func (x *HeldLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +842,7 @@ func (x *HeldLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldLocks.ProtoReflect.Descriptor instead.
 func (*HeldLocks) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeldLocks) GetLocks() []*HeldLock {
@@ -703,7 +865,7 @@ type HeldLock struct {
 
 func (x *HeldLock) Reset() {
 	*x = HeldLock{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +877,7 @@ func (x *HeldLock) String() string {
 func (*HeldLock) ProtoMessage() {}
 
 func (x *HeldLock) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +890,7 @@ func (x *HeldLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldLock.ProtoReflect.Descriptor instead.
 func (*HeldLock) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeldLock) GetKey() string {
@@ -760,7 +922,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +934,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +947,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionError) GetCode() int32 {
@@ -827,7 +989,7 @@ type LockLost struct {
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1001,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1014,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LockLost) GetKey() string {
@@ -896,7 +1058,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1070,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1083,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -949,7 +1111,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1123,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1136,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CloseSessionResponse) GetReleased() int64 {
@@ -1015,14 +1177,26 @@ type AcquireRequest struct {
 	// request blocks later SHARED ones). UNSPECIFIED (older SDKs) is the
 	// plain exclusive lock, a kind of its own: readers and writers of one
 	// key both set a mode.
-	Mode          LockMode `protobuf:"varint,11,opt,name=mode,proto3,enum=lockd.v1.LockMode" json:"mode,omitempty"`
+	Mode LockMode `protobuf:"varint,11,opt,name=mode,proto3,enum=lockd.v1.LockMode" json:"mode,omitempty"`
+	// keep_place (wait only) keeps the session's place in the key's queue
+	// when this call ends without a grant for any reason but the session's
+	// end or the caller's own wait_timeout_ms: the caller's deadline or
+	// cancellation, a broken connection, the server's maximum wait
+	// (WAIT_TIMEOUT with wait_timeout_ms 0) or its shutdown. A later Acquire
+	// with wait of the same session and key, through any replica, resumes
+	// the same place; if the key was handed to the session meanwhile, it
+	// returns that grant at once. The place is kept until then, until
+	// LeaveQueue, or until the session ends (docs/contracts/C2.md
+	// #ct2-keep-place). A caller that gives up must call LeaveQueue. Old
+	// servers ignore it (the place is left when the call ends).
+	KeepPlace     bool `protobuf:"varint,7,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1208,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1221,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcquireRequest) GetSessionId() string {
@@ -1106,6 +1280,115 @@ func (x *AcquireRequest) GetMode() LockMode {
 	return LockMode_LOCK_MODE_UNSPECIFIED
 }
 
+func (x *AcquireRequest) GetKeepPlace() bool {
+	if x != nil {
+		return x.KeepPlace
+	}
+	return false
+}
+
+// LeaveQueueRequest names the queue place to give up.
+type LeaveQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the queued session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// key is the key whose queue the session leaves.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// session_secret is the session's secret from OpenSessionResponse.
+	SessionSecret []byte `protobuf:"bytes,3,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveQueueRequest) Reset() {
+	*x = LeaveQueueRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveQueueRequest) ProtoMessage() {}
+
+func (x *LeaveQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveQueueRequest.ProtoReflect.Descriptor instead.
+func (*LeaveQueueRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LeaveQueueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LeaveQueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LeaveQueueRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+// LeaveQueueResponse is empty: the session is not queued for the key any
+// more.
+type LeaveQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveQueueResponse) Reset() {
+	*x = LeaveQueueResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveQueueResponse) ProtoMessage() {}
+
+func (x *LeaveQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveQueueResponse.ProtoReflect.Descriptor instead.
+func (*LeaveQueueResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
+}
+
 // AcquireResponse is a grant, or a try that found the key held.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1126,7 +1409,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1421,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1434,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireResponse) GetGranted() bool {
@@ -1199,7 +1482,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1494,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1507,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseRequest) GetSessionId() string {
@@ -1264,7 +1547,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1559,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1572,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
 }
 
 // InspectRequest names a key.
@@ -1303,7 +1586,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1598,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1611,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1351,7 +1634,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1646,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1659,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1425,7 +1708,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1720,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1733,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LockInfo) GetKey() string {
@@ -1547,7 +1830,7 @@ type LockHolder struct {
 
 func (x *LockHolder) Reset() {
 	*x = LockHolder{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1842,7 @@ func (x *LockHolder) String() string {
 func (*LockHolder) ProtoMessage() {}
 
 func (x *LockHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1855,7 @@ func (x *LockHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
 func (*LockHolder) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LockHolder) GetSessionId() string {
@@ -1640,7 +1923,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1935,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1948,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1702,7 +1985,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1997,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +2010,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1755,7 +2038,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +2050,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +2063,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -1805,7 +2088,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2100,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2113,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -1871,7 +2154,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2166,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2179,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1936,7 +2219,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2231,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2244,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -2032,7 +2315,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2327,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2340,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetValueRequest) GetSessionId() string {
@@ -2104,7 +2387,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2399,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2412,232 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
+}
+
+// ListSessionsRequest selects a page of sessions.
+type ListSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// principal, when set, lists only the sessions bound to this principal.
+	// A caller without admin on every key may name only itself.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// page_token is the next_page_token of the previous page; empty for the
+	// first page. Opaque.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// limit is the page size: 0 means 100; at most 1000.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListSessionsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListSessionsResponse is one page of sessions.
+type ListSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sessions are the live sessions of this page, in session id order.
+	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// next_page_token fetches the next page; empty when this is the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListSessionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// SessionInfo describes one live session. It never carries the session
+// secret.
+type SessionInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the session's public id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// principal is the principal the session is bound to; empty for a
+	// session opened anonymously.
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	// owner is the opener's owner string (OpenSessionRequest.owner).
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// labels are the opener's labels (OpenSessionRequest.labels).
+	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// ttl_ms is the session's TTL as the backend applies it.
+	TtlMs int64 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// remaining_ms is a lower bound of how long the backend keeps the
+	// session alive, measured when the server read it; listing never
+	// extends it.
+	RemainingMs int64 `protobuf:"varint,6,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// locks is the number of locks the session holds.
+	Locks         int64 `protobuf:"varint,7,opt,name=locks,proto3" json:"locks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInfo) Reset() {
+	*x = SessionInfo{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInfo) ProtoMessage() {}
+
+func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
+func (*SessionInfo) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SessionInfo) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetLocks() int64 {
+	if x != nil {
+		return x.Locks
+	}
+	return 0
 }
 
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
@@ -2158,7 +2666,18 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x10\n" +
 	"\x03ack\x18\x03 \x03(\x04R\x03ack\x12%\n" +
-	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\xa3\x02\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"j\n" +
+	"\x10HeartbeatRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
+	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\x12\x10\n" +
+	"\x03ack\x18\x03 \x03(\x04R\x03ack\"\xb7\x01\n" +
+	"\x11HeartbeatResponse\x12\x12\n" +
+	"\x04live\x18\x01 \x01(\bR\x04live\x12!\n" +
+	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\x12'\n" +
+	"\x04held\x18\x03 \x01(\v2\x13.lockd.v1.HeldLocksR\x04held\x12&\n" +
+	"\x04lost\x18\x04 \x03(\v2\x12.lockd.v1.LockLostR\x04lost\x12\x1a\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xa3\x02\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -2189,7 +2708,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xf8\x01\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\x97\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2200,7 +2719,15 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\x14\n" +
 	"\x05limit\x18\n" +
 	" \x01(\rR\x05limit\x12&\n" +
-	"\x04mode\x18\v \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\"v\n" +
+	"\x04mode\x18\v \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\x12\x1d\n" +
+	"\n" +
+	"keep_place\x18\a \x01(\bR\tkeepPlace\"k\n" +
+	"\x11LeaveQueueRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12%\n" +
+	"\x0esession_secret\x18\x03 \x01(\fR\rsessionSecret\"\x14\n" +
+	"\x12LeaveQueueResponse\"v\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -2286,7 +2813,27 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\"\x12\n" +
-	"\x10SetValueResponse*\x94\x01\n" +
+	"\x10SetValueResponse\"h\n" +
+	"\x13ListSessionsRequest\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"q\n" +
+	"\x14ListSessionsResponse\x121\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x02\n" +
+	"\vSessionInfo\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x129\n" +
+	"\x06labels\x18\x04 \x03(\v2!.lockd.v1.SessionInfo.LabelsEntryR\x06labels\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12!\n" +
+	"\fremaining_ms\x18\x06 \x01(\x03R\vremainingMs\x12\x14\n" +
+	"\x05locks\x18\a \x01(\x03R\x05locks\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x94\x01\n" +
 	"\x0eLockLostReason\x12 \n" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
@@ -2302,18 +2849,22 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
 	"\x12EVENT_KIND_REVOKED\x10\x04\x12\x14\n" +
-	"\x10EVENT_KIND_VALUE\x10\x052\xa5\x05\n" +
+	"\x10EVENT_KIND_VALUE\x10\x052\x83\a\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
-	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12M\n" +
+	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +
+	"\tHeartbeat\x12\x1a.lockd.v1.HeartbeatRequest\x1a\x1b.lockd.v1.HeartbeatResponse\x12M\n" +
 	"\fCloseSession\x12\x1d.lockd.v1.CloseSessionRequest\x1a\x1e.lockd.v1.CloseSessionResponse\x12>\n" +
-	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x12>\n" +
+	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x12G\n" +
+	"\n" +
+	"LeaveQueue\x12\x1b.lockd.v1.LeaveQueueRequest\x1a\x1c.lockd.v1.LeaveQueueResponse\x12>\n" +
 	"\aRelease\x12\x18.lockd.v1.ReleaseRequest\x1a\x19.lockd.v1.ReleaseResponse\x12>\n" +
 	"\aInspect\x12\x18.lockd.v1.InspectRequest\x1a\x19.lockd.v1.InspectResponse\x125\n" +
 	"\x04List\x12\x15.lockd.v1.ListRequest\x1a\x16.lockd.v1.ListResponse\x12;\n" +
 	"\x06Revoke\x12\x17.lockd.v1.RevokeRequest\x1a\x18.lockd.v1.RevokeResponse\x12:\n" +
 	"\x05Watch\x12\x16.lockd.v1.WatchRequest\x1a\x17.lockd.v1.WatchResponse0\x01\x12A\n" +
-	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\x12M\n" +
+	"\fListSessions\x12\x1d.lockd.v1.ListSessionsRequest\x1a\x1e.lockd.v1.ListSessionsResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -2328,7 +2879,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(LockMode)(0),                 // 1: lockd.v1.LockMode
@@ -2336,78 +2887,96 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*OpenSessionRequest)(nil),    // 3: lockd.v1.OpenSessionRequest
 	(*OpenSessionResponse)(nil),   // 4: lockd.v1.OpenSessionResponse
 	(*KeepAliveRequest)(nil),      // 5: lockd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 6: lockd.v1.KeepAliveResponse
-	(*HeldLocks)(nil),             // 7: lockd.v1.HeldLocks
-	(*HeldLock)(nil),              // 8: lockd.v1.HeldLock
-	(*SessionError)(nil),          // 9: lockd.v1.SessionError
-	(*LockLost)(nil),              // 10: lockd.v1.LockLost
-	(*CloseSessionRequest)(nil),   // 11: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 12: lockd.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 13: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 14: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 15: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 16: lockd.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 17: lockd.v1.InspectRequest
-	(*InspectResponse)(nil),       // 18: lockd.v1.InspectResponse
-	(*LockInfo)(nil),              // 19: lockd.v1.LockInfo
-	(*LockHolder)(nil),            // 20: lockd.v1.LockHolder
-	(*ListRequest)(nil),           // 21: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 22: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 23: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 24: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 25: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 26: lockd.v1.WatchResponse
-	(*SetValueRequest)(nil),       // 27: lockd.v1.SetValueRequest
-	(*SetValueResponse)(nil),      // 28: lockd.v1.SetValueResponse
-	nil,                           // 29: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 30: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 31: lockd.v1.LockHolder.LabelsEntry
-	nil,                           // 32: lockd.v1.WatchResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*HeartbeatRequest)(nil),      // 6: lockd.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 7: lockd.v1.HeartbeatResponse
+	(*KeepAliveResponse)(nil),     // 8: lockd.v1.KeepAliveResponse
+	(*HeldLocks)(nil),             // 9: lockd.v1.HeldLocks
+	(*HeldLock)(nil),              // 10: lockd.v1.HeldLock
+	(*SessionError)(nil),          // 11: lockd.v1.SessionError
+	(*LockLost)(nil),              // 12: lockd.v1.LockLost
+	(*CloseSessionRequest)(nil),   // 13: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 14: lockd.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 15: lockd.v1.AcquireRequest
+	(*LeaveQueueRequest)(nil),     // 16: lockd.v1.LeaveQueueRequest
+	(*LeaveQueueResponse)(nil),    // 17: lockd.v1.LeaveQueueResponse
+	(*AcquireResponse)(nil),       // 18: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 19: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 20: lockd.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 21: lockd.v1.InspectRequest
+	(*InspectResponse)(nil),       // 22: lockd.v1.InspectResponse
+	(*LockInfo)(nil),              // 23: lockd.v1.LockInfo
+	(*LockHolder)(nil),            // 24: lockd.v1.LockHolder
+	(*ListRequest)(nil),           // 25: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 26: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 27: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 28: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 29: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 30: lockd.v1.WatchResponse
+	(*SetValueRequest)(nil),       // 31: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),      // 32: lockd.v1.SetValueResponse
+	(*ListSessionsRequest)(nil),   // 33: lockd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 34: lockd.v1.ListSessionsResponse
+	(*SessionInfo)(nil),           // 35: lockd.v1.SessionInfo
+	nil,                           // 36: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 37: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 38: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 39: lockd.v1.WatchResponse.LabelsEntry
+	nil,                           // 40: lockd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	29, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
-	9,  // 1: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
-	10, // 2: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
-	7,  // 3: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
-	8,  // 4: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
-	0,  // 5: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
-	1,  // 6: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
-	19, // 7: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	33, // 8: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	30, // 9: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	20, // 10: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	33, // 11: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	31, // 13: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
-	19, // 14: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	2,  // 15: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	32, // 16: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	3,  // 17: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	5,  // 18: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 19: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 20: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	15, // 21: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	17, // 22: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	21, // 23: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	23, // 24: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	25, // 25: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	27, // 26: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	4,  // 27: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	6,  // 28: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 29: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 30: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	16, // 31: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	18, // 32: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	22, // 33: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	24, // 34: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	26, // 35: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	28, // 36: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	36, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	9,  // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
+	12, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
+	11, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
+	12, // 4: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
+	9,  // 5: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
+	10, // 6: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
+	0,  // 7: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
+	1,  // 8: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
+	23, // 9: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	41, // 10: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	37, // 11: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	24, // 12: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	41, // 13: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
+	38, // 15: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	23, // 16: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	2,  // 17: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	39, // 18: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	35, // 19: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	40, // 20: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	3,  // 21: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	5,  // 22: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	6,  // 23: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	13, // 24: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	15, // 25: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	16, // 26: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	19, // 27: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	21, // 28: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	25, // 29: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	27, // 30: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	29, // 31: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	31, // 32: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	33, // 33: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	4,  // 34: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	8,  // 35: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	7,  // 36: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	14, // 37: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	18, // 38: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	17, // 39: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	20, // 40: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	22, // 41: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	26, // 42: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	28, // 43: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	30, // 44: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	32, // 45: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	34, // 46: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	34, // [34:47] is the sub-list for method output_type
+	21, // [21:34] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -2421,7 +2990,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -78,14 +78,17 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	LockService_OpenSession_FullMethodName  = "/lockd.v1.LockService/OpenSession"
 	LockService_KeepAlive_FullMethodName    = "/lockd.v1.LockService/KeepAlive"
+	LockService_Heartbeat_FullMethodName    = "/lockd.v1.LockService/Heartbeat"
 	LockService_CloseSession_FullMethodName = "/lockd.v1.LockService/CloseSession"
 	LockService_Acquire_FullMethodName      = "/lockd.v1.LockService/Acquire"
+	LockService_LeaveQueue_FullMethodName   = "/lockd.v1.LockService/LeaveQueue"
 	LockService_Release_FullMethodName      = "/lockd.v1.LockService/Release"
 	LockService_Inspect_FullMethodName      = "/lockd.v1.LockService/Inspect"
 	LockService_List_FullMethodName         = "/lockd.v1.LockService/List"
 	LockService_Revoke_FullMethodName       = "/lockd.v1.LockService/Revoke"
 	LockService_Watch_FullMethodName        = "/lockd.v1.LockService/Watch"
 	LockService_SetValue_FullMethodName     = "/lockd.v1.LockService/SetValue"
+	LockService_ListSessions_FullMethodName = "/lockd.v1.LockService/ListSessions"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -109,6 +112,19 @@ type LockServiceClient interface {
 	// whose client sends no heartbeat for max(ttl, the last remaining_ms
 	// granted) is closed by the server (session_lost reason client_silent).
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
+	// Heartbeat is one KeepAlive request as a unary call, for clients that
+	// hold no stream (the HTTP/JSON API: POST
+	// /v1/sessions/{session_id}:keepalive, docs/contracts/C2.md #ct2-http).
+	// It checks the secret and principal, extends the session and answers
+	// exactly like a KeepAlive answer to one request: remaining_ms counts
+	// from the receipt of this call (the client counts it from its own send
+	// time), held lists the standing locks and lost the unacknowledged
+	// notices (acknowledged in a later call's ack). A dead session is
+	// answered with live = false; every error (a refused secret, a transient
+	// backend error, SHUTTING_DOWN) is the call's error and extends nothing.
+	// It does not attach the session to a KeepAlive stream: notices are not
+	// pushed, they come with the next answer.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// CloseSession ends a session and releases every lock it holds.
 	// Idempotent: closing an unknown or closed session succeeds with
 	// released = 0.
@@ -118,8 +134,16 @@ type LockServiceClient interface {
 	// FIFO queue until granted, until wait_timeout_ms passes (WAIT_TIMEOUT),
 	// until the caller's deadline or cancellation, or until the session dies
 	// (SESSION_DEAD). Asking again for a key the session already holds
-	// returns the existing grant, so a retry is safe.
+	// returns the existing grant, so a retry is safe. With keep_place the
+	// session's place in the queue outlives the call (docs/contracts/C2.md
+	// #ct2-keep-place): a later Acquire of the same session and key, through
+	// any replica, resumes it; LeaveQueue gives it up.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
+	// LeaveQueue gives up the session's place in a key's FIFO queue, kept
+	// after an Acquire with keep_place ended without a grant (its caller gave
+	// up). It never touches a grant. Idempotent: a session that is not queued
+	// for the key (or is unknown) succeeds and nothing changes.
+	LeaveQueue(ctx context.Context, in *LeaveQueueRequest, opts ...grpc.CallOption) (*LeaveQueueResponse, error)
 	// Release releases one grant, named by session, key and fencing token. It
 	// deletes the key only if exactly that grant is current; otherwise it
 	// fails with NOT_OWNER and changes nothing, so a retried release never
@@ -145,6 +169,12 @@ type LockServiceClient interface {
 	// token: NOT_OWNER unless (session_id, key, token) is the key's current
 	// grant. Watchers that ask for holder see an EVENT_KIND_VALUE event.
 	SetValue(ctx context.Context, in *SetValueRequest, opts ...grpc.CallOption) (*SetValueResponse, error)
+	// ListSessions pages through live sessions in session id order: the
+	// caller's own (those bound to its principal), or every session for a
+	// caller with admin on every key (C5 #ct5-auth). Listing extends
+	// nothing: remaining_ms is what the backend proves at the call. On etcd
+	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
 type lockServiceClient struct {
@@ -178,6 +208,16 @@ func (c *lockServiceClient) KeepAlive(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
 
+func (c *lockServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, LockService_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *lockServiceClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CloseSessionResponse)
@@ -192,6 +232,16 @@ func (c *lockServiceClient) Acquire(ctx context.Context, in *AcquireRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AcquireResponse)
 	err := c.cc.Invoke(ctx, LockService_Acquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lockServiceClient) LeaveQueue(ctx context.Context, in *LeaveQueueRequest, opts ...grpc.CallOption) (*LeaveQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaveQueueResponse)
+	err := c.cc.Invoke(ctx, LockService_LeaveQueue_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -267,6 +317,16 @@ func (c *lockServiceClient) SetValue(ctx context.Context, in *SetValueRequest, o
 	return out, nil
 }
 
+func (c *lockServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, LockService_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -288,6 +348,19 @@ type LockServiceServer interface {
 	// whose client sends no heartbeat for max(ttl, the last remaining_ms
 	// granted) is closed by the server (session_lost reason client_silent).
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
+	// Heartbeat is one KeepAlive request as a unary call, for clients that
+	// hold no stream (the HTTP/JSON API: POST
+	// /v1/sessions/{session_id}:keepalive, docs/contracts/C2.md #ct2-http).
+	// It checks the secret and principal, extends the session and answers
+	// exactly like a KeepAlive answer to one request: remaining_ms counts
+	// from the receipt of this call (the client counts it from its own send
+	// time), held lists the standing locks and lost the unacknowledged
+	// notices (acknowledged in a later call's ack). A dead session is
+	// answered with live = false; every error (a refused secret, a transient
+	// backend error, SHUTTING_DOWN) is the call's error and extends nothing.
+	// It does not attach the session to a KeepAlive stream: notices are not
+	// pushed, they come with the next answer.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// CloseSession ends a session and releases every lock it holds.
 	// Idempotent: closing an unknown or closed session succeeds with
 	// released = 0.
@@ -297,8 +370,16 @@ type LockServiceServer interface {
 	// FIFO queue until granted, until wait_timeout_ms passes (WAIT_TIMEOUT),
 	// until the caller's deadline or cancellation, or until the session dies
 	// (SESSION_DEAD). Asking again for a key the session already holds
-	// returns the existing grant, so a retry is safe.
+	// returns the existing grant, so a retry is safe. With keep_place the
+	// session's place in the queue outlives the call (docs/contracts/C2.md
+	// #ct2-keep-place): a later Acquire of the same session and key, through
+	// any replica, resumes it; LeaveQueue gives it up.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
+	// LeaveQueue gives up the session's place in a key's FIFO queue, kept
+	// after an Acquire with keep_place ended without a grant (its caller gave
+	// up). It never touches a grant. Idempotent: a session that is not queued
+	// for the key (or is unknown) succeeds and nothing changes.
+	LeaveQueue(context.Context, *LeaveQueueRequest) (*LeaveQueueResponse, error)
 	// Release releases one grant, named by session, key and fencing token. It
 	// deletes the key only if exactly that grant is current; otherwise it
 	// fails with NOT_OWNER and changes nothing, so a retried release never
@@ -324,6 +405,12 @@ type LockServiceServer interface {
 	// token: NOT_OWNER unless (session_id, key, token) is the key's current
 	// grant. Watchers that ask for holder see an EVENT_KIND_VALUE event.
 	SetValue(context.Context, *SetValueRequest) (*SetValueResponse, error)
+	// ListSessions pages through live sessions in session id order: the
+	// caller's own (those bound to its principal), or every session for a
+	// caller with admin on every key (C5 #ct5-auth). Listing extends
+	// nothing: remaining_ms is what the backend proves at the call. On etcd
+	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -340,11 +427,17 @@ func (UnimplementedLockServiceServer) OpenSession(context.Context, *OpenSessionR
 func (UnimplementedLockServiceServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
 	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
 }
+func (UnimplementedLockServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
 func (UnimplementedLockServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
 }
 func (UnimplementedLockServiceServer) Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Acquire not implemented")
+}
+func (UnimplementedLockServiceServer) LeaveQueue(context.Context, *LeaveQueueRequest) (*LeaveQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaveQueue not implemented")
 }
 func (UnimplementedLockServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
@@ -363,6 +456,9 @@ func (UnimplementedLockServiceServer) Watch(*WatchRequest, grpc.ServerStreamingS
 }
 func (UnimplementedLockServiceServer) SetValue(context.Context, *SetValueRequest) (*SetValueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetValue not implemented")
+}
+func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -410,6 +506,24 @@ func _LockService_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
 
+func _LockService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LockService_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CloseSessionRequest)
 	if err := dec(in); err != nil {
@@ -442,6 +556,24 @@ func _LockService_Acquire_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LockServiceServer).Acquire(ctx, req.(*AcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LockService_LeaveQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).LeaveQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_LeaveQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).LeaveQueue(ctx, req.(*LeaveQueueRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -547,6 +679,24 @@ func _LockService_SetValue_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -559,12 +709,20 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _LockService_OpenSession_Handler,
 		},
 		{
+			MethodName: "Heartbeat",
+			Handler:    _LockService_Heartbeat_Handler,
+		},
+		{
 			MethodName: "CloseSession",
 			Handler:    _LockService_CloseSession_Handler,
 		},
 		{
 			MethodName: "Acquire",
 			Handler:    _LockService_Acquire_Handler,
+		},
+		{
+			MethodName: "LeaveQueue",
+			Handler:    _LockService_LeaveQueue_Handler,
 		},
 		{
 			MethodName: "Release",
@@ -585,6 +743,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetValue",
 			Handler:    _LockService_SetValue_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _LockService_ListSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
