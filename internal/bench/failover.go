@@ -8,15 +8,15 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	"lock.dev/lockd/client"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 
 // failoverReplicas is how many `lockd serve` children the failover
@@ -40,8 +40,10 @@ const (
 // the bench's backend (an embedded etcd's clients reach it over loopback
 // too); one SDK client is given all three addresses, opens a session of the
 // default TTL and holds one lock throughout. Before each kill a call's peer
-// names the replica the client talks to; after it the bench polls the
-// session's deadline, which moves with every live answer. The killed
+// names the replica the client talks to; a stream interceptor notes the
+// receipt and replica of every live heartbeat answer. (Not the session's
+// deadline: the adopting replica's first Remaining on etcd is what the
+// lease has left, which may not move the deadline.) The killed
 // replica is started again on its address before the next kill, after a
 // random pause within a heartbeat interval (kills land anywhere in the
 // heartbeat cycle).
@@ -80,6 +82,7 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 		addrs[i] = k.addr
 	}
 	var lastPeer atomic.Value // string: the replica of the latest unary call
+	hb := &heartbeats{}
 	c, err := failoverClient(addrs, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
 		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var p peer.Peer
@@ -88,7 +91,7 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 			lastPeer.Store(p.Addr.String())
 		}
 		return err
-	}))
+	}), grpc.WithChainStreamInterceptor(hb.intercept))
 	if err != nil {
 		return nil, fmt.Errorf("failover: client: %w", err)
 	}
@@ -112,7 +115,7 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 		if i < 0 {
 			return nil, fmt.Errorf("failover: the client talks to %q, not one of %v", at, addrs)
 		}
-		d, err := killAndWait(ctx, kids[i], s)
+		d, err := killAndWait(ctx, kids[i], s, hb)
 		if err != nil {
 			return nil, fmt.Errorf("failover: kill %d: %w", n+1, err)
 		}
@@ -152,11 +155,58 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 	return rows, nil
 }
 
+// heartbeats watches the SDK's KeepAlive streams (a stream client
+// interceptor): the receipt time and replica of the latest heartbeat answer
+// that said live.
+type heartbeats struct {
+	mu   sync.Mutex
+	at   time.Time
+	peer string
+}
+
+func (h *heartbeats) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != lockdv1.LockService_KeepAlive_FullMethodName {
+		return cs, err
+	}
+	return &heartbeatStream{ClientStream: cs, h: h}, nil
+}
+
+// since returns the receipt time of the first live answer from a replica
+// other than not received after t, if there is one yet.
+func (h *heartbeats) since(t time.Time, not string) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.at, h.at.After(t) && h.peer != not
+}
+
+type heartbeatStream struct {
+	grpc.ClientStream
+	h *heartbeats
+}
+
+func (s *heartbeatStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil && r.GetLive() && r.GetRequestId() != 0 &&
+		r.GetError() == nil {
+		now, from := time.Now(), ""
+		if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
+			from = p.Addr.String()
+		}
+		s.h.mu.Lock()
+		if s.h.at.IsZero() || s.h.at.Before(now) {
+			s.h.at, s.h.peer = now, from
+		}
+		s.h.mu.Unlock()
+	}
+	return err
+}
+
 // killAndWait SIGKILLs k and returns how long after the signal a heartbeat
-// of s was answered live (its deadline moved), bounded by the session's
+// of s was answered live by another replica (hb), bounded by the session's
 // TTL: a session that did not move in time failed the scenario.
-func killAndWait(ctx context.Context, k *child, s *client.Session) (time.Duration, error) {
-	before := s.Deadline()
+func killAndWait(ctx context.Context, k *child, s *client.Session, hb *heartbeats) (time.Duration, error) {
 	start := time.Now()
 	if err := k.cmd.Process.Signal(os.Kill); err != nil {
 		return 0, err
@@ -167,8 +217,8 @@ func killAndWait(ctx context.Context, k *child, s *client.Session) (time.Duratio
 	limit := time.NewTimer(sessionTTL)
 	defer limit.Stop()
 	for {
-		if s.Deadline().After(before) {
-			return time.Since(start), nil
+		if at, ok := hb.since(start, k.addr); ok {
+			return at.Sub(start), nil
 		}
 		if err := s.Err(); err != nil {
 			return 0, fmt.Errorf("the holder's session ended: %w", err)
@@ -183,16 +233,9 @@ func killAndWait(ctx context.Context, k *child, s *client.Session) (time.Duratio
 	}
 }
 
-// failoverClient is an SDK client of several replicas: gRPC's pick_first
-// over the addresses, in order, moving to the next when the connection to
-// the current one breaks.
+// failoverClient is an SDK client of several replicas (client.New with a
+// comma-separated list, C2 #ct2-failover): it talks to the first that
+// answers and moves to another when its replica dies.
 func failoverClient(addrs []string, dial ...grpc.DialOption) (*client.Client, error) {
-	r := manual.NewBuilderWithScheme("lockd-bench-failover")
-	ra := make([]resolver.Address, len(addrs))
-	for i, a := range addrs {
-		ra[i] = resolver.Address{Addr: a}
-	}
-	r.InitialState(resolver.State{Addresses: ra})
-	return client.New(r.Scheme()+":///lockd", client.WithInsecure(),
-		client.WithDialOptions(append(dial, grpc.WithResolvers(r))...))
+	return client.New(strings.Join(addrs, ","), client.WithDialOptions(dial...))
 }

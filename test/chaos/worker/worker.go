@@ -13,8 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/test/chaos/fenced"
@@ -39,8 +37,9 @@ type Config struct {
 	// Proc is the process id in the history, unique per incarnation.
 	Proc string
 	// Lockd lists the lockd gRPC addresses. With more than one the SDK
-	// dials all of them through one gRPC channel (pick-first, in the given
-	// order) and moves to the next when the current one dies.
+	// connects to the first that answers, in the given order, and moves to
+	// another when its replica dies, drains or stalls (client.New with a
+	// comma-separated list, C2 #ct2-failover).
 	Lockd []string
 	// FencedURL is the fenced resource's base URL.
 	FencedURL string
@@ -187,19 +186,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
 	if cfg.HeartbeatInterval > 0 {
 		opts = append(opts, client.WithHeartbeatInterval(cfg.HeartbeatInterval))
 	}
-	target := cfg.Lockd[0]
-	if len(cfg.Lockd) > 1 {
-		r := manual.NewBuilderWithScheme("chaos")
-		addrs := make([]resolver.Address, len(cfg.Lockd))
-		for i, a := range cfg.Lockd {
-			addrs[i] = resolver.Address{Addr: a}
-		}
-		r.InitialState(resolver.State{Addresses: addrs})
-		// The resolver hides the (loopback) addresses from client.New.
-		opts = append(opts, client.WithDialOptions(grpc.WithResolvers(r)), client.WithInsecure())
-		target = "chaos:///lockd"
-	}
-	w.c, err = client.New(target, opts...)
+	// Several addresses: the SDK's failover (C2 #ct2-failover) moves
+	// between them.
+	w.c, err = client.New(strings.Join(cfg.Lockd, ","), opts...)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
