@@ -123,7 +123,7 @@ check-generate: generate
 ## The same test also runs in `make test` (go test ./...).
 .PHONY: parity
 parity:
-	$(GO) test -race -count=1 -timeout 10m -run '^TestParity$$' -v ./test/parity/
+	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas)?$$' -v ./test/parity/
 
 ## brute: issue 12's brute force against a live session: 10^6 random
 ## session secrets per backend on a KeepAlive stream, every one refused

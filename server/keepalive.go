@@ -172,10 +172,7 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 	if s.isClosing(ss) {
 		return true, nil
 	}
-	lv, err := s.st.Heartbeat(ctx, id)
-	if err == nil && lv.Live {
-		err = s.seed(ctx, ss)
-	}
+	lv, err := s.liveness(ctx, ss) // liveness.go
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {

@@ -59,6 +59,9 @@ func (s *Server) lostLoop() {
 // route delivers one backend event to the holder, if the holder is a session
 // of this server that the event takes a lock from.
 func (s *Server) route(ev store.Event) {
+	if quiet(ev) { // liveness.go
+		return
+	}
 	var reason lockdv1.LockLostReason
 	switch ev.Kind {
 	case store.EventRevoked:

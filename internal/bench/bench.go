@@ -27,13 +27,14 @@ const (
 	scContended = "contended"
 	scDeath     = "death"
 	scIdle      = "idle"
+	scFailover  = "failover"
 	// scElection is in election.go.
 	// scCeiling labels the ceiling rows, measured with distinct.
 	scCeiling = "ceiling"
 )
 
 // Scenarios are every scenario, in the order they run.
-var Scenarios = []string{scDistinct, scContended, scElection, scDeath, scIdle}
+var Scenarios = []string{scDistinct, scContended, scElection, scDeath, scIdle, scFailover}
 
 // Defaults of Config (issue 5 §3).
 var (
@@ -45,6 +46,7 @@ var (
 	DefaultDeathLocks           = []int{1, 100, 10000}
 	DefaultIdleSessions         = 10000
 	DefaultIdleDuration         = 20 * time.Second
+	DefaultFailoverKills        = 10
 )
 
 // Config configures Run. Zero fields take the defaults above.
@@ -77,6 +79,9 @@ type Config struct {
 	// IdleSessions and IdleDuration size the idle scenario.
 	IdleSessions int
 	IdleDuration time.Duration
+	// FailoverKills is how many times the failover scenario SIGKILLs the
+	// replica its holder talks to.
+	FailoverKills int
 	// LockdCommand is the argv prefix that runs lockd (the idle scenario
 	// appends "serve" and its flags); required when idle runs.
 	LockdCommand []string
@@ -121,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleDuration == 0 {
 		c.IdleDuration = DefaultIdleDuration
+	}
+	if c.FailoverKills == 0 {
+		c.FailoverKills = DefaultFailoverKills
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -181,6 +189,12 @@ func (c Config) Validate() error {
 	if slices.Contains(c.Scenarios, scIdle) && len(c.LockdCommand) == 0 {
 		bad("the idle scenario needs the lockd executable")
 	}
+	if slices.Contains(c.Scenarios, scFailover) && len(c.LockdCommand) == 0 {
+		bad("the failover scenario needs the lockd executable")
+	}
+	if c.FailoverKills < 1 || c.FailoverKills > 1000 {
+		bad("failover kills %d out of [1, 1000]", c.FailoverKills)
+	}
 	return errors.Join(errs...)
 }
 
@@ -223,6 +237,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		ElectionConcurrency:  cfg.ElectionConcurrency,
 		IdleSessions:         cfg.IdleSessions,
 		IdleDuration:         cfg.IdleDuration.String(),
+		FailoverKills:        cfg.FailoverKills,
 		SessionTTL:           sessionTTL.String(),
 		SystemOrder:          "order rotated by one each round",
 	}
@@ -266,6 +281,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rows, serr = r.death(ctx)
 		case scIdle:
 			rows, serr = r.idle(ctx)
+		case scFailover:
+			rows, serr = r.failover(ctx)
 		}
 		if serr != nil {
 			if ctx.Err() != nil {

@@ -31,6 +31,8 @@ const (
 	pgRawSchema   = "lockd_bench_raw"
 	pgIdleSchema  = "lockd_bench_idle"
 	pgMinSchema   = "lockd_bench_min"
+	// pgFailoverSchema is the failover scenario's replicas' schema.
+	pgFailoverSchema = "lockd_bench_failover"
 
 	etcdLockdPrefix = "/lockd-bench/"
 	etcdRawPrefix   = "/lockd-bench-raw/"
@@ -38,6 +40,8 @@ const (
 	etcdElectPrefix = "/lockd-bench-election/"
 	etcdIdlePrefix  = "/lockd-bench-idle/"
 	etcdCeilPrefix  = "/lockd-bench-ceiling/"
+	// etcdFailoverPrefix is the failover scenario's replicas' prefix.
+	etcdFailoverPrefix = "/lockd-bench-failover/"
 )
 
 // labelSystem is the pprof label that says which system a CPU sample
@@ -225,7 +229,7 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	b.version = "etcd " + status.Version
 	b.onClose(func(ctx context.Context) error { // the keys of this run
 		var errs []error
-		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdElectPrefix, etcdIdlePrefix, etcdCeilPrefix} {
+		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdElectPrefix, etcdIdlePrefix, etcdCeilPrefix, etcdFailoverPrefix} {
 			if _, err := raw.Delete(ctx, p+b.run+"/", clientv3.WithPrefix()); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", p+b.run+"/", err))
 			}
@@ -283,7 +287,7 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 	b.durability = "pg " + strings.Join(settings, " ")
 	b.dataDir, b.dataDirNote = b.pgFsyncDir(dctx, pool)
 	drop := func(ctx context.Context) error {
-		for _, s := range []string{pgLockdSchema, pgRawSchema, pgIdleSchema, pgMinSchema} {
+		for _, s := range []string{pgLockdSchema, pgRawSchema, pgIdleSchema, pgMinSchema, pgFailoverSchema} {
 			if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE"); err != nil {
 				return fmt.Errorf("drop schema %s: %w", s, err)
 			}

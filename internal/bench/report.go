@@ -129,6 +129,7 @@ type Settings struct {
 	ElectionConcurrency  []int    `json:"election_concurrency"`
 	IdleSessions         int      `json:"idle_sessions"`
 	IdleDuration         string   `json:"idle_duration"`
+	FailoverKills        int      `json:"failover_kills"`
 	SessionTTL           string   `json:"session_ttl"`
 	PGPoolMaxConns       int      `json:"pg_pool_max_conns,omitempty"`
 	// BackendProcess says where the backend ran, Durability how it

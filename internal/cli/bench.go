@@ -66,6 +66,10 @@ Scenarios (--scenarios, comma-separated; default all):
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
              RSS of a 'lockd serve' child process, against as many raw
              clientv3 concurrency.Sessions (etcd: the etcd process's CPU)
+  failover   three 'lockd serve' children over the backend, one holder
+             given every address: --failover-kills times, SIGKILL the
+             replica it talks to and time its next heartbeat answered
+             through another (p50/p99 ms; target under TTL/3)
 
 Progress goes to stderr; the table (or --json) to stdout. Each measurement
 lasts --duration after a short warm-up and is repeated --rounds times.
@@ -101,6 +105,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.StringVar(&death, "death-locks", joinInts(bench.DefaultDeathLocks), "locks held by the dying session, comma-separated (one measurement each)")
 	f.IntVar(&cfg.IdleSessions, "idle-sessions", bench.DefaultIdleSessions, "sessions of the idle scenario")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
+	f.IntVar(&cfg.FailoverKills, "failover-kills", bench.DefaultFailoverKills, "replica kills of the failover scenario")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the scenarios to this file (labelled by system)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

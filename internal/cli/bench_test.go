@@ -38,7 +38,7 @@ func init() {
 // systems and ceilings on a loaded machine under -race. Speed is the
 // benchmark's business, not the test's.
 var smallBench = []string{"--duration", "100ms", "--rounds", "1", "--death-locks", "1,50",
-	"--idle-sessions", "50", "--idle-duration", "500ms"}
+	"--idle-sessions", "50", "--idle-duration", "500ms", "--failover-kills", "2"}
 
 // wantRow names a row the report must contain.
 type wantRow struct {
@@ -93,6 +93,9 @@ func wantRows(baselines, ceilings, electors []string, idleBaseline string) []wan
 	}
 	for _, m := range []string{bench.MetricRSS, bench.MetricPeakRSS, bench.MetricAlive} {
 		want = append(want, wantRow{"idle", 50, m, ""})
+	}
+	for _, m := range []string{bench.MetricFailoverP50, bench.MetricFailoverP99, bench.MetricAlive} {
+		want = append(want, wantRow{"failover", 2, m, ""})
 	}
 	return want
 }
@@ -216,7 +219,7 @@ func TestBenchSmoke(t *testing.T) {
 			if rep.Machine.NumCPU < 1 || rep.Machine.GOMAXPROCS < 1 || rep.Machine.GoVersion == "" {
 				t.Errorf("machine = %+v, want nproc, GOMAXPROCS and go version", rep.Machine)
 			}
-			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,election,death,idle" {
+			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,election,death,idle,failover" {
 				t.Errorf("scenarios = %v, want all five", rep.Settings.Scenarios)
 			}
 			st := rep.Settings
@@ -246,7 +249,10 @@ func TestBenchSmoke(t *testing.T) {
 				} else {
 					checkFigure(t, w, "lockd", row.Lockd)
 				}
-				if w.metric == bench.MetricAlive && (row.Lockd == nil || *row.Lockd != 50 || row.Met == nil || !*row.Met) {
+				if w.metric == bench.MetricAlive && w.scenario == "failover" && (row.Lockd == nil || *row.Lockd != 1) {
+					t.Errorf("row %v: %s, want the holder's session alive (1)", w, show(row.Lockd))
+				}
+				if w.metric == bench.MetricAlive && w.scenario == "idle" && (row.Lockd == nil || *row.Lockd != 50 || row.Met == nil || !*row.Met) {
 					t.Errorf("row %v: %s sessions alive (met %v), want all 50", w, show(row.Lockd), row.Met != nil && *row.Met)
 				}
 				if w.metric == bench.MetricPairsPerSec && (row.LockdCeil == nil || *row.LockdCeil <= 0 || row.RawCeil == nil || *row.RawCeil <= 0) {

@@ -24,8 +24,9 @@
 //     faults (SIGSTOP, SIGKILL, a toxiproxy partition, PostgreSQL restarts,
 //     skewed SDK clocks, replica and etcd-leader kills, etcd quorum loss,
 //     an isolated etcd leader, a paused lockd replica, restarts on an empty
-//     or older data directory), runs the checkers and prints one row per
-//     scenario.
+//     or older data directory, a SIGKILL of the replica a holder talks to
+//     and a rolling restart of three replicas), runs the checkers and
+//     prints one row per scenario.
 //
 // # Modes and settings
 //
@@ -58,6 +59,12 @@
 // has control-no-heal-pg: a partition recorded as ended while the link
 // stays cut past the bound (keys not granted again in time); the pause
 // check's is the fencing-off control (no late write refused).
+// The replica scenarios (replica-kill, rolling-restart: three replicas,
+// sessions must survive, no grant lost) have control-stale-record-etcd:
+// replica-kill on lockd built with the server's tag lockd_stale_control, a
+// replica that answers the heartbeats of a session it adopted from the
+// record it read the first time (live, the same Remaining) without asking
+// the backend, which lets the session expire meanwhile (trusted overlap).
 //
 // The semaphore and read/write scenarios (multi-*, issue 15) have two:
 // control-sem-extra, whose semaphore workers ask lockd for one slot more

@@ -13,13 +13,18 @@
 //     holding a sslmode=verify-full DSN.
 //
 // The TLS rows share their base backend's expectations (baseBackend).
+// TestParityReplicas (replicas_test.go) adds the multi-replica rows of
+// issue 13: three lockd replicas over one backend — a 3-member etcd
+// cluster, an external etcd, PostgreSQL — and clients given every address:
+// a SIGKILL of the replica a holder and a waiter talk to, and a rolling
+// restart under load.
 // lockd runs as a real child process, built once per run, so that scenarios
 // can SIGKILL and restart it. Each scenario reports a short observed outcome
 // per backend and declares the outcome it expects. Identical outcomes are the
 // rule; a scenario may override the expectation for a backend only for an
 // intended divergence listed in docs/backends.md, and says which one.
 //
-//	make parity    # go test -race -count=1 -run 'TestParity$' -v ./test/parity/
+//	make parity    # go test -race -count=1 -run '^TestParity(Replicas)?$' -v ./test/parity/
 //
 // prints one row per scenario and backend: scenario | backend | outcome | ok.
 // The package has no non-test code; the suite is in the _test.go files.

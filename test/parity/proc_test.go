@@ -105,6 +105,16 @@ func (w *firstLine) Write(p []byte) (int, error) {
 // which must start with ready; it returns the process and that line.
 func startProc(t *testing.T, name, bin string, args []string, extraEnv []string, ready string) (*proc, string) {
 	t.Helper()
+	p, line := launchProc(t, name, bin, args, extraEnv)
+	return p, p.awaitReady(t, line, ready)
+}
+
+// launchProc starts bin with args and returns at once: the process and
+// the channel its first stdout line arrives on (see awaitReady). Members
+// of an etcd cluster are launched together, since none is ready before a
+// quorum is up.
+func launchProc(t *testing.T, name, bin string, args []string, extraEnv []string) (*proc, <-chan string) {
+	t.Helper()
 	errf, err := os.CreateTemp(t.TempDir(), name+"-*.stderr")
 	if err != nil {
 		t.Fatalf("%s: stderr file: %v", name, err)
@@ -129,19 +139,25 @@ func startProc(t *testing.T, name, bin string, args []string, extraEnv []string,
 			t.Logf("%s stderr (last lines):\n%s", p.name, p.stderrTail(40))
 		}
 	})
+	return p, out.line
+}
 
+// awaitReady waits for the first stdout line of p, which must start with
+// ready, and returns it.
+func (p *proc) awaitReady(t *testing.T, line <-chan string, ready string) string {
+	t.Helper()
 	select {
-	case line := <-out.line:
-		if !strings.HasPrefix(line, ready) {
-			t.Fatalf("%s printed %q; want a line starting with %q", name, line, ready)
+	case l := <-line:
+		if !strings.HasPrefix(l, ready) {
+			t.Fatalf("%s printed %q; want a line starting with %q", p.name, l, ready)
 		}
-		return p, line
+		return l
 	case <-p.exited:
-		t.Fatalf("%s exited (%v) before printing its ready line; stderr:\n%s", name, p.err, p.stderrTail(40))
+		t.Fatalf("%s exited (%v) before printing its ready line; stderr:\n%s", p.name, p.err, p.stderrTail(40))
 	case <-time.After(startTimeout):
-		t.Fatalf("%s printed no ready line within %v; stderr:\n%s", name, startTimeout, p.stderrTail(40))
+		t.Fatalf("%s printed no ready line within %v; stderr:\n%s", p.name, startTimeout, p.stderrTail(40))
 	}
-	return nil, ""
+	return ""
 }
 
 // running reports whether the process has not exited yet.
@@ -244,8 +260,15 @@ const (
 //	lockd serving grpc=HOST:PORT metrics=HOST:PORT backend=NAME
 func startLockd(t *testing.T, bins binaries, flags []string) *lockd {
 	t.Helper()
+	return startLockdOn(t, bins, "127.0.0.1:0", flags)
+}
+
+// startLockdOn is startLockd listening on listen (a replica restarted on
+// its address: its clients' address lists stay valid).
+func startLockdOn(t *testing.T, bins binaries, listen string, flags []string) *lockd {
+	t.Helper()
 	args := append([]string{"serve",
-		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--listen", listen, "--metrics-listen", "127.0.0.1:0",
 		"--session-ttl", ttl.String(), "--safety-margin", margin.String()}, flags...)
 	p, line := startProc(t, "lockd", bins.lockd, args, nil, "lockd serving ")
 	l := &lockd{proc: p, flags: flags}

@@ -10,7 +10,8 @@
 // etcd, a test/cmd/etcd process or three, or PostgreSQL: a database on a shared
 // server, or a server of its own for the restart faults); optionally a
 // toxiproxy v2.12.0 proxy between lockd and the backend; one lockd (two for
-// the replica fault); and Options.Workers chaos-worker processes contending
+// the replica faults of issue 11, three for replica-kill and
+// rolling-restart); and Options.Workers chaos-worker processes contending
 // for Options.Keys fresh keys. Every process measures time against one run
 // epoch (package history). After a warm-up it runs the fault cycles
 // (Spec.Cycles, or Options.Duration in long mode), stops the workers with
@@ -38,7 +39,9 @@
 // show that every pause hit a holder whose late write the fenced resource
 // refused, and at least as many refused writes as pauses. A control
 // (Spec.Control) passes only when its checker found the violation it was
-// built to provoke. Table renders one row per scenario; Totals sums the real
+// built to provoke. The replica scenarios of issue 13 (replica-kill,
+// rolling-restart) must also show no grant lost: every grant's trust ended
+// by its release, since every session survives the replica it talks to. Table renders one row per scenario; Totals sums the real
 // scenarios per backend family.
 //
 // # Semaphores and read/write locks

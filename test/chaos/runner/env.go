@@ -22,12 +22,16 @@ type Binaries struct {
 	// WorkerRecvTime is the worker built with the SDK's receive-time
 	// control (build tag lockd_recvtime_control): the recvtime-sdk control.
 	WorkerRecvTime string
+	// LockdStale is lockd built with the server's stale-record control
+	// (build tag lockd_stale_control): the stale-record control.
+	LockdStale string
 }
 
 // Build builds lockd, the worker and the etcd member into dir with the go
 // command (go build -o dir), from the module that contains the working
 // directory, and the worker once more with the SDK's receive-time control
-// (dir/recvtime). race adds -race.
+// (dir/recvtime) and lockd once more with the server's stale-record control
+// (dir/stale). race adds -race.
 func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
@@ -58,7 +62,19 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
+	staleDir := filepath.Join(dir, "stale")
+	args = []string{"build", "-tags", "lockd_stale_control", "-o", filepath.Join(staleDir, "lockd")}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/lockd")
+	cmd = exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
 	return Binaries{
+		LockdStale:     filepath.Join(staleDir, "lockd"),
 		Lockd:          filepath.Join(dir, "lockd"),
 		Worker:         filepath.Join(dir, "chaos-worker"),
 		Etcd:           filepath.Join(dir, "etcd"),

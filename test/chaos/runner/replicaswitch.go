@@ -9,11 +9,11 @@ import (
 // first replica is replica 0 reaching it through a proxy in front of it.
 // While such a worker holds a key, the proxy drops every connection to
 // replica 0 and refuses new ones (see drop) for two TTLs; replica 0 keeps its
-// link to the backend. The worker's SDK moves to replica 1 (issue 11 §3): on
-// PostgreSQL replica 1 adopts the session and keeps it alive, and replica
-// 0's silence close must not free the keys while it does; on etcd the
-// moved session is unknown to replica 1 and dies. Either way: no trusted
-// overlap.
+// link to the backend. The worker's SDK moves to replica 1 (issue 11 §3):
+// replica 1 adopts the session and keeps it alive (PostgreSQL since issue
+// 11, etcd since issue 13's session record), and replica 0's silence close
+// must not free the keys while it does (it ends only a session no other
+// replica keeps). No trusted overlap.
 const ReplicaSwitch Fault = "replica-switch"
 
 // switchHolds bounds the holds of ReplicaSwitch: longer than the TTL, so

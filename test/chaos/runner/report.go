@@ -33,6 +33,10 @@ type Report struct {
 	// ReleaseP99 and ReleaseMax are over the Release calls that succeeded
 	// (send to reply).
 	ReleaseP99, ReleaseMax time.Duration
+	// Lost counts the grants whose trust ended otherwise than by their
+	// release (lost ops: Done closed, deadline passed, release refused);
+	// the replica scenarios (Spec.keepsSessions) must have none.
+	Lost int
 	// Problems are harness observations that fail a scenario (a worker
 	// that had to be killed at the end).
 	Problems []string
@@ -61,6 +65,8 @@ func (r *run) evaluate() (*Report, error) {
 			rep.Acquisitions++
 		case op.Kind == history.Release && op.Outcome == history.OK:
 			rel = append(rel, time.Duration(op.Complete-op.Invoke))
+		case op.Kind == history.Lost:
+			rep.Lost++
 		}
 	}
 	slices.Sort(rel)
@@ -114,7 +120,7 @@ func (rep *Report) Verdict() (ok bool, why string) {
 			return false, "control did not fail: the pause check found every pause's late write refused with the token check off"
 		}
 		return true, "control failed as it must"
-	case ReceiveTTL, SlowClock, RecvTimeSDK:
+	case ReceiveTTL, SlowClock, RecvTimeSDK, StaleRecord:
 		if rep.Trusted.Violations == 0 {
 			return false, "control did not fail: no trusted overlap"
 		}
@@ -135,6 +141,9 @@ func (rep *Report) Verdict() (ok bool, why string) {
 	}
 	if rep.Faults == 0 {
 		bad = append(bad, "no fault injected")
+	}
+	if rep.Spec.keepsSessions() && rep.Lost > 0 {
+		bad = append(bad, fmt.Sprintf("%d grants lost (sessions must survive the replica)", rep.Lost))
 	}
 	if rep.Spec.pausesHolders() {
 		if rep.Pauses == 0 {
@@ -158,6 +167,7 @@ func (rep *Report) Verdict() (ok bool, why string) {
 func (rep *Report) Details() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d refused by the token check\n", rep.Writes, rep.Rejected)
+	fmt.Fprintf(&b, "grants lost (trust ended otherwise than by the release): %d\n", rep.Lost)
 	for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
 		rep.PauseHits} {
 		b.WriteString(res.String())

@@ -215,15 +215,27 @@ func TestVerdictAndTable(t *testing.T) {
 	blindPauses.Overlapping.Violations = 3
 	caught := clean(Spec{Name: "caught-control", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL})
 	caught.Trusted.Violations = 3
+	kept := clean(Spec{Name: "replica-kill-x", Backend: Etcd, Fault: ReplicaKill})
+	dropped := clean(Spec{Name: "dropped-session", Backend: PG, Fault: RollingRestart})
+	dropped.Lost = 1
+	stale := clean(Spec{Name: "stale", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord})
+	stale.Trusted.Violations, stale.Lost = 2, 1 // a control may lose grants
+	blindStale := clean(Spec{Name: "blind-stale", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord})
+	lostElsewhere := clean(Spec{Name: "lost-elsewhere", Backend: PG, Fault: PauseHolder})
+	lostElsewhere.Pauses, lostElsewhere.Rejected, lostElsewhere.Lost = 1, 1, 1 // a pause loses grants
 	for _, tc := range []struct {
 		rep  *Report
 		want bool
 	}{{pass, true}, {broken, false}, {undecided, false}, {blind, false}, {caught, true}, {unrefused, false},
 		{missed, false}, {stuck, false}, {pending, false}, {noHeal, true}, {blindNoHeal, false},
-		{fencingOff, true}, {blindPauses, false}} {
+		{fencingOff, true}, {blindPauses, false}, {kept, true}, {dropped, false}, {stale, true}, {blindStale, false},
+		{lostElsewhere, true}} {
 		if ok, why := tc.rep.Verdict(); ok != tc.want {
 			t.Errorf("%s: Verdict = %v (%s); want %v", tc.rep.Spec.Name, ok, why, tc.want)
 		}
+	}
+	if _, why := dropped.Verdict(); !strings.Contains(why, "1 grants lost") {
+		t.Errorf("dropped-session: Verdict says %q; want the lost grant named", why)
 	}
 	table := Table([]*Report{pass, broken, undecided, blind, caught, unrefused, missed, stuck, pending, noHeal})
 	for _, want := range []string{"pause-x", "PASS", "FAIL: failed: no-trusted-overlap", "0?",

@@ -110,6 +110,7 @@ const (
 	// reply instead of the send of its request: check.NoTrustedOverlap must
 	// find overlaps.
 	RecvTimeSDK Control = "recvtime-sdk"
+	// StaleRecord: see replicas.go.
 )
 
 // Spec is one scenario.
@@ -120,6 +121,9 @@ type Spec struct {
 	Control Control
 	// Cycles is how many fault cycles the short mode runs (default 2).
 	Cycles int
+	// TTL, if set, replaces Options.TTL (lockd's session TTL) for this
+	// scenario.
+	TTL time.Duration
 	// Pending, if set, names the fix a scenario waits for: it is in the
 	// suite and fails until that fix lands (Table shows it with the
 	// failure).
@@ -244,6 +248,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (rep *Report, err error) {
 	if spec.Cycles == 0 {
 		spec.Cycles = 2
+	}
+	if spec.TTL > 0 {
+		opts.TTL = spec.TTL
 	}
 	start := time.Now()
 	epoch := time.Now()
@@ -488,8 +495,15 @@ func (r *run) startLockd() error {
 	if r.spec.Fault == ReplicaDeath || r.spec.Fault == PartitionReplica || r.spec.Fault == ReplicaSwitch || r.spec.Fault == LockdPause {
 		replicas = 2
 	}
+	bin := r.env.bins.Lockd
+	if r.replicaFault() {
+		replicas = 3
+	}
+	if r.spec.Control == StaleRecord {
+		bin = r.env.bins.LockdStale
+	}
 	cfg := lockdConfig{
-		bin:     r.env.bins.Lockd,
+		bin:     bin,
 		dir:     r.dir,
 		backend: string(r.spec.Backend),
 		ttl:     r.opts.TTL,
@@ -543,6 +557,9 @@ func (r *run) planWorkers() {
 		}
 		if r.spec.Fault == ReplicaSwitch {
 			ws.holdMin, ws.holdMax = switchHolds(r.opts.TTL)
+		}
+		if r.replicaFault() {
+			ws.holdMin, ws.holdMax = r.replicaHolds()
 		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
@@ -741,6 +758,9 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		return sleep(ctx, 2*ttl)
 	}
 	if handled, err := r.cycle11(ctx, i); handled {
+		return err
+	}
+	if handled, err := r.cycle13(ctx); handled {
 		return err
 	}
 	return fmt.Errorf("unknown fault %q", r.spec.Fault)

@@ -41,12 +41,19 @@ func Suite() []Spec {
 		// pauses and kills of both on PostgreSQL.
 		{Name: "multi-embedded", Backend: Embedded, Fault: MultiPauseKill},
 		{Name: "multi-pg", Backend: PG, Fault: MultiPauseKill, Cycles: 4},
+		// issue 13: three replicas over one backend; every session
+		// survives the replica it talks to (replicaTTL).
+		{Name: "replica-kill-etcd", Backend: Etcd, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL},
+		{Name: "replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL},
+		{Name: "rolling-restart-etcd", Backend: Etcd, Fault: RollingRestart, Cycles: 1, TTL: replicaTTL},
+		{Name: "rolling-restart-pg", Backend: PG, Fault: RollingRestart, Cycles: 1, TTL: replicaTTL},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-receive-ttl-pg", Backend: PG, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-slow-clock-embedded", Backend: Embedded, Fault: PauseHolder, Control: SlowClock},
 		{Name: "control-recvtime-sdk-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK},
+		{Name: "control-stale-record-etcd", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord, Cycles: 3},
 		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal, Cycles: 1},
 		{Name: "control-sem-extra-embedded", Backend: Embedded, Fault: MultiPauseKill, Control: SemExtra, Cycles: 1},
 		{Name: "control-ignore-done-pg", Backend: PG, Fault: MultiPauseKill, Control: IgnoreDone, Cycles: 2},

@@ -38,8 +38,9 @@ type workerProc struct {
 	key      string
 	mode     string // the mode of the latest hold (plain, slot, shared, exclusive)
 	pausable bool
-	stopped  bool // SIGSTOPped by the harness and not resumed yet
-	killed   bool // SIGKILLed by the harness
+	peer     string // the lockd replica of the latest grant ("hold" line), "" if unknown
+	stopped  bool   // SIGSTOPped by the harness and not resumed yet
+	killed   bool   // SIGKILLed by the harness
 
 	// trig, if set, fires on the next matching line (see trigger).
 	trig atomic.Pointer[trigger]
@@ -78,6 +79,9 @@ func (w *workerProc) onLine(line string) {
 	if f[0] == "hold" && len(f) >= 5 {
 		w.mode = f[4]
 	}
+	if f[0] == "hold" && len(f) >= 6 && f[5] != "-" {
+		w.peer = f[5]
+	}
 	state, pausable := w.state, w.pausable
 	w.mu.Unlock()
 	if state == "hold" {
@@ -96,6 +100,14 @@ func (w *workerProc) holdMode() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.mode
+}
+
+// replica returns the address of the lockd replica the worker's latest
+// grant came through, "" if none is known yet.
+func (w *workerProc) replica() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.peer
 }
 
 // markStopped records a SIGSTOP or SIGCONT by the harness.

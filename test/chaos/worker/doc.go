@@ -40,10 +40,12 @@
 // A worker prints one line per state change on stdout, each one write:
 //
 //	wait KEY            an acquire of KEY was sent
-//	hold KEY TOKEN P M  KEY is granted and written once; P is 1 when the
+//	hold KEY TOKEN P M A  KEY is granted and written once; P is 1 when the
 //	                    harness may pause the worker now, 0 otherwise; M
 //	                    is the grant's mode: plain, slot, shared or
-//	                    exclusive
+//	                    exclusive; A is the address of the lockd replica
+//	                    the grant came through ("-" if unknown): with
+//	                    pick-first, the one the worker talks to
 //	free KEY            the release was sent (or the grant given up)
 //
 // The harness pauses and kills holders on these lines. SIGTERM or SIGINT

@@ -9,11 +9,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/peer"
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/test/chaos/fenced"
@@ -43,8 +43,9 @@ type Config struct {
 	// Proc is the process id in the history, unique per incarnation.
 	Proc string
 	// Lockd lists the lockd gRPC addresses. With more than one the SDK
-	// dials all of them through one gRPC channel (pick-first, in the given
-	// order) and moves to the next when the current one dies.
+	// connects to the first that answers, in the given order, and moves to
+	// another when its replica dies, drains or stalls (client.New with a
+	// comma-separated list, C2 #ct2-failover).
 	Lockd []string
 	// FencedURL is the fenced resource's base URL.
 	FencedURL string
@@ -158,6 +159,10 @@ type worker struct {
 
 	sess    *session
 	sessTTL time.Duration
+	// lastPeer is the address of the lockd replica the latest successful
+	// unary call went to (peerRecorder): with pick-first, the replica the
+	// worker talks to.
+	lastPeer atomic.Value // string
 }
 
 // session is a client session with the extension tracking the receive-time
@@ -193,7 +198,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
 	}
 	defer w.fc.Close()
 
-	opts := []client.Option{client.WithBackoff(20*time.Millisecond, 500*time.Millisecond)}
+	opts := []client.Option{client.WithBackoff(20*time.Millisecond, 500*time.Millisecond),
+		client.WithDialOptions(grpc.WithChainUnaryInterceptor(w.peerRecorder))}
 	if cfg.ClockScale != 0 && cfg.ClockScale != 1 {
 		w.clock = newScaledClock(cfg.ClockScale)
 		opts = append(opts, client.WithClock(w.clock))
@@ -201,19 +207,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
 	if cfg.HeartbeatInterval > 0 {
 		opts = append(opts, client.WithHeartbeatInterval(cfg.HeartbeatInterval))
 	}
-	target := cfg.Lockd[0]
-	if len(cfg.Lockd) > 1 {
-		r := manual.NewBuilderWithScheme("chaos")
-		addrs := make([]resolver.Address, len(cfg.Lockd))
-		for i, a := range cfg.Lockd {
-			addrs[i] = resolver.Address{Addr: a}
-		}
-		r.InitialState(resolver.State{Addresses: addrs})
-		// The resolver hides the (loopback) addresses from client.New.
-		opts = append(opts, client.WithDialOptions(grpc.WithResolvers(r)), client.WithInsecure())
-		target = "chaos:///lockd"
-	}
-	w.c, err = client.New(target, opts...)
+	// Several addresses: the SDK's failover (C2 #ct2-failover) moves
+	// between them.
+	w.c, err = client.New(strings.Join(cfg.Lockd, ","), opts...)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -228,6 +224,27 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
 		w.iteration(ctx)
 	}
 	return rec.Err()
+}
+
+// peerRecorder is a unary client interceptor that remembers the remote
+// address of every call that succeeded: the "hold" line names the replica
+// the grant came through, which the replica-kill scenario SIGKILLs.
+func (w *worker) peerRecorder(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	var p peer.Peer
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
+	if err == nil && p.Addr != nil {
+		w.lastPeer.Store(p.Addr.String())
+	}
+	return err
+}
+
+// peer is the address lastPeer holds, "-" before the first call.
+func (w *worker) peer() string {
+	if a, ok := w.lastPeer.Load().(string); ok {
+		return a
+	}
+	return "-"
 }
 
 // say writes one state line.
@@ -343,7 +360,7 @@ func (w *worker) iteration(ctx context.Context) {
 			hold = controlHold
 		}
 	}
-	w.say("hold %s %d %d %s", key, tok, boolDigit(pausable), cmp.Or(mode, "plain"))
+	w.say("hold %s %d %d %s %s", key, tok, boolDigit(pausable), cmp.Or(mode, "plain"), w.peer())
 	time.Sleep(hold) // the critical section: not cut short by a stop, the grant is finished properly
 	// trustEnd is when the worker's trust ends if nothing else ends it
 	// first: the SDK's deadline, or receive + TTL under the control.

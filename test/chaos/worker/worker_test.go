@@ -89,6 +89,12 @@ func TestWorkersAgainstRealServer(t *testing.T) {
 				if !strings.Contains(s, "wait ") || !strings.Contains(s, "hold ") || !strings.Contains(s, "free ") {
 					t.Errorf("worker %d printed %q; want wait, hold and free lines", i, s)
 				}
+				// Every hold line names the replica the grant came through.
+				for _, line := range strings.Split(s, "\n") {
+					if f := strings.Fields(line); len(f) > 0 && f[0] == "hold" && (len(f) != 5 || f[4] != srv.Addr) {
+						t.Errorf("worker %d: hold line %q; want hold KEY TOKEN P %s", i, line, srv.Addr)
+					}
+				}
 			}
 			h, err := history.ReadDir(dir, "*.jsonl")
 			if err != nil {

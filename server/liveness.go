@@ -1,0 +1,25 @@
+//go:build !lockd_stale_control
+
+package server
+
+import (
+	"context"
+
+	"lock.dev/lockd/store"
+)
+
+// liveness asks the store whether the session of a heartbeat is live and,
+// when it is, refreshes the record's grants from the store (seed). A build
+// with the tag lockd_stale_control replaces it with the stale-record
+// control of the chaos suite (liveness_stale.go).
+func (s *Server) liveness(ctx context.Context, ss *session) (store.Liveness, error) {
+	lv, err := s.st.Heartbeat(ctx, ss.id)
+	if err == nil && lv.Live {
+		err = s.seed(ctx, ss)
+	}
+	return lv, err
+}
+
+// quiet reports whether route must drop ev: never, outside the control
+// build.
+func quiet(store.Event) bool { return false }

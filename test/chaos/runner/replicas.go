@@ -1,0 +1,145 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// The replica faults of issue 13: three lockd replicas over one backend,
+// the workers spread over them (each dials all three, pick-first, starting
+// from a different one), and sessions that must survive the replica they
+// talk to.
+const (
+	// ReplicaKill SIGKILLs, while a worker holds a key, the replica that
+	// worker's grant came through (the address on its "hold" line), and
+	// restarts it a TTL later. The holder's SDK moves to another replica,
+	// which adopts the session and keeps it alive; the hold spans the kill,
+	// so its trust is kept by heartbeats through the new replica.
+	ReplicaKill Fault = "replica-kill"
+	// RollingRestart restarts the three replicas one at a time under load:
+	// SIGTERM (graceful drain, C2 #ct2-drain), wait for the exit, start it
+	// again on the same address, wait until it serves, then the next.
+	RollingRestart Fault = "rolling-restart"
+)
+
+// replicaTTL is the session TTL of the real replica scenarios. A session
+// survives the death of its replica when its client gets a heartbeat
+// answered through another before its deadline: at the shortest TTL (2 s,
+// 0.5 s margin) that budget is under a second after a kill late in the
+// heartbeat cycle, which the move (a new connection, the adoption's reads)
+// overran once on a loaded two-core machine (a grant lost, no safety
+// violation). 5 s leaves about three seconds, still well below lockd's
+// default of 15 s.
+const replicaTTL = 5 * time.Second
+
+// StaleRecord runs ReplicaKill on lockd binaries built with the server's
+// test-only tag lockd_stale_control (server/control_stale.go): a replica
+// answers every heartbeat of a session it adopted after the first from the
+// record it read then — live, the same Remaining, the same held set —
+// without asking the backend, which therefore lets the session expire while
+// the client keeps trusting. check.NoTrustedOverlap must find the overlap.
+const StaleRecord Control = "stale-record"
+
+// replicaFault reports whether the scenario runs three replicas for an
+// issue 13 fault.
+func (r *run) replicaFault() bool {
+	return r.spec.Fault == ReplicaKill || r.spec.Fault == RollingRestart
+}
+
+// keepsSessions reports whether every grant of the scenario must end by its
+// release: a real replica scenario, where no session may be lost.
+func (s Spec) keepsSessions() bool {
+	return s.Control == NoControl && (s.Fault == ReplicaKill || s.Fault == RollingRestart)
+}
+
+// replicaHolds bounds the holds of the replica faults: some shorter than a
+// heartbeat interval, some past the TTL, so that trust across the move is
+// kept by heartbeats through the new replica. The control holds longer than
+// an adopted session outlives its last call to the backend (the keeper drops
+// it after a TTL without a call, the lease expires a TTL later), so that the
+// backend frees the key while the holder still trusts it.
+func (r *run) replicaHolds() (lo, hi time.Duration) {
+	ttl := r.opts.TTL
+	if r.spec.Control == StaleRecord {
+		return 3 * ttl, 4 * ttl
+	}
+	return 300 * time.Millisecond, ttl * 3 / 2
+}
+
+// lockdAt returns the replica listening on addr, nil if none.
+func (r *run) lockdAt(addr string) *lockdProc {
+	for _, l := range r.lockds {
+		if l.Addr() == addr {
+			return l
+		}
+	}
+	return nil
+}
+
+// cycle13 runs a cycle of the replica faults; handled is false for another
+// fault.
+func (r *run) cycle13(ctx context.Context) (handled bool, err error) {
+	switch r.spec.Fault {
+	case ReplicaKill:
+		return true, r.replicaKill(ctx)
+	case RollingRestart:
+		return true, r.rollingRestart(ctx)
+	}
+	return false, nil
+}
+
+// replicaKill is one ReplicaKill cycle.
+func (r *run) replicaKill(ctx context.Context) error {
+	ttl := r.opts.TTL
+	var (
+		start  int64
+		victim *lockdProc
+	)
+	known := func(w *workerProc) bool { return r.lockdAt(w.replica()) != nil }
+	w, err := r.onNext(ctx, "hold", known, func(w *workerProc) {
+		if l := r.lockdAt(w.replica()); l != nil && !l.proc().done() {
+			victim, start = l, r.clock.Now()
+			l.proc().signal(syscall.SIGKILL)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if victim == nil {
+		return fmt.Errorf("replica of %s (%q) not found or not running", w.proc, w.replica())
+	}
+	<-victim.proc().exited
+	r.countFault()
+	r.logf("killed replica %s (%s) while %s holds through it", victim.cfg.name, victim.Addr(), w.proc)
+	if err := sleep(ctx, ttl); err != nil {
+		return err
+	}
+	if err := victim.restart(); err != nil {
+		return err
+	}
+	r.faultWindow(start)
+	return sleep(ctx, ttl)
+}
+
+// rollingRestart is one RollingRestart cycle: every replica in turn.
+func (r *run) rollingRestart(ctx context.Context) error {
+	start := r.clock.Now()
+	for _, l := range r.lockds {
+		t0 := time.Now()
+		if err := l.stop(); err != nil {
+			return err
+		}
+		if err := l.restart(); err != nil {
+			return err
+		}
+		r.countFault()
+		r.logf("restarted replica %s (SIGTERM to serving again: %v)", l.cfg.name, time.Since(t0).Round(time.Millisecond))
+		if err := sleep(ctx, r.opts.TTL/2); err != nil {
+			return err
+		}
+	}
+	r.faultWindow(start)
+	return sleep(ctx, r.opts.TTL)
+}
