@@ -91,8 +91,8 @@ func TestWorkersAgainstRealServer(t *testing.T) {
 				}
 				// Every hold line names the replica the grant came through.
 				for _, line := range strings.Split(s, "\n") {
-					if f := strings.Fields(line); len(f) > 0 && f[0] == "hold" && (len(f) != 5 || f[4] != srv.Addr) {
-						t.Errorf("worker %d: hold line %q; want hold KEY TOKEN P %s", i, line, srv.Addr)
+					if f := strings.Fields(line); len(f) > 0 && f[0] == "hold" && (len(f) != 6 || f[4] != "plain" || f[5] != srv.Addr) {
+						t.Errorf("worker %d: hold line %q; want hold KEY TOKEN P plain %s", i, line, srv.Addr)
 					}
 				}
 			}
