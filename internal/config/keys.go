@@ -44,6 +44,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.listen", "listen", "gRPC listen address"},
 	{"lock.server.metrics-listen", "metrics-listen", `/metrics and /healthz listen address, or "off"`},
 	{"lock.server.http.listen", "http-listen", "HTTP/JSON API listen address (empty: off; TLS from --tls-*)"},
+	{"lock.server.http.console", "http-console", "serve the read-only web console under /console/ on --http-listen"},
 	{"lock.server.close-sessions-on-shutdown", "close-sessions-on-shutdown", "on SIGINT/SIGTERM close every session (releasing its locks) instead of leaving them to expire"},
 	// Transport security of the listeners (C5 #ct5-tls).
 	{"lock.server.tls.cert-file", "tls-cert-file", "PEM certificate of the gRPC listener (turns TLS on; with --tls-key-file)"},
