@@ -348,11 +348,11 @@ func (pipeCreds) OverrideServerName(string) error { return nil }
 
 // httpHandler is the HTTP listener's handler: the web console under
 // /console/ when lock.server.http.console is on (C5 #ct5-console), and the
-// API behind limitBody otherwise. The
+// API behind the cross-origin protection and limitBody otherwise. The
 // dispatch is by path prefix, not an http.ServeMux, so API paths are never
 // cleaned or redirected.
 func (s *Server) httpHandler(api http.Handler) http.Handler {
-	api = limitBody(api)
+	api = crossOrigin(limitBody(api))
 	if !s.cfg.HTTPConsole {
 		return api
 	}
@@ -364,6 +364,20 @@ func (s *Server) httpHandler(api http.Handler) http.Handler {
 		}
 		api.ServeHTTP(w, r)
 	})
+}
+
+// crossOrigin refuses a request other than GET, HEAD or OPTIONS that a
+// browser marks as cross-origin (Sec-Fetch-Site, else Origin against Host)
+// with 403 PERMISSION_DENIED (C5 #ct5-http): a page of another origin must
+// not make a browser that holds a client certificate, or reaches a
+// loopback API without access rules, take, release or revoke locks.
+// Clients that are not browsers send neither header.
+func crossOrigin(h http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusForbidden, status.New(codes.PermissionDenied, "cross-origin request refused"))
+	}))
+	return cop.Handler(h)
 }
 
 // limitBody bounds request bodies (maxHTTPBody; a longer one fails to
