@@ -39,13 +39,21 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	ka *keepaliver
+	// failover is the resolver of a client of several addresses (nil for
+	// one address): it sets a draining or stalled replica aside.
+	failover *failoverResolver
 
 	closeOnce sync.Once
 }
 
-// New creates a client of the lockd server at target (host:port or any gRPC
-// target). It does not wait for the connection: calls retry until their
-// context ends while the server is unreachable. Plaintext is the default
+// New creates a client of the lockd server at target: host:port or any gRPC
+// target, or several replicas of one backend — "a:7420,b:7420,c:7420"
+// (also WithAddresses) or a DNS name, "dns:///lockd.example:7420". With
+// several addresses the client uses one replica at a time and moves its
+// KeepAlive stream and pending calls to another when that replica dies,
+// drains or stalls, keeping its sessions, locks and queue places (C2
+// #ct2-failover). It does not wait for the connection: calls retry until
+// their context ends while the server is unreachable. Plaintext is the default
 // only for a loopback target; any other target needs WithTLS,
 // WithTLSFiles or WithTransportCredentials, or WithInsecure to send
 // plaintext anyway (tls.go).
@@ -63,34 +71,62 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err := checkTiming(o.ttl, o.safetyMargin, o.heartbeatInterval); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	creds, err := o.transport.credentials(target)
+	// Several addresses or a DNS name: a resolver of this client's own
+	// (failover.go). The transport rules hold for every address: plaintext
+	// and a bearer token over it only if all of them are on loopback.
+	addrs, dnsTarget, err := splitTarget(target, o.addresses)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	dial := append([]grpc.DialOption{
+	secTarget, dialTarget := target, target
+	var fo *failoverResolver
+	if len(addrs) > 0 || dnsTarget != "" {
+		fo = newFailoverResolver(addrs, dnsTarget, o.clock.Now)
+		dialTarget = failoverScheme + ":///lockd"
+		if len(addrs) > 0 {
+			secTarget = addrs[0]
+			for _, a := range addrs {
+				if !loopbackTarget(a) {
+					secTarget = a
+					break
+				}
+			}
+		}
+	}
+	creds, err := o.transport.credentials(secTarget)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		// Static flow-control windows: no bandwidth-delay PING after each
 		// reply (see the server's transport settings).
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
-	}, o.dial...)
-	bearer, err := o.token.dialOption(target, creds) // token.go
+	}
+	if fo != nil {
+		dial = append(dial, fo.dialOptions()...)
+		dial = append(dial, grpc.WithChainUnaryInterceptor(fo.asideOnShutdown))
+	}
+	dial = append(dial, o.dial...)
+	bearer, err := o.token.dialOption(secTarget, creds) // token.go
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	if bearer != nil {
 		dial = append(dial, bearer)
 	}
-	conn, err := grpc.NewClient(target, dial...)
+	conn, err := grpc.NewClient(dialTarget, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %q: %w", target, err)
 	}
 	c := &Client{
-		conn:  conn,
-		api:   lockdv1.NewLockServiceClient(conn),
-		opts:  o,
-		clock: o.clock,
-		log:   orDiscard(o.logger),
+		conn:     conn,
+		api:      lockdv1.NewLockServiceClient(conn),
+		opts:     o,
+		clock:    o.clock,
+		log:      orDiscard(o.logger),
+		failover: fo,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ka = newKeepaliver(c)
@@ -211,6 +247,26 @@ type LockInfo struct {
 	Owner  string
 	Labels map[string]string
 	Value  []byte
+	// Holders lists every holder of a semaphore or read/write key, lowest
+	// token first; the single-holder fields above then describe the first.
+	// Empty for a plain lock.
+	Holders []HolderInfo
+	// Limit is the semaphore's N (1 for a read/write lock); 0 for a plain
+	// lock.
+	Limit uint32
+}
+
+// HolderInfo is one holder of a semaphore or read/write key.
+type HolderInfo struct {
+	Session    string
+	Token      uint64
+	AcquiredAt time.Time
+	// Mode is "shared" or "exclusive" for a read/write lock, "" for a
+	// semaphore slot.
+	Mode   string
+	Owner  string
+	Labels map[string]string
+	Value  []byte
 }
 
 // Holder describes the holder for people: its owner (quoted if it is not
@@ -231,6 +287,20 @@ func lockInfo(p *lockdv1.LockInfo) LockInfo {
 		Waiters: p.GetWaiters(), Owner: p.GetOwner(), Labels: p.GetLabels(), Value: p.GetValue()}
 	if p.GetAcquiredAt() != nil {
 		info.AcquiredAt = p.GetAcquiredAt().AsTime()
+	}
+	info.Limit = p.GetLimit()
+	for _, h := range p.GetHolders() {
+		hi := HolderInfo{Session: h.GetSessionId(), Token: h.GetToken(), Owner: h.GetOwner(), Labels: h.GetLabels(), Value: h.GetValue()}
+		switch h.GetMode() {
+		case lockdv1.LockMode_LOCK_MODE_SHARED:
+			hi.Mode = "shared"
+		case lockdv1.LockMode_LOCK_MODE_EXCLUSIVE:
+			hi.Mode = "exclusive"
+		}
+		if h.GetAcquiredAt() != nil {
+			hi.AcquiredAt = h.GetAcquiredAt().AsTime()
+		}
+		info.Holders = append(info.Holders, hi)
 	}
 	return info
 }
@@ -311,6 +381,10 @@ const (
 	EventExpired
 	// EventRevoked: an administrator revoked the grant.
 	EventRevoked
+	// EventValue: the holder set the grant's value (WithValue, Lock.SetValue,
+	// Leadership.Proclaim); the grant and its token are unchanged. Only
+	// watches made WithHolders report it.
+	EventValue
 )
 
 func (k EventKind) String() string {
@@ -323,6 +397,8 @@ func (k EventKind) String() string {
 		return "expired"
 	case EventRevoked:
 		return "revoked"
+	case EventValue:
+		return "value"
 	}
 	return "unknown"
 }
@@ -333,26 +409,48 @@ type Event struct {
 	Key     string
 	Session string
 	Token   uint64
+	// Owner and Labels are the holder session's, Value the grant's value:
+	// set only in acquired and value events of a watch made WithHolders,
+	// read when the server sent the event (not when it happened), and only
+	// if the grant was still current then.
+	Owner  string
+	Labels map[string]string
+	Value  []byte
 	// Err is set only on the last event before the channel closes because
 	// the watch broke (not because its context ended); events may have been
 	// missed.
 	Err error
 }
 
+// WatchOption configures a Watch.
+type WatchOption func(*watchOptions)
+
+type watchOptions struct{ holders bool }
+
+// WithHolders asks the server for the holder's owner, labels and value in
+// acquired events, and for value events (EventValue) when a holder sets its
+// grant's value. The server reads them for each such event (one read per
+// event), so a watch of a busy prefix costs more with it.
+func WithHolders() WatchOption { return func(o *watchOptions) { o.holders = true } }
+
 // Watch reports every change to the keys that start with prefix, in commit
 // order. It returns once the watch is established: every change committed
 // after it returns is delivered. The channel closes when ctx ends or the
 // client closes, or after one event with Err set when the watch breaks.
-func (c *Client) Watch(ctx context.Context, prefix string) (<-chan Event, error) {
+func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) (<-chan Event, error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("watch %q: %w", prefix, invalidInput("prefix", err))
+	}
+	var wo watchOptions
+	for _, opt := range opts {
+		opt(&wo)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(c.ctx, cancel)
 	var stream lockdv1.LockService_WatchClient
 	err := c.retry(wctx, func(ctx context.Context) error {
 		var err error
-		stream, err = c.api.Watch(ctx, &lockdv1.WatchRequest{Prefix: prefix})
+		stream, err = c.api.Watch(ctx, &lockdv1.WatchRequest{Prefix: prefix, Holder: wo.holders})
 		if err != nil {
 			return fromStatus(ctx, err)
 		}
@@ -387,7 +485,8 @@ func (c *Client) Watch(ctx context.Context, prefix string) (<-chan Event, error)
 				return
 			}
 			// The proto's EventKind numbers the kinds as EventKind does.
-			ev := Event{Kind: EventKind(r.GetKind()), Key: r.GetKey(), Session: r.GetSessionId(), Token: r.GetToken()}
+			ev := Event{Kind: EventKind(r.GetKind()), Key: r.GetKey(), Session: r.GetSessionId(), Token: r.GetToken(),
+				Owner: r.GetOwner(), Labels: r.GetLabels(), Value: r.GetValue()}
 			select {
 			case ch <- ev:
 			case <-wctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,7 +334,7 @@ func TestWatch(t *testing.T) {
 		for i, w := range want {
 			select {
 			case ev, ok := <-events:
-				if !ok || ev != w {
+				if !ok || !reflect.DeepEqual(ev, w) {
 					t.Fatalf("event %d = %+v (open %v); want %+v", i, ev, ok, w)
 				}
 			case <-time.After(10 * time.Second):

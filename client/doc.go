@@ -36,6 +36,34 @@
 // stream, every heartbeat interval (advertised by the server, default
 // TTL/3, with jitter), and reconnect with backoff when it breaks.
 //
+// # Leader election
+//
+// Session.Campaign waits in an election's FIFO queue until the session
+// leads it; the Leadership it returns has the fencing token of its grant,
+// a Done channel like a Lock's, Proclaim (a new value, same token) and
+// Resign. Client.Observe streams the leader — session, owner, value, token —
+// and "no leader" whenever there is none. An election is the lock named by
+// its name (docs/contracts/C2.md #ct2-election): access rules apply as for
+// locks.
+//
+// # Several replicas
+//
+// New also takes several replicas of one backend, "a:7420,b:7420,c:7420"
+// (or WithAddresses), or a DNS name, "dns:///lockd.example:7420". The
+// client talks to one replica at a time (gRPC's pick_first) and moves its
+// stream and pending calls to another when that replica's connection
+// breaks, when it says it drains, or when its stream stalls (a heartbeat
+// unanswered, and nothing received, for half a heartbeat interval). The
+// move keeps every session, lock and queue place on a backend whose
+// sessions every replica can use, and never extends trust without an
+// answer: Lock.Done does not fire when the new replica answers in time.
+// Notice acknowledgements go only to the replica that sent the notice
+// (docs/contracts/C2.md #ct2-failover).
+//
+// A waiting Acquire keeps its place in the key's FIFO queue across retries
+// and across the server's 10-minute maximum wait; when it returns without
+// a grant the place is given up (C2 #ct2-keep-place).
+//
 // # Errors
 //
 // Retryable errors (the server or its backend unavailable, contention, not

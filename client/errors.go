@@ -36,6 +36,12 @@ var (
 	// one: the lock was lost (revoked, expired) before the release.
 	ErrNotOwner = errors.New("client: not owner")
 
+	// ErrLimitMismatch: an Acquire's WithLimit, Shared or Exclusive
+	// disagrees with the kind of lock the key's holders and waiters use (a
+	// semaphore of another N, a read/write request on a plain lock or the
+	// reverse). Nothing was written. Not retried.
+	ErrLimitMismatch = errors.New("client: limit mismatch")
+
 	// ErrLocked: TryAcquire found the key held by another session (or
 	// waiters queued for it).
 	ErrLocked = errors.New("client: locked by another session")
@@ -121,6 +127,9 @@ func mapCode(code codes.Code, reason, msg string) error {
 	switch code {
 	case codes.InvalidArgument:
 		sentinel = ErrInvalidArgument
+		if reason == wireerr.ReasonLimitMismatch {
+			sentinel = ErrLimitMismatch
+		}
 	case codes.FailedPrecondition:
 		sentinel = ErrSessionDead
 	case codes.PermissionDenied:

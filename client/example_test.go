@@ -123,3 +123,182 @@ func ExampleClient_Watch() {
 	// acquired watched/a
 	// released watched/a
 }
+
+// Campaign waits in the election's FIFO queue until this session leads;
+// the leader's fencing token guards what it writes, Proclaim publishes a new
+// value without an election, and Resign hands over to the next candidate.
+func ExampleSession_Campaign() {
+	c, err := client.New(lockdtest.ExampleAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	s, err := c.NewSession(ctx, client.WithOwner("web-3", nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	lead, err := s.Campaign(ctx, "election/api", []byte("http://web-3:8080"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	token := lead.Token() // hand it to the resources the leader writes to
+	if err := lead.Proclaim(ctx, []byte("http://web-3:9090")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same token after Proclaim:", lead.Token() == token)
+	select {
+	case <-lead.Done(): // lost: stop acting as leader at once
+		fmt.Println("deposed:", lead.Err())
+	default:
+		fmt.Println("leading with", string(lead.Value()))
+	}
+	if err := lead.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// same token after Proclaim: true
+	// leading with http://web-3:9090
+}
+
+// Observe reports the leader of an election, its value and token, and "no
+// leader" when there is none.
+func ExampleClient_Observe() {
+	c, err := client.New(lockdtest.ExampleAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	leaders, err := c.Observe(ctx, "election/db")
+	if err != nil {
+		log.Fatal(err)
+	}
+	show := func(o client.Observation) {
+		if !o.Leader {
+			fmt.Println("no leader")
+			return
+		}
+		fmt.Printf("leader %s: %s\n", o.Owner, o.Value)
+	}
+	show(<-leaders) // the current state
+
+	s, _ := c.NewSession(ctx, client.WithOwner("db-1", nil))
+	defer s.Close(context.Background())
+	lead, _ := s.Campaign(ctx, "election/db", []byte("primary at db-1:5432"))
+	for o := range leaders {
+		if o.Leader && len(o.Value) > 0 { // the value may follow the grant
+			show(o)
+			break
+		}
+	}
+	_ = lead.Resign(ctx)
+	show(<-leaders)
+	// Output:
+	// no leader
+	// leader db-1: primary at db-1:5432
+	// no leader
+}
+
+// WithLimit makes a key a counting semaphore: here at most two sessions
+// run an export at once, each with its own fencing token; a third waits
+// (or, with TryAcquire, is ErrLocked). Every caller of the key must use
+// the same limit.
+func ExampleWithLimit() {
+	c, err := client.New(lockdtest.ExampleAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	var locks []*client.Lock
+	for range 3 {
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer s.Close(ctx)
+		l, err := s.TryAcquire(ctx, "examples/exports", client.WithLimit(2))
+		if errors.Is(err, client.ErrLocked) {
+			fmt.Println("third session: both slots taken")
+			continue
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	fmt.Println("holders:", len(locks), "distinct tokens:", locks[0].Token() != locks[1].Token())
+
+	info, err := c.Inspect(ctx, "examples/exports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("inspect: limit", info.Limit, "holders", len(info.Holders))
+
+	s, _ := c.NewSession(ctx)
+	defer s.Close(ctx)
+	_, err = s.TryAcquire(ctx, "examples/exports", client.WithLimit(3))
+	fmt.Println("another limit:", errors.Is(err, client.ErrLimitMismatch))
+	// Output:
+	// third session: both slots taken
+	// holders: 2 distinct tokens: true
+	// inspect: limit 2 holders 2
+	// another limit: true
+}
+
+// Shared and Exclusive make a key a read/write lock: readers hold it
+// together, a writer alone. A waiting writer blocks later readers, and its
+// token is above every earlier reader's, so a resource that remembers the
+// highest writer token can turn away a reader from before the write.
+func ExampleShared() {
+	c, err := client.New(lockdtest.ExampleAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	open := func() *client.Session {
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return s
+	}
+	r1, r2, w := open(), open(), open()
+	defer r1.Close(ctx)
+	defer r2.Close(ctx)
+	defer w.Close(ctx)
+
+	l1, err := r1.Acquire(ctx, "examples/catalog", client.Shared())
+	if err != nil {
+		log.Fatal(err)
+	}
+	l2, err := r2.Acquire(ctx, "examples/catalog", client.Shared())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("two readers at once")
+
+	_, err = w.TryAcquire(ctx, "examples/catalog", client.Exclusive())
+	fmt.Println("writer while readers hold:", errors.Is(err, client.ErrLocked))
+
+	_ = l1.Release(ctx)
+	_ = l2.Release(ctx)
+	lw, err := w.Acquire(ctx, "examples/catalog", client.Exclusive())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("writer token above the readers':", lw.Token() > l1.Token() && lw.Token() > l2.Token())
+	// Output:
+	// two readers at once
+	// writer while readers hold: true
+	// writer token above the readers': true
+}

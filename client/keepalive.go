@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/peer"
+
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 
@@ -19,6 +21,7 @@ type keepaliver struct {
 	mu       sync.Mutex
 	sessions map[string]*kaEntry
 	wake     chan struct{}
+	gen      uint64 // the last stream's number (run's goroutine only)
 }
 
 // kaEntry is a session's heartbeat schedule (owned by the run loop once
@@ -110,33 +113,50 @@ func (k *keepaliver) run() {
 			}
 		}
 		start := k.c.clock.Now()
-		healthy := k.stream(ctx)
+		healthy, moved := k.stream(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if moved {
+			// A replica set aside (draining, stalled): open the stream
+			// on another at once (C2 #ct2-failover).
+			attempt = 0
+			continue
+		}
+		if !healthy && k.c.failover != nil {
+			// Nothing answered: the addresses left may all be down; let
+			// the ones set aside be tried again.
+			k.c.failover.clearAside()
 		}
 		if healthy || k.c.clock.Now().Sub(start) > 10*time.Second {
 			attempt = 0
 		}
-		if !k.c.sleep(ctx, k.c.backoff(attempt)) {
-			return
+		// The first reconnect after a stream that worked goes at once: a
+		// replica died and pick_first connects to another.
+		if !healthy || attempt > 0 {
+			if !k.c.sleep(ctx, k.c.backoff(attempt)) {
+				return
+			}
 		}
 		attempt++
 	}
 }
 
 // stream runs one KeepAlive stream until it breaks or ctx ends. It reports
-// whether the stream carried at least one reply. This goroutine sends the
-// heartbeats; a receiver goroutine applies the replies as they arrive, so
-// reading never waits for sending.
-func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
+// whether the stream carried at least one reply, and whether it left the
+// stream's replica on purpose (draining or stalled, set aside: moved). This
+// goroutine sends the heartbeats; a receiver goroutine applies the replies
+// as they arrive, so reading never waits for sending.
+func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := k.c.api.KeepAlive(sctx)
 	if err != nil {
 		k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream failed", slog.String("error", err.Error()))
-		return false
+		return false, false
 	}
-	fl := &flight{beats: map[uint64]beat{}}
+	k.gen++
+	fl := &flight{beats: map[uint64]beat{}, gen: k.gen, drain: make(chan struct{}), lastRecv: k.c.clock.Now()}
 	broken := make(chan error, 1)
 	var recvDone sync.WaitGroup
 	recvDone.Add(1)
@@ -150,6 +170,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 			}
 			fl.mu.Lock()
 			fl.replied = true
+			fl.lastRecv = k.c.clock.Now()
 			fl.mu.Unlock()
 			k.handle(r, fl)
 		}
@@ -171,6 +192,8 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 	k.mu.Unlock()
 
 	var nextID uint64
+	drain := fl.drain  // nil once a draining reply was handled
+	stallDone := false // a stall was found with nowhere else to go
 	tick := make(chan struct{}, 1)
 	var timer Timer
 	defer func() {
@@ -201,7 +224,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 		k.mu.Unlock()
 		for _, e := range due {
 			nextID++
-			seq, acks := e.s.beatState()
+			seq, acks := e.s.beatState(fl.gen)
 			sent := k.c.clock.Now()
 			fl.mu.Lock()
 			fl.beats[nextID] = beat{s: e.s, sent: sent, seq: seq}
@@ -213,12 +236,39 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 		// Forget heartbeats unanswered for a TTL: ignoring a reply is
 		// always safe.
 		fl.mu.Lock()
+		var oldest time.Time // the send time of the oldest beat in flight
+		stall := time.Duration(0)
 		for id, b := range fl.beats {
 			if now.Sub(b.sent) > b.s.ttl {
 				delete(fl.beats, id)
+				continue
+			}
+			if oldest.IsZero() || b.sent.Before(oldest) {
+				oldest = b.sent
+			}
+			if st := stallAfter(b.s.interval); stall == 0 || st < stall {
+				stall = st
 			}
 		}
+		lastRecv := fl.lastRecv
 		fl.mu.Unlock()
+		if k.c.failover != nil && !stallDone && !oldest.IsZero() {
+			// A stalled stream (C2 #ct2-failover): a heartbeat without an
+			// answer, and nothing at all on the stream, for the stall
+			// bound. Move if there is another replica to go to.
+			quiet := oldest
+			if lastRecv.After(quiet) {
+				quiet = lastRecv
+			}
+			if at := quiet.Add(stall); !now.Before(at) {
+				if k.setAside(stream, "keepalive stream stalled") {
+					return false, true
+				}
+				stallDone = true
+			} else if at.Before(next) {
+				next = at
+			}
+		}
 
 		if timer != nil {
 			timer.Stop()
@@ -234,6 +284,13 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 			return
 		case <-k.wake:
 		case <-tick:
+		case <-drain:
+			// The replica drains (C2 #ct2-drain): go elsewhere if there is
+			// somewhere else, else keep heartbeating here.
+			drain = nil
+			if k.c.failover != nil && k.setAside(stream, "replica draining") {
+				return false, true
+			}
 		case err := <-broken:
 			k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream broke", slog.String("error", err.Error()))
 			return
@@ -241,15 +298,45 @@ func (k *keepaliver) stream(ctx context.Context) (healthy bool) {
 	}
 }
 
+// stallAfter is how long a stream may stay silent with a heartbeat
+// unanswered before the client moves (C2 #ct2-failover): half the
+// heartbeat interval, at least minStall.
+func stallAfter(interval time.Duration) time.Duration { return max(interval/2, minStall) }
+
+// minStall is the shortest stall bound.
+const minStall = 250 * time.Millisecond
+
+// setAside sets the stream's replica aside; false when there is nowhere
+// else to go.
+func (k *keepaliver) setAside(stream lockdv1.LockService_KeepAliveClient, why string) bool {
+	p, ok := peer.FromContext(stream.Context())
+	if !ok || !k.c.failover.setAside(p.Addr) {
+		return false
+	}
+	k.c.log.LogAttrs(context.Background(), slog.LevelDebug, "moving to another replica",
+		slog.String("reason", why), slog.String("from", p.Addr.String()))
+	return true
+}
+
 // flight holds the heartbeats of one stream that await their reply.
 type flight struct {
 	mu      sync.Mutex
 	beats   map[uint64]beat
 	replied bool
+	// gen numbers the stream: notice acknowledgements go back only on the
+	// stream the notice came on (C2 #ct2-failover).
+	gen      uint64
+	lastRecv time.Time // when the stream last carried anything
+	// drain is closed by the first reply that says the replica drains.
+	drain     chan struct{}
+	drainOnce sync.Once
 }
 
 // handle applies one reply or notice.
 func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
+	if r.GetDraining() {
+		fl.drainOnce.Do(func() { close(fl.drain) })
+	}
 	var s *Session
 	var b beat
 	answered := false
@@ -270,7 +357,7 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	}
 	ack := false
 	for _, l := range r.GetLost() {
-		ack = s.lockLost(l) || ack
+		ack = s.lockLost(l, fl.gen) || ack
 	}
 	if ack && r.GetLive() {
 		k.beatSoon(s, 0) // acknowledge at once: the server keeps repeating the notice until then

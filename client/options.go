@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 
 // Defaults of the SDK.
@@ -28,6 +30,7 @@ type options struct {
 	transport         transportOptions // tls.go
 	token             tokenOptions     // token.go
 	dial              []grpc.DialOption
+	addresses         []string // WithAddresses (failover.go)
 	logger            *slog.Logger
 	clock             Clock
 	safetyMargin      time.Duration
@@ -141,6 +144,36 @@ type AcquireOption func(*acquireOptions)
 type acquireOptions struct {
 	waitTimeout time.Duration
 	value       []byte
+	limit       uint32
+	mode        lockdv1.LockMode
+}
+
+// WithLimit makes the lock a counting semaphore of n: up to n sessions hold
+// the key at once, each with a Lock of its own and its own fencing token,
+// and the others wait in FIFO order. Every caller of one key must use the
+// same n while the key has holders or waiters; another n (or a plain
+// Acquire) fails with ErrLimitMismatch. 0 and 1 are the plain lock; at most
+// 1024.
+func WithLimit(n uint32) AcquireOption {
+	return func(o *acquireOptions) { o.limit = n }
+}
+
+// Shared takes the reader side of a read/write lock: held together with
+// other Shared holders, never with an Exclusive one. A waiting Exclusive
+// request blocks later Shared ones, so writers do not starve. Every grant
+// has its own fencing token, and a writer's token is above the token of
+// every reader granted before it: a resource that remembers the highest
+// writer token it has seen can reject a reader with a lower token, whose
+// grant ended before the writer's began.
+func Shared() AcquireOption {
+	return func(o *acquireOptions) { o.mode = lockdv1.LockMode_LOCK_MODE_SHARED }
+}
+
+// Exclusive takes the writer side of a read/write lock (see Shared). A
+// plain Acquire without it is a lock of another kind: readers and writers
+// of one key both pass Shared or Exclusive.
+func Exclusive() AcquireOption {
+	return func(o *acquireOptions) { o.mode = lockdv1.LockMode_LOCK_MODE_EXCLUSIVE }
 }
 
 // WithValue attaches v (at most 4096 bytes) to the grant: Inspect and List

@@ -51,8 +51,16 @@ type Session struct {
 	// lostTok is, per key, the highest token a lock-lost notice named: a
 	// grant reply that arrives after its own notice is refused.
 	lostTok map[string]uint64
-	// acks are notice ids to acknowledge with the next heartbeat.
-	acks []uint64
+	// acks are notice ids to acknowledge with the next heartbeat on the
+	// stream numbered ackGen, the one they came on: another replica may
+	// use the same ids for other notices (C2 #ct2-failover).
+	acks   []uint64
+	ackGen uint64
+	// leaving are the LeaveQueue calls under way, by key.
+	leaving map[string]leave
+	// busy counts, per key, the Acquire calls and releases under way: a
+	// grant of such a key that no Lock knows is not an orphan (answer).
+	busy map[string]int
 }
 
 // maxLostKeys bounds Session.lostTok; when it is full it starts again
@@ -294,19 +302,71 @@ func (s *Session) answer(sent time.Time, seq uint64, live bool, remaining time.D
 	if live && d.After(s.deadline) {
 		s.deadline = d
 	}
+	// Grants of the session that no Lock and no call under way knows: a
+	// place kept for a call that gave up was handed the key (C2
+	// #ct2-keep-place). Release them.
+	var orphans []*lockdv1.HeldLock
+	for _, h := range held.GetLocks() {
+		if s.locks[h.GetKey()] == nil && s.busy[h.GetKey()] == 0 && h.GetToken() > s.lostTok[h.GetKey()] {
+			orphans = append(orphans, h)
+		}
+	}
 	s.mu.Unlock()
 	for _, l := range lost {
 		l.end(fmt.Errorf("%w: not confirmed by the server", ErrLockLost))
+	}
+	for _, h := range orphans {
+		s.releaseOrphan(h.GetKey(), h.GetToken())
+	}
+}
+
+// releaseOrphan releases, in the background and best effort, a grant of
+// the session that no Lock knows (fenced by its token: never a newer one).
+func (s *Session) releaseOrphan(key string, token uint64) {
+	s.mu.Lock()
+	s.fenceLocked(key, token) // once is enough; a later answer may list it again meanwhile
+	s.mu.Unlock()
+	s.c.wg.Add(1)
+	go func() { // exits when the RPC returns: bounded by DefaultCloseTimeout, the session and the client
+		defer s.c.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, DefaultCloseTimeout)
+		defer cancel()
+		stop := context.AfterFunc(s.c.ctx, cancel)
+		defer stop()
+		_, err := s.c.api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Token: token})
+		s.c.log.LogAttrs(context.Background(), slog.LevelDebug, "released a grant no lock knew",
+			slog.String("key", key), slog.Uint64("token", token), slog.Bool("ok", err == nil))
+	}()
+}
+
+// busyKey marks a call on key under way until the returned function is
+// called.
+func (s *Session) busyKey(key string) func() {
+	s.mu.Lock()
+	if s.busy == nil {
+		s.busy = map[string]int{}
+	}
+	s.busy[key]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.busy[key]--; s.busy[key] <= 0 {
+			delete(s.busy, key)
+		}
+		s.mu.Unlock()
 	}
 }
 
 // beatState returns what a heartbeat about to be sent carries: the
 // session's lockSeq and the notice ids to acknowledge (taken: a lost
 // acknowledgement only makes the server repeat its notice).
-func (s *Session) beatState() (seq uint64, acks []uint64) {
+func (s *Session) beatState(gen uint64) (seq uint64, acks []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	acks, s.acks = s.acks, nil
+	if s.ackGen == gen {
+		acks = s.acks
+	}
+	s.acks = nil // acks of an older stream are dropped, never sent here
 	return s.lockSeq, acks
 }
 
@@ -395,9 +455,13 @@ func (s *Session) checkServerErr(err error) {
 
 // Acquire takes the lock named key, waiting in the key's FIFO queue until it
 // is granted, ctx ends, the wait timeout (WithWaitTimeout) runs out
-// (ErrWaitTimeout), or the session ends. Retryable errors are retried (a
-// retry re-enters the queue at its end). Asking again for a key the session
-// holds returns the same Lock.
+// (ErrWaitTimeout), or the session ends. Retryable errors are retried, and
+// a wait longer than the server's maximum wait is sent again; the session
+// keeps its place in the queue across them, also when the retry goes to
+// another replica (C2 #ct2-keep-place). When Acquire returns without a
+// grant the place is given up (LeaveQueue, retried in the background while
+// the session lives). Asking again for a key the session holds returns the
+// same Lock.
 func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	ao, err := acquireOpts(opts)
 	if err != nil {
@@ -406,28 +470,85 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 	if ao.waitTimeout < 0 {
 		return nil, fmt.Errorf("acquire %q: %w: wait timeout: negative", key, ErrInvalidArgument)
 	}
-	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value}
+	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value,
+		Limit: ao.limit, Mode: ao.mode, KeepPlace: true}
 	if ao.waitTimeout > 0 {
 		// Round up: never ask to wait less than the caller asked.
 		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
 	}
 	l, err := s.acquire(ctx, req, ao.waitTimeout == 0)
 	if err != nil {
+		if s.Err() == nil && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrPermissionDenied) {
+			s.leaveQueue(key) // the place was kept for a retry that will not come
+		}
 		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
 	return l, nil
 }
 
+// leaveQueue gives up the session's place in key's queue in the
+// background (C2 #ct2-keep-place), retrying retryable errors while the
+// session and the client live. A later Acquire of key cancels it first
+// (acquire), so it never takes a place a new call resumed.
+func (s *Session) leaveQueue(key string) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	stop := context.AfterFunc(s.c.ctx, cancel)
+	done := make(chan struct{})
+	s.mu.Lock()
+	if s.leaving == nil {
+		s.leaving = map[string]leave{}
+	}
+	prev := s.leaving[key]
+	s.leaving[key] = leave{cancel: cancel, done: done}
+	s.mu.Unlock()
+	prev.stop()
+	s.c.wg.Add(1)
+	go func() { // exits when the leave succeeds or fails for good, or the session or client ends (ctx)
+		defer s.c.wg.Done()
+		defer close(done)
+		defer stop()
+		defer cancel()
+		err := s.c.retry(ctx, func(ctx context.Context) error {
+			_, err := s.c.api.LeaveQueue(ctx, &lockdv1.LeaveQueueRequest{SessionId: s.id, SessionSecret: s.secret, Key: key})
+			return fromStatus(ctx, err)
+		})
+		if err != nil && ctx.Err() == nil {
+			s.c.log.LogAttrs(context.Background(), slog.LevelDebug, "leaving the queue failed", slog.String("error", err.Error()))
+		}
+		s.mu.Lock()
+		if l, ok := s.leaving[key]; ok && l.done == done {
+			delete(s.leaving, key)
+		}
+		s.mu.Unlock()
+	}()
+}
+
+// leave is a LeaveQueue in the background.
+type leave struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// stop cancels the leave and waits for it to end.
+func (l leave) stop() {
+	if l.cancel != nil {
+		l.cancel()
+		<-l.done
+	}
+}
+
 // TryAcquire takes the lock named key if it is free and nobody waits for it;
 // otherwise it returns ErrLocked at once, naming the holder when it can
 // (its owner and token, read with one Inspect). Of the options only
-// WithValue applies.
+// WithValue, WithLimit, Shared and Exclusive apply: a semaphore or shared
+// lock is taken if a slot is free and nobody waits.
 func (s *Session) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	ao, err := acquireOpts(opts)
 	if err != nil {
 		return nil, fmt.Errorf("try acquire %q: %w", key, err)
 	}
-	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value}, false)
+	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value,
+		Limit: ao.limit, Mode: ao.mode}, false)
 	if errors.Is(err, ErrLocked) {
 		err = s.c.lockedBy(ctx, key)
 	}
@@ -443,7 +564,16 @@ func acquireOpts(opts []AcquireOption) (acquireOptions, error) {
 	for _, opt := range opts {
 		opt(&ao)
 	}
-	return ao, invalidInput("value", store.ValidateValue(ao.value))
+	if err := invalidInput("value", store.ValidateValue(ao.value)); err != nil {
+		return ao, err
+	}
+	switch {
+	case ao.limit > store.MaxLimit:
+		return ao, fmt.Errorf("%w: limit: %d, at most %d", ErrInvalidArgument, ao.limit, store.MaxLimit)
+	case ao.mode != lockdv1.LockMode_LOCK_MODE_UNSPECIFIED && ao.limit > 1:
+		return ao, fmt.Errorf("%w: limit: Shared and Exclusive take no limit", ErrInvalidArgument)
+	}
+	return ao, nil
 }
 
 // lockedBy is ErrLocked naming key's holder, read with one best-effort
@@ -468,6 +598,14 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
+	defer s.busyKey(req.Key)()
+	// A leave of the key's queue still under way must not take the place
+	// this call resumes.
+	s.mu.Lock()
+	pending := s.leaving[req.Key]
+	delete(s.leaving, req.Key)
+	s.mu.Unlock()
+	pending.stop()
 	// The session's end also ends the wait.
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -544,10 +682,11 @@ func (s *Session) addLock(key string, token uint64, deadline time.Time) (*Lock, 
 }
 
 // lockLost applies a server notice that (key, token) is gone, and queues
-// its acknowledgement; it reports whether one was queued. Tokens of a key
+// its acknowledgement for the stream numbered gen it came on; it reports
+// whether one was queued. Tokens of a key
 // only rise, so the notice also ends an older grant of the key, and fences
 // a grant reply of that token still on its way.
-func (s *Session) lockLost(n *lockdv1.LockLost) (ack bool) {
+func (s *Session) lockLost(n *lockdv1.LockLost, gen uint64) (ack bool) {
 	key, token := n.GetKey(), n.GetToken()
 	s.mu.Lock()
 	if s.err != nil {
@@ -555,6 +694,9 @@ func (s *Session) lockLost(n *lockdv1.LockLost) (ack bool) {
 		return false
 	}
 	if n.GetNoticeId() != 0 {
+		if s.ackGen != gen {
+			s.acks, s.ackGen = nil, gen
+		}
 		s.acks = append(s.acks, n.GetNoticeId())
 		ack = true
 	}
@@ -648,6 +790,39 @@ func (l *Lock) end(err error) {
 	l.cancel(err)
 }
 
+// SetValue replaces the value attached to the grant (see WithValue): the
+// grant and its fencing token do not change, and watchers made WithHolders
+// see an EventValue. It is ErrLockLost once the lock is no longer trusted
+// (Done closed) and ErrNotOwner when the server finds the grant gone; it
+// never takes the lock again. Retryable errors are retried until ctx ends
+// (setting the same value twice is harmless).
+func (l *Lock) SetValue(ctx context.Context, value []byte) error {
+	if err := invalidInput("value", store.ValidateValue(value)); err != nil {
+		return fmt.Errorf("set value of %q: %w", l.key, err)
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("set value of %q: %w", l.key, lostErr(err))
+	}
+	err := l.s.c.retry(ctx, func(ctx context.Context) error {
+		_, err := l.s.c.api.SetValue(ctx, &lockdv1.SetValueRequest{SessionId: l.s.id, SessionSecret: l.s.secret,
+			Key: l.key, Token: l.token, Value: value})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return fmt.Errorf("set value of %q: %w", l.key, err)
+	}
+	return nil
+}
+
+// lostErr makes a lock's end error match ErrLockLost (a session's end or a
+// release does not by itself).
+func lostErr(err error) error {
+	if errors.Is(err, ErrLockLost) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrLockLost, err)
+}
+
 // Release releases the lock. It stops trusting the lock first (Done
 // closes), then deletes the grant on the server, checked by fencing token so
 // it never deletes a newer grant. It is safe to retry: when an earlier
@@ -662,6 +837,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if errors.Is(lostBefore, ErrReleased) {
 		lostBefore = nil // an earlier Release call, not a loss
 	}
+	defer l.s.busyKey(l.key)()
 	l.s.mu.Lock()
 	if l.s.locks[l.key] == l {
 		delete(l.s.locks, l.key)

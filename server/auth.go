@@ -37,6 +37,10 @@ func checkOf(req any) (auth.Action, string) {
 		return auth.ActionLock, r.Key
 	case *lockdv1.ReleaseRequest:
 		return auth.ActionLock, r.Key
+	case *lockdv1.SetValueRequest:
+		return auth.ActionLock, r.Key
+	case *lockdv1.LeaveQueueRequest:
+		return auth.ActionLock, r.Key
 	case *lockdv1.InspectRequest:
 		return auth.ActionRead, r.Key
 	case *lockdv1.RevokeRequest:
@@ -46,8 +50,12 @@ func checkOf(req any) (auth.Action, string) {
 	return auth.ActionLock, ""
 }
 
-// deny logs and counts a refused call and returns its status error.
-func (s *Server) deny(method, by, key, rule, reason string, cause error) error {
+// deny logs and counts a refused call and returns its status error; past
+// the peer's refusal rate (refusals.go) it only counts it and answers LIMIT.
+func (s *Server) deny(ctx context.Context, method, by, key, rule, reason string, cause error) error {
+	if s.overRefusals(ctx, by) {
+		return wireerr.LimitStatus(wireerr.LimitRefusals, errRefusalLimit).Err()
+	}
 	telemetry.AuthDenied(s.log, by, method, key, rule, reason)
 	s.metrics.AuthDenied(method, reason)
 	if reason == telemetry.DeniedUnauthenticated {
@@ -63,7 +71,7 @@ func (s *Server) deny(method, by, key, rule, reason string, cause error) error {
 func (s *Server) authorize(ctx context.Context, az *auth.Authorizer, method string, act auth.Action, key string, prefix bool) (context.Context, string, bool, error) {
 	principal, err := az.Identify(ctx)
 	if err != nil {
-		return ctx, principal, false, s.deny(method, principal, key, "", telemetry.DeniedUnauthenticated,
+		return ctx, principal, false, s.deny(ctx, method, principal, key, "", telemetry.DeniedUnauthenticated,
 			errors.New(strings.TrimPrefix(lastLine(err), "auth: ")))
 	}
 	var (
@@ -85,7 +93,7 @@ func (s *Server) authorize(ctx context.Context, az *auth.Authorizer, method stri
 		case key == "":
 			what = "any key"
 		}
-		return ctx, principal, false, s.deny(method, principal, key, rule, telemetry.DeniedAccess,
+		return ctx, principal, false, s.deny(ctx, method, principal, key, rule, telemetry.DeniedAccess,
 			fmt.Errorf("access denied: %s may not %s %s", principal, act, what))
 	}
 	return telemetry.WithCaller(ctx, principal, rule), principal, filter, nil
@@ -116,6 +124,13 @@ func (s *Server) authUnary(az *auth.Authorizer) grpc.UnaryServerInterceptor {
 				return handler(ctx, req)
 			}
 			return s.filteredList(ctx, az, principal, lr, handler)
+		}
+		if lr, ok := req.(*lockdv1.ListSessionsRequest); ok {
+			ctx, err := s.authorizeSessions(ctx, az, method, lr.Principal) // sessionlist.go
+			if err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
 		}
 		act, key := checkOf(req)
 		ctx, _, _, err := s.authorize(ctx, az, method, act, key, false)

@@ -78,7 +78,7 @@ func as(ctx context.Context, p string) context.Context {
 // prefix the rule covers (a/…), a sibling it must not cover (ab…)} gives
 // the documented decision (C5 #ct5-auth): allowed iff the principal's one
 // action is the RPC's and the key is under a/; the session calls
-// (OpenSession, KeepAlive, CloseSession), which name no key, iff the
+// (OpenSession, KeepAlive, CloseSession) and ListSessions, which name no key, iff the
 // principal has lock on some key. Denials are PERMISSION_DENIED
 // ACCESS_DENIED; allowed calls reach the handler.
 func TestPolicyMatrix(t *testing.T) {
@@ -146,6 +146,14 @@ func TestPolicyMatrix(t *testing.T) {
 			}
 			return err
 		}},
+		{"SetValue", "lock", func(ctx context.Context, top, _ string) error {
+			// As Release: NOT_OWNER shows the call passed access control.
+			_, err := api.SetValue(ctx, &lockdv1.SetValueRequest{SessionId: lockerSID, Key: key(top, "held"), Token: 1, Value: []byte("v")})
+			if reason(err) == wireerr.ReasonNotOwner {
+				return nil
+			}
+			return err
+		}},
 		{"Inspect", "read", func(ctx context.Context, top, _ string) error {
 			r, err := api.Inspect(ctx, &lockdv1.InspectRequest{Key: key(top, "held")})
 			if err == nil && !r.Held {
@@ -177,6 +185,12 @@ func TestPolicyMatrix(t *testing.T) {
 				return err
 			}
 			return nil
+		}},
+		{"ListSessions", "", func(ctx context.Context, _, _ string) error {
+			// Own sessions need lock on some key (admin on every key
+			// lists all: root, TestListSessions).
+			_, err := api.ListSessions(ctx, &lockdv1.ListSessionsRequest{})
+			return err
 		}},
 		{"Revoke", "admin", func(ctx context.Context, top, id string) error {
 			_, err := api.Revoke(ctx, &lockdv1.RevokeRequest{Key: key(top, "free-"+id)})

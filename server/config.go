@@ -37,6 +37,11 @@ type Config struct {
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
 	CloseSessionsOnShutdown bool `koanf:"lock.server.close-sessions-on-shutdown"`
+	// DrainTimeout is lock.server.drain-timeout: without
+	// CloseSessionsOnShutdown, how long Shutdown drains (tells attached
+	// clients to move and waits for their KeepAlive streams to end) before
+	// it stops, ending no session (C2 #ct2-drain). 0 skips the drain.
+	DrainTimeout time.Duration `koanf:"lock.server.drain-timeout"`
 
 	// Transport security (C5 #ct5-tls; tls.go): the gRPC listener's TLS
 	// (lock.server.tls.*), the metrics listener's (lock.server.metrics-tls.*)
@@ -81,6 +86,10 @@ type Config struct {
 	// MaxLocksPerSession is lock.server.max-locks-per-session: grants made
 	// through this server plus acquires in progress, per session.
 	MaxLocksPerSession int `koanf:"lock.server.max-locks-per-session"`
+	// RefusalRate is lock.server.refusal-rate: calls per second one peer
+	// gets refused for access before further refusals are answered LIMIT
+	// refusals (C2 #ct2-limits); 0 is off.
+	RefusalRate int `koanf:"lock.server.refusal-rate"`
 }
 
 // MaxLimit is the upper bound of every lock.server.max-* key.
@@ -93,6 +102,7 @@ func DefaultConfig() Config {
 		SafetyMargin:  2 * time.Second,
 		Listen:        "127.0.0.1:7420",
 		MetricsListen: "127.0.0.1:7421",
+		DrainTimeout:  5 * time.Second,
 
 		MaxTTL:             store.MaxTTL,
 		MaxSessions:        10000,
@@ -103,6 +113,7 @@ func DefaultConfig() Config {
 		MaxWaiters:         4096,
 		MaxWaitersPerKey:   256,
 		MaxLocksPerSession: 1024,
+		RefusalRate:        10,
 	}
 }
 
@@ -130,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPConsole && c.HTTPListen == "" {
 		bad("lock.server.http.console", "needs lock.server.http.listen (the console is served on the HTTP/JSON API listener)")
+	}
+	if d := c.DrainTimeout; d != 0 && (d < 100*time.Millisecond || d > time.Minute) {
+		bad("lock.server.drain-timeout", "%v must be 0 (no drain) or in [100ms, 1m]", d)
 	}
 	c.GRPCTLS().validate("lock.server.tls.", bad)
 	c.MetricsTLS().validate("lock.server.metrics-tls.", bad)
@@ -163,5 +177,8 @@ func (c Config) validateLimits(bad func(key, format string, args ...any)) {
 		case l.v > l.upper:
 			bad(l.key, "%d must not exceed %s (%d)", l.v, l.upperKey, l.upper)
 		}
+	}
+	if c.RefusalRate < 0 || c.RefusalRate > MaxLimit {
+		bad("lock.server.refusal-rate", "%d out of bounds [0 (off), %d]", c.RefusalRate, MaxLimit)
 	}
 }

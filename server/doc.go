@@ -93,9 +93,14 @@
 // NOT close sessions: they are left to expire. A restart of lockd must not
 // release locks that clients still trust — their trust runs until their
 // local deadline, and the backend keeps their locks at least that long. On
-// PostgreSQL the sessions survive the restart and the clients carry on with
-// the new process; on etcd the leases expire after their TTL once the store
-// stops keeping them alive, by which time every client has stopped trusting.
+// PostgreSQL and an external etcd the sessions survive the restart and the
+// clients carry on with the new process or another replica, which adopts
+// them (C2 #ct2-replicas); on the embedded etcd the leases expire after
+// their TTL once the store stops keeping them alive, by which time every
+// client has stopped trusting. Before it stops, Shutdown drains (drain.go,
+// C2 #ct2-drain): it refuses new streams, opens and acquires, marks every
+// KeepAlive answer draining, pushes one draining notice per stream and waits
+// up to Config.DrainTimeout for the streams to move, ending no session.
 // With Config.CloseSessionsOnShutdown, Shutdown first sends every holder a
 // lock-lost notice (SERVER_SHUTDOWN) for each of its locks and closes a
 // session, releasing its locks, once its client acknowledged the notices or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 
@@ -97,9 +98,82 @@ func (s *Server) closeDrained(ctx context.Context, ss *session) error {
 		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
 	}
 	s.mu.Unlock()
-	if _, err := s.st.CloseSession(ctx, ss.id); err != nil {
+	if _, err := s.st.CloseSession(telemetry.WithServerClose(ctx), ss.id); err != nil {
 		return fmt.Errorf("server: close session on shutdown: %w", err)
 	}
 	s.markGone(ss)
 	return nil
+}
+
+// The graceful drain (C2 #ct2-drain, C5 #ct5-drain): a replica shutting
+// down without close-sessions-on-shutdown refuses new streams, opens and
+// acquires, marks every KeepAlive answer draining, pushes one draining
+// notice on every open KeepAlive stream and waits until those streams have
+// ended (their clients moved to another replica) or the drain timeout
+// passed. It ends no session: the backend keeps each one for its TTL after
+// this replica's last keepalive or heartbeat, and another replica adopts it.
+
+// addStream registers a KeepAlive stream; false when the server drains (the
+// stream is refused).
+func (s *Server) addStream(ks *kaStream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() {
+		return false
+	}
+	s.kaStreams[ks] = struct{}{}
+	return true
+}
+
+// removeStream forgets an ended KeepAlive stream and wakes the drain.
+func (s *Server) removeStream(ks *kaStream) {
+	s.mu.Lock()
+	delete(s.kaStreams, ks)
+	s.mu.Unlock()
+	select {
+	case s.streamsGone <- struct{}{}:
+	default:
+	}
+}
+
+// refuseWhileDraining is the entry check of calls a draining replica no
+// longer takes (OpenSession, Acquire, Watch): errShuttingDown, which the
+// client retries elsewhere.
+func (s *Server) refuseWhileDraining() error {
+	if s.draining.Load() {
+		return errShuttingDown
+	}
+	return nil
+}
+
+// drain tells every attached client to move and waits until every KeepAlive
+// stream has ended, Config.DrainTimeout has passed, or ctx ended.
+func (s *Server) drain(ctx context.Context) {
+	s.mu.Lock()
+	s.draining.Store(true)
+	for ks := range s.kaStreams {
+		ks.push(&lockdv1.KeepAliveResponse{Draining: true})
+	}
+	open := len(s.kaStreams)
+	s.mu.Unlock()
+	if open == 0 {
+		return
+	}
+	timer := time.NewTimer(s.cfg.DrainTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.streamsGone:
+			s.mu.Lock()
+			open = len(s.kaStreams)
+			s.mu.Unlock()
+			if open == 0 {
+				return
+			}
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }

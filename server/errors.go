@@ -77,6 +77,8 @@ func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reas
 		reason, msg = wireerr.ReasonInvalidArgument, err.Error()
 	case errors.Is(err, store.ErrSessionDead):
 		reason, msg = wireerr.ReasonSessionDead, "session is dead (unknown, expired, lost or closed)"
+	case errors.Is(err, store.ErrLimitMismatch):
+		reason, msg = wireerr.ReasonLimitMismatch, "the key is held or awaited as another kind of lock: its holders and waiters use another limit or mode (C2 #ct2-multi)"
 	case errors.Is(err, store.ErrNotOwner):
 		reason, msg = wireerr.ReasonNotOwner, "not the current grant of the key (wrong session or stale token)"
 	case errors.Is(err, store.ErrNotLeader):
@@ -103,6 +105,9 @@ func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reas
 func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if d, ok := errors.AsType[*deniedError](err); ok && d.limit != "" {
+		return wireerr.LimitStatus(d.limit, d.msg).Err()
 	}
 	code, reason, msg := s.classify(ctx, err)
 	if code == codes.Internal {

@@ -71,6 +71,9 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 		}
 		_, err = api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: waiter.SessionId, Key: "held", Wait: true, WaitTimeoutMs: 100})
 		check("Acquire(held) with a 100ms wait timeout", err, wireerr.ReasonWaitTimeout)
+		// A request of another kind than the key's holder (C2 #ct2-multi).
+		_, err = api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: waiter.SessionId, Key: "held", Wait: true, Limit: 3})
+		check("Acquire(held) as a semaphore of 3", err, wireerr.ReasonLimitMismatch)
 
 		// Access control (C2 #ct2-wire-auth): a second server with a
 		// policy that gives the anonymous caller nothing.

@@ -49,6 +49,11 @@ func (s service) KeepAlive(stream lockdv1.LockService_KeepAliveServer) error {
 	stopOnShutdown := context.AfterFunc(s.ctx, func() { cancel(errShuttingDown) })
 	defer stopOnShutdown()
 	ks := &kaStream{ctx: ctx, cancel: cancel, out: make(chan *lockdv1.KeepAliveResponse, 4*MaxInflightPerStream)}
+	if !s.addStream(ks) { // drain.go: a draining replica takes no new stream
+		cancel(errShuttingDown)
+		return s.toStatus(stream.Context(), "KeepAlive", errShuttingDown)
+	}
+	defer s.removeStream(ks)
 
 	reqs := make(chan *lockdv1.KeepAliveRequest)
 	// The receiver and the sender are owned by the Server (s.wg): they end
@@ -77,6 +82,9 @@ func (s service) KeepAlive(stream lockdv1.LockService_KeepAliveServer) error {
 			case <-ctx.Done():
 				return
 			case r := <-ks.out:
+				if s.draining.Load() {
+					r.Draining = true // every answer of a draining replica (C2 #ct2-drain)
+				}
 				if err := stream.Send(r); err != nil {
 					cancel(err)
 					return

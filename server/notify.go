@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
@@ -274,5 +275,35 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// recheckHolders reads from the store the grants of every session of this
+// server that holds key and tells those whose grant of key is gone that
+// they lost it (for reason). A semaphore or read/write key has several
+// holders (C2 #ct2-multi); Revoke takes them all but returns one.
+func (s *Server) recheckHolders(key string, reason lockdv1.LockLostReason) {
+	type holder struct {
+		id  store.SessionID
+		tok uint64
+	}
+	var hs []holder
+	s.mu.Lock()
+	for id, ss := range s.sessions {
+		if tok, ok := ss.locks[key]; ok && !ss.gone {
+			hs = append(hs, holder{id, tok})
+		}
+	}
+	s.mu.Unlock()
+	for _, h := range hs {
+		ctx, cancel := context.WithTimeout(s.ctx, closeTimeout)
+		grants, err := s.st.LocksOf(ctx, h.id)
+		cancel()
+		if err != nil && !errors.Is(err, store.ErrSessionDead) {
+			continue // the lock-loss watch and reconcile still catch it
+		}
+		if !slices.ContainsFunc(grants, func(g store.Grant) bool { return g.Key == key && g.Token == h.tok }) {
+			s.lockLost(h.id, key, h.tok, reason)
+		}
 	}
 }

@@ -63,9 +63,7 @@ func (s *Server) checkPrincipal(ctx context.Context, method string, id store.Ses
 	case want == "" || want == callerPrincipal(ctx):
 		return nil
 	}
-	s.tlog.AuthDenied(method, errPrincipalMismatch.label, id)
-	s.metrics.AuthDenied(method, errPrincipalMismatch.label)
-	return errPrincipalMismatch
+	return s.refuseSession(ctx, method, errPrincipalMismatch, id)
 }
 
 // sessionPrincipal returns the principal session id is bound to: from the

@@ -2,14 +2,19 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/lockdtest"
 	"lock.dev/lockd/internal/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"
 )
 
@@ -19,11 +24,15 @@ import (
 // in front of the replicas switched). A hears nothing from the client for
 // far longer than the TTL, but must not free the key while B keeps the
 // session alive (C2 #ct2-replicas): a waiter on B gets the key only after
-// the holder stopped heartbeating and its trust ran out. (On etcd a replica
-// cannot adopt another's session at all: the moved session dies, which
-// TestRevokeNotifiesHolder and the chaos suite cover.)
+// the holder stopped heartbeating and its trust ran out. On etcd (issue 13)
+// B adopts the session and A's ExpireSession finds B's keeper record: A
+// stops keeping the lease but does not revoke it.
 func TestSilenceCloseSparesSessionKeptByReplica(t *testing.T) {
-	ns := lockdtest.NewNamespace(t, backend.PG)
+	forBackends(t, silenceCloseSparesSessionKeptByReplica)
+}
+
+func silenceCloseSparesSessionKeptByReplica(t *testing.T, kind string) {
+	ns := lockdtest.NewNamespace(t, kind)
 	a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
 	b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
 	ctx := testCtx(t, 90*time.Second)
@@ -268,4 +277,217 @@ func TestHeldSetAcrossReplicas(t *testing.T) {
 	if got := held(2); len(got) != 1 || got["h/there"] != there {
 		t.Fatalf("A's answer after a revoke through B held %v; want only h/there=%d (the revoked lock never confirmed again)", got, there)
 	}
+}
+
+// TestReplicaDiesSessionMoves is issue 13's failover on the server side,
+// on both backends: a holder opens its session and takes a key through
+// replica A; a waiter queues for the key through replica B; A dies without
+// ending any session (server stopped, its store closed: no more keepalives
+// or heartbeats from it). The holder carries on through B alone with raw
+// gRPC, for three TTLs: every heartbeat answer is live and confirms the
+// lock, the holder's trust (send + Remaining − margin, as the SDK computes
+// it) never runs out between heartbeats — the SDK's Done() would never
+// fire — and the waiter keeps waiting. The holder then releases through B
+// and the waiter gets the key. Before, on etcd B did not know the session
+// (it lived in A's process): its first heartbeat answer was not live.
+func TestReplicaDiesSessionMoves(t *testing.T) {
+	forBackends(t, func(t *testing.T, kind string) {
+		ns := lockdtest.NewNamespace(t, kind)
+		a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+		b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+		ctx := testCtx(t, 90*time.Second)
+		apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
+
+		sentOpen := time.Now()
+		open := openRaw(t, ctx, apiA, 0)
+		id := open.SessionId
+		deadline := sentOpen.Add(time.Duration(open.RemainingMs)*time.Millisecond - lockdtest.SafetyMargin)
+		g, err := apiA.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k"})
+		if err != nil || !g.Granted {
+			t.Fatalf("Acquire(k) on A = %v, %v", g, err)
+		}
+
+		waiter, err := b.NewClient(t, client.WithSafetyMargin(lockdtest.SafetyMargin)).NewSession(ctx)
+		if err != nil {
+			t.Fatalf("waiter NewSession on B: %v", err)
+		}
+		granted := make(chan uint64, 1)
+		go func() { // ends when the waiter is granted or ctx ends
+			l, err := waiter.Acquire(ctx, "k")
+			if err != nil {
+				granted <- 0
+				return
+			}
+			granted <- l.Token()
+		}()
+		testkit.Eventually(t, 10*time.Second, "the waiter queued on B", func() error {
+			info, err := apiB.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"})
+			if err != nil {
+				return err
+			}
+			if len(info.GetLock().GetWaiters()) != 1 {
+				return fmt.Errorf("waiters %v", info.GetLock().GetWaiters())
+			}
+			return nil
+		})
+
+		// A dies: no session closed, no keepalive or heartbeat from it
+		// any more.
+		if err := a.Stop(); err != nil {
+			t.Fatalf("stop A: %v", err)
+		}
+		if err := a.Store.Close(); err != nil {
+			t.Fatalf("close A's store: %v", err)
+		}
+		died := time.Now()
+
+		stream, err := apiB.KeepAlive(ctx)
+		if err != nil {
+			t.Fatalf("KeepAlive on B: %v", err)
+		}
+		tick := time.NewTicker(lockdtest.TTL / 3)
+		defer tick.Stop()
+		for req := uint64(1); time.Since(died) < 3*lockdtest.TTL; req++ {
+			sent := time.Now()
+			if !sent.Before(deadline) {
+				t.Fatalf("heartbeat #%d, %v after A died: the holder's trust ran out %v ago (its Done() would have fired)", req, time.Since(died), sent.Sub(deadline))
+			}
+			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: req}); err != nil {
+				t.Fatalf("heartbeat on B: %v", err)
+			}
+			r := recvReply(t, stream, req)
+			if !r.Live || r.Error != nil {
+				t.Fatalf("heartbeat #%d on B, %v after A died = %v; want live (the session moved, C2 #ct2-replicas)", req, time.Since(died), r)
+			}
+			held := r.GetHeld().GetLocks()
+			if len(held) != 1 || held[0].GetKey() != "k" || held[0].GetToken() != g.Token {
+				t.Fatalf("heartbeat #%d on B held %v; want k@%d", req, held, g.Token)
+			}
+			if d := sent.Add(time.Duration(r.RemainingMs)*time.Millisecond - lockdtest.SafetyMargin); d.After(deadline) {
+				deadline = d
+			}
+			select {
+			case tok := <-granted:
+				t.Fatalf("waiter on B granted k (token %d) while the holder still holds it through B", tok)
+			default:
+			}
+			<-tick.C
+		}
+
+		if _, err := apiB.Release(ctx, &lockdv1.ReleaseRequest{SessionId: id, Key: "k", Token: g.Token}); err != nil {
+			t.Fatalf("Release(k) through B: %v", err)
+		}
+		select {
+		case tok := <-granted:
+			if tok <= g.Token {
+				t.Fatalf("waiter granted k with token %d; want > %d", tok, g.Token)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("waiter not granted k within 20s of the release through B")
+		}
+	})
+}
+
+// TestDrainTellsClientsToMove: a replica shut down without
+// close-sessions-on-shutdown drains (C2 #ct2-drain): a KeepAlive stream
+// attached to it gets an unsolicited answer with draining set, every
+// answer after that says draining, new streams and opens are refused
+// (SHUTTING_DOWN), and Shutdown waits for the stream to go (the drain
+// timeout is far longer) and then ends no session: the session and its lock
+// are live through the other replica.
+func TestDrainTellsClientsToMove(t *testing.T) {
+	forBackends(t, func(t *testing.T, kind string) {
+		ns := lockdtest.NewNamespace(t, kind)
+		cfg := lockdtest.Config()
+		cfg.DrainTimeout = time.Minute
+		a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &cfg})
+		b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+		ctx := testCtx(t, 90*time.Second)
+		apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
+
+		id := openRaw(t, ctx, apiA, 0).SessionId
+		g, err := apiA.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k"})
+		if err != nil || !g.Granted {
+			t.Fatalf("Acquire(k) on A = %v, %v", g, err)
+		}
+		sctx, cancelStream := context.WithCancel(ctx)
+		defer cancelStream()
+		stream, err := apiA.KeepAlive(sctx)
+		if err != nil {
+			t.Fatalf("KeepAlive on A: %v", err)
+		}
+		if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: 1}); err != nil {
+			t.Fatalf("heartbeat on A: %v", err)
+		}
+		if r := recvReply(t, stream, 1); !r.Live || r.Draining {
+			t.Fatalf("heartbeat on A before the drain = %v; want live, not draining", r)
+		}
+
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.Stop() }() // ends once the drain and the stop are done
+
+		// The unsolicited notice.
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("waiting for the draining notice: %v", err)
+			}
+			if r.Draining && r.RequestId == 0 {
+				if r.SessionId != "" {
+					t.Fatalf("draining notice names session %q; want none (old SDKs ignore it)", r.SessionId)
+				}
+				break
+			}
+		}
+		// Answers say draining, and the session stays live.
+		if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: 2}); err != nil {
+			t.Fatalf("heartbeat on A while draining: %v", err)
+		}
+		if r := recvReply(t, stream, 2); !r.Live || !r.Draining {
+			t.Fatalf("heartbeat on A while draining = %v; want live and draining", r)
+		}
+		// Nothing new is taken.
+		if _, err := apiA.OpenSession(ctx, &lockdv1.OpenSessionRequest{}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("OpenSession on a draining replica = %v; want UNAVAILABLE", err)
+		}
+		if s2, err := apiA.KeepAlive(ctx); err == nil {
+			if _, err := s2.Recv(); status.Code(err) != codes.Unavailable || reason(err) != wireerr.ReasonShuttingDown {
+				t.Fatalf("a new KeepAlive stream on a draining replica ended with %v; want UNAVAILABLE SHUTTING_DOWN", err)
+			}
+		}
+		select {
+		case err := <-stopped:
+			t.Fatalf("Shutdown returned (%v) while a KeepAlive stream was still attached; want it to wait (drain timeout 1m)", err)
+		default:
+		}
+
+		// The client moves: its stream on A goes, A stops.
+		cancelStream()
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("Shutdown after the drain: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Shutdown did not end within 30s of the last KeepAlive stream leaving (drain timeout 1m)")
+		}
+
+		// No session ended: live through B, the lock still its.
+		sb, err := apiB.KeepAlive(ctx)
+		if err != nil {
+			t.Fatalf("KeepAlive on B: %v", err)
+		}
+		if err := sb.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: 1}); err != nil {
+			t.Fatalf("heartbeat on B: %v", err)
+		}
+		r := recvReply(t, sb, 1)
+		held := r.GetHeld().GetLocks()
+		if !r.Live || len(held) != 1 || held[0].GetToken() != g.Token {
+			t.Fatalf("heartbeat on B after A drained = %v; want live, holding k@%d", r, g.Token)
+		}
+		info, err := apiB.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"})
+		if err != nil || info.GetLock().GetSessionId() != id || info.GetLock().GetToken() != g.Token {
+			t.Fatalf("Inspect(k) on B after A drained = %v, %v; want held by %s, token %d", info, err, id, g.Token)
+		}
+	})
 }

@@ -36,6 +36,7 @@ func newSessionSecret() (secret, hash []byte) {
 // with reason (a wireerr reason); label is the C4 reason.
 type deniedError struct {
 	reason, label, msg string
+	limit              string // set for a refusal answered LIMIT (refusals.go)
 }
 
 func (e *deniedError) Error() string { return e.msg }
@@ -73,10 +74,22 @@ func (s *Server) checkSecret(ctx context.Context, method string, id store.Sessio
 			return s.checkPrincipal(ctx, method, id) // principal.go
 		}
 	}
+	return s.refuseSession(ctx, method, denied, id)
+}
+
+// refuseSession logs and counts a refusal for a session's ownership and
+// returns it; past the peer's refusal rate (refusals.go) it only counts it
+// and answers LIMIT refusals.
+func (s *Server) refuseSession(ctx context.Context, method string, denied *deniedError, id store.SessionID) error {
+	if s.overRefusals(ctx, callerPrincipal(ctx)) {
+		return errRefusalsExceeded
+	}
 	s.tlog.AuthDenied(method, denied.label, id)
 	s.metrics.AuthDenied(method, denied.label)
 	return denied
 }
+
+var errRefusalsExceeded = &deniedError{reason: wireerr.ReasonLimit, limit: wireerr.LimitRefusals, msg: errRefusalLimit}
 
 // secretHash returns the hash of session id's secret: from the server's
 // record when it has it (sessions opened here, or checked before), else

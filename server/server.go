@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +92,7 @@ type Server struct {
 	health         *health.Server
 	bad            badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
 	lim            *limits     // the limits of C2 #ct2-limits (limits.go)
+	refused        *refusals   // the refusal rate per peer (refusals.go)
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
@@ -107,8 +109,17 @@ type Server struct {
 	wake       chan struct{}
 	closingAll bool // Shutdown with CloseSessionsOnShutdown began
 
+	// maxWait bounds one Acquire's wait in nanoseconds (MaxWait; tests
+	// shorten it while the server runs: export_test.go).
+	maxWait atomic.Int64
+
 	noticeSeq uint64        // the last lock-lost notice id (notify.go; s.mu)
 	drainWake chan struct{} // set by closeAll (s.mu): an acknowledgement arrived (drain.go)
+
+	// The graceful drain of a replica (drain.go, C2 #ct2-drain).
+	draining    atomic.Bool            // set when the drain begins; never cleared
+	kaStreams   map[*kaStream]struct{} // open KeepAlive streams (s.mu)
+	streamsGone chan struct{}          // capacity 1: a KeepAlive stream ended
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -149,6 +160,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	s := &Server{
 		sharedSessions: sh != nil && sh.SharesSessions(),
 		lim:            newLimits(cfg, lm),
+		refused:        newRefusals(cfg.RefusalRate),
 		cfg:            cfg,
 		st:             st,
 		log:            log,
@@ -156,8 +168,11 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		metrics:        m,
 		reg:            reg,
 		sessions:       map[store.SessionID]*session{},
+		kaStreams:      map[*kaStream]struct{}{},
+		streamsGone:    make(chan struct{}, 1),
 		wake:           make(chan struct{}, 1),
 	}
+	s.maxWait.Store(int64(MaxWait))
 	if s.grpcTLS, s.metricsTLS, s.httpTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -246,6 +261,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	var errs []error
 	if s.cfg.CloseSessionsOnShutdown {
 		errs = append(errs, s.closeAll(ctx))
+	} else if s.cfg.DrainTimeout > 0 {
+		s.drain(ctx) // drain.go: clients move, no session ends
 	}
 	stopped := make(chan struct{})
 	go func() { // exits when GracefulStop returns (bounded: Stop below)

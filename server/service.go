@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -51,7 +52,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 		return nil, err
 	}
 	defer release()
-	if s.ctx.Err() != nil {
+	if s.ctx.Err() != nil || s.refuseWhileDraining() != nil {
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
 	}
 	if err := store.ValidateOwner(req.Owner); err != nil {
@@ -70,7 +71,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	s.rememberPrincipal(sess.ID, principal)
 	if !registered {
 		// Shutdown began while the store opened it: do not hand it out.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		cctx, cancel := context.WithTimeout(telemetry.WithServerClose(context.WithoutCancel(ctx)), closeTimeout)
 		_, _ = s.st.CloseSession(cctx, sess.ID)
 		cancel()
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
@@ -114,7 +115,7 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 	s.beginClose(ss)
 	n, err := s.st.CloseSession(ctx, id)
 	if err != nil {
-		s.retryCloseLater(ss)
+		s.retryCloseLater(ctx, ss)
 		return nil, s.toStatus(ctx, "CloseSession", fmt.Errorf("close session: %w", err))
 	}
 	s.markGone(ss)
@@ -122,13 +123,15 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 }
 
 // retryCloseLater hands a session whose close failed to the silence loop,
-// which retries with backoff; the record stays closing.
-func (s *Server) retryCloseLater(ss *session) {
+// which retries with backoff; the record stays closing and keeps who asked
+// (the caller in ctx) for the audit trail of the retried close.
+func (s *Server) retryCloseLater(ctx context.Context, ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ss.gone || !ss.known {
 		return
 	}
+	ss.closeBy, ss.closeRule, ss.closeCaller = telemetry.CallerOf(ctx)
 	ss.expireAt = time.Now().Add(closeRetryMin)
 	s.schedule(ss)
 }
@@ -138,6 +141,9 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	recv := time.Now()
 	id := store.SessionID(req.SessionId)
 	if err := s.checkAcquire(req); err != nil {
+		return nil, s.toStatus(ctx, "Acquire", err)
+	}
+	if err := s.refuseWhileDraining(); err != nil { // drain.go
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
 	if err := s.checkSecret(ctx, "Acquire", id, req.SessionSecret); err != nil {
@@ -160,7 +166,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 		granted = true
 	)
 	if !req.Wait {
-		g, granted, err = s.st.TryInsert(ctx, id, req.Key)
+		g, granted, err = s.st.TryInsert(ctx, id, req.Key, acquireOptions(req)...)
 	} else {
 		g, err = s.waitAcquire(ctx, id, req)
 	}
@@ -213,6 +219,13 @@ func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
 	if err := store.ValidateValue(req.Value); err != nil {
 		return invalid("value", err)
 	}
+	if _, err := store.NewAcquireOptions(acquireOptions(req)...); err != nil {
+		field := "limit"
+		if req.Mode != lockdv1.LockMode_LOCK_MODE_UNSPECIFIED {
+			field = "mode"
+		}
+		return invalid(field, err)
+	}
 	switch {
 	case req.WaitTimeoutMs < 0 || req.WaitTimeoutMs > MaxWait.Milliseconds():
 		return invalidf("wait_timeout_ms", "%d out of range [0, %d]", req.WaitTimeoutMs, MaxWait.Milliseconds())
@@ -222,11 +235,30 @@ func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
 	return nil
 }
 
+// acquireOptions are the store options of req's limit and mode (C2
+// #ct2-multi); none for a plain lock, so the plain grant paths serve it.
+func acquireOptions(req *lockdv1.AcquireRequest) []store.AcquireOption {
+	var opts []store.AcquireOption
+	if req.Limit > 1 {
+		opts = append(opts, store.WithLimit(req.Limit))
+	}
+	switch req.Mode {
+	case lockdv1.LockMode_LOCK_MODE_UNSPECIFIED:
+	case lockdv1.LockMode_LOCK_MODE_EXCLUSIVE:
+		opts = append(opts, store.WithMode(store.ModeExclusive))
+	case lockdv1.LockMode_LOCK_MODE_SHARED:
+		opts = append(opts, store.WithMode(store.ModeShared))
+	default:
+		opts = append(opts, store.WithMode(store.Mode(255))) // unknown: NewAcquireOptions refuses it
+	}
+	return opts
+}
+
 // waitAcquire queues in the backend's FIFO queue for the key, bounded by the
 // wait timeout (MaxWait when 0), the caller's context and Shutdown. The
 // backend wakes the waiter; nothing here polls.
 func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockdv1.AcquireRequest) (store.Grant, error) {
-	timeout := MaxWait
+	timeout := time.Duration(s.maxWait.Load())
 	if req.WaitTimeoutMs > 0 {
 		timeout = time.Duration(req.WaitTimeoutMs) * time.Millisecond
 	}
@@ -236,12 +268,50 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 	defer stop()
 	wctx, cancelTimeout := context.WithTimeoutCause(wctx, timeout, errWaitTimeout)
 	defer cancelTimeout()
-	g, err := s.st.Acquire(wctx, id, req.Key)
+	opts := acquireOptions(req)
+	if req.KeepPlace {
+		// The place outlives this call: the client resumes it with its
+		// next Acquire, or leaves it (C2 #ct2-keep-place).
+		opts = append(opts, store.KeepPlace())
+	}
+	g, err := s.st.Acquire(wctx, id, req.Key, opts...)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return g, fmt.Errorf("%w: %w", context.Cause(wctx), err)
+		err = fmt.Errorf("%w: %w", context.Cause(wctx), err)
+		if req.KeepPlace && req.WaitTimeoutMs > 0 && errors.Is(err, errWaitTimeout) {
+			// The caller's own wait timeout: it gives up its place. A
+			// failure leaves the place to its session's end, or to the
+			// caller's own LeaveQueue.
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			if lerr := s.st.LeaveQueue(lctx, id, req.Key); lerr != nil {
+				s.log.WarnContext(ctx, "lockd: acquire: leaving the queue after the wait timeout failed", "key", req.Key, "error", lerr)
+			}
+			lcancel()
+		}
 	}
 	return g, err
+}
+
+// LeaveQueue implements the LeaveQueue RPC (C2 #ct2-keep-place).
+func (s service) LeaveQueue(ctx context.Context, req *lockdv1.LeaveQueueRequest) (*lockdv1.LeaveQueueResponse, error) {
+	id := store.SessionID(req.SessionId)
+	var err error
+	switch {
+	case store.ValidateSessionID(id) != nil:
+		err = invalid("session_id", store.ValidateSessionID(id))
+	case store.ValidateKey(req.Key) != nil:
+		err = invalid("key", store.ValidateKey(req.Key))
+	}
+	if err == nil {
+		err = s.checkSecret(ctx, "LeaveQueue", id, req.SessionSecret)
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "LeaveQueue", err)
+	}
+	if err := s.st.LeaveQueue(ctx, id, req.Key); err != nil {
+		return nil, s.toStatus(ctx, "LeaveQueue", fmt.Errorf("leave queue: %w", err))
+	}
+	return &lockdv1.LeaveQueueResponse{}, nil
 }
 
 // Release implements the Release RPC.
@@ -293,7 +363,29 @@ func lockInfo(info store.LockInfo) *lockdv1.LockInfo {
 	for _, w := range info.Waiters {
 		out.Waiters = append(out.Waiters, string(w))
 	}
+	if len(info.Holders) > 0 {
+		out.Limit = max(info.Limit, 1)
+	}
+	for _, h := range info.Holders {
+		lh := &lockdv1.LockHolder{SessionId: string(h.Session), Token: h.Token, Mode: lockMode(h.Mode),
+			Owner: h.Owner, Labels: h.Labels, Value: h.Value}
+		if !h.AcquiredAt.IsZero() {
+			lh.AcquiredAt = timestamppb.New(h.AcquiredAt)
+		}
+		out.Holders = append(out.Holders, lh)
+	}
 	return out
+}
+
+// lockMode is the wire form of a grant's mode.
+func lockMode(m store.Mode) lockdv1.LockMode {
+	switch m {
+	case store.ModeExclusive:
+		return lockdv1.LockMode_LOCK_MODE_EXCLUSIVE
+	case store.ModeShared:
+		return lockdv1.LockMode_LOCK_MODE_SHARED
+	}
+	return lockdv1.LockMode_LOCK_MODE_UNSPECIFIED
 }
 
 // List implements the List RPC. Page tokens are the last key of the
@@ -344,6 +436,10 @@ func (s service) Revoke(ctx context.Context, req *lockdv1.RevokeRequest) (*lockd
 	// lockd instances); telling a holder of this instance now is faster,
 	// and lockLost notifies once.
 	s.lockLost(g.Session, g.Key, g.Token, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
+	// A semaphore or read/write key loses every holder at once and the
+	// store returns one (C2 #ct2-multi): this server's other holders of the
+	// key are checked against the store.
+	s.recheckHolders(req.Key, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
 	return &lockdv1.RevokeResponse{Revoked: true, SessionId: string(g.Session), Token: g.Token}, nil
 }
 
@@ -352,6 +448,9 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 	rctx := stream.Context()
 	if err := store.ValidatePrefix(req.Prefix); err != nil {
 		return s.toStatus(rctx, "Watch", invalid("prefix", err))
+	}
+	if err := s.refuseWhileDraining(); err != nil { // drain.go
+		return s.toStatus(rctx, "Watch", err)
 	}
 	ctx, cancel := context.WithCancelCause(rctx)
 	defer cancel(nil)
@@ -369,13 +468,67 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 		if ev.Err != nil {
 			return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", ev.Err))
 		}
-		if err := stream.Send(&lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
-			SessionId: string(ev.Session), Token: ev.Token}); err != nil {
+		resp := &lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
+			SessionId: string(ev.Session), Token: ev.Token}
+		if ev.Kind == store.EventValue || (req.Holder && ev.Kind == store.EventAcquired) {
+			if !req.Holder {
+				continue // older clients know no value events
+			}
+			current, err := s.fillHolder(ctx, resp)
+			if err != nil {
+				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", err))
+			}
+			if !current && ev.Kind == store.EventValue {
+				continue // the grant is gone: its value is nobody's
+			}
+		}
+		if err := stream.Send(resp); err != nil {
 			return err
 		}
 	}
 	// The channel closed because ctx ended: the caller left, or Shutdown.
 	return s.toStatus(rctx, "Watch", context.Cause(ctx))
+}
+
+// fillHolder sets the owner, labels and value of an acquired or value event
+// from the key's grant, read now (C2 #ct2-holder), if that grant is still
+// the event's; current reports whether it was. A watch is established per
+// prefix, so the caller was allowed to read the key (or the event is
+// filtered out by access control before it is sent).
+func (s *Server) fillHolder(ctx context.Context, ev *lockdv1.WatchResponse) (current bool, err error) {
+	info, found, err := s.st.Inspect(ctx, ev.Key)
+	if err != nil || !found || info.Token != ev.Token || string(info.Session) != ev.SessionId {
+		return false, err
+	}
+	ev.Owner, ev.Labels, ev.Value = info.Owner, info.Labels, info.Value
+	return true, nil
+}
+
+// SetValue implements the SetValue RPC: the holder replaces its grant's
+// value (C2 #ct2-holder). The grant and its token never change.
+func (s service) SetValue(ctx context.Context, req *lockdv1.SetValueRequest) (*lockdv1.SetValueResponse, error) {
+	id := store.SessionID(req.SessionId)
+	var err error
+	switch {
+	case store.ValidateSessionID(id) != nil:
+		err = invalid("session_id", store.ValidateSessionID(id))
+	case store.ValidateKey(req.Key) != nil:
+		err = invalid("key", store.ValidateKey(req.Key))
+	case req.Token == 0:
+		err = invalidf("token", "must be non-zero")
+	case store.ValidateValue(req.Value) != nil:
+		err = invalid("value", store.ValidateValue(req.Value))
+	}
+	if err == nil {
+		err = s.checkSecret(ctx, "SetValue", id, req.SessionSecret)
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetValue", err)
+	}
+	if err := s.st.SetValue(ctx, id, req.Key, req.Token, req.Value); err != nil {
+		return nil, s.toStatus(ctx, "SetValue", fmt.Errorf("set value: %w", err))
+	}
+	return &lockdv1.SetValueResponse{}, nil
 }
 
 func eventKind(k store.EventKind) lockdv1.EventKind {
@@ -388,6 +541,8 @@ func eventKind(k store.EventKind) lockdv1.EventKind {
 		return lockdv1.EventKind_EVENT_KIND_EXPIRED
 	case store.EventRevoked:
 		return lockdv1.EventKind_EVENT_KIND_REVOKED
+	case store.EventValue:
+		return lockdv1.EventKind_EVENT_KIND_VALUE
 	}
 	return lockdv1.EventKind_EVENT_KIND_UNSPECIFIED
 }

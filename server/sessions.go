@@ -58,6 +58,11 @@ type session struct {
 	// empty for a close the client asked for (CloseSession) that the loop
 	// retries.
 	reason string
+	// closeBy and closeRule are who asked for a close that the silence
+	// loop retries (reason empty), for session_closed (C4 #ct4-audit);
+	// closeCaller says they are set.
+	closeBy, closeRule string
+	closeCaller        bool
 	// expireAt is the monotonic instant after which the client has been
 	// silent long enough to be closed.
 	expireAt time.Time
@@ -359,7 +364,14 @@ func (s *Server) closeSilent(ss *session) {
 		already bool // the session was gone before: whoever ended it counted the loss
 	)
 	if ss.reason == "" {
-		n, err = s.st.CloseSession(ctx, ss.id) // the client asked: unconditional
+		// The client asked: unconditional, recorded as the caller's close.
+		cctx := telemetry.WithServerClose(ctx)
+		s.mu.Lock()
+		if ss.closeCaller {
+			cctx = telemetry.WithCaller(ctx, ss.closeBy, ss.closeRule)
+		}
+		s.mu.Unlock()
+		n, err = s.st.CloseSession(cctx, ss.id)
 	} else {
 		// Silence: only the backend may say the session is over (C2
 		// #ct2-replicas); another replica may be keeping it alive.

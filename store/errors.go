@@ -37,6 +37,11 @@ var (
 	// a third retryable class: errors.Is(ErrUnavailable, ErrContention) is
 	// true. It exists so logs and metrics can tell an outage from a conflict.
 	ErrUnavailable error = unavailableError{}
+
+	// ErrLimitMismatch: an acquire's kind (plain lock, semaphore of N,
+	// read/write lock) differs from that of the key's current holders and
+	// waiters (C2 #ct2-multi). Nothing was written. Not retryable.
+	ErrLimitMismatch = errors.New("store: limit mismatch")
 )
 
 // InvalidError is an ErrInvalidArgument that says what is wrong as data

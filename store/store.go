@@ -79,6 +79,14 @@ type LockInfo struct {
 	Value  []byte
 	// Waiters are the sessions queued for the key, first in line first.
 	Waiters []SessionID
+	// Holders lists every holder of a semaphore or read/write key, lowest
+	// token first; the single-holder fields above then describe the first
+	// of them. Nil for a plain lock (C2 #ct2-multi).
+	Holders []HolderInfo
+	// Limit is the semaphore's N (1 for a read/write lock); 0 for a plain
+	// lock. RW is true for a read/write lock.
+	Limit uint32
+	RW    bool
 }
 
 // EventKind says what happened to a key.
@@ -95,9 +103,13 @@ const (
 	EventExpired
 	// EventRevoked: an administrator revoked the grant.
 	EventRevoked
+	// EventValue: SetValue attached a value to the grant; the grant and its
+	// token are unchanged. The event does not carry the value: a reader
+	// inspects the key (C2 #ct2-watch, #ct2-holder).
+	EventValue
 )
 
-var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked"}
+var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked", "value"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventKindNames) {
@@ -176,9 +188,9 @@ type SessionRegistry interface {
 //
 // Every method is safe for concurrent use and follows the cancellation rule
 // of SessionRegistry. Invalid input is ErrInvalidArgument and writes nothing.
-// A session is used only through the store instance that opened it; another
-// instance on the same backend reports it as unknown (ErrSessionDead), except
-// where docs/backends.md records a divergence.
+// Every instance on the same backend and namespace can use every live
+// session (C2 #ct2-replicas): one that does not know it adopts it from the
+// backend.
 type LockStore interface {
 	SessionRegistry
 	ValueSetter
@@ -188,16 +200,28 @@ type LockStore interface {
 	// nil) when another session holds the key or waiters are queued. If the
 	// session already holds the key, its existing grant is returned with
 	// acquired true, so a retried call is idempotent. An unknown or dead
-	// session is ErrSessionDead and writes nothing.
-	TryInsert(ctx context.Context, id SessionID, key string) (g Grant, acquired bool, err error)
+	// session is ErrSessionDead and writes nothing. The options are
+	// Acquire's.
+	TryInsert(ctx context.Context, id SessionID, key string, opts ...AcquireOption) (g Grant, acquired bool, err error)
 
 	// Acquire grants key to the session, waiting in the key's FIFO queue
 	// (kept in the backend, shared by every store instance) until it is the
 	// session's turn. It returns when granted; when ctx ends (the waiter
-	// leaves the queue at once; the error matches ctx.Err()); or when the
-	// session dies (ErrSessionDead; the waiter leaves the queue). If the
-	// session already holds the key, its existing grant is returned at once.
-	Acquire(ctx context.Context, id SessionID, key string) (Grant, error)
+	// leaves the queue at once, unless KeepPlace; the error matches
+	// ctx.Err()); or when the session dies (ErrSessionDead; the waiter
+	// leaves the queue). If the session already holds the key, its existing
+	// grant is returned at once. A session already queued for the key (a
+	// place kept with KeepPlace, or a concurrent call) resumes that place
+	// (C2 #ct2-keep-place). WithLimit and WithMode make the grant a
+	// semaphore slot or a side of a read/write lock (C2 #ct2-multi); a
+	// request of another kind than the key's holders and waiters is
+	// ErrLimitMismatch.
+	Acquire(ctx context.Context, id SessionID, key string, opts ...AcquireOption) (Grant, error)
+
+	// LeaveQueue removes the session's place in the key's queue, if it has
+	// one; it never touches a grant. Idempotent: a session that is not
+	// queued for the key, or unknown, is nil (C2 #ct2-keep-place).
+	LeaveQueue(ctx context.Context, id SessionID, key string) error
 
 	// DeleteIfOwner releases the grant (session, key, token). It deletes the
 	// key only if that exact grant is the current one: any other case
@@ -223,7 +247,8 @@ type LockStore interface {
 	// Watch reports every change to keys starting with prefix, in commit
 	// order. It returns once the watch is established: every change committed
 	// after Watch returns is delivered. The channel is closed when ctx ends,
-	// or after one final Event with Err set when the watch breaks. A consumer
+	// or after one final Event with Err set when the watch breaks. SetValue
+	// is an EventValue of the grant it set. A consumer
 	// that falls behind by more than the channel's buffer breaks the watch
 	// (Err wraps ErrContention) rather than stalling the backend.
 	Watch(ctx context.Context, prefix string) (<-chan Event, error)
@@ -235,8 +260,8 @@ type LockStore interface {
 }
 
 // SharedSessions is implemented by a store whose sessions every instance
-// can use (PostgreSQL: a session is a row; etcd sessions belong to the
-// instance that opened them). A server over such a store cannot know a
+// can use (PostgreSQL: a session is a row; etcd: a session record on the
+// session's lease that any instance adopts). A server over such a store cannot know a
 // session's grants from its own calls alone — a grant or revoke may go
 // through another replica — so it reads them from the store (LocksOf)
 // before every heartbeat answer that confirms locks (C2 #ct2-confirm).

@@ -175,3 +175,13 @@ func (b *Backend) SharesSessions() bool {
 	sh, ok := b.LockStore.(store.SharedSessions)
 	return ok && sh.SharesSessions()
 }
+
+// ListSessions forwards store.SessionLister of the opened store (both
+// backends implement it, C2 #ct2-list-sessions).
+func (b *Backend) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.SessionInfo, error) {
+	sl, ok := b.LockStore.(store.SessionLister)
+	if !ok {
+		return nil, fmt.Errorf("backend: %s store cannot list sessions: %w", b.label, store.ErrInvalidArgument)
+	}
+	return sl.ListSessions(ctx, q)
+}

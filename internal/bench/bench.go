@@ -27,12 +27,13 @@ const (
 	scContended = "contended"
 	scDeath     = "death"
 	scIdle      = "idle"
+	// scElection is in election.go.
 	// scCeiling labels the ceiling rows, measured with distinct.
 	scCeiling = "ceiling"
 )
 
 // Scenarios are every scenario, in the order they run.
-var Scenarios = []string{scDistinct, scContended, scDeath, scIdle}
+var Scenarios = []string{scDistinct, scContended, scElection, scDeath, scIdle}
 
 // Defaults of Config (issue 5 §3).
 var (
@@ -40,6 +41,7 @@ var (
 	DefaultRounds               = 3
 	DefaultDistinctConcurrency  = []int{1, 8, 64}
 	DefaultContendedConcurrency = []int{8, 64}
+	DefaultElectionConcurrency  = []int{2, 8}
 	DefaultDeathLocks           = []int{1, 100, 10000}
 	DefaultIdleSessions         = 10000
 	DefaultIdleDuration         = 20 * time.Second
@@ -66,6 +68,9 @@ type Config struct {
 	// clients of the distinct and contended scenarios.
 	DistinctConcurrency  []int
 	ContendedConcurrency []int
+	// ElectionConcurrency are the numbers of candidates of the election
+	// scenario (at least 2: a hand-over needs someone to hand over to).
+	ElectionConcurrency []int
 	// DeathLocks are the numbers of locks the dying session holds: the
 	// death scenario is measured once for each.
 	DeathLocks []int
@@ -104,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.ContendedConcurrency) == 0 {
 		c.ContendedConcurrency = DefaultContendedConcurrency
+	}
+	if len(c.ElectionConcurrency) == 0 {
+		c.ElectionConcurrency = DefaultElectionConcurrency
 	}
 	if len(c.DeathLocks) == 0 {
 		c.DeathLocks = DefaultDeathLocks
@@ -152,6 +160,11 @@ func (c Config) Validate() error {
 	for _, n := range slices.Concat(c.DistinctConcurrency, c.ContendedConcurrency) {
 		if n < 1 || n > 10000 {
 			bad("concurrency %d out of [1, 10000]", n)
+		}
+	}
+	for _, n := range c.ElectionConcurrency {
+		if n < 2 || n > 10000 {
+			bad("election candidates %d out of [2, 10000]", n)
 		}
 	}
 	for _, n := range c.DeathLocks {
@@ -207,6 +220,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		DistinctConcurrency:  cfg.DistinctConcurrency,
 		ContendedConcurrency: cfg.ContendedConcurrency,
 		DeathLocks:           cfg.DeathLocks,
+		ElectionConcurrency:  cfg.ElectionConcurrency,
 		IdleSessions:         cfg.IdleSessions,
 		IdleDuration:         cfg.IdleDuration.String(),
 		SessionTTL:           sessionTTL.String(),
@@ -246,6 +260,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rows, serr = r.distinct(ctx)
 		case scContended:
 			rows, serr = r.contended(ctx)
+		case scElection:
+			rows, serr = r.election(ctx)
 		case scDeath:
 			rows, serr = r.death(ctx)
 		case scIdle:
@@ -262,7 +278,16 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		rep.Rows = append(rep.Rows, rows...)
 	}
+	var named []interface{ name() string }
 	for _, sys := range b.systems {
+		named = append(named, sys)
+	}
+	for _, el := range b.electors {
+		if _, ok := el.(system); !ok { // the others are systems too
+			named = append(named, el)
+		}
+	}
+	for _, sys := range named {
 		if rs, ok := sys.(interface{ retries() int64 }); ok && rs.retries() > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s retried %d transient etcd errors (request timed out / unavailable), as user code would",
 				sys.name(), rs.retries()))

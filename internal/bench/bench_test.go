@@ -7,7 +7,9 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,6 +112,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Scenarios: []string{"death"}, Duration: time.Millisecond}, "duration 1ms"},
 		{Config{Scenarios: []string{"death"}, Rounds: -1}, "rounds -1"},
 		{Config{Scenarios: []string{"death"}, DeathLocks: []int{1, 0}}, "death locks 0"},
+		{Config{Scenarios: []string{"election"}, ElectionConcurrency: []int{2, 1}}, "election candidates 1"},
 	} {
 		err := tc.cfg.Validate()
 		switch {
@@ -257,5 +260,83 @@ func TestWriteTable(t *testing.T) {
 		back.Rows[1]["raw_ceiling_pct"] != 5.0 || back.Rows[0]["lockd"] != nil || back.Rows[0]["raw"] != 4000.0 {
 		t.Errorf("json round trip = %+v, %v; want 3 rows: a ceiling row without lockd figure, raw 4000; a row with ratio 0.8, met false, raw at 5%% of the ceiling\n%s",
 			back, err, b.String())
+	}
+}
+
+// chanElector is an in-process election for testing the election load: a
+// slot of capacity 1 held from campaign to resign. With overlap set it
+// frees the slot as soon as it grants it, so two candidates lead at once:
+// the load must refuse that (the control of its check).
+type chanElector struct {
+	slot    chan struct{}
+	overlap bool
+	mu      sync.Mutex
+	next    uint64
+	seen    []func(uint64)
+}
+
+func (e *chanElector) name() string { return "chan" }
+
+func (e *chanElector) candidate(context.Context) (candidate, error) { return chanCandidate{e}, nil }
+
+func (e *chanElector) observe(ctx context.Context, _ string, seen func(uint64)) error {
+	e.mu.Lock()
+	e.seen = append(e.seen, seen)
+	e.mu.Unlock()
+	<-ctx.Done()
+	e.mu.Lock()
+	e.seen = nil
+	e.mu.Unlock()
+	return nil
+}
+
+type chanCandidate struct{ e *chanElector }
+
+func (c chanCandidate) campaign(ctx context.Context, _ string, _ []byte) (uint64, func(context.Context) error, error) {
+	select {
+	case c.e.slot <- struct{}{}:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	if c.e.overlap {
+		<-c.e.slot
+	}
+	c.e.mu.Lock()
+	defer c.e.mu.Unlock()
+	c.e.next++
+	for _, seen := range c.e.seen {
+		seen(c.e.next)
+	}
+	return c.e.next, func(context.Context) error {
+		if !c.e.overlap {
+			<-c.e.slot
+		}
+		return nil
+	}, nil
+}
+
+func (chanCandidate) close(context.Context) error { return nil }
+
+func TestElectionLoad(t *testing.T) {
+	for _, c := range []int{2, 5} {
+		el := &chanElector{slot: make(chan struct{}, 1)}
+		res, err := measureElection(context.Background(), el, c, 50*time.Millisecond, "t")
+		if err != nil {
+			t.Fatalf("c=%d: %v", c, err)
+		}
+		if res.ops < 1 || len(res.lat) != res.ops || len(res.obsLat) != res.ops || res.observedPct() != 100 || res.elapsed != 50*time.Millisecond {
+			t.Errorf("c=%d: %d hand-overs, %d latencies, %d observed (%v%%) in %v; want at least one, each with a latency, all observed, in 50ms",
+				c, res.ops, len(res.lat), len(res.obsLat), res.observedPct(), res.elapsed)
+		}
+		for _, d := range slices.Concat(res.lat, res.obsLat) {
+			if d <= 0 {
+				t.Errorf("c=%d: latency %v, want > 0", c, d)
+			}
+		}
+	}
+	// The control: an election that lets two candidates lead at once.
+	el := &chanElector{slot: make(chan struct{}, 1), overlap: true}
+	if _, err := measureElection(context.Background(), el, 2, 50*time.Millisecond, "t"); err == nil || !strings.Contains(err.Error(), "two leaders at once") {
+		t.Errorf("an election with two leaders at once: %v, want the load to refuse it", err)
 	}
 }

@@ -14,13 +14,20 @@
 //	            session death is a lease revoke
 //	etcd-mutex  go.etcd.io/etcd/client/v3/concurrency.Mutex, one
 //	            concurrency.Session per client
+//	etcd-election  go.etcd.io/etcd/client/v3/concurrency.Election
+//	            (Campaign, Resign, Observe), one concurrency.Session per
+//	            candidate: the election scenario's primary etcd baseline
 //	pg-raw      raw PostgreSQL: INSERT … ON CONFLICT (key) DO NOTHING
 //	            RETURNING a sequence token, DELETE … WHERE key AND token; a
 //	            client that finds the key taken polls (every 2–10 ms); session
 //	            death is ON DELETE CASCADE from a sessions row
 //
 // lockd over etcd (embedded or external) is compared with etcd-txn and
-// etcd-mutex, lockd over PostgreSQL with pg-raw.
+// etcd-mutex, lockd over PostgreSQL with pg-raw. The election scenario
+// compares lockd with etcd-election and etcd-txn (its lock with the value,
+// observed by Get + watch), or with pg-raw (its lock on a leaders table
+// with the value, observed by polling the row): PostgreSQL has no election
+// library to compare with.
 //
 // # Scenarios
 //
@@ -29,6 +36,13 @@
 //     p50/p99 latency of one pair.
 //   - contended: every client loops acquire/release on one key: hand-overs
 //     per second and fairness (max/min acquisitions per client).
+//   - election: c candidates (2 and 8) campaign in a loop for one
+//     election, each leader resigning as soon as every other candidate
+//     campaigns, while one observer follows it: hand-overs per second,
+//     hand-over latency (Resign start until the next leader's Campaign
+//     returned) and observed latency (until the observer reported the next
+//     leader), p50/p99, and the share of leaders the observer reported. A
+//     second leader before the first resigned fails the measurement.
 //   - death: one session holds N locks and ends (lockd: the client closes
 //     it; raw: lease revoke / delete of the sessions row): the time from the
 //     end until the backend holds none of the keys.

@@ -35,6 +35,7 @@ const (
 	etcdLockdPrefix = "/lockd-bench/"
 	etcdRawPrefix   = "/lockd-bench-raw/"
 	etcdMutexPrefix = "/lockd-bench-mutex/"
+	etcdElectPrefix = "/lockd-bench-election/"
 	etcdIdlePrefix  = "/lockd-bench-idle/"
 	etcdCeilPrefix  = "/lockd-bench-ceiling/"
 )
@@ -91,6 +92,9 @@ type bed struct {
 	lockd    *client.Client
 	systems  []system // lockd first, then the primary baseline
 	ceilings []ceiling
+	// electors are the election scenario's systems: lockd first, then the
+	// primary baseline.
+	electors []elector
 
 	closers []func(context.Context) error // run in reverse order by close
 }
@@ -221,7 +225,7 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	b.version = "etcd " + status.Version
 	b.onClose(func(ctx context.Context) error { // the keys of this run
 		var errs []error
-		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdIdlePrefix, etcdCeilPrefix} {
+		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdElectPrefix, etcdIdlePrefix, etcdCeilPrefix} {
 			if _, err := raw.Delete(ctx, p+b.run+"/", clientv3.WithPrefix()); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", p+b.run+"/", err))
 			}
@@ -232,17 +236,16 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	// (a no-op), then its client and the embedded etcd.
 	b.onClose(func(context.Context) error { return lb.LockStore.Close() })
 
-	b.systems = []system{
-		&lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
-			resp, err := raw.Get(ctx, lockdPrefix+"l/"+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-			if err != nil {
-				return 0, err
-			}
-			return resp.Count, nil
-		}},
-		&etcdTxnSystem{cli: raw, prefix: etcdRawPrefix + b.run + "/"},
-		&etcdMutexSystem{cli: raw, prefix: etcdMutexPrefix + b.run + "/"},
-	}
+	lockd := &lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
+		resp, err := raw.Get(ctx, lockdPrefix+"l/"+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		return resp.Count, nil
+	}}
+	txn := &etcdTxnSystem{cli: raw, prefix: etcdRawPrefix + b.run + "/"}
+	b.systems = []system{lockd, txn, &etcdMutexSystem{cli: raw, prefix: etcdMutexPrefix + b.run + "/"}}
+	b.electors = []elector{lockd, &etcdElectionSystem{cli: raw, prefix: etcdElectPrefix + b.run + "/"}, txn}
 	b.ceilings = []ceiling{fsyncCeiling(b.dataDir), etcdPutCeiling(raw, etcdCeilPrefix+b.run+"/")}
 	return lb, nil
 }
@@ -307,13 +310,16 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 	}
 	b.onClose(func(context.Context) error { return lb.Close() })
 	countQ := `SELECT count(*) FROM ` + pgx.Identifier{pgLockdSchema}.Sanitize() + `.locks WHERE starts_with(key, $1)`
+	lockd := &lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
+		var n int64
+		err := pool.QueryRow(ctx, countQ, prefix).Scan(&n)
+		return n, err
+	}}
+	pgRaw := &pgRawSystem{sysName: sysPGRaw, sized: true, base: pcfg, setup: pool, q: full}
+	b.electors = []elector{lockd, pgRaw}
 	b.systems = []system{
-		&lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
-			var n int64
-			err := pool.QueryRow(ctx, countQ, prefix).Scan(&n)
-			return n, err
-		}},
-		&pgRawSystem{sysName: sysPGRaw, sized: true, base: pcfg, setup: pool, q: full},
+		lockd,
+		pgRaw,
 		&pgRawSystem{sysName: sysPGRawMin, minimal: true, sized: true, base: pcfg, setup: pool, q: minimal},
 		&pgRawSystem{sysName: sysPGRawDef, base: pcfg, setup: pool, q: full},
 	}

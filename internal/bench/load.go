@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -24,8 +25,12 @@ type loadResult struct {
 	ops int
 	// elapsed is the measured window.
 	elapsed time.Duration
-	// lat holds the latency of every pair (distinct only).
+	// lat holds the latency of every pair (distinct) or hand-over
+	// (election).
 	lat []time.Duration
+	// obsLat holds, for every hand-over whose new leader the observer
+	// reported, the time until it did (election).
+	obsLat []time.Duration
 	// perClient counts acquisitions per client.
 	perClient []int
 }
@@ -36,6 +41,15 @@ func (r loadResult) rate() Value {
 		return 0
 	}
 	return Value(float64(r.ops) / r.elapsed.Seconds())
+}
+
+// observedPct is the share of the hand-overs whose new leader the observer
+// reported, in percent (election); NaN without hand-overs.
+func (r loadResult) observedPct() Value {
+	if r.ops == 0 {
+		return Value(math.NaN())
+	}
+	return Value(float64(len(r.obsLat)) * 100 / float64(r.ops))
 }
 
 // load runs one kind of load on clients: a warm-up of at least warm, then

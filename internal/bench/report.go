@@ -60,6 +60,11 @@ const (
 	MetricAlive           = "sessions alive at end"
 	MetricClientCPU       = "client cpu % of a core"
 	MetricOpsPerSec       = "ops/s"
+	MetricHandoverP50     = "hand-over p50 ms"
+	MetricHandoverP99     = "hand-over p99 ms"
+	MetricObservedP50     = "observed p50 ms"
+	MetricObservedP99     = "observed p99 ms"
+	MetricObservedPct     = "leaders observed %"
 )
 
 // Row is one line of the report: one lockd figure, and the same figure of
@@ -121,6 +126,7 @@ type Settings struct {
 	DistinctConcurrency  []int    `json:"distinct_concurrency"`
 	ContendedConcurrency []int    `json:"contended_concurrency"`
 	DeathLocks           []int    `json:"death_locks"`
+	ElectionConcurrency  []int    `json:"election_concurrency"`
 	IdleSessions         int      `json:"idle_sessions"`
 	IdleDuration         string   `json:"idle_duration"`
 	SessionTTL           string   `json:"session_ttl"`
@@ -166,6 +172,7 @@ var systemLegend = []string{
 	"lockd           lockd gRPC server in this process (127.0.0.1) + Go SDK, one session per client",
 	"etcd-txn        raw etcd (primary): Txn(If CreateRevision==0 Then Put with lease) + Delete; waiters watch the key; death = lease revoke",
 	"etcd-mutex      go.etcd.io/etcd/client/v3/concurrency.Mutex, one concurrency.Session per client (reference only, not a target)",
+	"etcd-election   election: go.etcd.io/etcd/client/v3/concurrency.Election (Campaign, Resign, Observe), one concurrency.Session per candidate (primary election baseline)",
 	"etcd-session    idle: one clientv3 concurrency.Session per session on one clientv3 client; cpu = the etcd process (and, client cpu, the bench process)",
 	"pg-raw          raw PostgreSQL (primary): sessions table + ON DELETE CASCADE; INSERT ... ON CONFLICT DO NOTHING RETURNING nextval + DELETE ... AND token; " +
 		"waiters poll every 2-10 ms; pgxpool of exactly c connections, all opened before the clock starts",

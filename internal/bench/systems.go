@@ -292,18 +292,25 @@ type etcdTxnLocker struct {
 }
 
 func (l *etcdTxnLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {
+	_, release, err := l.take(ctx, key, "")
+	return release, err
+}
+
+// take is acquire that puts val as the key's value; it also returns the
+// key's create revision, which tells this holding from every other.
+func (l *etcdTxnLocker) take(ctx context.Context, key, val string) (int64, func(context.Context) error, error) {
 	cli, k := l.sys.cli, l.sys.prefix+key
 	for {
 		resp, err := cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, "", clientv3.WithLease(l.lease))).
+			Then(clientv3.OpPut(k, val, clientv3.WithLease(l.lease))).
 			Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
 			Commit()
 		if l.sys.retried(ctx, err) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		release := func(ctx context.Context) error {
 			for {
@@ -314,17 +321,17 @@ func (l *etcdTxnLocker) acquire(ctx context.Context, key string) (func(context.C
 			}
 		}
 		if resp.Succeeded {
-			return release, nil
+			return resp.Header.Revision, release, nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		switch {
 		case len(kvs) == 0:
 			continue // deleted in between
 		case clientv3.LeaseID(kvs[0].Lease) == l.lease:
-			return release, nil // put by an earlier attempt whose answer was lost
+			return kvs[0].CreateRevision, release, nil // put by an earlier attempt whose answer was lost
 		}
 		if err := waitDelete(ctx, cli, k, resp.Header.Revision+1); err != nil && !l.sys.retried(ctx, err) {
-			return nil, err
+			return 0, nil, err
 		}
 	}
 }
@@ -490,6 +497,11 @@ type pgRawQueries struct {
 	release      string
 	insertMany   string
 	count        string
+	// The election row's hand-rolled election (not minimal): the lock of
+	// acquire on a table of its own that also holds the leader's value.
+	campaign string
+	resign   string
+	leader   string
 }
 
 func newPGRawQueries(schema string, minimal bool) pgRawQueries {
@@ -515,6 +527,9 @@ func newPGRawQueries(schema string, minimal bool) pgRawQueries {
 				session_id text NOT NULL REFERENCES ` + s + `.sessions (id) ON DELETE CASCADE,
 				token bigint NOT NULL)`,
 			`CREATE INDEX ON ` + s + `.locks (session_id)`,
+			`CREATE TABLE ` + s + `.leaders (name text COLLATE "C" PRIMARY KEY,
+				session_id text NOT NULL REFERENCES ` + s + `.sessions (id) ON DELETE CASCADE,
+				token bigint NOT NULL, value bytea NOT NULL)`,
 		},
 		openSession:  `INSERT INTO ` + s + `.sessions (id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')`,
 		closeSession: `DELETE FROM ` + s + `.sessions WHERE id = $1`,
@@ -524,6 +539,10 @@ func newPGRawQueries(schema string, minimal bool) pgRawQueries {
 		insertMany: `INSERT INTO ` + s + `.locks (key, session_id, token)
 			SELECT $2::text || g::text, $1, nextval('` + seq + `') FROM generate_series(0, $3::int - 1) g`,
 		count: `SELECT count(*) FROM ` + s + `.locks WHERE starts_with(key, $1)`,
+		campaign: `INSERT INTO ` + s + `.leaders (name, session_id, token, value) VALUES ($1, $2, nextval('` + seq + `'), $3)
+			ON CONFLICT (name) DO NOTHING RETURNING token`,
+		resign: `DELETE FROM ` + s + `.leaders WHERE name = $1 AND token = $2`,
+		leader: `SELECT token FROM ` + s + `.leaders WHERE name = $1`,
 	}
 }
 

@@ -50,6 +50,17 @@ Scenarios (--scenarios, comma-separated; default all):
              (acquire + release) and p50/p99 latency of a pair
   contended  one key at concurrency 8, 64: hand-overs/s and fairness
              (max/min acquisitions per client)
+  election   leader election with 2, 8 candidates (--election-concurrency)
+             campaigning in a loop, each leader resigning once every other
+             candidate campaigns, and one observer: hand-overs/s, hand-over
+             latency (Resign start until the next leader's Campaign
+             returns) and observed latency (until the observer reports the
+             next leader), p50/p99, and the share of leaders observed.
+             Baselines: etcd-election (etcd's own concurrency.Election:
+             Campaign, Resign, Observe) and etcd-txn (its lock with the
+             value, Get + watch to observe); on PostgreSQL pg-raw (its lock
+             on a leaders table with a value, observed by polling the row
+             every 2-10 ms: PostgreSQL has no election library)
   death      one session holding N locks ends, for each N of --death-locks:
              time until the backend holds none of them
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
@@ -71,6 +82,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		scenarios string
 		distinct  string
 		contended string
+		election  string
 		death     string
 		profile   string
 		asJSON    bool
@@ -85,6 +97,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.StringVar(&scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run, comma-separated")
 	f.StringVar(&distinct, "distinct-concurrency", joinInts(bench.DefaultDistinctConcurrency), "client counts of the distinct scenario")
 	f.StringVar(&contended, "contended-concurrency", joinInts(bench.DefaultContendedConcurrency), "client counts of the contended scenario")
+	f.StringVar(&election, "election-concurrency", joinInts(bench.DefaultElectionConcurrency), "candidate counts of the election scenario (at least 2)")
 	f.StringVar(&death, "death-locks", joinInts(bench.DefaultDeathLocks), "locks held by the dying session, comma-separated (one measurement each)")
 	f.IntVar(&cfg.IdleSessions, "idle-sessions", bench.DefaultIdleSessions, "sessions of the idle scenario")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
@@ -98,6 +111,9 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		}
 		if cfg.ContendedConcurrency, err = parseInts(contended); err != nil {
 			return usageErrorf("--contended-concurrency: %v", err)
+		}
+		if cfg.ElectionConcurrency, err = parseInts(election); err != nil {
+			return usageErrorf("--election-concurrency: %v", err)
 		}
 		if cfg.DeathLocks, err = parseInts(death); err != nil {
 			return usageErrorf("--death-locks: %v", err)

@@ -52,9 +52,14 @@ func (w wantRow) String() string {
 	return fmt.Sprintf("%s %d %q vs %q", w.scenario, w.cn, w.metric, w.baseline)
 }
 
+// electionMetrics are the metrics of the election rows.
+var electionMetrics = []string{bench.MetricHandoversPerSec, bench.MetricHandoverP50, bench.MetricHandoverP99,
+	bench.MetricObservedP50, bench.MetricObservedP99, bench.MetricObservedPct}
+
 // wantRows lists every row of a full run with the smoke sizes against the
-// given baselines (primary first), ceilings and idle baseline ("" for none).
-func wantRows(baselines, ceilings []string, idleBaseline string) []wantRow {
+// given baselines (primary first), ceilings, election baselines and idle
+// baseline ("" for none).
+func wantRows(baselines, ceilings, electors []string, idleBaseline string) []wantRow {
 	var want []wantRow
 	for _, c := range []int{1, 8, 64} {
 		for _, ce := range ceilings {
@@ -70,6 +75,13 @@ func wantRows(baselines, ceilings []string, idleBaseline string) []wantRow {
 		for _, b := range baselines {
 			for _, m := range []string{bench.MetricHandoversPerSec, bench.MetricFairness} {
 				want = append(want, wantRow{"contended", c, m, b})
+			}
+		}
+	}
+	for _, c := range []int{2, 8} {
+		for _, b := range electors {
+			for _, m := range electionMetrics {
+				want = append(want, wantRow{"election", c, m, b})
 			}
 		}
 	}
@@ -131,7 +143,11 @@ func show(v *float64) string {
 // checkFigure checks one figure of a row: positive; for fairness at least 1
 // or null (some client starved in the tiny window); for the idle CPU at
 // least 0 (in a 1s window over an external etcd no heartbeat or keepalive
-// may fall due, and an idle Go process then uses no CPU at all).
+// may fall due, and an idle Go process then uses no CPU at all); for the
+// election's observer 0 to 100 % of the leaders, and observed latencies
+// positive or null (an observer may skip the window's few leaders: etcd's
+// Observe reads the first key again after each delete). Hand-overs/s and
+// their latencies must be positive: both systems handed over.
 func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 	t.Helper()
 	switch w.metric {
@@ -143,6 +159,16 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 	case bench.MetricCPU, bench.MetricClientCPU:
 		if v == nil || !(*v >= 0) {
 			t.Errorf("row %v: %s cpu %s, want >= 0", w, which, show(v))
+		}
+		return
+	case bench.MetricObservedPct:
+		if v == nil || !(*v >= 0 && *v <= 100) {
+			t.Errorf("row %v: %s leaders observed %s, want 0 to 100 %%", w, which, show(v))
+		}
+		return
+	case bench.MetricObservedP50, bench.MetricObservedP99:
+		if v != nil && !(*v > 0) {
+			t.Errorf("row %v: %s observed latency %v, want > 0 or null", w, which, *v)
 		}
 		return
 	}
@@ -162,15 +188,16 @@ func TestBenchSmoke(t *testing.T) {
 		args       func(t *testing.T) []string
 		baselines  []string
 		ceilings   []string
-		idle       string // the idle baseline
-		durability string // in settings.durability
+		electors   []string // the election baselines
+		idle       string   // the idle baseline
+		durability string   // in settings.durability
 	}{
 		{"etcd", func(t *testing.T) []string {
 			return []string{"--backend", "etcd", "--data-dir", t.TempDir()}
-		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, "etcd-session", "etcd fsync on"},
+		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, []string{"etcd-election", "etcd-txn"}, "etcd-session", "etcd fsync on"},
 		{"pg", func(t *testing.T) []string {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
-		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, "", "synchronous_commit="},
+		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "", "synchronous_commit="},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,15 +216,15 @@ func TestBenchSmoke(t *testing.T) {
 			if rep.Machine.NumCPU < 1 || rep.Machine.GOMAXPROCS < 1 || rep.Machine.GoVersion == "" {
 				t.Errorf("machine = %+v, want nproc, GOMAXPROCS and go version", rep.Machine)
 			}
-			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,death,idle" {
-				t.Errorf("scenarios = %v, want all four", rep.Settings.Scenarios)
+			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,election,death,idle" {
+				t.Errorf("scenarios = %v, want all five", rep.Settings.Scenarios)
 			}
 			st := rep.Settings
 			if !strings.Contains(st.Durability, tc.durability) || st.DataDir == "" || st.DataDirFS == "" || st.SystemOrder == "" ||
 				st.BackendProcess == "" || (tc.name == "etcd" && !strings.Contains(st.BackendProcess, "own process")) {
 				t.Errorf("settings = %+v; want durability with %q, the data dir and its filesystem, the system order and the backend's process", st, tc.durability)
 			}
-			want := wantRows(tc.baselines, tc.ceilings, tc.idle)
+			want := wantRows(tc.baselines, tc.ceilings, tc.electors, tc.idle)
 			if len(rep.Rows) != len(want) {
 				t.Errorf("got %d rows, want %d", len(rep.Rows), len(want))
 			}
@@ -227,7 +254,7 @@ func TestBenchSmoke(t *testing.T) {
 				}
 				if w.baseline != "" {
 					checkFigure(t, w, "raw", row.Raw)
-					if row.Lockd != nil && row.Raw != nil && w.metric != bench.MetricFairness && w.scenario != "idle" &&
+					if row.Lockd != nil && row.Raw != nil && *row.Raw != 0 && w.metric != bench.MetricFairness && w.scenario != "idle" &&
 						(row.Ratio == nil || *row.Ratio <= 0) {
 						t.Errorf("row %v: ratio %s, want > 0", w, show(row.Ratio))
 					}
@@ -284,7 +311,8 @@ func TestBenchSmoke(t *testing.T) {
 	t.Run("embedded-table", func(t *testing.T) {
 		t.Parallel()
 		profile := filepath.Join(t.TempDir(), "cpu.prof")
-		res := lockd(t, nil, "bench", "--scenarios", "death,idle", "--rounds", "1", "--death-locks", "1,20",
+		res := lockd(t, nil, "bench", "--scenarios", "death,idle,election", "--rounds", "1", "--death-locks", "1,20", "--election-concurrency", "2",
+			"--duration", "100ms",
 			"--idle-sessions", "20", "--idle-duration", "500ms", "--data-dir", t.TempDir(), "--cpuprofile", profile)
 		if res.code != 0 {
 			t.Fatalf("lockd bench: %v", res)
@@ -307,6 +335,12 @@ func TestBenchSmoke(t *testing.T) {
 			`(?m)^idle +N=20 +client cpu % of a core +[0-9.]+ +etcd-session +[0-9.]+ +[0-9.-]+ +- +- +- +-$`,
 			`(?m)^idle +N=20 +rss MiB +[0-9.]+ +- +- +- +- +- +lockd<=250 (met|MISSED) +-$`,
 			`(?m)^idle +N=20 +sessions alive at end +20 +- +- +- +- +- +lockd>=20 met +-$`,
+			// The election row over the embedded etcd: both systems
+			// handed over (a positive rate, no timing asserted).
+			`(?m)^election +c=2 +hand-overs/s +[1-9][0-9.]* +etcd-election +[1-9][0-9.]* +[0-9.]+ +- +- +- +-$`,
+			`(?m)^election +c=2 +hand-overs/s +[1-9][0-9.]* +etcd-txn +[1-9][0-9.]* +[0-9.]+ +- +- +- +-$`,
+			`(?m)^election +c=2 +hand-over p50 ms +[0-9.]+ +etcd-election +[0-9.]+ +[0-9.]+ +- +- +- +-$`,
+			`(?m)^election +c=2 +leaders observed % +[0-9.]+ +etcd-election +[0-9.]+ +[0-9.-]+ +- +- +- +-$`,
 		} {
 			if !regexp.MustCompile(re).MatchString(res.stdout) {
 				t.Errorf("table does not match %s:\n%s", re, res.stdout)
@@ -325,6 +359,7 @@ func TestBenchSmoke(t *testing.T) {
 			{"bench", "--scenarios", "distinct,nope"},
 			{"bench", "--distinct-concurrency", "1,x"},
 			{"bench", "--death-locks", "0"},
+			{"bench", "--election-concurrency", "1"},
 			{"bench", "extra"},
 		} {
 			if res := lockd(t, nil, args...); res.code != ExitUsage || res.stdout != "" {

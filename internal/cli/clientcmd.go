@@ -48,7 +48,8 @@ func addClientFlags(cmd *cobra.Command, e *env) *clientFlags {
 	if def == "" {
 		def = DefaultServer
 	}
-	cmd.Flags().StringVar(&f.server, "server", def, "lockd server address (host:port) [$"+EnvServer+"]")
+	cmd.Flags().StringVar(&f.server, "server", def, "lockd server address (host:port); several replicas of one backend as a,b,c (host:port each) or a DNS name "+
+		"(dns:///name:port): the client uses one and moves to another when it dies or drains [$"+EnvServer+"]")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second,
 		"how long to keep trying to reach the server before giving up")
 	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", e.getenv(EnvTLSCA),

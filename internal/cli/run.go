@@ -77,6 +77,22 @@ type runFlags struct {
 	maxRuntime   time.Duration
 	conflictCode int
 	owner        string
+	limit        uint32
+	shared       bool
+	exclusive    bool
+}
+
+// acquireOpts are the SDK options of --limit, --shared and --exclusive.
+func (rf *runFlags) acquireOpts() []client.AcquireOption {
+	switch {
+	case rf.shared:
+		return []client.AcquireOption{client.Shared()}
+	case rf.exclusive:
+		return []client.AcquireOption{client.Exclusive()}
+	case rf.limit > 1:
+		return []client.AcquireOption{client.WithLimit(rf.limit)}
+	}
+	return nil
 }
 
 func newRunCmd(e *env) *cobra.Command {
@@ -107,6 +123,14 @@ counted): then CMD is stopped as on a lost lock (SIGTERM, SIGKILL after
 and --wait 0 was given. With N = 0 such a run prints nothing: in cron, a run
 that overlaps the previous one is skipped quietly. It applies to --wait 0 only:
 a --wait that runs out exits 81, so a job that waited in vain stays visible.
+
+--limit N makes KEY a counting semaphore: up to N runs hold it at once, each
+with its own LOCKD_FENCING_TOKEN; the others wait in FIFO order. --shared and
+--exclusive make KEY a read/write lock: --shared runs hold it together,
+an --exclusive run alone, and a waiting --exclusive run blocks later --shared
+ones. A writer's token is above every earlier reader's. Every run on one KEY
+must agree: another --limit, or --shared/--exclusive on a plain lock (or the
+reverse), fails at once with exit status 1 and nothing is queued.
 
 --owner S names this holder (at most 128 bytes, printable): lockd inspect, ls
 and other runs' waiting lines show it, CMD gets it as LOCKD_OWNER and run's
@@ -139,6 +163,9 @@ Exit status:
 	cmd.Flags().DurationVar(&rf.grace, "grace", 5*time.Second, "after the lock is lost or --max-runtime ran out, how long CMD has between SIGTERM and SIGKILL")
 	cmd.Flags().DurationVar(&rf.maxRuntime, "max-runtime", 0, "stop CMD (as on a lost lock) and exit 124 when it runs longer than this (default: no limit)")
 	cmd.Flags().IntVar(&rf.conflictCode, "conflict-exit-code", ExitLocked, "exit status when KEY is locked and --wait 0 was given; 0 also silences the message")
+	cmd.Flags().Uint32Var(&rf.limit, "limit", 0, "make KEY a counting semaphore of N: up to N runs hold it at once (1..1024; every run on KEY must use the same N)")
+	cmd.Flags().BoolVar(&rf.shared, "shared", false, "take KEY as the reader side of a read/write lock (held together with other --shared runs)")
+	cmd.Flags().BoolVar(&rf.exclusive, "exclusive", false, "take KEY as the writer side of a read/write lock (alone; blocks later --shared runs while it waits)")
 	cmd.Flags().StringVar(&rf.owner, "owner", "", "name of this holder (e.g. host/job; default \"HOST (pid PID, CMD)\"), shown by inspect and ls, passed to CMD as "+EnvOwner)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		key, argv, _ := splitRunArgs(args)
@@ -151,6 +178,12 @@ Exit status:
 			return usageErrorf("--grace must not be negative")
 		case rf.maxRuntime < 0:
 			return usageErrorf("--max-runtime must not be negative (0: no limit)")
+		case rf.shared && rf.exclusive:
+			return usageErrorf("--shared and --exclusive exclude each other")
+		case (rf.shared || rf.exclusive) && rf.limit > 1:
+			return usageErrorf("--limit does not combine with --shared or --exclusive")
+		case rf.limit > store.MaxLimit:
+			return usageErrorf("--limit must be at most %d, not %d", store.MaxLimit, rf.limit)
 		case rf.conflictCode < 0 || rf.conflictCode > 255:
 			return usageErrorf("--conflict-exit-code must be 0..255, not %d", rf.conflictCode)
 		case strings.ContainsAny(rf.owner, "\x00\n\r"):
@@ -189,6 +222,15 @@ type runner struct {
 	waitForever bool
 	key         string
 	argv        []string
+	cmdName     string // "elect" for lockd elect; "" is run
+}
+
+// held is what runLocked runs a command under: a *client.Lock, or a
+// *client.Leadership (lockd elect).
+type held interface {
+	Done() <-chan struct{}
+	Err() error
+	Token() uint64
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -272,7 +314,7 @@ func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Sessio
 		var l *client.Lock
 		err := r.flags.cf.call(ctx, func(ctx context.Context) error {
 			var err error
-			l, err = s.TryAcquire(ctx, r.key)
+			l, err = s.TryAcquire(ctx, r.key, r.flags.acquireOpts()...)
 			return err
 		})
 		if errors.Is(err, client.ErrLocked) {
@@ -293,7 +335,7 @@ func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Sessio
 		defer cancel()
 	}
 	st := r.startStatus(ctx, c, s)
-	l, err := s.Acquire(actx, r.key)
+	l, err := s.Acquire(actx, r.key, r.flags.acquireOpts()...)
 	st.stop(l)
 	switch {
 	case err == nil:
@@ -327,12 +369,17 @@ func (r *runner) holder(ctx context.Context, c *client.Client) (string, error) {
 	return " (" + heldBy(info, time.Now()) + ")", nil
 }
 
-// prefix starts run's status lines: "lockd run", with the --owner if given.
+// prefix starts run's status lines: "lockd run" (or "lockd elect"), with
+// the --owner if given.
 func (r *runner) prefix() string {
-	if r.flags.owner == "" {
-		return "lockd run"
+	name := "lockd run"
+	if r.cmdName != "" {
+		name = "lockd " + r.cmdName
 	}
-	return fmt.Sprintf("lockd run (owner %s)", r.flags.owner)
+	if r.flags.owner == "" {
+		return name
+	}
+	return fmt.Sprintf("%s (owner %s)", name, r.flags.owner)
 }
 
 // status reports on stderr that lockd run is waiting. On a terminal it keeps
@@ -430,7 +477,7 @@ func waitingLine(prefix, key string, info client.LockInfo, err error, self strin
 // command's process group and returns an ExitLockLost or ExitMaxRuntime
 // error (a loss wins: it says that the command may have overlapped another
 // holder).
-func (r *runner) runLocked(ctx context.Context, l *client.Lock) (int, error) {
+func (r *runner) runLocked(ctx context.Context, l held) (int, error) {
 	select {
 	case <-l.Done():
 		return 0, &exitError{code: ExitLockLost, err: fmt.Errorf("lock %q lost before the command started: %w", r.key, l.Err())}

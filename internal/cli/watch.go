@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"lock.dev/lockd/client"
 )
 
 // eventJSON is the JSON form of one watch event (one object per line).
@@ -14,15 +16,22 @@ type eventJSON struct {
 	Key     string `json:"key"`
 	Token   uint64 `json:"token,omitempty"`
 	Session string `json:"session,omitempty"`
+	// Owner, Labels and Value: the holder's, in acquired and value events
+	// (C2 #ct2-holder); the value is base64, as in lockd inspect.
+	Owner  string            `json:"owner,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Value  []byte            `json:"value,omitempty"`
 }
 
 func newWatchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch [PREFIX]",
-		Short: "Print one line per lock event (acquired, released, expired, revoked) until interrupted",
+		Short: "Print one line per lock event (acquired, released, expired, revoked, value) until interrupted",
 		Long: `Watch prints one line per change to the keys starting with PREFIX (all keys
 without one), in commit order, until interrupted. Once the watch is
-established it says so on stderr; every change after that is printed.`,
+established it says so on stderr; every change after that is printed.
+Acquired and value events (a holder set its value) show the holder's owner
+and value as the server read them when it sent the event.`,
 		Args: maxArgs(1, "at most a PREFIX"),
 	}
 	cf := addClientFlags(cmd, e)
@@ -45,7 +54,7 @@ established it says so on stderr; every change after that is printed.`,
 		// Only establishing the watch is bounded by --timeout: ctx is also
 		// the watch's lifetime.
 		timer := time.AfterFunc(cf.timeout, cancel)
-		events, err := c.Watch(ctx, prefix)
+		events, err := c.Watch(ctx, prefix, client.WithHolders())
 		if !timer.Stop() && cmd.Context().Err() == nil {
 			return fmt.Errorf("lockd server at %s unavailable (gave up after --timeout %v): watch %q: %w",
 				cf.server, cf.timeout, prefix, context.DeadlineExceeded)
@@ -59,9 +68,17 @@ established it says so on stderr; every change after that is printed.`,
 				return fmt.Errorf("watch broke (events may have been missed): %w", ev.Err)
 			}
 			if out.json() {
-				err = writeJSON(e.stdout, eventJSON{Kind: ev.Kind.String(), Key: ev.Key, Token: ev.Token, Session: ev.Session})
+				err = writeJSON(e.stdout, eventJSON{Kind: ev.Kind.String(), Key: ev.Key, Token: ev.Token, Session: ev.Session,
+					Owner: ev.Owner, Labels: ev.Labels, Value: ev.Value})
 			} else {
-				_, err = fmt.Fprintf(e.stdout, "%-8s %s token=%d session=%s\n", ev.Kind, displayKey(ev.Key), ev.Token, ev.Session)
+				line := fmt.Sprintf("%-8s %s token=%d session=%s", ev.Kind, displayKey(ev.Key), ev.Token, ev.Session)
+				if ev.Owner != "" {
+					line += fmt.Sprintf(" owner=%q", ev.Owner)
+				}
+				if len(ev.Value) > 0 {
+					line += fmt.Sprintf(" value=%q", ev.Value)
+				}
+				_, err = fmt.Fprintln(e.stdout, line)
 			}
 			if err != nil {
 				return err

@@ -40,6 +40,7 @@
 //	lock.server.http.listen                  (empty: off)    host:port, or empty (HTTP/JSON API)          LOCKD_SERVER_HTTP_LISTEN                 --http-listen
 //	lock.server.http.console                 false           true | false; needs http.listen (console)    LOCKD_SERVER_HTTP_CONSOLE                --http-console
 //	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
+//	lock.server.drain-timeout                5s              0, or 100ms..1m                              LOCKD_SERVER_DRAIN_TIMEOUT               --drain-timeout
 //	lock.server.tls.cert-file                (none)          PEM certificate; with key-file               LOCKD_SERVER_TLS_CERT_FILE               --tls-cert-file
 //	lock.server.tls.key-file                 (none)          PEM key of cert-file                         LOCKD_SERVER_TLS_KEY_FILE                --tls-key-file
 //	lock.server.tls.client-ca-file           (none)          PEM CA bundle; needs cert-file               LOCKD_SERVER_TLS_CLIENT_CA_FILE          --tls-client-ca-file
@@ -75,6 +76,7 @@
 //	lock.server.max-waiters                  4096            1..1000000                                   LOCKD_SERVER_MAX_WAITERS                 --max-waiters
 //	lock.server.max-waiters-per-key          256             1..lock.server.max-waiters                   LOCKD_SERVER_MAX_WAITERS_PER_KEY         --max-waiters-per-key
 //	lock.server.max-locks-per-session        1024            1..1000000                                   LOCKD_SERVER_MAX_LOCKS_PER_SESSION       --max-locks-per-session
+//	lock.server.refusal-rate                 10              0 (off), or 1..1000000 per second per peer   LOCKD_SERVER_REFUSAL_RATE                --refusal-rate
 //
 //	lock.auth.policy-file                    (none)          a YAML policy file (C5 #ct5-auth)             LOCKD_AUTH_POLICY_FILE                   --auth-policy-file
 //	lock.auth.tokens-file                    (none)          a tokens file; needs lock.auth.policy-file   LOCKD_AUTH_TOKENS_FILE                   --auth-tokens-file

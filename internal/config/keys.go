@@ -46,6 +46,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.http.listen", "http-listen", "HTTP/JSON API listen address (empty: off; TLS from --tls-*)"},
 	{"lock.server.http.console", "http-console", "serve the read-only web console under /console/ on --http-listen"},
 	{"lock.server.close-sessions-on-shutdown", "close-sessions-on-shutdown", "on SIGINT/SIGTERM close every session (releasing its locks) instead of leaving them to expire"},
+	{"lock.server.drain-timeout", "drain-timeout", "on SIGINT/SIGTERM, how long to tell clients to move to another replica and wait for them (0: no drain)"},
 	// Transport security of the listeners (C5 #ct5-tls).
 	{"lock.server.tls.cert-file", "tls-cert-file", "PEM certificate of the gRPC listener (turns TLS on; with --tls-key-file)"},
 	{"lock.server.tls.key-file", "tls-key-file", "PEM private key of --tls-cert-file"},
@@ -82,6 +83,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.max-waiters", "max-waiters", "acquires waiting at once"},
 	{"lock.server.max-waiters-per-key", "max-waiters-per-key", "acquires waiting at once for one key"},
 	{"lock.server.max-locks-per-session", "max-locks-per-session", "keys one session holds or is acquiring through this server"},
+	{"lock.server.refusal-rate", "refusal-rate", "calls per second one peer gets refused for access before refusals are answered LIMIT; 0: off"},
 	// Access control (C5 #ct5-auth).
 	{"lock.auth.policy-file", "auth-policy-file", "YAML access policy (rules of principals, prefixes, actions); unset: every call allowed"},
 	{"lock.auth.tokens-file", "auth-tokens-file", "bearer tokens: SHA-256 of each token and its principal (needs --auth-policy-file)"},

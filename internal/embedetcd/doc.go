@@ -4,8 +4,9 @@
 //
 // The server listens on loopback only. With Config.Socket (lockd's embedded
 // backend) its clients connect through a unix socket in the data dir, which
-// is made mode 0700, so no other local user can reach it; the peer listener
-// stays on a loopback port (docs/backends.md, "Transport security"). Its zap logs go to the injected
+// is made mode 0700, and its raft peer listener is a unix socket there too
+// (no TCP port at all), so no other local user can reach either
+// (docs/backends.md, "Transport security"). Its zap logs go to the injected
 // *slog.Logger at warn level and above (nil: discarded). etcd registers its
 // own metrics on the prometheus global registry when its packages load; lockd
 // keeps its metrics on a registry of its own, so the two never mix — never

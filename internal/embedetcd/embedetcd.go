@@ -24,10 +24,14 @@ type Config struct {
 	// Logger receives etcd's own logs at warn level and above; nil discards
 	// them.
 	Logger *slog.Logger
-	// Socket serves clients on the unix socket SocketName inside DataDir
-	// (made mode 0700) instead of loopback TCP, so no other local user
-	// can reach the server; ClientURL must then be empty. lockd's embedded
-	// backend uses it; tests that put a TCP proxy in front of etcd do not.
+	// Socket serves clients on the unix socket SocketName and the raft
+	// peer listener on the unix socket PeerSocketName, both inside
+	// DataDir (made mode 0700), instead of loopback TCP, so no other local
+	// user can reach the server, its client API or its raft port (a
+	// single member has no peer to dial). ClientURL, PeerURL and
+	// AdvertisePeerURL must then be empty. lockd's embedded backend uses
+	// it; tests that put a TCP proxy in front of etcd, and clusters of
+	// several members, do not.
 	Socket bool
 	// ClientTLS, if set, serves clients over TLS (an https client URL) and
 	// requires client certificates signed by ClientTLS.ClientCAFile: an
@@ -88,6 +92,10 @@ const memberName = "lockd"
 // SocketName is the client socket's file name in the data dir (Config.Socket).
 const SocketName = "etcd.sock"
 
+// PeerSocketName is the raft peer socket's file name in the data dir
+// (Config.Socket).
+const PeerSocketName = "peer.sock"
+
 // maxSocketPath is the longest unix socket path Linux accepts (sun_path
 // holds 108 bytes with the terminating NUL).
 const maxSocketPath = 107
@@ -109,8 +117,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embedetcd: create data dir: %w", err)
 	}
 	if cfg.Socket {
-		if cfg.ClientURL != "" {
-			return nil, errors.New("embedetcd: Socket and ClientURL exclude each other")
+		if cfg.ClientURL != "" || cfg.PeerURL != "" || cfg.AdvertisePeerURL != "" {
+			return nil, errors.New("embedetcd: Socket excludes ClientURL, PeerURL and AdvertisePeerURL")
 		}
 		if err := prepareSocket(cfg.DataDir); err != nil {
 			return nil, err
@@ -139,11 +147,16 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	peerURL, err := loopbackURL("peer", cfg.PeerURL)
+	var peerURL, advertisePeerURL *url.URL
+	if cfg.Socket {
+		peerURL, advertisePeerURL, err = peerSocketURLs(cfg.DataDir)
+	} else {
+		peerURL, err = loopbackURL("peer", cfg.PeerURL)
+		advertisePeerURL = peerURL
+	}
 	if err != nil {
 		return nil, err
 	}
-	advertisePeerURL := peerURL
 	if cfg.AdvertisePeerURL != "" {
 		if advertisePeerURL, err = loopbackURL("advertised peer", cfg.AdvertisePeerURL); err != nil {
 			return nil, err
@@ -251,6 +264,24 @@ func socketURL(dataDir string) (*url.URL, error) {
 	return &url.URL{Scheme: "unix", Path: path}, nil
 }
 
+// peerSocketURLs are the listen and advertised URLs of the raft peer socket
+// in dataDir. etcd's listener takes a unix socket's path from the URL's
+// host (transport.NewListenerWithOpts(u.Host, u.Scheme)), which no URL
+// string can carry for an absolute path; the advertised form (unix:///path)
+// is the one the member's entry of the initial cluster parses back to. A
+// single member never dials it.
+func peerSocketURLs(dataDir string) (listen, advertise *url.URL, err error) {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("embedetcd: data dir: %w", err)
+	}
+	path := filepath.Join(dir, PeerSocketName)
+	if len(path) > maxSocketPath {
+		return nil, nil, fmt.Errorf("embedetcd: peer socket path %s is longer than %d bytes: use a shorter data dir", path, maxSocketPath)
+	}
+	return &url.URL{Scheme: "unix", Host: path}, &url.URL{Scheme: "unix", Path: path}, nil
+}
+
 // loopbackURL parses a configured URL, or picks a free loopback port when
 // raw is empty. Only http URLs on loopback addresses are accepted.
 func loopbackURL(which, raw string) (*url.URL, error) {
@@ -288,6 +319,16 @@ func freePort() (string, error) {
 	defer l.Close()
 	_, port, err := net.SplitHostPort(l.Addr().String())
 	return port, err
+}
+
+// PeerAddrs returns the addresses of the raft peer listeners (a unix
+// socket with Config.Socket).
+func (s *Server) PeerAddrs() []net.Addr {
+	var out []net.Addr
+	for _, p := range s.etcd.Peers {
+		out = append(out, p.Addr())
+	}
+	return out
 }
 
 // Endpoints returns the client URLs to give clientv3.

@@ -2,6 +2,7 @@ package lockdtest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -170,12 +171,12 @@ func (f *Faulty) LocksOf(ctx context.Context, id store.SessionID) ([]store.Grant
 }
 
 // TryInsert implements store.LockStore.
-func (f *Faulty) TryInsert(ctx context.Context, id store.SessionID, key string) (store.Grant, bool, error) {
+func (f *Faulty) TryInsert(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, bool, error) {
 	before, after := f.failure(telemetry.OpTryInsert)
 	if before != nil {
 		return store.Grant{}, false, before
 	}
-	g, ok, err := f.LockStore.TryInsert(ctx, id, key)
+	g, ok, err := f.LockStore.TryInsert(ctx, id, key, opts...)
 	if err == nil && after != nil {
 		return store.Grant{}, false, after
 	}
@@ -186,12 +187,12 @@ func (f *Faulty) TryInsert(ctx context.Context, id store.SessionID, key string) 
 }
 
 // Acquire implements store.LockStore.
-func (f *Faulty) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
+func (f *Faulty) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
 	before, after := f.failure(telemetry.OpAcquire)
 	if before != nil {
 		return store.Grant{}, before
 	}
-	g, err := f.LockStore.Acquire(ctx, id, key)
+	g, err := f.LockStore.Acquire(ctx, id, key, opts...)
 	if err == nil && after != nil {
 		return store.Grant{}, after
 	}
@@ -269,4 +270,14 @@ func firstErr(err, after error) error {
 func (f *Faulty) SharesSessions() bool {
 	sh, ok := f.LockStore.(store.SharedSessions)
 	return ok && sh.SharesSessions()
+}
+
+// ListSessions implements store.SessionLister when the wrapped store does
+// (C2 #ct2-list-sessions); otherwise it reports that it cannot.
+func (f *Faulty) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.SessionInfo, error) {
+	sl, ok := f.LockStore.(store.SessionLister)
+	if !ok {
+		return nil, fmt.Errorf("lockdtest: %T cannot list sessions", f.LockStore)
+	}
+	return sl.ListSessions(ctx, q)
 }

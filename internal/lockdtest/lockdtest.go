@@ -41,13 +41,16 @@ func Main(m *testing.M, opts ...goleak.Option) {
 }
 
 // Config returns a valid server.Config for tests: TTL and SafetyMargin
-// above, listen addresses on loopback.
+// above, listen addresses on loopback, no drain at shutdown.
 func Config() server.Config {
 	cfg := server.DefaultConfig()
 	cfg.SessionTTL = TTL
 	cfg.SafetyMargin = SafetyMargin
 	cfg.Listen = "127.0.0.1:0"
 	cfg.MetricsListen = "127.0.0.1:0"
+	// No drain at Stop (C2 #ct2-drain): a test's server stops at once, as
+	// before; the drain tests set it.
+	cfg.DrainTimeout = 0
 	return cfg
 }
 
@@ -89,6 +92,7 @@ type Server struct {
 	serving  int        // how many of them run
 	stopOnce sync.Once
 	stopErr  error
+	lis      *trackingListener
 }
 
 // StartBackend starts a server over a fresh, isolated store on kind
@@ -137,12 +141,13 @@ func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Regis
 	if err != nil {
 		t.Fatalf("lockdtest: server.New: %v", err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
 		t.Fatalf("lockdtest: listen: %v", err)
 	}
-	s := &Server{Server: srv, Addr: lis.Addr().String(), Store: st, Registry: reg, served: make(chan error, 2)}
+	lis := &trackingListener{Listener: inner, conns: map[net.Conn]bool{}}
+	s := &Server{Server: srv, Addr: lis.Addr().String(), Store: st, Registry: reg, served: make(chan error, 2), lis: lis}
 	go func() { s.served <- srv.Serve(lis) }() // exits after Shutdown (Stop)
 	s.serving = 1
 	if cfg.HTTPListen != "" {
@@ -187,10 +192,80 @@ func (s *Server) Stop() error {
 		defer cancel()
 		s.stopErr = s.Shutdown(ctx)
 		for range s.serving {
-			if err := <-s.served; err != nil && s.stopErr == nil {
+			if err := <-s.served; err != nil && s.stopErr == nil && !s.lis.wasKilled() { // Kill closed the listener under Serve
 				s.stopErr = fmt.Errorf("serve: %w", err)
 			}
 		}
 	})
 	return s.stopErr
+}
+
+// Kill stands in for SIGKILL of the server process: every client connection
+// is reset at once (TCP RST) and the listener closed, so clients see the
+// connection break, never a graceful GOAWAY or a status; then the server is
+// stopped without closing any session (their locks stay until the backend
+// expires them, or another replica keeps them). Unlike a real kill, the
+// store's calls in flight end through their cancellation (e.g. a waiting
+// Acquire without store.KeepPlace leaves its queue). Idempotent with Stop.
+func (s *Server) Kill() error {
+	s.lis.reset()
+	return s.Stop()
+}
+
+// trackingListener remembers the connections it accepted, so that Kill can
+// reset them.
+type trackingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	killed bool
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.killed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns[c] = true
+	return &trackedConn{Conn: c, l: l}, nil
+}
+
+func (l *trackingListener) wasKilled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.killed
+}
+
+// reset closes the listener and resets every accepted connection.
+func (l *trackingListener) reset() {
+	l.mu.Lock()
+	l.killed = true
+	conns := l.conns
+	l.conns = map[net.Conn]bool{}
+	l.mu.Unlock()
+	_ = l.Listener.Close()
+	for c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST, as the kernel does for a killed process
+		}
+		_ = c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l *trackingListener
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c.Conn)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }

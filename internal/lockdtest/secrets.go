@@ -17,7 +17,7 @@ var secrets sync.Map // session id → []byte
 
 // SessionSecrets returns dial options for raw lockd API clients in tests:
 // they remember the session_secret of every OpenSession answer and put it
-// into every Acquire, Release, CloseSession, KeepAlive and Heartbeat request that names
+// into every Acquire, Release, CloseSession, KeepAlive, Heartbeat and SetValue request that names
 // one of those sessions and carries no secret of its own, as the SDK does
 // (C2 #ct2-ownership). Tests of the refusal itself dial without them, or set
 // a secret explicitly.
@@ -73,6 +73,8 @@ func withSecret(req any) any {
 		id, has = r.GetSessionId(), len(r.GetSessionSecret()) > 0
 	case *lockdv1.KeepAliveRequest:
 		id, has = r.GetSessionId(), len(r.GetSessionSecret()) > 0
+	case *lockdv1.SetValueRequest:
+		id, has = r.GetSessionId(), len(r.GetSessionSecret()) > 0
 	case *lockdv1.HeartbeatRequest:
 		id, has = r.GetSessionId(), len(r.GetSessionSecret()) > 0
 	default:
@@ -91,6 +93,8 @@ func withSecret(req any) any {
 	case *lockdv1.CloseSessionRequest:
 		r.SessionSecret = secret
 	case *lockdv1.KeepAliveRequest:
+		r.SessionSecret = secret
+	case *lockdv1.SetValueRequest:
 		r.SessionSecret = secret
 	case *lockdv1.HeartbeatRequest:
 		r.SessionSecret = secret

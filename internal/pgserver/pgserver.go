@@ -57,6 +57,14 @@ type Options struct {
 	// owned by the user the server runs as, as PostgreSQL requires).
 	// Clients may still connect without SSL (DSN's sslmode=disable).
 	SSL *SSLFiles
+	// FakeTime, if set, runs the server under libfaketime (LD_PRELOAD) with
+	// a control file in the server's directory, so a test can step the
+	// database host's wall clock while the server runs (SetClockOffset).
+	// Only the wall clock (CLOCK_REALTIME: now(), clock_timestamp()) is
+	// faked, as a clock step on a real host would; the monotonic clock is
+	// left alone. Start fails if libfaketime is not installed (Debian:
+	// apt-get install libfaketime).
+	FakeTime bool
 }
 
 // SSLFiles name the PEM files of Options.SSL.
@@ -72,6 +80,9 @@ type Server struct {
 	dir  string // the server's own directory: data/, the unix socket, postgres.log
 	port int
 	ssl  bool // server.crt and server.key in dir, served with ssl=on
+	// faketime is the libfaketime library the server runs under
+	// (Options.FakeTime), "" for none; its control file is in dir.
+	faketime string
 
 	mu      sync.Mutex // serialises Restart and Stop
 	pm      *postmaster
@@ -117,6 +128,14 @@ func Start(ctx context.Context, opts Options) (srv *Server, err error) {
 		return nil, fmt.Errorf("pgserver: %s: %w", name, err)
 	}
 	s := &Server{name: name, loc: loc, dir: dir}
+	if opts.FakeTime {
+		if s.faketime, err = findFakeTime(); err != nil {
+			return nil, fmt.Errorf("pgserver: %s: %w", name, err)
+		}
+		if err := s.SetClockOffset(0); err != nil {
+			return nil, err
+		}
+	}
 	if opts.SSL != nil {
 		if err := s.installSSL(*opts.SSL); err != nil {
 			return nil, fmt.Errorf("pgserver: %s: %w", name, err)
@@ -215,6 +234,10 @@ func (s *Server) launch(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(s.loc.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = env()
+	if s.faketime != "" {
+		cmd.Env = append(cmd.Env, "LD_PRELOAD="+s.faketime, "FAKETIME_TIMESTAMP_FILE="+s.fakeTimeFile(),
+			"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
+	}
 	cmd.Dir = s.dir // our working directory may be unreadable for nobody
 	// If our process dies without stopping the server, the kernel sends the
 	// postmaster SIGQUIT (immediate shutdown). Go sets this after switching

@@ -24,6 +24,10 @@
 // its value is the DSN of an existing server, on which the tests create and
 // drop their databases (the role needs CREATEDB).
 //
+// NewServerWith(t, pgserver.Options{FakeTime: true}) starts a server of the
+// test's own under libfaketime, whose wall clock the test steps with
+// Server.SetClockOffset (the database host's clock, C2 #ct2-deadline).
+//
 // If no PostgreSQL binaries are found the test fails with an install hint; it
 // is never skipped.
 package pgtest

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/lockd/internal/pgserver"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -39,7 +41,7 @@ func sharedDSN() (string, error) {
 			shared.dsn = dsn
 			return
 		}
-		srv, err := start()
+		srv, err := start(pgserver.Options{})
 		if err != nil {
 			shared.err = err
 			return

@@ -19,7 +19,14 @@ type Server = pgserver.Server
 // LOCKD_TEST_PG_DSN: it always needs the local binaries.
 func NewServer(t testing.TB) *Server {
 	t.Helper()
-	s, err := start()
+	return NewServerWith(t, pgserver.Options{})
+}
+
+// NewServerWith is NewServer with options: e.g. FakeTime, to step the
+// database host's wall clock (Server.SetClockOffset).
+func NewServerWith(t testing.TB, opts pgserver.Options) *Server {
+	t.Helper()
+	s, err := start(opts)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -33,8 +40,8 @@ func NewServer(t testing.TB) *Server {
 
 // start starts a server from the local binaries, pointing at the
 // alternatives when there are none.
-func start() (*Server, error) {
-	s, err := pgserver.Start(context.Background(), pgserver.Options{})
+func start(opts pgserver.Options) (*Server, error) {
+	s, err := pgserver.Start(context.Background(), opts)
 	if errors.Is(err, pgserver.ErrNoBinaries) {
 		return nil, fmt.Errorf("%w; or %s", err, installHint)
 	}

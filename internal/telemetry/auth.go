@@ -68,6 +68,16 @@ func WithCaller(ctx context.Context, by, rule string) context.Context {
 	return context.WithValue(ctx, callerKey{}, caller{by, rule})
 }
 
+// RuleShutdown is the rule of a session close lockd decided by itself
+// (session_closed with an empty by, C4 #ct4-audit).
+const RuleShutdown = "shutdown"
+
+// WithServerClose returns ctx marking a session close that lockd decided by
+// itself: session_closed {by "", rule shutdown}.
+func WithServerClose(ctx context.Context) context.Context {
+	return WithCaller(ctx, "", RuleShutdown)
+}
+
 // CallerOf returns what WithCaller put in ctx.
 func CallerOf(ctx context.Context) (by, rule string, ok bool) {
 	c, ok := ctx.Value(callerKey{}).(caller)

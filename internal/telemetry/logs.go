@@ -80,9 +80,15 @@ func (g Log) SessionLost(id store.SessionID, reason string) {
 	g.warn(EventSessionLost, slog.String("session", string(id)), slog.String("reason", reason))
 }
 
-// SessionClosed logs session_closed {backend, session, released}.
-func (g Log) SessionClosed(id store.SessionID, released int) {
-	g.info(EventSessionClosed, slog.String("session", string(id)), slog.Int("released", released))
+// SessionClosed logs session_closed {backend, session, released, by, rule};
+// by and rule say who closed it (C4 #ct4-audit), from ctx (WithCaller),
+// omitted when ctx carries none.
+func (g Log) SessionClosed(ctx context.Context, id store.SessionID, released int) {
+	attrs := []slog.Attr{slog.String("session", string(id)), slog.Int("released", released)}
+	if by, rule, ok := CallerOf(ctx); ok {
+		attrs = append(attrs, slog.String("by", by), slog.String("rule", rule))
+	}
+	g.info(EventSessionClosed, attrs...)
 }
 
 // LeaseExpired logs lease_expired {backend, session}.

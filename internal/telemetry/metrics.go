@@ -36,10 +36,13 @@ const (
 	OpLocksOf      = "locks_of"
 	OpTryInsert    = "try_insert"
 	OpAcquire      = "acquire"
+	OpLeaveQueue   = "leave_queue"
 	OpRelease      = "release"
 	OpRevoke       = "revoke"
 	OpInspect      = "inspect"
 	OpList         = "list"
+	// OpListSessions is ListSessions (C2 #ct2-list-sessions).
+	OpListSessions = "list_sessions"
 	OpWatch        = "watch"
 	OpReap         = "reap"
 	OpMigrate      = "migrate"

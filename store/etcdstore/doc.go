@@ -5,9 +5,13 @@
 //
 // A session is exactly one etcd lease. OpenSession grants it with the
 // session's TTL rounded up to whole seconds (Session.TTL reports the TTL etcd
-// applied) and returns a random session id; the id → lease mapping lives in
-// one map inside a Store and a lease id never leaves this package. Every key a
-// session writes — grant keys and waiter keys — is attached to its lease, so
+// applied) and returns a random session id. The id → lease mapping lives in
+// the session record s/<id> on the lease (with the TTL, the secret hash and
+// the principal), so every Store on the prefix can use every live session: a
+// Store that gets a call for a session it does not know adopts it from the
+// record (one read, then cached in its session map) and keeps its lease alive
+// too (record.go, C2 #ct2-replicas). A lease id never leaves this package. Every
+// key a session writes — grant keys and waiter keys — is attached to its lease, so
 // the lease's end is the one mechanism that frees all of them at once: an
 // out-of-band revoke, expiry, CloseSession.
 //
@@ -83,13 +87,17 @@
 // Heartbeat extends a session. Client silence is the server's business: it
 // closes sessions whose clients stop heartbeating (docs/backends.md).
 //
-// # Restart semantics
+// # Several Stores, restarts
 //
-// A Store's session map lives in the lockd process. When lockd restarts, its
-// sessions are gone from the new process; their leases lose their keepalives
-// and etcd removes every attached key once the TTL has passed. This diverges
-// from PostgreSQL, where session rows survive a lockd restart
-// (docs/backends.md).
+// Every Store that keeps a session's lease alive has a keeper record
+// s/<id>\x00<instance> on it. An adopted session that no call used for a
+// TTL is dropped (its keeper record withdrawn); ExpireSession withdraws this
+// Store's keeper record and ends the session only when no other keeper record
+// exists, in the transaction that deletes the session record (record.go,
+// expire.go). When lockd restarts, the new process adopts a session whose
+// client comes back before its lease ran out (a TTL after the old process's
+// last keepalive), except on an Exclusive Store (embedded etcd), which raised
+// the epoch and adopts no session of an earlier one (docs/backends.md).
 //
 // # Group commit
 //
@@ -166,6 +174,10 @@
 //	                   skips markers.
 //	P q/<key>\x00<id>  waiter of session <id> for <key>, attached to the
 //	                   waiter's lease; FIFO order is the create revision.
+//	P s/<id>           session record of session <id>: JSON {lease, ttl_ms,
+//	                   h: secret hash, p: principal, e: epoch}, on its lease.
+//	P s/<id>\x00<inst> keeper record of Store <inst> for session <id>, on
+//	                   its lease: that Store keeps the lease alive.
 //	P h/<id>           holder record of session <id> (C2 #ct2-holder): JSON
 //	                   {"o": owner, "l": labels}, written once at open when an
 //	                   owner or labels are given, on the session's lease.

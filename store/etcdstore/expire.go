@@ -2,39 +2,139 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
 )
 
-// ExpireSession implements store.SessionRegistry. On etcd it ends the
-// session at once, exactly as CloseSession does, and that keeps C2
-// #ct2-replicas: a session is usable only through the Store that opened it
-// (another instance reports it unknown), so nothing but this Store's
-// keepalive stream keeps its lease alive. When the caller (the server whose
-// client fell silent past every Remaining it granted) gives up on the
-// session, the backend's expiry is this Store's decision: no other instance
-// can have extended anyone's trust in it. Revoking now rather than letting
-// the lease run out frees the keys a TTL earlier and changes nothing for
-// safety.
+// ExpireSession implements store.SessionRegistry (C2 #ct2-replicas, the
+// etcd rule). The caller (a server whose client fell silent past every
+// Remaining it granted) gives up on the session: this Store stops keeping
+// its lease alive and withdraws its keeper record. The session ends (its
+// lease revoked at once, as CloseSession) only if no other Store keeps it,
+// decided in the transaction that deletes the session record, so a Store
+// adopting it concurrently either did so first (the session is not ended)
+// or finds it dead. Otherwise Expiry.Ended is false and Remaining says when
+// to ask again: this Store's own proven bound, or the lease's TTL as etcd
+// reports it (at least minExpireRetry); the lease then runs out by itself
+// once no Store keeps it.
 //
-// A session that a keepalive failure ends between the check below and the
-// revoke is reported Ended although the Store already recorded its loss
-// (keepalive_failed or lease_expired); the window is one round trip.
-func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (store.Expiry, error) {
+// A session this Store kept whose record is gone already (closed through
+// another Store, or its lease ended) is recorded lost here (lease_expired)
+// and is ErrSessionDead.
+func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.Expiry, err error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
+	}
+	now := time.Now()
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.Expiry{}, errClosed
+	}
 	ss := s.sessions[id]
-	gone := !s.closed && (ss == nil || ss.dead)
-	s.mu.Unlock()
-	if gone {
+	if ss != nil && ss.dead {
+		s.mu.Unlock()
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", store.ErrSessionDead)
 	}
-	n, err := s.CloseSession(ctx, id)
-	if err != nil {
-		return store.Expiry{}, err
+	var (
+		lease     clientv3.LeaseID
+		keeperRev int64
+		bound     time.Duration
+	)
+	if ss != nil {
+		// Stop keeping it first: from now on only other Stores can.
+		s.keep.remove(ss)
+		lease, keeperRev, bound = ss.lease, ss.keeperRev, s.keep.remaining(ss, now)
 	}
-	return store.Expiry{Ended: true, Released: n}, nil
+	s.mu.Unlock()
+	if ss == nil {
+		rec, _, err := s.readRecord(ctx, id)
+		if err != nil {
+			return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
+		}
+		lease = clientv3.LeaseID(rec.Lease)
+	}
+
+	ended, exists, err := s.endIfUnkept(ctx, id, keeperRev)
+	if err != nil {
+		if ss != nil && !errors.Is(err, store.ErrSessionDead) {
+			s.keepAgain(ss) // nothing decided: this Store keeps it as before
+		}
+		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
+	}
+	switch {
+	case ended:
+		n, err := s.attachedGrants(ctx, lease)
+		if err == nil {
+			_, err = s.cli.Revoke(ctx, lease)
+		}
+		// A failed revoke is not retried: the session record is gone (no
+		// Store can adopt it) and none keeps it, so the lease runs out
+		// within its TTL anyway.
+		s.endLocal(ctx, ss, id, max(n, 0))
+		return store.Expiry{Ended: true, Released: max(n, 0)}, nil
+	case !exists:
+		if ss != nil {
+			s.markDead(ss, telemetry.LostLeaseExpired)
+		}
+		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", store.ErrSessionDead)
+	}
+	// Another Store keeps it: forget it here (a later call adopts it
+	// again) and say when to ask again.
+	if ss != nil {
+		s.forgetKept(ss)
+	}
+	if bound < minExpireRetry {
+		if bound, err = s.leaseBound(ctx, lease); err != nil {
+			return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
+		}
+	}
+	return store.Expiry{Remaining: bound}, nil
+}
+
+// keepAgain resumes keeping a session ExpireSession stopped keeping when it
+// could not decide anything.
+func (s *Store) keepAgain(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ss.dead && !s.closed && s.sessions[ss.id] == ss {
+		s.keep.resume(ss)
+	}
+}
+
+// forgetKept drops a session this Store stopped keeping while another
+// keeps it.
+func (s *Store) forgetKept(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[ss.id] == ss {
+		delete(s.sessions, ss.id)
+	}
+	if !ss.adopted && !ss.dead {
+		s.met.SessionEnded("") // no longer one of this Store's sessions
+	}
+}
+
+// endLocal records a session ExpireSession ended (n locks released).
+func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss != nil && !ss.dead {
+		ss.dead, ss.deadAt = true, time.Now()
+		close(ss.done)
+		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
+		if !ss.adopted {
+			s.met.SessionEnded("")
+		}
+	}
+	s.log.SessionClosed(ctx, id, n)
 }

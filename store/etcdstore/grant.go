@@ -22,6 +22,7 @@ func (s *Store) ifFree(key string) []clientv3.Cmp {
 	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(s.lockKey(key)), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(s.queuePrefix(key)), "=", 0).WithPrefix(),
+		s.ifMultiFree(key), // no semaphore or read/write lock either (multi.go)
 	}
 }
 
@@ -32,16 +33,27 @@ func (s *Store) putGrant(ss *session, key string, at time.Time) clientv3.Op {
 // TryInsert grants key to the session iff it is free with nobody queued.
 // The grant is one transaction; its revision is the fencing token. When
 // another session holds the key, that grant is returned with acquired false.
-func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (g store.Grant, acquired bool, err error) {
+func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (g store.Grant, acquired bool, err error) {
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpTryInsert)(&err)
 	defer func() { s.met.Acquire(tryResult(acquired, err), time.Since(start)) }()
 	if err := store.ValidateKey(key); err != nil {
 		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
 	}
+	o, err := store.NewAcquireOptions(opts...)
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
+	}
 	ss, err := s.live(ctx, id)
 	if err != nil {
 		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
+	}
+	if o.Multi() {
+		g, acquired, err := s.acquireMulti(ctx, ss, key, o, false, start)
+		if err != nil {
+			return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
+		}
+		return g, acquired, nil
 	}
 	at := time.Now()
 	// An answer lost to ctx needs no cleanup: a retry finds the grant and
@@ -49,7 +61,7 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 	// counts it.
 	resp, err := s.txn(ctx, key, s.ifFree(key),
 		[]clientv3.Op{s.putGrant(ss, key, at)},
-		[]clientv3.Op{clientv3.OpGet(s.lockKey(key))},
+		[]clientv3.Op{clientv3.OpGet(s.lockKey(key)), s.getMultiAny(key)},
 		func(resp *clientv3.TxnResponse, err error) {
 			if err == nil && resp.Succeeded {
 				s.recordAbandoned(ss, key, resp.Header.Revision)
@@ -63,6 +75,9 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 		return g, err == nil, err
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 && len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", errMismatch(key, o))
+	}
 	if len(kvs) == 0 {
 		return store.Grant{Key: key}, false, nil // free, but sessions are queued for it
 	}
@@ -174,6 +189,9 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	}
 	if err != nil {
 		return fmt.Errorf("etcdstore: release: %w", err)
+	}
+	if s.isMulti(ss, key) {
+		return s.releaseMulti(ctx, ss, key, token, notOwner) // multi.go
 	}
 	lk, qp := s.lockKey(key), s.queuePrefix(key)
 	owner := []clientv3.Cmp{
@@ -298,7 +316,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (g store.Grant, found bo
 			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
 		}
 		if len(gr.Kvs) == 0 {
-			return store.Grant{}, false, nil
+			return s.revokeMulti(ctx, key) // a semaphore or read/write key, or free (multi.go)
 		}
 		g, err := s.grantOf(key, gr.Kvs[0])
 		if err != nil {

@@ -28,21 +28,10 @@ type holderRecord struct {
 	Labels map[string]string `json:"l,omitempty"`
 }
 
-// putHolder writes the session's holder record on its lease, if it has one.
-func (s *Store) putHolder(ctx context.Context, id store.SessionID, lease clientv3.LeaseID, o store.SessionOptions) error {
-	if o.Owner == "" && len(o.Labels) == 0 {
-		return nil
-	}
-	b, err := json.Marshal(holderRecord{Owner: o.Owner, Labels: o.Labels})
-	if err != nil {
-		return err
-	}
-	_, err = s.cli.Put(ctx, s.holderKey(id), string(b), clientv3.WithLease(lease))
-	return err
-}
-
 // SetValue implements store.ValueSetter: it writes key's value record iff
-// the grant key still has token's revision and the session's lease.
+// the grant key still has token's revision and the session's lease, and in
+// the same revision the key's marker "value <session> <token>", which Watch
+// reports as a value event.
 func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, token uint64, value []byte) error {
 	if err := store.ValidateKey(key); err != nil {
 		return fmt.Errorf("etcdstore: set value: %w", err)
@@ -59,11 +48,19 @@ func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, to
 	if err != nil {
 		return fmt.Errorf("etcdstore: set value: %w", err)
 	}
+	if s.isMulti(ss, key) {
+		return s.setValueMulti(ctx, ss, key, token, value, notOwner) // multi.go
+	}
 	lk := s.lockKey(key)
 	resp, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
 		clientv3.Compare(clientv3.LeaseValue(lk), "=", ss.lease),
-	).Then(clientv3.OpPut(s.valueKey(key), strconv.FormatUint(token, 10)+" "+string(value), clientv3.WithLease(ss.lease))).Commit()
+	).Then(
+		clientv3.OpPut(s.valueKey(key), strconv.FormatUint(token, 10)+" "+string(value), clientv3.WithLease(ss.lease)),
+		// The value event of Watch (C2 #ct2-watch): a marker under the
+		// watched grant keys, on the holder's lease like the value.
+		clientv3.OpPut(s.markerKey(key), markValue+string(id)+" "+strconv.FormatUint(token, 10), clientv3.WithLease(ss.lease)),
+	).Commit()
 	if err != nil {
 		return fmt.Errorf("etcdstore: set value: %w", classify(ctx, err))
 	}

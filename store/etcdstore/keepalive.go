@@ -74,6 +74,9 @@ type keeper struct {
 	// prune is called by the owner about once a minute, with mu released,
 	// to forget sessions dead for longer than deadRetention.
 	prune func(now time.Time)
+	// idle is told, with mu released, that the owner stopped keeping an
+	// adopted session no call used for a TTL (Store.dropIdle).
+	idle func(ss *session)
 
 	mu     sync.Mutex
 	leases map[clientv3.LeaseID]*session // the sessions whose leases are kept
@@ -96,9 +99,17 @@ type kaState struct {
 	nextProbe time.Time
 	dueAt     time.Time // when the owner next looks at it
 	dueIdx    int       // 1 + index in keeper.due; 0 when not in it
+	// adopted sessions (record.go) are kept only while used: lastUse is
+	// the start of the latest call through this Store, busy counts calls
+	// in progress that may last (Acquire). Kept while busy > 0 or
+	// lastUse + TTL has not passed: any trust granted through this Store
+	// counts from a call's receipt and is at most the TTL.
+	adopted bool
+	lastUse time.Time
+	busy    int
 }
 
-func newKeeper(ctx context.Context, cli *clientv3.Client, lost func(*session, string), prune func(time.Time)) *keeper {
+func newKeeper(ctx context.Context, cli *clientv3.Client, lost func(*session, string), prune func(time.Time), idle func(*session)) *keeper {
 	return &keeper{
 		cli:    cli,
 		lc:     pb.NewLeaseClient(cli.ActiveConnection()),
@@ -108,6 +119,7 @@ func newKeeper(ctx context.Context, cli *clientv3.Client, lost func(*session, st
 		events: make(chan kaEvent, 64),
 		lost:   lost,
 		prune:  prune,
+		idle:   idle,
 		leases: make(map[clientv3.LeaseID]*session),
 	}
 }
@@ -131,6 +143,53 @@ func (k *keeper) add(ss *session, sent time.Time) {
 	k.scheduleLocked(ss, time.Now())
 	k.mu.Unlock()
 	k.poke()
+}
+
+// adopt starts keeping the lease of ss, a session opened elsewhere: its
+// bound is unknown until the first keepalive (sent at once) or probe is
+// answered, so Remaining is 0 until then.
+func (k *keeper) adopt(ss *session, now time.Time) {
+	k.mu.Lock()
+	ss.ka.adopted, ss.ka.lastUse = true, now
+	ss.ka.nextSend = now
+	ss.ka.nextProbe = now.Add(overdueAfter(ss.ttl))
+	k.leases[ss.lease] = ss
+	k.scheduleLocked(ss, now)
+	k.mu.Unlock()
+	k.poke()
+}
+
+// resume keeps ss's lease again after remove (ExpireSession decided
+// nothing).
+func (k *keeper) resume(ss *session) {
+	k.mu.Lock()
+	k.leases[ss.lease] = ss
+	k.scheduleLocked(ss, time.Now())
+	k.mu.Unlock()
+	k.poke()
+}
+
+// touch records a call for ss starting at now.
+func (k *keeper) touch(ss *session, now time.Time) {
+	k.mu.Lock()
+	if now.After(ss.ka.lastUse) {
+		ss.ka.lastUse = now
+	}
+	k.mu.Unlock()
+}
+
+// use marks a lasting call for ss (Acquire) in progress until the returned
+// function is called.
+func (k *keeper) use(ss *session) func() {
+	k.mu.Lock()
+	ss.ka.busy++
+	k.mu.Unlock()
+	return func() {
+		k.mu.Lock()
+		ss.ka.busy--
+		ss.ka.lastUse = latest(ss.ka.lastUse, time.Now())
+		k.mu.Unlock()
+	}
 }
 
 // remove stops keeping ss's lease (the session is dead). Idempotent.
@@ -206,6 +265,7 @@ func (k *keeper) run() {
 		lastPrune = time.Now()
 		due       []*session
 		dead      []death
+		idle      []*session
 	)
 	defer func() {
 		if cur != nil {
@@ -264,6 +324,11 @@ func (k *keeper) run() {
 		case cur == nil:
 		case now.Before(ka.nextSend):
 			next = ka.nextSend
+		case ka.adopted && ka.busy == 0 && now.Sub(ka.lastUse) > ss.ttl:
+			// Adopted and unused for a TTL: stop keeping it.
+			delete(k.leases, ss.lease)
+			idle = append(idle, ss)
+			return time.Time{}, false
 		default:
 			ka.inflight, ka.sentAt, ka.sentGen = true, now, gen
 			ka.nextSend = k.nextSendAfter(now, ss.ttl)
@@ -327,6 +392,8 @@ func (k *keeper) run() {
 			}
 		}
 		clear(due)
+		idled := idle
+		idle = nil
 		if len(k.due) > 0 {
 			next = earliest(next, k.due[0].ka.dueAt)
 		}
@@ -334,6 +401,9 @@ func (k *keeper) run() {
 			next = earliest(next, retryAt)
 		}
 		k.mu.Unlock()
+		for _, ss := range idled {
+			k.idle(ss)
+		}
 		if now.Sub(lastPrune) > time.Minute {
 			lastPrune = now
 			k.prune(now)

@@ -26,9 +26,14 @@ func countKeys(t testing.TB, cli *clientv3.Client, prefix string) int64 {
 	if err != nil {
 		t.Fatalf("count the epoch key: %v", err)
 	}
-	// The prefix's epoch key (C2 #ct2-fencing) is one per prefix, not a
-	// residue of any lock key.
-	return resp.Count - epoch.Count
+	records, err := cli.Get(ctxT(t), prefix+"s/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("count the session records: %v", err)
+	}
+	// The prefix's epoch key (C2 #ct2-fencing) is one per prefix, and the
+	// session and keeper records (C2 #ct2-replicas) are per live session
+	// on its lease: neither is a residue of any lock key.
+	return resp.Count - epoch.Count - records.Count
 }
 
 // markerWait bounds how long a test waits for markers to go: the test

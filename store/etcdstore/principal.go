@@ -8,9 +8,9 @@ import (
 )
 
 // SessionPrincipal implements store.SessionRegistry. The principal is in
-// this instance's session record beside the secret hash (C2
-// #ct2-ownership); a session that is unknown here, or known dead, is
-// ErrSessionDead. It asks etcd nothing.
+// the session's record beside the secret hash (C2 #ct2-ownership), read as
+// SessionSecretHash reads it; an unknown or dead session is
+// ErrSessionDead.
 func (s *Store) SessionPrincipal(ctx context.Context, id store.SessionID) (string, error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return "", fmt.Errorf("etcdstore: session principal: %w", err)
@@ -18,14 +18,9 @@ func (s *Store) SessionPrincipal(ctx context.Context, id store.SessionID) (strin
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("etcdstore: session principal: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return "", errClosed
+	_, p, err := s.recordOf(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("etcdstore: session principal: %w", err)
 	}
-	ss := s.sessions[id]
-	if ss == nil || ss.dead {
-		return "", fmt.Errorf("etcdstore: session principal: %w", store.ErrSessionDead)
-	}
-	return ss.principal, nil
+	return p, nil
 }

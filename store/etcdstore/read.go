@@ -37,7 +37,12 @@ func (s *Store) Inspect(ctx context.Context, key string) (info store.LockInfo, f
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return info, false, nil
+		// A semaphore or read/write key, or free (multi.go).
+		info, found, err := s.inspectMulti(ctx, key, resp.Header.Revision)
+		if err != nil {
+			return store.LockInfo{}, false, fmt.Errorf("etcdstore: inspect: %w", err)
+		}
+		return info, found, nil
 	}
 	g, err := s.grantOf(key, kvs[0])
 	if err != nil {
@@ -54,9 +59,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (info store.LockInfo, f
 // maxListPage caps one range read of List.
 const maxListPage = 4096
 
-// List pages through held keys under prefix, with their queues, from one
-// snapshot.
-func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []store.LockInfo, err error) {
+// listPlain pages through held plain keys under prefix, with their queues,
+// from one snapshot (List, multi.go, adds the semaphore and read/write
+// keys).
+func (s *Store) listPlain(ctx context.Context, prefix, after string, limit int) (_ []store.LockInfo, err error) {
 	defer s.met.Observe(telemetry.OpList)(&err)
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("etcdstore: list: %w", err)

@@ -31,14 +31,14 @@ func (f *fullTTL) Heartbeat(ctx context.Context, id store.SessionID) (store.Live
 	return lv, err
 }
 
-func (f *fullTTL) TryInsert(ctx context.Context, id store.SessionID, key string) (store.Grant, bool, error) {
-	g, ok, err := f.LockStore.TryInsert(ctx, id, key)
+func (f *fullTTL) TryInsert(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, bool, error) {
+	g, ok, err := f.LockStore.TryInsert(ctx, id, key, opts...)
 	g.Remaining = f.ttl[id].TTL
 	return g, ok, err
 }
 
-func (f *fullTTL) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
-	g, err := f.LockStore.Acquire(ctx, id, key)
+func (f *fullTTL) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
+	g, err := f.LockStore.Acquire(ctx, id, key, opts...)
 	g.Remaining = f.ttl[id].TTL
 	return g, err
 }

@@ -7,9 +7,11 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// SessionSecretHash implements store.SessionRegistry. The hash is in this
-// instance's session record (C2 #ct2-ownership); a session that is unknown
-// here, or known dead, is ErrSessionDead. It asks etcd nothing.
+// SessionSecretHash implements store.SessionRegistry. The hash is in the
+// session's record in etcd (C2 #ct2-ownership, #ct2-replicas), which every
+// Store reads: from this Store's copy when it keeps the session, else with
+// one read (that does not adopt it). An unknown or dead session is
+// ErrSessionDead.
 func (s *Store) SessionSecretHash(ctx context.Context, id store.SessionID) ([]byte, error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return nil, fmt.Errorf("etcdstore: session secret hash: %w", err)
@@ -17,14 +19,9 @@ func (s *Store) SessionSecretHash(ctx context.Context, id store.SessionID) ([]by
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdstore: session secret hash: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errClosed
+	h, _, err := s.recordOf(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: session secret hash: %w", err)
 	}
-	ss := s.sessions[id]
-	if ss == nil || ss.dead {
-		return nil, fmt.Errorf("etcdstore: session secret hash: %w", store.ErrSessionDead)
-	}
-	return ss.secretHash, nil
+	return h, nil
 }

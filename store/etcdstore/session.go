@@ -29,6 +29,16 @@ type session struct {
 	secretHash []byte
 	// principal is the principal the session is bound to (principal.go).
 	principal string
+	// adopted: opened by another Store (or an earlier process) and taken
+	// up from its session record (record.go); kept alive only while used.
+	adopted bool
+	// keeperRev is the revision of this Store's keeper record of the
+	// session (record.go), fixed when it was written.
+	keeperRev int64
+	// owner and labels are the holder identity given at open (C2
+	// #ct2-holder), fixed; kept here for ListSessions.
+	owner  string
+	labels map[string]string
 
 	// Guarded by Store.mu.
 	dead   bool
@@ -38,6 +48,9 @@ type session struct {
 	// the queue: others likely wait too, so their release looks at the
 	// queue first (see DeleteIfOwner). A hint only.
 	queued map[string]bool
+	// multi holds the keys of held grants that are semaphore or read/write
+	// slots (multi.go); nil until the first.
+	multi map[string]bool
 
 	// ka is the lease's keepalive state and proven bound, guarded by
 	// keeper.mu (keepalive.go).
@@ -69,20 +82,28 @@ func (s *Store) OpenSession(ctx context.Context, ttl time.Duration, opts ...stor
 	}
 	granted := time.Duration(resp.TTL) * time.Second
 	id := store.NewSessionID()
-	if err := s.putHolder(ctx, id, resp.ID, o); err != nil {
+	// The session record (hash, principal, lease: what any Store needs to
+	// adopt it), this Store's keeper record and the holder record, on the
+	// lease (record.go, C2 #ct2-replicas).
+	ops, err := s.openOps(id, resp.ID, granted, o)
+	var tr *clientv3.TxnResponse
+	if err == nil {
+		tr, err = s.cli.Txn(ctx).Then(ops...).Commit()
+	}
+	if err != nil {
 		s.revokeNow(resp.ID)
 		return store.Session{}, fmt.Errorf("etcdstore: open session: %w", classify(ctx, err))
 	}
 	ss := &session{
-		id:    id,
-		lease: resp.ID,
-		ttl:   granted,
-		done:  make(chan struct{}),
-		// The hash lives in this instance's record, like the session
-		// itself: etcd sessions are used only through the instance that
-		// opened them (C2 #ct2-spi, #ct2-ownership).
+		id:         id,
+		lease:      resp.ID,
+		ttl:        granted,
+		done:       make(chan struct{}),
 		secretHash: o.SecretHash,
 		principal:  o.Principal,
+		keeperRev:  tr.Header.Revision,
+		owner:      o.Owner,
+		labels:     o.Labels,
 		held:       make(map[string]uint64),
 		queued:     make(map[string]bool),
 	}
@@ -114,13 +135,15 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 	if err := ctx.Err(); err != nil {
 		return store.Liveness{}, fmt.Errorf("etcdstore: heartbeat: %w", err)
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return store.Liveness{}, errClosed
+	ss, err := s.lookup(ctx, id) // adopts a session opened elsewhere
+	switch {
+	case errors.Is(err, store.ErrSessionDead):
+		return store.Liveness{}, nil
+	case err != nil:
+		return store.Liveness{}, fmt.Errorf("etcdstore: heartbeat: %w", err)
 	}
-	ss := s.sessions[id]
-	if ss == nil || ss.dead {
+	s.mu.Lock()
+	if ss.dead {
 		s.mu.Unlock()
 		return store.Liveness{}, nil
 	}
@@ -162,13 +185,15 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 }
 
 // CloseSession revokes the session's lease: every key attached to it
-// vanishes in one step. It returns the number of grants that held, counted
-// from the Store's own record of the session's grants (the grants it made
-// or handed to the session and has not seen end), not by listing the
-// lease's keys first: that listing would cost a round trip, and the
-// transfer of every key name, before the one revoke. A grant revoked
-// through another Store instance is still counted (LocksOf reconciles the
-// record with etcd).
+// vanishes in one step. It returns the number of grants that held. For a
+// session opened here that is the Store's own record of the session's
+// grants (the grants it made or handed to the session and has not seen
+// end), not a listing of the lease's keys first: that listing would cost a
+// round trip, and the transfer of every key name, before the one revoke. A
+// grant revoked through another Store instance is still counted (LocksOf
+// reconciles the record with etcd). For a session opened elsewhere
+// (adopted, or unknown here: read from its record) the lease's attached
+// grant keys are counted, since grants may have gone through any Store.
 func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, err error) {
 	defer s.met.Observe(telemetry.OpCloseSession)(&err)
 	if err := store.ValidateSessionID(id); err != nil {
@@ -183,32 +208,63 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		return 0, errClosed
 	}
 	ss := s.sessions[id]
-	if ss == nil || ss.dead {
+	if ss != nil && ss.dead {
 		delete(s.sessions, id)
 		s.mu.Unlock()
 		return 0, nil
 	}
 	s.mu.Unlock()
 
-	if _, err := s.cli.Revoke(ctx, ss.lease); err != nil {
+	var lease clientv3.LeaseID
+	if ss != nil {
+		lease = ss.lease
+	} else {
+		rec, _, err := s.readRecord(ctx, id)
+		if errors.Is(err, store.ErrSessionDead) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("etcdstore: close session: %w", err)
+		}
+		lease = clientv3.LeaseID(rec.Lease)
+	}
+	counted := -1
+	if ss == nil || ss.adopted {
+		if counted, err = s.attachedGrants(ctx, lease); err != nil {
+			return 0, fmt.Errorf("etcdstore: close session: %w", err)
+		}
+	}
+	if _, err := s.cli.Revoke(ctx, lease); err != nil {
 		if err = classify(ctx, err); errors.Is(err, store.ErrSessionDead) {
 			// The lease was already gone.
-			s.markDead(ss, telemetry.LostLeaseExpired)
-			s.forget(id)
+			if ss != nil {
+				s.markDead(ss, telemetry.LostLeaseExpired)
+				s.forget(id)
+			}
 			return 0, nil
 		}
 		return 0, fmt.Errorf("etcdstore: close session: %w", err)
 	}
 
+	if ss == nil {
+		n = max(counted, 0)
+		s.log.SessionClosed(ctx, id, n)
+		return n, nil
+	}
 	s.mu.Lock()
 	if !ss.dead {
 		n = len(ss.held)
+		if counted >= 0 {
+			n = counted
+		}
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
 		s.keep.remove(ss)
 		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
-		s.log.SessionClosed(id, n)
-		s.met.SessionEnded("")
+		s.log.SessionClosed(ctx, id, n)
+		if !ss.adopted {
+			s.met.SessionEnded("")
+		}
 	}
 	delete(s.sessions, id)
 	s.mu.Unlock()
@@ -235,7 +291,7 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 	}
 	var ops []clientv3.Op
 	for _, k := range ttl.Keys {
-		if _, ok := s.userKey(k); ok {
+		if _, ok := s.userKey(k); ok || s.isSlotKey(k) {
 			ops = append(ops, clientv3.OpGet(string(k)))
 		}
 	}
@@ -247,6 +303,10 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 		}
 		for _, r := range resp.Responses {
 			for _, kv := range r.GetResponseRange().Kvs {
+				if g, ok := s.multiGrantOf(kv, id, ss.lease); ok {
+					grants = append(grants, g)
+					continue
+				}
 				key, _ := s.userKey(kv.Key)
 				holder, at, err := parseGrant(kv.Value)
 				if err != nil || holder != id || clientv3.LeaseID(kv.Lease) != ss.lease {
@@ -281,7 +341,8 @@ func (s *Store) sessionErr(ctx context.Context, ss *session, err error) error {
 	return err
 }
 
-// live returns the session if it is live in this Store, else
+// live returns the session if it is live, adopting it from its session
+// record when this Store does not know it (record.go), else
 // ErrSessionDead (or the ctx error, or errClosed).
 func (s *Store) live(ctx context.Context, id store.SessionID) (*session, error) {
 	if err := store.ValidateSessionID(id); err != nil {
@@ -290,16 +351,7 @@ func (s *Store) live(ctx context.Context, id store.SessionID) (*session, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errClosed
-	}
-	ss := s.sessions[id]
-	if ss == nil || ss.dead {
-		return nil, fmt.Errorf("%w: session %s is unknown, expired or closed", store.ErrSessionDead, id)
-	}
-	return ss, nil
+	return s.lookup(ctx, id)
 }
 
 // isDone reports whether the session has stopped being live (it is dead);
@@ -355,11 +407,15 @@ func (s *Store) markDeadLocked(ss *session, reason string) {
 		s.log.LeaseExpired(ss.id)
 		s.met.LeaseExpired()
 	}
-	s.met.SessionEnded(reason)
+	if ss.adopted {
+		s.met.SessionLost(reason) // the active gauge counts sessions opened here
+	} else {
+		s.met.SessionEnded(reason)
+	}
 	s.releaseHeldLocked(ss, telemetry.ReleaseSessionLost)
 	if reason != telemetry.LostLeaseExpired && !s.closed {
 		s.wg.Add(1)
-		go s.revokeLater(ss.lease, ss.ttl) // exits after success, lease gone, Close, or ttl+2s
+		go s.revokeLater(ss) // exits after success, lease gone, Close, or ttl+2s
 	}
 }
 
@@ -372,16 +428,22 @@ func (s *Store) releaseHeldLocked(ss *session, reason string) {
 	ss.held, ss.queued = nil, nil
 }
 
-// revokeLater revokes a lease of a session given up on, retrying while etcd
-// is unreachable. After ttl+2s there is no point: without keepalives the
-// lease has expired by then.
-func (s *Store) revokeLater(lease clientv3.LeaseID, ttl time.Duration) {
+// revokeLater ends a session given up on (its keepalives failed), retrying
+// while etcd is unreachable, but only as ExpireSession would: if no other
+// Store keeps it (C2 #ct2-replicas), so a session another replica serves
+// is never revoked; this Store's keeper record is withdrawn either way.
+// After ttl+2s there is no point: without keepalives of this Store the
+// lease has expired by then, or another keeps it.
+func (s *Store) revokeLater(ss *session) {
 	defer s.wg.Done()
-	deadline := time.Now().Add(ttl + 2*time.Second)
+	deadline := time.Now().Add(ss.ttl + 2*time.Second)
 	delay := 100 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-		_, err := s.cli.Revoke(ctx, lease)
+		ended, _, err := s.endIfUnkept(ctx, ss.id, ss.keeperRev)
+		if err == nil && ended {
+			_, err = s.cli.Revoke(ctx, ss.lease)
+		}
 		cancel()
 		if err == nil || errors.Is(classify(context.Background(), err), store.ErrSessionDead) || time.Now().After(deadline) {
 			return

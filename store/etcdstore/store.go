@@ -53,24 +53,24 @@ type Options struct {
 
 // Store is a store.LockStore on etcd. It is safe for concurrent use.
 //
-// Restart semantics: a Store's sessions live in this process. When lockd
-// restarts, the new process does not know them; their leases lose their
-// keepalives and etcd removes every attached key (grants and waiters) once
-// the TTL has passed. This diverges from PostgreSQL, where session rows
-// survive a lockd restart and a client may carry on with its session; on
-// etcd the client opens a new one (docs/backends.md). Close likewise leaves
-// sessions to expire.
+// Sessions are shared: each has a record in etcd that any Store on the
+// prefix adopts (record.go, C2 #ct2-replicas). When lockd restarts, the new
+// process adopts a session whose client comes back before its lease ran out
+// (not on an Exclusive Store: a raised epoch). Close leaves sessions to
+// expire, or to another Store that keeps them.
 //
 // Each structure has one owner with its own lock: the session table (mu,
 // below), the lease keeping (keep, keepalive.go), the group-commit queue
 // (batch, batch.go) and this Store's waiting Acquire calls (waiters,
 // wait.go). Lock order: mu before keep's lock; the others nest nothing.
 type Store struct {
-	cli    *clientv3.Client
-	prefix string
-	shift  int64 // token − revision of every grant: the prefix's epoch (epoch.go)
-	log    telemetry.Log
-	met    *telemetry.Metrics
+	cli       *clientv3.Client
+	prefix    string
+	inst      string // this Store's name in its keeper records (record.go)
+	exclusive bool   // Options.Exclusive: adopts no session of an earlier epoch
+	shift     int64  // token − revision of every grant: the prefix's epoch (epoch.go)
+	log       telemetry.Log
+	met       *telemetry.Metrics
 
 	ctx       context.Context // cancelled by Close; parent of every background goroutine
 	cancel    context.CancelFunc
@@ -90,6 +90,11 @@ type Store struct {
 
 var _ store.LockStore = (*Store)(nil)
 
+// SharesSessions reports that every Store on a prefix can use every session
+// (store.SharedSessions): a Store adopts a session it does not know from its
+// record in etcd (record.go, C2 #ct2-replicas).
+func (s *Store) SharesSessions() bool { return true }
+
 // New returns a Store using cli, which the caller keeps owning (Close does
 // not close it). It reads the prefix's epoch (C2 #ct2-fencing), taking it
 // if this is the first Store on the prefix, so etcd must answer.
@@ -106,18 +111,20 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		return nil, fmt.Errorf("etcdstore: epoch: %w", classify(ctx, err))
 	}
 	s := &Store{
-		cli:      cli,
-		prefix:   prefix,
-		shift:    shift,
-		log:      telemetry.Log{L: opts.Logger, Backend: Backend},
-		met:      opts.Metrics,
-		sessions: make(map[store.SessionID]*session),
-		batch:    newBatcher(),
-		waiters:  localQueues{byKey: make(map[string][]*localWaiter)},
-		marks:    newMarkerLeases(cli, opts.MarkerTTL),
+		cli:       cli,
+		prefix:    prefix,
+		inst:      newInstanceID(),
+		exclusive: opts.Exclusive,
+		shift:     shift,
+		log:       telemetry.Log{L: opts.Logger, Backend: Backend},
+		met:       opts.Metrics,
+		sessions:  make(map[store.SessionID]*session),
+		batch:     newBatcher(),
+		waiters:   localQueues{byKey: make(map[string][]*localWaiter)},
+		marks:     newMarkerLeases(cli, opts.MarkerTTL),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.keep = newKeeper(s.ctx, cli, s.markDead, s.pruneDead)
+	s.keep = newKeeper(s.ctx, cli, s.markDead, s.pruneDead, s.dropIdle)
 	s.keep.start() // its owner exits when Close cancels s.ctx
 	s.wg.Add(maxInflight)
 	for range maxInflight {
@@ -202,6 +209,9 @@ func parseGrant(v []byte) (store.SessionID, time.Time, error) {
 const (
 	markReleased = "released"
 	markRevoked  = "revoked"
+	// markValue starts the marker SetValue writes ("value <session>
+	// <token>"), with no change to the grant key: Watch's value event.
+	markValue = "value "
 )
 
 // ready is the entry check of calls without a session: the caller's ctx

@@ -25,16 +25,34 @@ import (
 // starts at the current revision and the state is read again once it
 // exists: a watch that starts at a revision the server has passed is only
 // served by etcd's periodic resync of lagging watchers (every 100 ms).
-func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g store.Grant, err error) {
+//
+// With store.KeepPlace (C2 #ct2-keep-place) a call that ends without a grant
+// leaves its waiter key in place, unless the session ended: the next call
+// of the session for key re-puts it, which keeps its create revision (the
+// place), or finds the key handed over to the session meanwhile.
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (g store.Grant, err error) {
+	keep := store.KeepsPlace(opts)
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpAcquire)(&err)
 	defer func() { s.met.Acquire(acquireResult(ctx, err), time.Since(start)) }()
 	if err := store.ValidateKey(key); err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
+	o, err := store.NewAcquireOptions(opts...)
+	if err != nil {
+		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
+	}
 	ss, err := s.live(ctx, id)
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
+	}
+	defer s.keep.use(ss)() // an adopted session stays kept while it waits
+	if o.Multi() {
+		g, _, err := s.acquireMulti(ctx, ss, key, o, true, start) // multi.go
+		if err != nil {
+			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
+		}
+		return g, nil
 	}
 	lk, wk := s.lockKey(key), s.waiterKey(key, id)
 	at := time.Now()
@@ -42,11 +60,13 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 		[]clientv3.Op{s.putGrant(ss, key, at)},
 		[]clientv3.Op{
 			clientv3.OpGet(lk),
-			// Queue up, unless the session holds the key already.
+			// Queue up, unless the session holds the key already or the
+			// key is a semaphore or read/write lock (multi.go).
 			clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease)},
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease), s.ifMultiFree(key)},
 				[]clientv3.Op{clientv3.OpPut(wk, string(id), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
 				nil),
+			s.getMultiAny(key),
 		},
 		// ctx ended in flight. A grant this call made stays, as with
 		// TryInsert: a retry returns it (already held). A place in the
@@ -58,6 +78,8 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 			case err != nil:
 			case resp.Succeeded:
 				s.recordAbandoned(ss, key, resp.Header.Revision)
+			case keep:
+				// The place stays for the next call (C2 #ct2-keep-place).
 			case resp.Responses[1].GetResponseTxn().Succeeded:
 				ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 				defer cancel()
@@ -75,6 +97,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 	if !queued.Succeeded {
 		// The session holds the key already: that grant, at once.
 		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 && len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
+			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", errMismatch(key, o))
+		}
 		if len(kvs) == 0 {
 			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", errMalformed)
 		}
@@ -90,7 +115,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (g 
 	}
 	g, err = s.wait(ctx, ss, key, myRev, start)
 	if err != nil {
-		s.leave(ss, key, myRev)
+		if !keep || ss.isDone() {
+			s.leave(ss, key, myRev)
+		}
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
 	s.mu.Lock()
@@ -447,4 +474,21 @@ func (s *Store) leave(ss *session, key string, myRev int64) {
 			delay = min(2*delay, time.Second)
 		}
 	}()
+}
+
+// LeaveQueue implements store.LockStore: it deletes the session's waiter
+// key for key, if any (C2 #ct2-keep-place). It never touches a grant; the
+// waiter behind is woken by the deletion (it watches this key).
+func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) (err error) {
+	defer s.met.Observe(telemetry.OpLeaveQueue)(&err)
+	if err := store.ValidateKey(key); err != nil {
+		return fmt.Errorf("etcdstore: leave queue: %w", err)
+	}
+	if err := store.ValidateSessionID(id); err != nil {
+		return fmt.Errorf("etcdstore: leave queue: %w", err)
+	}
+	if _, err := s.cli.Delete(ctx, s.waiterKey(key, id)); err != nil {
+		return fmt.Errorf("etcdstore: leave queue: %w", classify(ctx, err))
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,7 +23,8 @@ const watchBuffer = 256
 // a marker with that reason was written in the same revision, else
 // "expired" (its session ended: expiry, loss or close). A grant key
 // overwritten is a hand-over (DeleteIfOwner with waiters): "released" for
-// the old grant, then "acquired" for the new one.
+// the old grant, then "acquired" for the new one. A value marker (SetValue)
+// is "value".
 func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event, err error) {
 	defer s.met.Observe(telemetry.OpWatch)(&err)
 	if err := store.ValidatePrefix(prefix); err != nil {
@@ -135,6 +138,9 @@ func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
 	for _, ev := range evs {
 		key, ok := s.userKey(ev.Kv.Key)
 		if !ok {
+			if e, ok := s.valueEvent(ev); ok {
+				out = append(out, e)
+			}
 			continue // a marker, or foreign
 		}
 		switch ev.Type {
@@ -152,6 +158,25 @@ func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
 		}
 	}
 	return out
+}
+
+// valueEvent reads a value marker (SetValue) as a value event.
+func (s *Store) valueEvent(ev *clientv3.Event) (store.Event, bool) {
+	k := ev.Kv.Key
+	if ev.Type != mvccpb.PUT || len(k) == 0 || k[len(k)-1] != 0 {
+		return store.Event{}, false
+	}
+	key, ok := s.userKey(k[:len(k)-1])
+	rest, isValue := strings.CutPrefix(string(ev.Kv.Value), markValue)
+	if !ok || !isValue {
+		return store.Event{}, false
+	}
+	id, tok, _ := strings.Cut(rest, " ")
+	t, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || id == "" {
+		return store.Event{}, false
+	}
+	return store.Event{Kind: store.EventValue, Key: key, Session: store.SessionID(id), Token: t}, true
 }
 
 // watchEnded classifies a watch that ended without the awaited delete.

@@ -52,7 +52,9 @@
 // stale token fails only its own request); if the transaction fails as a
 // whole, each of its requests runs again alone. Every grant, batched or
 // not, draws its token in the INSERT while it holds the key's advisory lock
-// (keyLock), as grant explains. Concurrent heartbeats likewise share one UPDATE. A request
+// (keyLock), as grant explains. Concurrent heartbeats likewise share one UPDATE,
+// and concurrent LocksOf reads one SELECT that starts after each was
+// called (a server reads the held set after every heartbeat). A request
 // whose caller gives up before it is sent is dropped; once sent, its caller
 // returns at once and the worker undoes what the batch did for it (a new
 // grant is released, a queued waiter leaves the queue). The batch size is

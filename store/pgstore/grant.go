@@ -16,10 +16,11 @@ import (
 type outcome int
 
 const (
-	granted outcome = iota + 1 // a new grant was made
-	held                       // the session already held the key
-	busy                       // another session holds the key or is ahead in its queue
-	dead                       // the session is not live
+	granted  outcome = iota + 1 // a new grant was made
+	held                        // the session already held the key
+	busy                        // another session holds the key or is ahead in its queue
+	dead                        // the session is not live
+	mismatch                    // the key is a semaphore or read/write lock (multi.go)
 )
 
 // grant tries, inside tx, to grant key to session id. With asWaiter false
@@ -55,8 +56,9 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		tok         *int64
 		at          *time.Time
 		head        *string
+		multi       bool
 	)
-	err := tx.QueryRow(ctx, s.q.grantCheck, sid, key).Scan(&remainingUS, &holder, &tok, &at, &head)
+	err := tx.QueryRow(ctx, s.q.grantCheck, sid, key).Scan(&remainingUS, &holder, &tok, &at, &head, &multi)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && remainingUS <= 0 {
 		// Unknown, closed, reaped, or expired and awaiting the reaper. An
 		// expired waiter leaves the queue now so nobody waits behind it.
@@ -72,6 +74,8 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		return g, held, dequeue()
 	case holder != nil:
 		return store.Grant{}, busy, enqueue()
+	case multi:
+		return store.Grant{}, mismatch, dequeue()
 	case head != nil && (!asWaiter || *head != sid):
 		// TryInsert never jumps a queue; a waiter takes the key only first
 		// in line. The key is free, so the first waiter should be taking
@@ -157,14 +161,21 @@ func (s *Store) newGrant(g store.Grant, waited time.Duration) {
 
 // TryInsert implements store.LockStore. Concurrent grants and releases
 // share one transaction (group commit, groupcommit.go).
-func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (_ store.Grant, _ bool, err error) {
+func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (_ store.Grant, _ bool, err error) {
 	if err := validateGrantArgs("try insert", id, key); err != nil {
 		return store.Grant{}, false, err
+	}
+	o, err := store.NewAcquireOptions(opts...)
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", err)
 	}
 	if err := s.begin(ctx, "try insert"); err != nil {
 		return store.Grant{}, false, err
 	}
 	defer s.metrics.Observe(telemetry.OpTryInsert)(&err)
+	if o.Multi() {
+		return s.tryMulti(ctx, id, key, o) // multi.go
+	}
 	r, err := s.doLock(ctx, "try insert", &lockReq{op: opTry, id: id, key: key})
 	if err != nil {
 		s.metrics.Acquire(telemetry.AcquireResult(err), 0)
@@ -180,6 +191,9 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string) (
 	case busy:
 		s.metrics.Acquire(telemetry.AcquireContended, 0)
 		return store.Grant{}, false, nil
+	case mismatch:
+		s.metrics.Acquire(telemetry.AcquireError, 0)
+		return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", errMismatch(key, store.AcquireOptions{Limit: 1}))
 	}
 	s.metrics.Acquire(telemetry.AcquireError, 0)
 	return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead)
@@ -204,7 +218,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		return err
 	}
 	if r.out != freed {
-		return fmt.Errorf("pgstore: release: %w", store.ErrNotOwner)
+		return s.releaseSlot(ctx, id, key, token) // a slot, or not owned (multi.go)
 	}
 	s.log.LockReleased(r.g, telemetry.ReleaseRelease)
 	s.metrics.Released(telemetry.ReleaseRelease, 1)
@@ -227,7 +241,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ store.Grant, _ bool, 
 		return tx.QueryRow(ctx, s.q.revoke, key).Scan(&sid, &tok, &g.AcquiredAt)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Grant{}, false, nil
+		return s.revokeSlots(ctx, key) // a semaphore or read/write key, or free (multi.go)
 	}
 	if err = classify(ctx, "revoke", err); err != nil {
 		return store.Grant{}, false, err
@@ -240,7 +254,8 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ store.Grant, _ bool, 
 }
 
 // SetValue implements store.ValueSetter: one UPDATE of the grant's row, iff
-// (session, key, token) is the current grant of a live session.
+// (session, key, token) is the current grant of a live session, and its
+// value event (a NOTIFY in the same statement).
 func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, token uint64, value []byte) (err error) {
 	if err := validateGrantArgs("set value", id, key); err != nil {
 		return err
@@ -257,12 +272,12 @@ func (s *Store) SetValue(ctx context.Context, id store.SessionID, key string, to
 	if len(value) == 0 {
 		value = nil
 	}
-	tag, err := s.pool.Exec(ctx, s.q.setValue, key, string(id), int64(token), value)
+	tag, err := s.pool.Exec(ctx, s.q.setValue, key, string(id), int64(token), value, s.channel)
 	if err = classify(ctx, "set value", err); err != nil {
 		return err
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("pgstore: set value: %w", store.ErrNotOwner)
+		return s.setSlotValue(ctx, id, key, token, value) // a slot, or not owned (multi.go)
 	}
 	return nil
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // Group commit: concurrent grants and releases of one Store share
-// one transaction, and concurrent heartbeats one UPDATE.
+// one transaction, concurrent heartbeats one UPDATE, and concurrent LocksOf
+// reads one SELECT.
 const (
 	// lockWorkers is how many lock batches may be in flight at once, and
 	// heartbeatWorkers how many heartbeat batches. Every transaction that
@@ -22,12 +23,19 @@ const (
 	// concurrent lock batches mostly queue there.
 	lockWorkers      = 2
 	heartbeatWorkers = 1
+	// locksOfWorkers is how many LocksOf batches may be in flight at once.
+	// A server over PostgreSQL reads a session's grants after every
+	// heartbeat (C2 #ct2-confirm), so they come in the heartbeats' bursts.
+	locksOfWorkers = 1
 	// maxLockBatch and maxHeartbeatBatch bound the requests of one batch.
 	// A lock batch holds one advisory lock per key it grants, from
 	// PostgreSQL's shared lock table (max_locks_per_transaction per
 	// connection, 64 by default), so it stays well below a few hundred.
 	maxLockBatch      = 128
 	maxHeartbeatBatch = 1000
+	// maxLocksOfBatch bounds the sessions of one LocksOf batch, and so
+	// (with lock.server.max-locks-per-session) the rows of its answer.
+	maxLocksOfBatch = 256
 	// batchTimeout bounds one batch (or the run of one of its requests
 	// alone after the batch failed). It runs on a context of the Store, not
 	// of any caller, so every request's outcome is known.
@@ -72,12 +80,16 @@ const raced outcome = 20
 func (s *Store) startBatchers() {
 	s.lockQ = newBatchQueue[*lockReq](maxLockBatch)
 	s.hbQ = newBatchQueue[*hbReq](maxHeartbeatBatch)
-	s.batchers.Add(lockWorkers + heartbeatWorkers)
+	s.locksQ = newBatchQueue[*locksReq](maxLocksOfBatch)
+	s.batchers.Add(lockWorkers + heartbeatWorkers + locksOfWorkers)
 	for range lockWorkers {
 		go s.lockWorker() // exits when s.lockQ is closed
 	}
 	for range heartbeatWorkers {
 		go s.heartbeatWorker() // exits when s.hbQ is closed
+	}
+	for range locksOfWorkers {
+		go s.locksOfWorker() // exits when s.locksQ is closed
 	}
 }
 
@@ -86,6 +98,7 @@ func (s *Store) startBatchers() {
 func (s *Store) stopBatchers() {
 	s.lockQ.close()
 	s.hbQ.close()
+	s.locksQ.close()
 	s.batchers.Wait()
 }
 
@@ -195,13 +208,14 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		newTok      *int64
 		inserted    *time.Time
 		eligible    bool
+		multi       bool
 	}
 	checks := make([]check, len(grants))
 	if len(grants) > 0 {
 		b.Queue(s.q.grantBatch, grSessions, grKeys, grWait).Query(func(rows pgx.Rows) error {
 			var i int
 			var c check
-			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible, &c.multi}, func() error {
 				if i < 1 || i > len(checks) {
 					return fmt.Errorf("grant batch returned row %d of %d", i, len(checks))
 				}
@@ -237,6 +251,9 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			r.out = granted
 		case c.eligible:
 			r.out = raced
+			continue
+		case c.multi && c.holder == nil:
+			r.out = mismatch // a semaphore or read/write key (multi.go)
 			continue
 		default:
 			r.out = busy
@@ -358,6 +375,85 @@ func (s *Store) runHeartbeatBatch(reqs []*hbReq) {
 		if err == nil {
 			r.ttlMS = ttls[string(r.id)]
 			r.live = r.ttlMS > 0
+		}
+	}
+}
+
+// locksReq is one LocksOf in a read batch, with its result.
+type locksReq struct {
+	id     store.SessionID
+	found  bool // the session's row exists
+	live   bool // and has not expired
+	grants []store.Grant
+	err    error // classified
+}
+
+func (s *Store) locksOfWorker() {
+	defer s.batchers.Done()
+	for {
+		batch := s.locksQ.next()
+		if batch == nil {
+			return
+		}
+		reqs := make([]*locksReq, len(batch))
+		for i, j := range batch {
+			reqs[i] = j.req
+		}
+		s.runLocksOfBatch(reqs)
+		s.locksQ.finish(batch) // a read leaves nothing to undo
+	}
+}
+
+// runLocksOfBatch reads the grants of every session of reqs in one SELECT
+// and sets each request's result. The statement starts after every request
+// of the batch was submitted (a batch is only taken from what is queued),
+// so each request reads the grants committed before its call, as a query
+// of its own would.
+func (s *Store) runLocksOfBatch(reqs []*locksReq) {
+	if s.onLocksOf != nil {
+		s.onLocksOf(len(reqs))
+	}
+	ids := make([]string, 0, len(reqs))
+	for _, r := range reqs {
+		ids = append(ids, string(r.id))
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	type result struct {
+		live   bool
+		grants []store.Grant
+	}
+	found := make(map[string]*result, len(ids))
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, s.q.locksOfBatch, ids)
+	if err == nil {
+		var (
+			id   string
+			live bool
+			key  *string
+			tok  *int64
+			at   *time.Time
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &live, &key, &tok, &at}, func() error {
+			res := found[id]
+			if res == nil {
+				res = &result{live: live, grants: []store.Grant{}}
+				found[id] = res
+			}
+			if key != nil { // the LEFT JOIN found a lock
+				res.grants = append(res.grants, store.Grant{Key: *key, Session: store.SessionID(id), Token: uint64(*tok), AcquiredAt: *at})
+			}
+			return nil
+		})
+	}
+	err = classify(context.Background(), "locks of", err)
+	for _, r := range reqs {
+		r.err = err
+		if res := found[string(r.id)]; err == nil && res != nil {
+			// Each request gets a slice of its own (one session may be
+			// asked for twice in a batch).
+			r.found, r.live, r.grants = true, res.live, slices.Clone(res.grants)
 		}
 	}
 }

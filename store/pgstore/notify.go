@@ -77,6 +77,7 @@ var eventKinds = map[string]store.EventKind{
 	"released": store.EventReleased,
 	"revoked":  store.EventRevoked,
 	"expired":  store.EventExpired,
+	"value":    store.EventValue, // SetValue (queries.go setValue)
 }
 
 // parseNotices reads one notification into single-key events. The
@@ -132,8 +133,9 @@ func (s *Store) dispatchNotices(ns []notice) {
 // forged one for a grant that still stands is dropped (C2 #ct2-watch).
 // Tokens are never reused and a deleted grant never comes back, so a real
 // event always passes: PostgreSQL delivers a notification only after its
-// transaction committed. acquired and dequeued events are not checked:
-// nothing acts on an acquired event for safety, and a dequeued one only
+// transaction committed. acquired, value and dequeued events are not
+// checked: nothing acts on an acquired or value event for safety (a value
+// is read from the table by whoever shows it), and a dequeued one only
 // makes a waiter look at the table again. An error (the check could not
 // run) is returned and breaks the listener, which ends every watch (events
 // may have been lost) and wakes every waiter once it is back.
@@ -207,7 +209,7 @@ func (s *Store) dispatchLocked(n notice) {
 	if !ok {
 		return
 	}
-	if kind != store.EventAcquired {
+	if kind != store.EventAcquired && kind != store.EventValue {
 		s.wakeLocked(n.Key, store.SessionID(n.Next)) // the key is free
 	}
 	ev := store.Event{Kind: kind, Key: n.Key, Session: store.SessionID(n.Session), Token: n.Token}

@@ -17,6 +17,8 @@ type queries struct {
 	closeDelete string
 	locksOf     string
 
+	locksOfBatch string
+
 	expireLock   string
 	expireDelete string
 
@@ -36,6 +38,8 @@ type queries struct {
 	inspect string
 	list    string
 
+	listSessions string
+
 	reapSelect string
 	reapLocks  string
 	reapDelete string
@@ -45,6 +49,8 @@ type queries struct {
 	notifyMany   string
 	notifiedSelf string
 	nudgeHead    string
+
+	m multiQueries // semaphores and read/write locks (multi.go)
 }
 
 func newQueries(schema, channel string) queries {
@@ -53,20 +59,28 @@ func newQueries(schema, channel string) queries {
 	keylock := quoteLiteral("lockd.key:" + schema + ":")
 	r := strings.NewReplacer("{{s}}", qs, "{{seq}}", seq, "{{keylock}}", keylock, "{{channel}}", quoteLiteral(channel))
 	return queries{
+		m: newMultiQueries(r),
 		openSession: r.Replace(`INSERT INTO {{s}}.sessions (id, ttl_ms, expires_at, secret_hash, owner, labels, principal)
 			VALUES ($1, $2, now() + $2::bigint * interval '1 millisecond', $3, $4, $5::jsonb, NULLIF($6, ''))`),
 		// SetValue: only the current grant (session, key, token) of a live
 		// session; the token is not touched.
-		setValue: r.Replace(`UPDATE {{s}}.locks SET value = $4
+		// The value event of Watch goes in the same statement, in the
+		// triggers' format ($5 is the channel): one row per grant updated.
+		setValue: r.Replace(`WITH u AS (UPDATE {{s}}.locks SET value = $4
 			WHERE key = $1 AND session_id = $2 AND token = $3
-			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())`),
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())
+			RETURNING key, session_id, token)
+			SELECT pg_notify($5, json_build_array(json_build_array('value', key, session_id, token))::text) FROM u`),
 		// Any row, expired or not: the caller only compares the hash.
 		secretHash: r.Replace(`SELECT secret_hash FROM {{s}}.sessions WHERE id = $1`),
 		principal:  r.Replace(`SELECT coalesce(principal, '') FROM {{s}}.sessions WHERE id = $1`),
 		closeLock:  r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.
-		closeLocks:  r.Replace(`DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token`),
+		// Slots (multi.go) too.
+		closeLocks: r.Replace(`WITH l AS (DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token),
+			m AS (DELETE FROM {{s}}.slots WHERE session_id = $1 RETURNING key, token)
+			SELECT key, token FROM l UNION ALL SELECT key, token FROM m`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
 		// ExpireSession (expire.go): the session's remaining life on the
 		// database clock at this moment (clock_timestamp, not the
@@ -76,8 +90,15 @@ func newQueries(schema, channel string) queries {
 			FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		expireDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1 AND expires_at <= clock_timestamp()`),
 		locksOf: r.Replace(`SELECT s.expires_at > now(), l.key, l.token, l.acquired_at
-			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
+			FROM {{s}}.sessions s LEFT JOIN (
+				SELECT session_id, key, token, acquired_at FROM {{s}}.locks
+				UNION ALL SELECT session_id, key, token, acquired_at FROM {{s}}.slots) l ON l.session_id = s.id
 			WHERE s.id = $1 ORDER BY l.key`),
+		// locksOf for the sessions $1 (sorted, distinct) at once: one row
+		// per lock, or one with a NULL key for a session without any.
+		locksOfBatch: r.Replace(`SELECT s.id, s.expires_at > now(), l.key, l.token, l.acquired_at
+			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
+			WHERE s.id = ANY($1::text[]) ORDER BY s.id, l.key`),
 
 		// One look at everything a grant depends on: the session's
 		// remaining life ($1), the key's holder and the first in its queue
@@ -87,7 +108,8 @@ func newQueries(schema, channel string) queries {
 		// not touch the key, are not blocked.
 		grantCheck: r.Replace(`SELECT floor(extract(epoch FROM s.expires_at - now()) * 1000000)::bigint,
 			l.session_id, l.token, l.acquired_at,
-			(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = $2 ORDER BY w.id LIMIT 1)
+			(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = $2 ORDER BY w.id LIMIT 1),
+			EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = $2) OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = $2)
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.key = $2
 			WHERE s.id = $1 FOR KEY SHARE OF s`),
 		holder: r.Replace(`SELECT session_id, token, acquired_at FROM {{s}}.locks WHERE key = $1`),
@@ -131,12 +153,14 @@ func newQueries(schema, channel string) queries {
 			), st AS MATERIALIZED (
 				SELECT req.i, req.sid, req.key, req.wait, live.rem_us,
 					l.session_id AS holder, l.token AS htok, l.acquired_at AS hat,
-					(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = req.key ORDER BY w.id LIMIT 1) AS head
+					(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = req.key ORDER BY w.id LIMIT 1) AS head,
+					EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = req.key)
+						OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = req.key) AS multi
 				FROM req LEFT JOIN live ON live.id = req.sid LEFT JOIN {{s}}.locks l ON l.key = req.key
 			), el AS MATERIALIZED (
 				SELECT st.*,
 					coalesce(st.rem_us, 0) > 0 AS alive,
-					coalesce(st.rem_us, 0) > 0 AND st.holder IS NULL
+					coalesce(st.rem_us, 0) > 0 AND st.holder IS NULL AND NOT st.multi
 						AND (st.head IS NULL OR (st.wait AND st.head = st.sid)) AS eligible
 				FROM st
 			), ins AS (
@@ -147,7 +171,7 @@ func newQueries(schema, channel string) queries {
 			), enq AS (
 				INSERT INTO {{s}}.waiters (key, session_id)
 				SELECT key, sid FROM el
-				WHERE wait AND alive AND NOT eligible AND holder IS DISTINCT FROM sid
+				WHERE wait AND alive AND NOT eligible AND holder IS DISTINCT FROM sid AND NOT multi
 				ORDER BY key
 				ON CONFLICT (key, session_id) DO NOTHING
 			), deq AS (
@@ -158,7 +182,7 @@ func newQueries(schema, channel string) queries {
 				SELECT pg_notify({{channel}}, json_build_array(json_build_array('dequeued', key, NULL, NULL, head))::text)
 				FROM el WHERE alive AND holder IS NULL AND head IS NOT NULL AND head <> sid
 			)
-			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.token, ins.acquired_at, el.eligible
+			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.token, ins.acquired_at, el.eligible, el.multi
 			FROM el LEFT JOIN ins ON ins.key = el.key CROSS JOIN (SELECT count(*) FROM nudge) nz`),
 		// $1 keys (distinct), $2 sessions, $3 tokens; as release.
 		releaseBatch: r.Replace(`DELETE FROM {{s}}.locks l
@@ -190,17 +214,31 @@ func newQueries(schema, channel string) queries {
 			AND l.key > $3::text COLLATE "C"
 			ORDER BY l.key LIMIT $4`),
 
+		// ListSessions (sessionlist.go): $1 after, $2 principal (NULL:
+		// any), $3 limit. Live rows only; remaining in whole ms, floored,
+		// from the database's now() (later than the call's receipt).
+		listSessions: r.Replace(`SELECT s.id, coalesce(s.principal, ''), coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), s.ttl_ms,
+			floor(extract(epoch FROM (s.expires_at - now())) * 1000)::bigint,
+			(SELECT count(*) FROM {{s}}.locks l WHERE l.session_id = s.id)
+			FROM {{s}}.sessions s
+			WHERE s.expires_at > now() AND s.id > $1::text COLLATE "C"
+			AND ($2::text IS NULL OR coalesce(s.principal, '') = $2::text)
+			ORDER BY s.id COLLATE "C" LIMIT $3`),
+
 		reapSelect: r.Replace(`SELECT id FROM {{s}}.sessions WHERE expires_at < now()
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED`),
-		reapLocks: r.Replace(`SELECT session_id, key, token, acquired_at FROM {{s}}.locks
-			WHERE session_id = ANY($1) ORDER BY session_id, key`),
+		reapLocks: r.Replace(`SELECT session_id, key, token, acquired_at FROM {{s}}.locks WHERE session_id = ANY($1)
+			UNION ALL SELECT session_id, key, token, acquired_at FROM {{s}}.slots WHERE session_id = ANY($1)
+			ORDER BY session_id, key`),
 		reapDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = ANY($1) AND expires_at < now()`),
 
 		notify: `SELECT pg_notify($1, $2)`,
 		// Which of the grants ($1 keys, $2 tokens) still stand: the
 		// listener drops events that claim they ended (deliver).
 		standing: r.Replace(`SELECT l.key, l.token FROM {{s}}.locks l
-			JOIN unnest($1::text[], $2::bigint[]) AS e(key, token) ON l.key = e.key AND l.token = e.token`),
+			JOIN unnest($1::text[], $2::bigint[]) AS e(key, token) ON l.key = e.key AND l.token = e.token
+			UNION ALL SELECT m.key, m.token FROM {{s}}.slots m
+			JOIN unnest($1::text[], $2::bigint[]) AS e(key, token) ON m.key = e.key AND m.token = e.token`),
 		// Wakes $2, the first waiter of the free key $1, wherever it waits
 		// (see grant).
 		nudgeHead:  r.Replace(`SELECT pg_notify({{channel}}, json_build_array(json_build_array('dequeued', $1::text, NULL, NULL, $2::text))::text)`),

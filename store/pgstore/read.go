@@ -31,7 +31,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ store.LockInfo, _ bo
 	var labels, value []byte
 	err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters, &info.Owner, &labels, &value)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.LockInfo{}, false, nil
+		return s.inspectSlots(ctx, key) // a semaphore or read/write key, or free (multi.go)
 	}
 	if err = classify(ctx, "inspect", err); err != nil {
 		return store.LockInfo{}, false, err
@@ -80,7 +80,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []
 	if err = classify(ctx, "list", err); err != nil {
 		return nil, err
 	}
-	return infos, nil
+	return s.mergeSlots(ctx, infos, prefix, end, after, limit) // multi.go
 }
 
 // decodeLabels decodes a labels column (a JSON object); nil when empty.

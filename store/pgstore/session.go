@@ -98,7 +98,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (int, erro
 	s.logReleased(grants, telemetry.ReleaseSessionClosed)
 	s.metrics.Released(telemetry.ReleaseSessionClosed, len(grants))
 	s.metrics.SessionEnded("")
-	s.log.SessionClosed(id, len(grants))
+	s.log.SessionClosed(ctx, id, len(grants))
 	return len(grants), nil
 }
 
@@ -184,24 +184,19 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 		return nil, err
 	}
 	defer s.metrics.Observe(telemetry.OpLocksOf)(&err)
-	found, live := false, false
-	grants := []store.Grant{}
-	rows, err := s.pool.Query(ctx, s.q.locksOf, string(id))
+	// Concurrent calls share one SELECT (runLocksOfBatch): a server over
+	// PostgreSQL reads every session's grants after its heartbeat.
+	r := &locksReq{id: id}
+	j, err := s.locksQ.submit(ctx, "", r)
 	if err == nil {
-		var key *string
-		var tok *int64
-		var at *time.Time
-		_, err = pgx.ForEachRow(rows, []any{&live, &key, &tok, &at}, func() error {
-			found = true
-			if key != nil { // the LEFT JOIN found a lock
-				grants = append(grants, store.Grant{Key: *key, Session: id, Token: uint64(*tok), AcquiredAt: *at})
-			}
-			return nil
-		})
+		if _, err = s.locksQ.wait(ctx, j); err == nil {
+			err = r.err
+		}
 	}
-	if err = classify(ctx, "locks of", err); err != nil {
+	if err = result(ctx, "locks of", err); err != nil {
 		return nil, err
 	}
+	found, live, grants := r.found, r.live, r.grants
 	if !found || !live {
 		return nil, fmt.Errorf("pgstore: locks of: %w", store.ErrSessionDead)
 	}

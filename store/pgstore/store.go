@@ -60,6 +60,9 @@ type Options struct {
 	// onLockBatch, if set, is called with every lock batch before it runs
 	// (tests).
 	onLockBatch func(batch []*lockReq)
+	// onLocksOfBatch, if set, is called with the size of every LocksOf
+	// batch before it runs (tests).
+	onLocksOfBatch func(n int)
 }
 
 // Store is the PostgreSQL store.LockStore. It is safe for concurrent use.
@@ -80,10 +83,12 @@ type Store struct {
 	wg        sync.WaitGroup     // the reaper and the listener
 	closeOnce sync.Once
 
-	lockQ       *batchQueue[*lockReq] // group commit of grants and releases
-	hbQ         *batchQueue[*hbReq]   // group commit of heartbeats
-	batchers    sync.WaitGroup        // the workers of lockQ and hbQ
+	lockQ       *batchQueue[*lockReq]  // group commit of grants and releases
+	hbQ         *batchQueue[*hbReq]    // group commit of heartbeats
+	locksQ      *batchQueue[*locksReq] // shared reads of LocksOf
+	batchers    sync.WaitGroup         // the workers of lockQ, hbQ and locksQ
 	onLockBatch func(batch []*lockReq)
+	onLocksOf   func(n int)
 
 	mu        sync.Mutex
 	closed    bool
@@ -149,6 +154,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		watches:        make(map[*watch]struct{}),
 		waiters:        make(map[string]map[*waiter]struct{}),
 		onLockBatch:    opts.onLockBatch,
+		onLocksOf:      opts.onLocksOfBatch,
 	}
 	if err := s.applyMigrations(ctx); err != nil {
 		s.closePool()

@@ -87,12 +87,29 @@ func (s *Store) wakeAllLocked() {
 // committed after that look wakes it; between wake-ups it holds no
 // connection. Each attempt is observed as a request of its own; the
 // outcome (lockd_lock_acquire_total) once, for the call.
-func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (store.Grant, error) {
+//
+// With store.KeepPlace (C2 #ct2-keep-place) a call that ends without a grant
+// leaves its waiters row in place, unless the session ended: the next
+// call's enqueue finds it (ON CONFLICT DO NOTHING keeps its id, the place).
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
+	keep := store.KeepsPlace(opts)
+	leave := func() {
+		if !keep {
+			s.leaveQueue(id, key)
+		}
+	}
 	if err := validateGrantArgs("acquire", id, key); err != nil {
 		return store.Grant{}, err
 	}
+	o, err := store.NewAcquireOptions(opts...)
+	if err != nil {
+		return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", err)
+	}
 	if err := s.begin(ctx, "acquire"); err != nil {
 		return store.Grant{}, err
+	}
+	if o.Multi() {
+		return s.acquireMulti(ctx, id, key, o) // multi.go
 	}
 	w, err := s.addWaiter(id, key)
 	if err != nil {
@@ -105,7 +122,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (st
 	for {
 		r, err := s.attempt(ctx, id, key)
 		if err != nil {
-			s.leaveQueue(id, key)
+			leave()
 			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
 			return store.Grant{}, err
 		}
@@ -119,17 +136,20 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string) (st
 		case dead:
 			s.metrics.Acquire(telemetry.AcquireError, 0)
 			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+		case mismatch:
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
 		}
 		recheck.Reset(recheckInterval)
 		select {
 		case <-w.wake:
 		case <-recheck.C:
 		case <-ctx.Done():
-			s.leaveQueue(id, key)
+			leave()
 			s.metrics.Acquire(telemetry.AcquireTimeout, 0)
 			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", ctx.Err())
 		case <-s.closing:
-			s.leaveQueue(id, key)
+			leave()
 			s.metrics.Acquire(telemetry.AcquireError, 0)
 			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
 		}
@@ -151,4 +171,21 @@ func (s *Store) leaveQueue(id store.SessionID, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, _ = s.pool.Exec(ctx, s.q.dequeue, key, string(id))
+}
+
+// LeaveQueue implements store.LockStore: it deletes the session's waiters
+// row for key, if any (C2 #ct2-keep-place); the waiters_deleted trigger
+// wakes the next in line. It never touches a grant.
+func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) (err error) {
+	if err := validateGrantArgs("leave queue", id, key); err != nil {
+		return err
+	}
+	if err := s.begin(ctx, "leave queue"); err != nil {
+		return err
+	}
+	defer s.metrics.Observe(telemetry.OpLeaveQueue)(&err)
+	if _, err := s.pool.Exec(ctx, s.q.dequeue, key, string(id)); err != nil {
+		return classify(ctx, "leave queue", err)
+	}
+	return nil
 }

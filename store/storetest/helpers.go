@@ -153,10 +153,10 @@ type acquireResult struct {
 }
 
 // startAcquire runs Acquire in a goroutine owned by the test.
-func startAcquire(t *testing.T, ctx context.Context, st store.LockStore, id store.SessionID, key string) <-chan acquireResult {
+func startAcquire(t *testing.T, ctx context.Context, st store.LockStore, id store.SessionID, key string, opts ...store.AcquireOption) <-chan acquireResult {
 	ch := make(chan acquireResult, 1)
 	go func() {
-		g, err := st.Acquire(ctx, id, key)
+		g, err := st.Acquire(ctx, id, key, opts...)
 		ch <- acquireResult{g, err}
 	}()
 	return ch

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,5 +113,86 @@ func (s *suite) testTryInsertDoesNotJumpQueue(t *testing.T) {
 	r := recvResult(t, ch, 10*time.Second, "waiter")
 	if r.err != nil || r.g.Session != w {
 		t.Fatalf("waiter: %+v, %v; want the grant (not the barger)", r.g, r.err)
+	}
+}
+
+// testFIFOKeptPlace: with KeepPlace, a waiter whose call ends keeps its
+// place; its next call resumes it and is granted before a waiter queued
+// after it (C2 #ct2-keep-place).
+func (s *suite) testFIFOKeptPlace(t *testing.T) {
+	insts := s.instances(t, 2)
+	holder := openSession(t, insts[0])
+	hg := mustTry(t, insts[0], holder, "kp/k")
+	w1, w2 := openSession(t, insts[1]), openSession(t, insts[0])
+	ctx1, cancel1 := context.WithCancel(ctxT(t))
+	defer cancel1()
+	ch1 := startAcquire(t, ctx1, insts[1], w1, "kp/k", store.KeepPlace())
+	waitersAre(t, insts[0], "kp/k", []store.SessionID{w1})
+	ch2 := startAcquire(t, ctxT(t), insts[0], w2, "kp/k")
+	waitersAre(t, insts[0], "kp/k", []store.SessionID{w1, w2})
+	cancel1()
+	r1 := recvResult(t, ch1, 5*time.Second, "cut waiter")
+	if !errors.Is(r1.err, context.Canceled) {
+		t.Fatalf("cut waiter: err = %v, want errors.Is(err, context.Canceled)", r1.err)
+	}
+	if info, _ := inspect(t, insts[0], "kp/k"); !slices.Equal(info.Waiters, []store.SessionID{w1, w2}) {
+		t.Fatalf("waiters after w1's KeepPlace call ended = %v; want [w1 w2] (w1 keeps its place)", info.Waiters)
+	}
+	mustRelease(t, insts[0], hg)
+	// w1 comes back after the release: it is still first.
+	r1 = recvResult(t, startAcquire(t, ctxT(t), insts[1], w1, "kp/k", store.KeepPlace()), 15*time.Second, "resumed waiter")
+	if r1.err != nil || r1.g.Session != w1 {
+		t.Fatalf("resumed waiter: Acquire = %+v, %v; want the grant for w1 (queued first)", r1.g, r1.err)
+	}
+	notReturned(t, ch2, "w2 while w1 holds")
+	if r1.g.Token <= hg.Token {
+		t.Fatalf("resumed waiter: token %d, want > %d", r1.g.Token, hg.Token)
+	}
+	mustRelease(t, insts[1], r1.g)
+	r2 := recvResult(t, ch2, 15*time.Second, "second waiter")
+	if r2.err != nil || r2.g.Session != w2 || r2.g.Token <= r1.g.Token {
+		t.Fatalf("second waiter: Acquire = %+v, %v; want the grant for w2 with a token > %d", r2.g, r2.err, r1.g.Token)
+	}
+}
+
+// testLeaveQueue: LeaveQueue gives up a kept place (the next waiter moves
+// up), is idempotent, and never touches a grant.
+func (s *suite) testLeaveQueue(t *testing.T) {
+	insts := s.instances(t, 2)
+	holder := openSession(t, insts[0])
+	hg := mustTry(t, insts[0], holder, "lq/k")
+	w1, w2 := openSession(t, insts[1]), openSession(t, insts[0])
+	ctx1, cancel1 := context.WithCancel(ctxT(t))
+	ch1 := startAcquire(t, ctx1, insts[1], w1, "lq/k", store.KeepPlace())
+	waitersAre(t, insts[0], "lq/k", []store.SessionID{w1})
+	ch2 := startAcquire(t, ctxT(t), insts[0], w2, "lq/k")
+	waitersAre(t, insts[0], "lq/k", []store.SessionID{w1, w2})
+	cancel1()
+	recvResult(t, ch1, 5*time.Second, "cut waiter")
+	for i := range 2 {
+		if err := insts[1].LeaveQueue(ctxT(t), w1, "lq/k"); err != nil {
+			t.Fatalf("LeaveQueue(w1) #%d: %v", i+1, err)
+		}
+	}
+	waitersAre(t, insts[0], "lq/k", []store.SessionID{w2})
+	// Neither the holder's grant nor an unknown session is touched.
+	for _, id := range []store.SessionID{holder, "no-such-session"} {
+		if err := insts[0].LeaveQueue(ctxT(t), id, "lq/k"); err != nil {
+			t.Fatalf("LeaveQueue(%s) of a session not queued: %v; want nil", id, err)
+		}
+	}
+	if info, found := inspect(t, insts[0], "lq/k"); !found || info.Session != holder || info.Token != hg.Token {
+		t.Fatalf("Inspect after LeaveQueue of the holder = %+v, %v; want the holder's grant untouched", info, found)
+	}
+	mustRelease(t, insts[0], hg)
+	r2 := recvResult(t, ch2, 15*time.Second, "next waiter")
+	if r2.err != nil || r2.g.Session != w2 {
+		t.Fatalf("next waiter: %+v, %v; want the grant", r2.g, r2.err)
+	}
+	if err := insts[0].LeaveQueue(ctxT(t), w2, "lq/k"); err != nil {
+		t.Fatalf("LeaveQueue of the new holder: %v", err)
+	}
+	if info, found := inspect(t, insts[0], "lq/k"); !found || info.Session != w2 {
+		t.Fatalf("Inspect after LeaveQueue of the new holder = %+v, %v; want its grant untouched", info, found)
 	}
 }

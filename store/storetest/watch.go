@@ -77,3 +77,55 @@ func (s *suite) testWatchOrder(t *testing.T) {
 		}
 	})
 }
+
+// testWatchValue checks C2 #ct2-watch for SetValue: a value event of the
+// grant, in commit order between its acquired and released events, seen by
+// another instance; a refused SetValue and one outside the prefix send
+// nothing.
+func (s *suite) testWatchValue(t *testing.T) {
+	insts := s.instances(t, 2)
+	a, b := insts[0], insts[1]
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	ch, err := b.Watch(ctx, "wv/")
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	id := openSession(t, a)
+	g := mustTry(t, a, id, "wv/1")
+	out := mustTry(t, a, id, "xv/outside")
+	if err := a.SetValue(ctxT(t), id, out.Key, out.Token, []byte("o")); err != nil {
+		t.Fatalf("SetValue(outside): %v", err)
+	}
+	if err := a.SetValue(ctxT(t), id, g.Key, g.Token, []byte("v1")); err != nil {
+		t.Fatalf("SetValue: %v", err)
+	}
+	wantErr(t, "SetValue(stale token)", a.SetValue(ctxT(t), id, g.Key, g.Token+1, []byte("x")), store.ErrNotOwner)
+	if err := a.SetValue(ctxT(t), id, g.Key, g.Token, []byte("v2")); err != nil {
+		t.Fatalf("SetValue again: %v", err)
+	}
+	mustRelease(t, a, g)
+	want := []store.Event{
+		{Kind: store.EventAcquired, Key: "wv/1", Session: id, Token: g.Token},
+		{Kind: store.EventValue, Key: "wv/1", Session: id, Token: g.Token},
+		{Kind: store.EventValue, Key: "wv/1", Session: id, Token: g.Token},
+		{Kind: store.EventReleased, Key: "wv/1", Session: id, Token: g.Token},
+	}
+	timeout := time.After(10 * time.Second)
+	for i, w := range want {
+		select {
+		case ev, ok := <-ch:
+			if !ok || ev.Err != nil {
+				t.Fatalf("event %d: watch ended (%v)", i, ev.Err)
+			}
+			if ev != w {
+				t.Fatalf("event %d = %+v (%v), want %+v (%v)", i, ev, ev.Kind, w, w.Kind)
+			}
+		case <-timeout:
+			t.Fatalf("event %d (%v %s) not delivered", i, w.Kind, w.Key)
+		}
+	}
+	if info, found := inspect(t, b, "wv/1"); found {
+		t.Fatalf("wv/1 still held after release: %+v", info)
+	}
+}

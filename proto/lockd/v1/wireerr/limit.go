@@ -20,12 +20,13 @@ const (
 	LimitWaiters         = "waiters"           // lock.server.max-waiters
 	LimitWaitersPerKey   = "waiters_per_key"   // lock.server.max-waiters-per-key
 	LimitLocksPerSession = "locks_per_session" // lock.server.max-locks-per-session
+	LimitRefusals        = "refusals"          // lock.server.refusal-rate (refusals for access, per peer)
 )
 
 // Limits lists every Limit* value, in the order of C2 #ct2-limits.
 func Limits() []string {
 	return []string{LimitSessions, LimitSessionOpens, LimitConnections, LimitStreams, LimitWatches,
-		LimitWaiters, LimitWaitersPerKey, LimitLocksPerSession}
+		LimitWaiters, LimitWaitersPerKey, LimitLocksPerSession, LimitRefusals}
 }
 
 // LimitStatus is the status of a request refused by the server bound limit

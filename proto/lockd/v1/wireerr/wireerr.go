@@ -53,20 +53,25 @@ const (
 	ReasonInternal                 = "INTERNAL"        // codes.Internal; details are in the server's log
 	ReasonAccessDenied             = "ACCESS_DENIED"   // codes.PermissionDenied; no access rule allows the call (C5 #ct5-auth)
 	ReasonUnauthenticated          = "UNAUTHENTICATED" // codes.Unauthenticated; the caller's credentials were refused
+	// ReasonLimitMismatch: an Acquire's limit or mode disagrees with the
+	// kind of lock the key's holders and waiters use (C2 #ct2-multi).
+	// Its code is InvalidArgument, not FailedPrecondition: older SDKs
+	// take FailedPrecondition for a dead session.
+	ReasonLimitMismatch = "LIMIT_MISMATCH" // codes.InvalidArgument
 )
 
 // Reasons lists every reason, in the order of the proto's file comment.
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
 		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonSessionSecretRequired,
-		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch}
+		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch, ReasonLimitMismatch}
 }
 
 // Code is the gRPC code reason travels with; codes.Unknown for a reason
 // that is not one of lockd's.
 func Code(reason string) codes.Code {
 	switch reason {
-	case ReasonInvalidArgument:
+	case ReasonInvalidArgument, ReasonLimitMismatch:
 		return codes.InvalidArgument
 	case ReasonSessionDead:
 		return codes.FailedPrecondition

@@ -1,0 +1,345 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/backend"
+	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/server"
+	"lock.dev/lockd/store"
+)
+
+// replicaBackends are the backends of the multi-replica failover tests:
+// both share sessions between replicas (C2 #ct2-replicas).
+var replicaBackends = []string{backend.Etcd, backend.PG}
+
+// forReplicaBackends runs f once per backend of replicaBackends.
+func forReplicaBackends(t *testing.T, f func(t *testing.T, backend string)) {
+	for _, b := range replicaBackends {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			f(t, b)
+		})
+	}
+}
+
+// replicas starts n lockd replicas on one fresh namespace of backend, each
+// store wrapped in a Faulty (to see which replica answers heartbeats).
+func replicas(t *testing.T, backend string, n int) ([]*lockdtest.Server, []*lockdtest.Faulty) {
+	t.Helper()
+	ns := lockdtest.NewNamespace(t, backend)
+	srvs := make([]*lockdtest.Server, n)
+	faulty := make([]*lockdtest.Faulty, n)
+	for i := range n {
+		srvs[i] = lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true,
+			Wrap: func(st store.LockStore) store.LockStore { faulty[i] = lockdtest.NewFaulty(st); return faulty[i] }})
+	}
+	return srvs, faulty
+}
+
+// failoverClient is a client of the given addresses, in order (pick_first:
+// it connects to the first that answers).
+func failoverClient(t *testing.T, addrs ...string) *client.Client {
+	t.Helper()
+	c, err := client.New(addrs[0], client.WithAddresses(addrs...), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatalf("client.New(%v): %v", addrs, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestFailoverHolderSurvivesKill: a holder talks to replica A of three;
+// A is killed (connections reset, no session closed). The holder's
+// session and locks survive, Lock.Done never fires, its next heartbeats
+// go through another replica, and a lock revoked while it moved ends with
+// ErrLockLost at its first answer there (C2 #ct2-failover).
+func TestFailoverHolderSurvivesKill(t *testing.T) {
+	forReplicaBackends(t, func(t *testing.T, backend string) {
+		srvs, faulty := replicas(t, backend, 3)
+		ctx := testCtx(t, 90*time.Second)
+		c := failoverClient(t, srvs[0].Addr, srvs[1].Addr, srvs[2].Addr)
+		s, err := c.NewSession(ctx, client.WithSessionTTL(lockdtest.TTL))
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		keep, err := s.Acquire(ctx, "keep")
+		if err != nil {
+			t.Fatalf("Acquire(keep): %v", err)
+		}
+		gone, err := s.Acquire(ctx, "gone")
+		if err != nil {
+			t.Fatalf("Acquire(gone): %v", err)
+		}
+		if n := len(faulty[0].Reported()); n < 3 {
+			t.Fatalf("replica A answered %d trust-extending calls; want the open and both grants (the client uses A first)", n)
+		}
+		others := func() int { return len(faulty[1].Reported()) + len(faulty[2].Reported()) }
+		before := others()
+		admin := srvs[1].NewClient(t)
+
+		if err := srvs[0].Kill(); err != nil {
+			t.Fatalf("Kill(A): %v", err)
+		}
+		killed := time.Now()
+		// Revoked while the holder moves: no replica has a stream of it.
+		if info, err := admin.Revoke(ctx, "gone"); err != nil || !info.Held || info.Token != gone.Token() {
+			t.Fatalf("Revoke(gone) = %+v, %v; want the holder's grant", info, err)
+		}
+
+		// The next heartbeat is answered by another replica, within the
+		// trust window.
+		testkit.Eventually(t, 2*lockdtest.TTL, "a heartbeat answered by replica B or C", func() error {
+			if n := others(); n <= before {
+				return fmt.Errorf("B and C answered %d trust-extending calls, as before the kill", n)
+			}
+			return nil
+		})
+		select {
+		case <-gone.Done():
+		case <-time.After(lockdtest.TTL):
+			t.Fatalf("the lock revoked while the holder moved is still trusted a TTL after the move")
+		}
+		if !errors.Is(gone.Err(), client.ErrLockLost) {
+			t.Errorf("revoked lock: Err = %v; want ErrLockLost", gone.Err())
+		}
+		// The session and the other lock live on for two more TTLs.
+		testkit.Eventually(t, 4*lockdtest.TTL, "the session's deadline two TTLs past the kill", func() error {
+			select {
+			case <-keep.Done():
+				t.Fatalf("Lock.Done fired %v after the kill: %v", time.Since(killed), keep.Err())
+			case <-s.Done():
+				t.Fatalf("Session.Done fired %v after the kill: %v", time.Since(killed), s.Err())
+			default:
+			}
+			if d := time.Until(s.Deadline()); time.Since(killed)+d < 2*lockdtest.TTL {
+				return fmt.Errorf("deadline %v from now, %v after the kill", d, time.Since(killed))
+			}
+			return nil
+		})
+		info, err := admin.Inspect(ctx, "keep")
+		if err != nil || !info.Held || info.Session != s.ID() || info.Token != keep.Token() {
+			t.Fatalf("Inspect(keep) = %+v, %v; want held by the session with token %d", info, err, keep.Token())
+		}
+		if err := keep.Release(ctx); err != nil {
+			t.Errorf("Release(keep) after the move: %v", err)
+		}
+	})
+}
+
+// TestFailoverWaiterKeepsPlace: waiter W1 queued before W2; W1's call is
+// cut — its replica's connection cut (A stays up) or its replica killed —
+// and the SDK retries through another replica: W1 is still granted before
+// W2 (C2 #ct2-keep-place). Before keep_place the retry re-entered the queue
+// at its end.
+func TestFailoverWaiterKeepsPlace(t *testing.T) {
+	for _, cut := range []string{"connection", "kill"} {
+		t.Run(cut, func(t *testing.T) {
+			t.Parallel()
+			forReplicaBackends(t, func(t *testing.T, backend string) {
+				srvs, _ := replicas(t, backend, 2)
+				a, b := srvs[0], srvs[1]
+				ctx := testCtx(t, 90*time.Second)
+				proxy := testkit.NewProxy(t, a.Addr)
+				holder, err := b.NewClient(t).NewSession(ctx)
+				if err != nil {
+					t.Fatalf("holder NewSession: %v", err)
+				}
+				hl, err := holder.Acquire(ctx, "k")
+				if err != nil {
+					t.Fatalf("holder Acquire: %v", err)
+				}
+				w1, err := failoverClient(t, proxy.Addr(), b.Addr).NewSession(ctx)
+				if err != nil {
+					t.Fatalf("W1 NewSession: %v", err)
+				}
+				w2, err := b.NewClient(t).NewSession(ctx)
+				if err != nil {
+					t.Fatalf("W2 NewSession: %v", err)
+				}
+				type grant struct {
+					who string
+					l   *client.Lock
+					err error
+				}
+				granted := make(chan grant, 2)
+				wait := func(who string, s *client.Session) {
+					go func() { // ends when granted or ctx ends
+						l, err := s.Acquire(ctx, "k")
+						granted <- grant{who, l, err}
+					}()
+				}
+				wait("W1", w1)
+				waitersOn(t, ctx, b, "k", w1.ID())
+				wait("W2", w2)
+				waitersOn(t, ctx, b, "k", w1.ID(), w2.ID())
+
+				switch cut {
+				case "connection":
+					proxy.Cut() // A stays up: its wait ends by the cut
+				case "kill":
+					if err := a.Kill(); err != nil {
+						t.Fatalf("Kill(A): %v", err)
+					}
+				}
+				// W1's retry reaches B; W1 keeps the first place.
+				waitersOn(t, ctx, b, "k", w1.ID(), w2.ID())
+				if err := hl.Release(ctx); err != nil {
+					t.Fatalf("holder Release: %v", err)
+				}
+				first := <-granted
+				if first.err != nil || first.who != "W1" {
+					t.Fatalf("first grant after the release: %s, %v; want W1 (queued first, its call cut and retried)", first.who, first.err)
+				}
+				select {
+				case g := <-granted:
+					t.Fatalf("%s granted while W1 holds the key (err %v)", g.who, g.err)
+				default:
+				}
+				if err := first.l.Release(ctx); err != nil {
+					t.Fatalf("W1 Release: %v", err)
+				}
+				if second := <-granted; second.err != nil || second.who != "W2" {
+					t.Fatalf("second grant: %s, %v; want W2", second.who, second.err)
+				}
+			})
+		})
+	}
+}
+
+// waitersOn polls until key's waiters, as srv sees them, are want.
+func waitersOn(t *testing.T, ctx context.Context, srv *lockdtest.Server, key string, want ...string) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, "waiters of "+key, func() error {
+		info, _, err := srv.Store.Inspect(ctx, key)
+		if err != nil {
+			return err
+		}
+		got := make([]string, len(info.Waiters))
+		for i, w := range info.Waiters {
+			got[i] = string(w)
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("waiters %v, want %v", got, want)
+		}
+		return nil
+	})
+}
+
+// TestWaitKeepsPlaceAcrossMaxWait: W1 waits longer than the server's
+// per-call maximum wait (shortened here); each of its calls ends with
+// WAIT_TIMEOUT and the SDK sends it again. W2, queued after it, waits in
+// one call (its own wait timeout). W1 is still granted first (C2
+// #ct2-keep-place). Before keep_place each re-sent call re-entered the
+// queue at its end, behind W2.
+func TestWaitKeepsPlaceAcrossMaxWait(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{})
+		server.SetMaxWait(srv.Server, time.Second)
+		ctx := testCtx(t, 90*time.Second)
+		c := srv.Client
+		holder, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("holder NewSession: %v", err)
+		}
+		hl, err := holder.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("holder Acquire: %v", err)
+		}
+		w1, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("W1 NewSession: %v", err)
+		}
+		w2, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("W2 NewSession: %v", err)
+		}
+		type grant struct {
+			who string
+			l   *client.Lock
+			err error
+		}
+		granted := make(chan grant, 2)
+		go func() { l, err := w1.Acquire(ctx, "k"); granted <- grant{"W1", l, err} }() // ends when granted or ctx ends
+		waitersOn(t, ctx, srv, "k", w1.ID())
+		// W2's own wait timeout replaces the maximum wait: its one call
+		// waits throughout.
+		go func() { // ends when granted or ctx ends
+			l, err := w2.Acquire(ctx, "k", client.WithWaitTimeout(time.Minute))
+			granted <- grant{"W2", l, err}
+		}()
+		waitersOn(t, ctx, srv, "k", w1.ID(), w2.ID())
+		// W1's calls reach the maximum wait at least twice.
+		testkit.Eventually(t, 30*time.Second, "two waits ended by the maximum wait", func() error {
+			if n := counter(t, srv.Registry, "lockd_lock_acquire_total", map[string]string{"result": "timeout"}); n < 2 {
+				return fmt.Errorf("%v acquires ended by a timeout", n)
+			}
+			return nil
+		})
+		waitersOn(t, ctx, srv, "k", w1.ID(), w2.ID())
+		if err := hl.Release(ctx); err != nil {
+			t.Fatalf("holder Release: %v", err)
+		}
+		first := <-granted
+		if first.err != nil || first.who != "W1" {
+			t.Fatalf("first grant: %s, %v; want W1 (queued first)", first.who, first.err)
+		}
+		if err := first.l.Release(ctx); err != nil {
+			t.Fatalf("W1 Release: %v", err)
+		}
+		if second := <-granted; second.err != nil || second.who != "W2" {
+			t.Fatalf("second grant: %s, %v; want W2", second.who, second.err)
+		}
+	})
+}
+
+// TestFailoverStalledReplica: the path to the holder's replica stops
+// carrying anything, without a reset (the connection stays open). The SDK
+// notices the stalled stream (a heartbeat unanswered for half an interval)
+// and moves to another replica before its trust runs out: Lock.Done never
+// fires (C2 #ct2-failover).
+func TestFailoverStalledReplica(t *testing.T) {
+	forReplicaBackends(t, func(t *testing.T, backend string) {
+		srvs, faulty := replicas(t, backend, 2)
+		ctx := testCtx(t, 90*time.Second)
+		proxy := testkit.NewProxy(t, srvs[0].Addr)
+		c := failoverClient(t, proxy.Addr(), srvs[1].Addr)
+		s, err := c.NewSession(ctx, client.WithSessionTTL(lockdtest.TTL))
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		l, err := s.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if n := len(faulty[1].Reported()); n != 0 {
+			t.Fatalf("replica B answered %d trust-extending calls before the stall; want 0 (the client uses A)", n)
+		}
+		proxy.Pause()
+		paused := time.Now()
+		testkit.Eventually(t, 2*lockdtest.TTL, "a heartbeat answered by replica B", func() bool {
+			return len(faulty[1].Reported()) > 0
+		})
+		testkit.Eventually(t, 4*lockdtest.TTL, "the session's deadline two TTLs past the stall", func() error {
+			select {
+			case <-l.Done():
+				t.Fatalf("Lock.Done fired %v after the stall: %v", time.Since(paused), l.Err())
+			default:
+			}
+			if d := time.Until(s.Deadline()); time.Since(paused)+d < 2*lockdtest.TTL {
+				return fmt.Errorf("deadline %v from now, %v after the stall", d, time.Since(paused))
+			}
+			return nil
+		})
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release after the move: %v", err)
+		}
+	})
+}

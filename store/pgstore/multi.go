@@ -1,0 +1,371 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/store"
+)
+
+// Semaphores and read/write locks (C2 #ct2-multi, migration 0006). A key of
+// either kind has one slots row per holder and its queue in slot_waiters.
+// An attempt takes the key's advisory lock (keyLock, as every plain grant
+// does), looks at the session, the key's plain rows, its slots and its
+// queue, and decides with store.Admit: grant (a slots row whose token is
+// drawn in the INSERT, under the key lock: strictly increasing per key over
+// both kinds, see grant), queue, or ErrLimitMismatch. The plain grant paths
+// refuse a key with slots or slot waiters (grantCheck, grantBatch), so a
+// key is never held both ways. Slots cascade from their session; their
+// deletes notify like lock deletes, and every change of a key's slots or
+// queue wakes all its local waiters, which decide again.
+
+// multiQueries are the statements of multi.go.
+type multiQueries struct {
+	live, plain, slots, waiters string
+	insert, enqueue, dequeue    string
+	release, revoke, setValue   string
+	inspect, list               string
+}
+
+func newMultiQueries(r *strings.Replacer) multiQueries {
+	const info = `SELECT m.key, m.session_id, m.token, m.mode, m.lim, m.acquired_at,
+		coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), m.value,
+		ARRAY(SELECT w.session_id FROM {{s}}.slot_waiters w WHERE w.key = m.key ORDER BY w.id)
+		FROM {{s}}.slots m LEFT JOIN {{s}}.sessions s ON s.id = m.session_id`
+	return multiQueries{
+		// The session row stays as checked until commit (see grantCheck).
+		live: r.Replace(`SELECT floor(extract(epoch FROM expires_at - now()) * 1000000)::bigint
+			FROM {{s}}.sessions WHERE id = $1 FOR KEY SHARE`),
+		plain: r.Replace(`SELECT EXISTS (SELECT 1 FROM {{s}}.locks WHERE key = $1)
+			OR EXISTS (SELECT 1 FROM {{s}}.waiters WHERE key = $1)`),
+		slots:   r.Replace(`SELECT session_id, token, mode, lim, acquired_at FROM {{s}}.slots WHERE key = $1 ORDER BY token`),
+		waiters: r.Replace(`SELECT session_id, mode, lim FROM {{s}}.slot_waiters WHERE key = $1 ORDER BY id`),
+		insert: r.Replace(`INSERT INTO {{s}}.slots (key, session_id, token, mode, lim)
+			VALUES ($1, $2, nextval({{seq}}), $3, $4) RETURNING token, acquired_at`),
+		enqueue: r.Replace(`INSERT INTO {{s}}.slot_waiters (key, session_id, mode, lim) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (key, session_id) DO NOTHING`),
+		dequeue: r.Replace(`DELETE FROM {{s}}.slot_waiters WHERE key = $1 AND session_id = $2`),
+		release: r.Replace(`DELETE FROM {{s}}.slots
+			WHERE key = $1 AND session_id = $2 AND token = $3
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())
+			AND set_config('lockd.reason', 'released', true) IS NOT NULL
+			RETURNING acquired_at`),
+		revoke: r.Replace(`DELETE FROM {{s}}.slots
+			WHERE key = $1 AND set_config('lockd.reason', 'revoked', true) IS NOT NULL
+			RETURNING session_id, token, acquired_at`),
+		setValue: r.Replace(`UPDATE {{s}}.slots SET value = $4
+			WHERE key = $1 AND session_id = $2 AND token = $3
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())`),
+		inspect: r.Replace(info + ` WHERE m.key = $1 ORDER BY m.token`),
+		// $1 prefix, $2 the first string past every key with the prefix
+		// (NULL: none), $3 after, $4 limit: as list.
+		list: r.Replace(`WITH k AS (SELECT DISTINCT key FROM {{s}}.slots
+				WHERE key >= $1::text COLLATE "C" AND ($2::text IS NULL OR key < $2::text COLLATE "C")
+				AND key > $3::text COLLATE "C" ORDER BY key LIMIT $4)
+			` + info + ` JOIN k ON k.key = m.key ORDER BY m.key, m.token`),
+	}
+}
+
+func errMismatch(key string, o store.AcquireOptions) error {
+	kind := "a plain lock"
+	switch {
+	case o.RW():
+		kind = "a read/write lock (" + o.Mode.String() + ")"
+	case o.Limit > 1:
+		kind = "a semaphore of " + strconv.FormatUint(uint64(o.Limit), 10)
+	}
+	return fmt.Errorf("%w: key %q is held or awaited as another kind of lock than %s", store.ErrLimitMismatch, key, kind)
+}
+
+// attemptMulti is one attempt of a slot: granted, held, busy (queued when
+// wait), dead or mismatch. It is observed as one request.
+func (s *Store) attemptMulti(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions, wait bool) (g store.Grant, out outcome, err error) {
+	op := telemetry.OpTryInsert
+	if wait {
+		op = telemetry.OpAcquire
+	}
+	defer s.metrics.Observe(op)(&err)
+	sid := string(id)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		g, out = store.Grant{}, 0
+		if _, err := tx.Exec(ctx, s.q.keyLock, []string{key}); err != nil {
+			return err
+		}
+		dequeue := func(o outcome) error {
+			out = o
+			_, err := tx.Exec(ctx, s.q.m.dequeue, key, sid)
+			return err
+		}
+		var remainingUS int64
+		err := tx.QueryRow(ctx, s.q.m.live, sid).Scan(&remainingUS)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && remainingUS <= 0 {
+			return dequeue(dead)
+		}
+		if err != nil {
+			return err
+		}
+		g = store.Grant{Key: key, Session: id, Remaining: time.Duration(remainingUS) * time.Microsecond}
+		var plain bool
+		if err := tx.QueryRow(ctx, s.q.m.plain, key).Scan(&plain); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, s.q.m.slots, key)
+		var holders []store.MultiEntry
+		var sess string
+		var tok int64
+		var mode int16
+		var lim int32
+		var at time.Time
+		_, err = pgx.ForEachRow(rows, []any{&sess, &tok, &mode, &lim, &at}, func() error {
+			holders = append(holders, store.MultiEntry{Session: store.SessionID(sess), Limit: uint32(lim), Mode: store.Mode(mode)})
+			if sess == sid {
+				g.Token, g.AcquiredAt, out = uint64(tok), at, held
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if out == held {
+			return dequeue(held)
+		}
+		if plain {
+			return dequeue(mismatch)
+		}
+		rows, _ = tx.Query(ctx, s.q.m.waiters, key)
+		var queue []store.MultiEntry
+		_, err = pgx.ForEachRow(rows, []any{&sess, &mode, &lim}, func() error {
+			queue = append(queue, store.MultiEntry{Session: store.SessionID(sess), Limit: uint32(lim), Mode: store.Mode(mode)})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		switch store.Admit(id, o, holders, queue) {
+		case store.AdmitMismatch:
+			return dequeue(mismatch)
+		case store.AdmitGrant:
+			if err := tx.QueryRow(ctx, s.q.m.insert, key, sid, int16(o.Mode), int32(o.Limit)).Scan(&tok, &g.AcquiredAt); err != nil {
+				return err
+			}
+			g.Token = uint64(tok)
+			return dequeue(granted)
+		}
+		out = busy
+		if !wait {
+			return nil
+		}
+		_, err = tx.Exec(ctx, s.q.m.enqueue, key, sid, int16(o.Mode), int32(o.Limit))
+		return err
+	})
+	return g, out, classify(ctx, "acquire", err)
+}
+
+// tryMulti is TryInsert of a slot.
+func (s *Store) tryMulti(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions) (store.Grant, bool, error) {
+	g, out, err := s.attemptMulti(ctx, id, key, o, false)
+	switch {
+	case err != nil:
+		s.metrics.Acquire(telemetry.AcquireResult(err), 0)
+		return store.Grant{}, false, err
+	case out == granted:
+		s.newGrant(g, 0)
+		return g, true, nil
+	case out == held:
+		return g, true, nil
+	case out == busy:
+		s.metrics.Acquire(telemetry.AcquireContended, 0)
+		return store.Grant{}, false, nil
+	case out == mismatch:
+		s.metrics.Acquire(telemetry.AcquireError, 0)
+		return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", errMismatch(key, o))
+	}
+	s.metrics.Acquire(telemetry.AcquireError, 0)
+	return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead)
+}
+
+// acquireMulti is Acquire of a slot: attempts, woken by the notifications
+// of the key (as Acquire), until granted.
+func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions) (store.Grant, error) {
+	w, err := s.addWaiter(id, key)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	defer s.removeWaiter(w)
+	start := time.Now()
+	recheck := time.NewTimer(recheckInterval)
+	defer recheck.Stop()
+	for {
+		g, out, err := s.attemptMulti(ctx, id, key, o, true)
+		if err != nil {
+			s.leaveSlotQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
+			return store.Grant{}, err
+		}
+		switch out {
+		case granted:
+			s.newGrant(g, time.Since(start))
+			return g, nil
+		case held:
+			return g, nil
+		case dead:
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+		case mismatch:
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
+		}
+		recheck.Reset(recheckInterval)
+		select {
+		case <-w.wake:
+		case <-recheck.C:
+		case <-ctx.Done():
+			s.leaveSlotQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireTimeout, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", ctx.Err())
+		case <-s.closing:
+			s.leaveSlotQueue(id, key)
+			s.metrics.Acquire(telemetry.AcquireError, 0)
+			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
+		}
+	}
+}
+
+// leaveSlotQueue removes the session's slot waiter row of key, best
+// effort (as leaveQueue).
+func (s *Store) leaveSlotQueue(id store.SessionID, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, s.q.m.dequeue, key, string(id))
+}
+
+// releaseSlot is DeleteIfOwner of a slot (the plain release found no
+// such lock row).
+func (s *Store) releaseSlot(ctx context.Context, id store.SessionID, key string, token uint64) error {
+	var at time.Time
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.q.m.release, key, string(id), int64(token)).Scan(&at)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("pgstore: release: %w", store.ErrNotOwner)
+	}
+	if err = classify(ctx, "release", err); err != nil {
+		return err
+	}
+	s.log.LockReleased(store.Grant{Key: key, Session: id, Token: token, AcquiredAt: at}, telemetry.ReleaseRelease)
+	s.metrics.Released(telemetry.ReleaseRelease, 1)
+	return nil
+}
+
+// revokeSlots is Revoke of a semaphore or read/write key: every slot goes
+// in one statement; the lowest token is returned.
+func (s *Store) revokeSlots(ctx context.Context, key string) (store.Grant, bool, error) {
+	var gs []store.Grant
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		gs = gs[:0]
+		rows, _ := tx.Query(ctx, s.q.m.revoke, key)
+		var sid string
+		var tok int64
+		var at time.Time
+		_, err := pgx.ForEachRow(rows, []any{&sid, &tok, &at}, func() error {
+			gs = append(gs, store.Grant{Key: key, Session: store.SessionID(sid), Token: uint64(tok), AcquiredAt: at})
+			return nil
+		})
+		return err
+	})
+	if err = classify(ctx, "revoke", err); err != nil {
+		return store.Grant{}, false, err
+	}
+	if len(gs) == 0 {
+		return store.Grant{}, false, nil
+	}
+	slices.SortFunc(gs, func(a, b store.Grant) int { return int(int64(a.Token) - int64(b.Token)) })
+	for _, g := range gs {
+		s.log.LockRevoked(ctx, key, g.Token)
+		s.log.LockReleased(g, telemetry.ReleaseRevoked)
+	}
+	s.metrics.Released(telemetry.ReleaseRevoked, len(gs))
+	return gs[0], true, nil
+}
+
+// setSlotValue is SetValue of a slot (the plain update found no such lock
+// row).
+func (s *Store) setSlotValue(ctx context.Context, id store.SessionID, key string, token uint64, value []byte) error {
+	tag, err := s.pool.Exec(ctx, s.q.m.setValue, key, string(id), int64(token), value)
+	if err = classify(ctx, "set value", err); err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("pgstore: set value: %w", store.ErrNotOwner)
+	}
+	return nil
+}
+
+// scanSlotInfos reads rows of the info statements into one LockInfo per
+// key, in row order.
+func scanSlotInfos(rows pgx.Rows) ([]store.LockInfo, error) {
+	var infos []store.LockInfo
+	var (
+		key, sid      string
+		tok           int64
+		mode          int16
+		lim           int32
+		at            time.Time
+		owner         string
+		labels, value []byte
+		waiters       []string
+	)
+	_, err := pgx.ForEachRow(rows, []any{&key, &sid, &tok, &mode, &lim, &at, &owner, &labels, &value, &waiters}, func() error {
+		if len(infos) == 0 || infos[len(infos)-1].Key != key {
+			infos = append(infos, store.LockInfo{Key: key, Limit: uint32(lim), RW: mode != int16(store.ModeUnset), Waiters: sessionIDs(waiters)})
+		}
+		in := &infos[len(infos)-1]
+		in.Holders = append(in.Holders, store.HolderInfo{Session: store.SessionID(sid), Token: uint64(tok), Mode: store.Mode(mode),
+			AcquiredAt: at, Owner: owner, Labels: decodeLabels(labels), Value: cloneValue(value)})
+		return nil
+	})
+	for i := range infos {
+		h := infos[i].Holders[0]
+		infos[i].Session, infos[i].Token, infos[i].AcquiredAt = h.Session, h.Token, h.AcquiredAt
+		infos[i].Owner, infos[i].Labels, infos[i].Value = h.Owner, h.Labels, h.Value
+	}
+	return infos, err
+}
+
+// inspectSlots is Inspect of a key without a plain grant.
+func (s *Store) inspectSlots(ctx context.Context, key string) (store.LockInfo, bool, error) {
+	rows, _ := s.pool.Query(ctx, s.q.m.inspect, key)
+	infos, err := scanSlotInfos(rows)
+	if err = classify(ctx, "inspect", err); err != nil {
+		return store.LockInfo{}, false, err
+	}
+	if len(infos) == 0 {
+		return store.LockInfo{}, false, nil
+	}
+	return infos[0], true, nil
+}
+
+// mergeSlots adds the semaphore and read/write keys of List's page to its
+// plain keys, in key order, at most limit in all.
+func (s *Store) mergeSlots(ctx context.Context, plain []store.LockInfo, prefix string, end *string, after string, limit int) ([]store.LockInfo, error) {
+	rows, _ := s.pool.Query(ctx, s.q.m.list, prefix, end, after, limit)
+	multi, err := scanSlotInfos(rows)
+	if err = classify(ctx, "list", err); err != nil {
+		return nil, err
+	}
+	if len(multi) == 0 {
+		return plain, nil
+	}
+	out := append(plain, multi...)
+	slices.SortFunc(out, func(a, b store.LockInfo) int { return strings.Compare(a.Key, b.Key) })
+	out = slices.CompactFunc(out, func(a, b store.LockInfo) bool { return a.Key == b.Key })
+	return out[:min(len(out), limit)], nil
+}

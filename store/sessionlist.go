@@ -1,0 +1,59 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// SessionQuery selects a page of ListSessions.
+type SessionQuery struct {
+	// After lists sessions whose id sorts strictly after it ("" for the
+	// first page).
+	After SessionID
+	// Limit is the page size (ListLimit: 0 means 100, at most 1000).
+	Limit int
+	// Principal, when ByPrincipal, lists only the sessions bound to it
+	// ("" then selects sessions opened without a principal).
+	Principal   string
+	ByPrincipal bool
+}
+
+// SessionInfo describes one live session (ListSessions). It never holds
+// the secret or its hash.
+type SessionInfo struct {
+	ID        SessionID
+	Principal string
+	Owner     string
+	Labels    map[string]string
+	// TTL is the TTL the backend applies.
+	TTL time.Duration
+	// Remaining is the bound the backend proves at the call, as Heartbeat
+	// reports it (C2 #ct2-deadline); listing extends nothing.
+	Remaining time.Duration
+	// Locks is the number of the session's grants.
+	Locks int
+}
+
+// SessionLister is implemented by a store that can list its live sessions
+// (C2 #ct2-list-sessions). A store without it has no session listing; the
+// server answers ListSessions with UNIMPLEMENTED.
+type SessionLister interface {
+	// ListSessions returns live sessions in id order, strictly after
+	// q.After, at most q.Limit of them, filtered by q.Principal when
+	// q.ByPrincipal. Invalid input (a bad After id, a bad limit, an
+	// invalid principal) is ErrInvalidArgument.
+	ListSessions(ctx context.Context, q SessionQuery) ([]SessionInfo, error)
+}
+
+// CheckSessionQuery validates q and returns its effective limit.
+func CheckSessionQuery(q SessionQuery) (int, error) {
+	if q.After != "" {
+		if err := ValidateSessionID(q.After); err != nil {
+			return 0, err
+		}
+	}
+	if err := validatePrincipal(q.Principal); err != nil {
+		return 0, err
+	}
+	return ListLimit(q.Limit)
+}
