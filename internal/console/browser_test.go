@@ -253,13 +253,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("NewSession: %v", err)
 	}
 	defer func() { _ = sess.Close(context.Background()) }()
-	report, err := sess.TryAcquire(ctx, "jobs/report")
+	report, err := sess.TryAcquire(ctx, "jobs/report", client.WithValue([]byte("build 42")))
 	if err != nil {
 		t.Fatalf("TryAcquire(jobs/report): %v", err)
 	}
 	waitFor(t, admin, "the jobs/report row shows its holder and token",
 		rowIs("jobs/report", "report-job", sess.ID(), tokenOf(report), ""))
+	waitFor(t, admin, "the jobs/report row shows its value", `document.querySelector('#locks-body tr[data-key="jobs/report"] td.value').textContent === 'build 42'`)
 	waitFor(t, admin, "the acquired event is shown", eventShown("acquired", "jobs/report", tokenOf(report)))
+	waitFor(t, admin, "the acquired event names the owner", `[...document.querySelectorAll('#events li[data-kind="acquired"] .owner')].some(o => o.textContent === 'report-job')`)
 
 	// Keys are text: markup in a key is shown literally, never parsed.
 	const markup = `xss/<script>window.pwned=1</script><b>x</b>`
@@ -316,9 +318,32 @@ func TestConsoleInBrowser(t *testing.T) {
 	stopWaits()
 	waits.Wait()
 
-	// Sessions: the holder's session with its owner.
+	// A semaphore: every holder, and the key's kind.
+	s2, err := srv.Client.NewSession(ctx, client.WithOwner("slot-2", nil))
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	defer func() { _ = s2.Close(context.Background()) }()
+	slot1, err := sess.TryAcquire(ctx, "pool/slots", client.WithLimit(3))
+	if err != nil {
+		t.Fatalf("TryAcquire(pool/slots): %v", err)
+	}
+	slot2, err := s2.TryAcquire(ctx, "pool/slots", client.WithLimit(3))
+	if err != nil {
+		t.Fatalf("TryAcquire(pool/slots): %v", err)
+	}
+	waitFor(t, admin, "both semaphore holders are shown", fmt.Sprintf(`(() => {
+		const tr = document.querySelector('#locks-body tr[data-key="pool/slots"]');
+		return tr !== null && tr.querySelector('td.key .kind').textContent === 'semaphore 2/3' &&
+			tr.querySelector('td.owner').textContent === 'report-job\nslot-2' &&
+			tr.querySelector('td.token').textContent === %s })()`, js(tokenOf(slot1)+"\n"+tokenOf(slot2))))
+
+	// Sessions (ListSessions; the admin has admin on every key, so sees
+	// every session): owner, principal, TTL, time left, locks.
 	waitFor(t, admin, "the holder's session is listed", fmt.Sprintf(`[...document.querySelectorAll('#sessions-body tr')].some(tr =>
-		tr.querySelector('td.session').textContent === %s && tr.querySelector('td.owner').textContent === 'report-job')`, js(sess.ID())))
+		tr.querySelector('td.session').textContent === %s && tr.querySelector('td.owner').textContent === 'report-job' &&
+		tr.querySelector('td.principal').textContent === 'worker' && tr.querySelector('td.ttl').textContent === '3s' &&
+		/^[0-3]s$/.test(tr.querySelector('td.left').textContent) && tr.querySelector('td.locks').textContent === '2')`, js(sess.ID())))
 	shot, err := chromedp.Run(admin, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -332,7 +357,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	t.Logf("screenshot: %s", png)
 
-	// Release: the row disappears, the event is shown.
+	// Release: the rows disappear, the events are shown.
+	for _, l := range []*client.Lock{slot1, slot2} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release(pool/slots): %v", err)
+		}
+	}
+	waitFor(t, admin, "the pool/slots row disappears", `document.querySelector('#locks-body tr[data-key="pool/slots"]') === null`)
 	if err := report.Release(ctx); err != nil {
 		t.Fatalf("Release(jobs/report): %v", err)
 	}
@@ -348,6 +379,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	run(t, reader, "open the console as reader", chromedp.Navigate(url))
 	setToken(t, reader, tokens["reader"])
 	waitFor(t, reader, "the reader sees jobs/target", rowIs("jobs/target", "report-job", sess.ID(), tokenOf(target), ""))
+	waitFor(t, reader, "the reader may not list sessions (no lock, no admin)",
+		`document.getElementById('sessions-error').textContent.startsWith('403 ACCESS_DENIED')`)
 	run(t, reader, "the reader clicks Revoke", chromedp.Click(chromedp.CSS(`tr[data-key="jobs/target"] button.revoke`)))
 	if msg := <-readerDialogs; !strings.Contains(msg, "Revoke jobs/target?") || !strings.Contains(msg, tokenOf(target)) {
 		t.Errorf("the reader's confirmation = %q, want it to name the key and the token", msg)
@@ -377,4 +410,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, admin, "the revoked event is shown", eventShown("revoked", "jobs/target", tokenOf(target)))
 	waitFor(t, admin, "the jobs/target row disappears", rowGone("jobs/target"))
 	waitFor(t, admin, "the revoke is reported", `document.getElementById('status').textContent.startsWith('Revoked jobs/target')`)
+
+	// Filter by prefix: only pool/ keys and their events. jobs/other is
+	// committed before pool/one, so a watch that saw it would show it
+	// before pool/one's event.
+	run(t, admin, "filter by pool/", chromedp.Clear(chromedp.ID("prefix")), chromedp.SendKeys(chromedp.ID("prefix"), "pool/"),
+		chromedp.Click(chromedp.ID("apply")))
+	waitFor(t, admin, "the filtered watch is live", `document.getElementById('watch-state').textContent === 'live'`)
+	other, err := sess.TryAcquire(ctx, "jobs/other")
+	if err != nil {
+		t.Fatalf("TryAcquire(jobs/other): %v", err)
+	}
+	one, err := sess.TryAcquire(ctx, "pool/one")
+	if err != nil {
+		t.Fatalf("TryAcquire(pool/one): %v", err)
+	}
+	waitFor(t, admin, "pool/one is shown", rowIs("pool/one", "report-job", sess.ID(), tokenOf(one), ""))
+	waitFor(t, admin, "pool/one's event is shown", eventShown("acquired", "pool/one", tokenOf(one)))
+	if shown := eval[bool](t, admin, `[...document.querySelectorAll('#locks-body td.key, #events .key')].some(e => e.textContent.startsWith('jobs/'))`); shown {
+		t.Errorf("a jobs/ key is shown under the filter pool/ (held: %s)", tokenOf(other))
+	}
 }

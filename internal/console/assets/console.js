@@ -125,11 +125,51 @@
     return s + 's';
   }
 
-  function heldFor(lock) {
+  function since(at) {
     // acquired_at is the backend's clock: for reading only.
-    const t = Date.parse(lock.acquired_at || '');
+    const t = Date.parse(at || '');
     return Number.isNaN(t) ? '—' : fmtDuration(Date.now() - t);
   }
+
+  // holdersOf: every holder of a semaphore or read/write key, else the one
+  // holder of a plain lock.
+  function holdersOf(lock) {
+    if (lock.holders && lock.holders.length) return lock.holders;
+    return [{ session_id: lock.session_id, token: lock.token, acquired_at: lock.acquired_at, owner: lock.owner, value: lock.value }];
+  }
+
+  // kindOf describes a key that is not a plain lock.
+  function kindOf(lock) {
+    const hs = lock.holders || [];
+    if (!hs.length) return '';
+    if (hs.some((h) => h.mode && h.mode !== 'LOCK_MODE_UNSPECIFIED')) return 'read/write';
+    return 'semaphore ' + hs.length + '/' + (lock.limit || '?');
+  }
+
+  function modeOf(h) {
+    return h.mode === 'LOCK_MODE_SHARED' ? 'shared ' : h.mode === 'LOCK_MODE_EXCLUSIVE' ? 'exclusive ' : '';
+  }
+
+  // valueText shows a grant's value (base64 in JSON) as text when it is
+  // UTF-8, else its size.
+  function valueText(b64) {
+    if (!b64) return '';
+    let bytes;
+    try {
+      bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    } catch (_) {
+      return '(undecodable)';
+    }
+    try {
+      const text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+      return text.length > 200 ? text.slice(0, 200) + '…' : text;
+    } catch (_) {
+      return '(' + bytes.length + ' bytes)';
+    }
+  }
+
+  const lines = (lock, f) => holdersOf(lock).map(f).join('\n');
+  const heldFor = (lock) => lines(lock, (h) => since(h.acquired_at));
 
   function setStatus(text, bad) {
     const s = $('status');
@@ -154,8 +194,12 @@
     for (const lock of state.locks) {
       const tr = el('tr', 'lock');
       tr.dataset.key = lock.key; // a data attribute is text too
-      tr.append(el('td', 'key', lock.key), el('td', 'owner', lock.owner || ''), el('td', 'session', lock.session_id),
-        el('td', 'token', lock.token), el('td', 'held', heldFor(lock)),
+      const key = el('td', 'key', lock.key);
+      const kind = kindOf(lock);
+      if (kind) key.append(el('span', 'kind', kind));
+      tr.append(key, el('td', 'owner', lines(lock, (h) => h.owner || '')), el('td', 'session', lines(lock, (h) => modeOf(h) + h.session_id)),
+        el('td', 'token', lines(lock, (h) => h.token)), el('td', 'held', heldFor(lock)),
+        el('td', 'value', lines(lock, (h) => valueText(h.value))),
         el('td', 'waiters', (lock.waiters || []).map((w, i) => (i + 1) + '. ' + w).join('\n')));
       const act = el('td', 'actions');
       const refused = state.refused.get(lock.key);
@@ -184,11 +228,9 @@
     for (const s of state.sessions || []) {
       const tr = el('tr', 'session');
       tr.dataset.session = s.session_id;
-      const left = s.remaining_ms === undefined ? '—' : fmtDuration(Number(s.remaining_ms) - elapsed);
-      const ttl = s.ttl_ms === undefined ? '—' : fmtDuration(Number(s.ttl_ms));
       tr.append(el('td', 'session', s.session_id), el('td', 'owner', s.owner || ''),
-        el('td', 'principal', s.principal === undefined ? '—' : (s.principal || 'anonymous')),
-        el('td', 'ttl', ttl), el('td', 'left', left), el('td', 'locks', s.locks === undefined ? '' : s.locks));
+        el('td', 'principal', s.principal || 'anonymous'), el('td', 'ttl', fmtDuration(Number(s.ttl_ms))),
+        el('td', 'left', fmtDuration(Number(s.remaining_ms) - elapsed)), el('td', 'locks', s.locks));
       rows.push(tr);
     }
     body.replaceChildren(...rows);
@@ -202,7 +244,7 @@
     const left = document.querySelectorAll('#sessions-body td.left');
     const elapsed = performance.now() - state.sessionsAt;
     (state.sessions || []).forEach((s, i) => {
-      if (left[i] && s.remaining_ms !== undefined) left[i].textContent = fmtDuration(Number(s.remaining_ms) - elapsed);
+      if (left[i]) left[i].textContent = fmtDuration(Number(s.remaining_ms) - elapsed);
     });
   }
 
@@ -228,23 +270,9 @@
       state.sessionsNote = r.truncated ? 'the first ' + r.items.length + ' shown' : '';
       showError('sessions-error', null);
     } catch (e) {
-      if (e instanceof APIError && (e.httpStatus === 404 || e.httpStatus === 405) && !e.reason) {
-        // A server without the ListSessions route: the holders of the
-        // keys shown above, without TTL or time left.
-        const by = new Map();
-        for (const l of state.locks) {
-          const s = by.get(l.session_id) || { session_id: l.session_id, owner: l.owner, locks: 0 };
-          s.locks++;
-          by.set(l.session_id, s);
-        }
-        state.sessions = [...by.values()];
-        state.sessionsNote = 'holders of the keys above (this server does not list sessions)';
-        showError('sessions-error', null);
-      } else {
-        state.sessions = [];
-        state.sessionsNote = '';
-        showError('sessions-error', e);
-      }
+      state.sessions = [];
+      state.sessionsNote = '';
+      showError('sessions-error', e);
     }
     state.sessionsAt = performance.now();
     renderSessions();
@@ -283,6 +311,7 @@
       el('span', 'kind kind-' + kind.replace(/[^a-z_]/g, ''), kind),
       el('span', 'key', ev.key), el('span', 'session', ev.session_id), el('span', 'token', 'token ' + ev.token));
     if (ev.owner) li.append(el('span', 'owner', ev.owner));
+    if (ev.value) li.append(el('span', 'value', valueText(ev.value)));
     const list = $('events');
     list.prepend(li);
     while (list.children.length > MAX_EVENTS) list.lastChild.remove();
@@ -297,7 +326,8 @@
       const ctl = new AbortController();
       state.watchAbort = ctl;
       try {
-        const q = new URLSearchParams({ prefix: state.prefix });
+        // holder: owners in acquired events, and value events.
+        const q = new URLSearchParams({ prefix: state.prefix, holder: 'true' });
         const resp = await fetch(base + '/v1/watch?' + q.toString(), {
           headers: headers({ Accept: 'application/x-ndjson' }), credentials: 'same-origin', cache: 'no-store', signal: ctl.signal,
         });
@@ -343,9 +373,10 @@
   // --- the one write: an admin's revoke ---
 
   async function revoke(lock, button) {
-    const who = lock.owner ? lock.owner + ', session ' + lock.session_id : 'session ' + lock.session_id;
-    const question = 'Revoke ' + lock.key + '?\n\nHeld by ' + who + ' with token ' + lock.token +
-      '. The holder loses the lock at once; until it notices, only the fencing token protects the resource.';
+    const who = holdersOf(lock).map((h) => (h.owner ? h.owner + ', ' : '') + 'session ' + h.session_id + ', token ' + h.token);
+    const question = 'Revoke ' + lock.key + '?\n\nHeld by ' + who.join('; ') + '.\n\n' +
+      (who.length > 1 ? 'Every holder loses it' : 'The holder loses the lock') +
+      ' at once; until it notices, only the fencing token protects the resource.';
     if (!window.confirm(question)) return;
     button.disabled = true;
     try {
