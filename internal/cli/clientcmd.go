@@ -155,6 +155,47 @@ type lockJSON struct {
 	Owner  string            `json:"owner,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
 	Value  []byte            `json:"value,omitempty"`
+	// Kind, Limit and Holders describe a semaphore or read/write key
+	// (C2 #ct2-multi): kind "semaphore" or "rw", the semaphore's N (1 for
+	// a read/write lock), every holder in token order. The single-holder
+	// fields above then describe the holder with the lowest token. All
+	// three are absent for a plain lock.
+	Kind    string       `json:"kind,omitempty"`
+	Limit   uint32       `json:"limit,omitempty"`
+	Holders []holderJSON `json:"holders,omitempty"`
+}
+
+// holderJSON is one holder of a semaphore or read/write key.
+type holderJSON struct {
+	Token      uint64            `json:"token"`
+	Session    string            `json:"session"`
+	Mode       string            `json:"mode,omitempty"` // shared or exclusive; absent for a semaphore slot
+	AcquiredAt *time.Time        `json:"acquired_at,omitempty"`
+	HeldForMs  int64             `json:"held_for_ms,omitempty"`
+	Owner      string            `json:"owner,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Value      []byte            `json:"value,omitempty"`
+}
+
+// multiKind names the kind of a key with several holders: "semaphore",
+// "rw" (a read/write lock: its holders have a mode), or "" for a plain lock.
+func multiKind(info client.LockInfo) string {
+	switch {
+	case len(info.Holders) == 0:
+		return ""
+	case info.Holders[0].Mode != "":
+		return "rw"
+	}
+	return "semaphore"
+}
+
+// holderHeldFor is how long a holder of a multi-holder key has held it
+// (display only, as heldFor).
+func holderHeldFor(h client.HolderInfo, now time.Time) time.Duration {
+	if h.AcquiredAt.IsZero() {
+		return 0
+	}
+	return max(now.Sub(h.AcquiredAt), 0)
 }
 
 func toJSON(info client.LockInfo, now time.Time) lockJSON {
@@ -167,6 +208,18 @@ func toJSON(info client.LockInfo, now time.Time) lockJSON {
 		at := info.AcquiredAt.UTC()
 		j.AcquiredAt = &at
 		j.HeldForMs = heldFor(info, now).Milliseconds()
+	}
+	if j.Kind = multiKind(info); j.Kind != "" {
+		j.Limit = info.Limit
+		for _, h := range info.Holders {
+			hj := holderJSON{Token: h.Token, Session: h.Session, Mode: h.Mode, Owner: h.Owner, Labels: h.Labels, Value: h.Value}
+			if !h.AcquiredAt.IsZero() {
+				at := h.AcquiredAt.UTC()
+				hj.AcquiredAt = &at
+				hj.HeldForMs = holderHeldFor(h, now).Milliseconds()
+			}
+			j.Holders = append(j.Holders, hj)
+		}
 	}
 	return j
 }

@@ -62,7 +62,7 @@ func TestInspectLsRevoke(t *testing.T) {
 
 		res = lockd(t, environ, "ls", "app/")
 		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
-		if res.code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "KEY TOKEN HELD FOR WAITERS OWNER" {
+		if res.code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "KEY TOKEN HELD FOR WAITERS MODE OWNER" {
 			t.Fatalf("ls app/: %v", res)
 		}
 		if f := strings.Fields(lines[1]); f[0] != "app/a" || f[1] != itoa(held.Token()) || f[3] != "1" {

@@ -15,7 +15,11 @@ func newInspectCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect KEY",
 		Short: "Describe a key: holder, fencing token, how long it has been held, waiters",
-		Args:  exactArgs(1, "KEY"),
+		Long: "Describe a key: holder, fencing token, how long it has been held, waiters. For a semaphore or\n" +
+			"read/write key, its kind and every holder in token order (token, mode, session, owner, labels,\n" +
+			"value, held for). Keys, owners, labels and values that are not plain printable text are shown\n" +
+			"Go-quoted. -o json lists every holder under \"holders\".",
+		Args: exactArgs(1, "KEY"),
 	}
 	cf := addClientFlags(cmd, e)
 	out := addOutputFlag(cmd)
@@ -44,6 +48,8 @@ func newInspectCmd(e *env) *cobra.Command {
 		fmt.Fprintf(&b, "key:       %s\n", displayKey(info.Key))
 		if !info.Held {
 			fmt.Fprintf(&b, "held:      no\n")
+		} else if kind := multiKind(info); kind != "" {
+			writeHolders(&b, info, kind, now)
 		} else {
 			fmt.Fprintf(&b, "held:      yes\n")
 			fmt.Fprintf(&b, "token:     %d\n", info.Token)
@@ -68,4 +74,39 @@ func newInspectCmd(e *env) *cobra.Command {
 		return err
 	}
 	return cmd
+}
+
+// writeHolders writes the text form of a semaphore or read/write key's
+// holders: its kind, then one entry per holder in token order (token, mode,
+// session, owner, labels, value, held for), each shown like a key.
+func writeHolders(b *strings.Builder, info client.LockInfo, kind string, now time.Time) {
+	fmt.Fprintf(b, "held:      yes\n")
+	if kind == "rw" {
+		fmt.Fprintf(b, "kind:      read/write lock\n")
+		fmt.Fprintf(b, "holders:   %d\n", len(info.Holders))
+	} else {
+		fmt.Fprintf(b, "kind:      semaphore of %d\n", info.Limit)
+		fmt.Fprintf(b, "holders:   %d of %d\n", len(info.Holders), info.Limit)
+	}
+	for i, h := range info.Holders {
+		mode := ""
+		if h.Mode != "" {
+			mode = " " + h.Mode
+		}
+		fmt.Fprintf(b, "  %d. token %d%s, session %s", i+1, h.Token, mode, h.Session)
+		if h.Owner != "" {
+			fmt.Fprintf(b, ", owner %s", displayKey(h.Owner))
+		}
+		fmt.Fprintf(b, ", held for %s", formatHeld(holderHeldFor(h, now)))
+		if !h.AcquiredAt.IsZero() {
+			fmt.Fprintf(b, " (since %s)", h.AcquiredAt.UTC().Format(time.RFC3339Nano))
+		}
+		b.WriteByte('\n')
+		if len(h.Labels) > 0 {
+			fmt.Fprintf(b, "     labels:  %s\n", displayLabels(h.Labels))
+		}
+		if len(h.Value) > 0 {
+			fmt.Fprintf(b, "     value:   %s\n", displayValue(h.Value))
+		}
+	}
 }

@@ -14,8 +14,13 @@ import (
 func newLsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls [PREFIX]",
-		Short: "List held keys (all, or those starting with PREFIX): key, token, held for, waiters",
-		Args:  maxArgs(1, "at most a PREFIX"),
+		Short: "List held keys (all, or those starting with PREFIX): key, token, held for, waiters, mode, owner",
+		Long: "List held keys (all, or those starting with PREFIX), in key order: key, fencing token, how long it has\n" +
+			"been held, waiters, mode and owner. A semaphore or read/write key has a row per holder (token order):\n" +
+			"MODE is sem/N for a slot of a semaphore of N, shared or exclusive for a read/write lock, - for a plain\n" +
+			"lock. Keys and owners that are not plain printable text are shown Go-quoted. -o json lists every\n" +
+			"holder under \"holders\".",
+		Args: maxArgs(1, "at most a PREFIX"),
 	}
 	cf := addClientFlags(cmd, e)
 	out := addOutputFlag(cmd)
@@ -56,13 +61,29 @@ func newLsCmd(e *env) *cobra.Command {
 			return writeJSON(e.stdout, js)
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tTOKEN\tHELD FOR\tWAITERS\tOWNER")
-		for _, info := range all {
-			owner := "-"
-			if info.Owner != "" {
-				owner = displayKey(info.Owner)
+		fmt.Fprintln(tw, "KEY\tTOKEN\tHELD FOR\tWAITERS\tMODE\tOWNER")
+		row := func(key string, token uint64, held time.Duration, waiters int, mode, owner string) {
+			if owner == "" {
+				owner = "-"
+			} else {
+				owner = displayKey(owner)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", displayKey(info.Key), info.Token, formatHeld(heldFor(info, now)), len(info.Waiters), owner)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", displayKey(key), token, formatHeld(held), waiters, mode, owner)
+		}
+		for _, info := range all {
+			kind := multiKind(info)
+			if kind == "" {
+				row(info.Key, info.Token, heldFor(info, now), len(info.Waiters), "-", info.Owner)
+				continue
+			}
+			// A semaphore or read/write key: one row per holder.
+			for _, h := range info.Holders {
+				mode := h.Mode
+				if kind == "semaphore" {
+					mode = fmt.Sprintf("sem/%d", info.Limit)
+				}
+				row(info.Key, h.Token, holderHeldFor(h, now), len(info.Waiters), mode, h.Owner)
+			}
 		}
 		return tw.Flush()
 	}

@@ -12,7 +12,9 @@
 //   - history: every process's operation log and the shared run clock;
 //   - fenced: the fenced resource the workers write to with their tokens;
 //   - check: fenced safety, overlapping writers, linearizability
-//     (porcupine), no trusted overlap, token order, liveness (hand-over
+//     (porcupine), no trusted overlap (and, for semaphores and read/write
+//     locks, at most N trusted holders or writers, never an exclusive grant
+//     with another), token order, liveness (hand-over
 //     after a holder's death, and recovery: every key granted again after
 //     every fault), pauses that hit holders;
 //   - worker and cmd/chaos-worker: the client process (lockd SDK);
@@ -56,6 +58,16 @@
 // has control-no-heal-pg: a partition recorded as ended while the link
 // stays cut past the bound (keys not granted again in time); the pause
 // check's is the fencing-off control (no late write refused).
+//
+// The semaphore and read/write scenarios (multi-*, issue 15) have two:
+// control-sem-extra, whose semaphore workers ask lockd for one slot more
+// than the checkers and the resource allow (more than N trusted holders,
+// more than N writers acting), and control-ignore-done, whose first
+// semaphore worker and first read/write worker keep trusting their grant
+// until they release it, whatever the SDK says, and are paused while they
+// hold, with the resource's check off (more than N trusted holders and
+// writers; a reader trusted and acting across a writer, and its read
+// accepted after the writer's write).
 //
 // A scenario with Spec.Pending set is in the suite and fails until the fix
 // it names lands (none is pending now: the restarts on an empty or an older

@@ -132,6 +132,7 @@ var sdkSentinels = []struct {
 	name string
 	err  error
 }{
+	{"ErrLimitMismatch", client.ErrLimitMismatch},
 	{"ErrInvalidArgument", client.ErrInvalidArgument},
 	{"ErrSessionExpired", client.ErrSessionExpired},
 	{"ErrSessionDead", client.ErrSessionDead},

@@ -113,6 +113,21 @@ var scenarios = []scenario{
 		run:  election,
 	},
 	{
+		name: "semaphore",
+		want: "holders=[K A] limit=2 waiters=[] try(E)=ErrLocked mismatch(limit=3)=ErrLimitMismatch " +
+			"mismatch(plain)=ErrLimitMismatch mismatch(shared)=ErrLimitMismatch holders=[K A] limit=2 waiters=[C D] " +
+			"release(A)->C kill(K)->D within-ttl+slack=true holders=[C D] limit=2 waiters=[] tokens=increasing end=free",
+		run: semaphore,
+	},
+	{
+		name: "shared-lock",
+		want: "holders=[R1:shared R2:shared] limit=1 waiters=[] try-shared(R4)=ErrLocked mismatch(plain)=ErrLimitMismatch " +
+			"mismatch(limit=2)=ErrLimitMismatch holders=[R1:shared R2:shared] limit=1 waiters=[W R3] " +
+			"release(R1):holders=[R2:shared] limit=1 waiters=[W R3] release(R2)->W:holders=[W:exclusive] limit=1 waiters=[R3] " +
+			"release(W)->R3 tokens=readers<writer<reader end=free",
+		run: sharedLock,
+	},
+	{
 		name: "bad-input-sdk",
 		want: "ErrInvalidArgument: open(ttl=1s) acquire(bad-keys) try(bad-keys) inspect(bad-keys) revoke(bad-keys) " +
 			"wait-timeout=-1s wait-timeout=11m0s list(limit=5000) list(token=junk) watch(prefix=NUL); " +
@@ -545,7 +560,17 @@ const childClientEnv = "LOCKD_PARITY_CHILD_CLIENT"
 // "HELD <token> <session>" and holds the lock, heartbeating, until it is
 // killed.
 func runChildClient(spec string) int {
+	// "ADDR KEY" or "ADDR KEY LIMIT" (a semaphore slot).
 	addr, key, _ := strings.Cut(spec, " ")
+	var opts []client.AcquireOption
+	if k, lim, ok := strings.Cut(key, " "); ok {
+		var n uint32
+		if _, err := fmt.Sscan(lim, &n); err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		key, opts = k, append(opts, client.WithLimit(n))
+	}
 	c, err := client.New(addr)
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -558,7 +583,7 @@ func runChildClient(spec string) int {
 		fmt.Println("ERROR", err)
 		return 1
 	}
-	l, err := s.Acquire(ctx, key)
+	l, err := s.Acquire(ctx, key, opts...)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1

@@ -40,6 +40,16 @@
 // server grants a full TTL on every heartbeat or the SDK measures its deadline
 // from receive time.
 //
+// TooManyTrusted and TooManyWriters: NoTrustedOverlap and OverlappingWriters
+// for semaphores and read/write locks (C2 #ct2-multi), given each key's Kind:
+// at no instant more than N trusted holders of a semaphore of N, or more than
+// N grants acting at the fenced resource (between their first and last
+// accepted write); never an exclusive grant trusted or acting together with
+// any other grant of a read/write lock. FencedSafety follows the resource's
+// modes: a shared write is stale below an earlier exclusive token, an
+// exclusive one below any earlier token, and a semaphore slot's writes are
+// left to TooManyWriters.
+//
 // TokensIncrease: per key, no token was granted to two processes, and a grant
 // that certainly happened after another (its acquire was invoked after the
 // other's completed) carries a higher token — across restarts and failovers.

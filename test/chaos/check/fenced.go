@@ -12,6 +12,12 @@ import (
 // accepted with a token another writer already used on that key (two grants
 // with one token, which a ">=" check cannot tell apart).
 //
+// For a read/write key "already accepted" follows the resource's rules
+// (package fenced, Modes): a shared write is stale only below an exclusive
+// token accepted before it, an exclusive one below any token. A semaphore
+// slot's writes are not judged by token order (no token rule can fence a
+// semaphore); TooManyWriters checks them.
+//
 // With the server's token check on, any violation means the resource or the
 // token order is broken. With it off (the control run) violations are
 // expected under pauses: they are the writes fencing exists to stop.
@@ -21,15 +27,30 @@ func FencedSafety(writes []fenced.Write) Result {
 		writer string
 		seq    uint64
 	}
-	highest := map[string]fenced.Write{}
+	highest := map[string]fenced.Write{} // any mode
+	excl := map[string]fenced.Write{}    // exclusive writes only
 	tokenOwner := map[string]map[uint64]owner{}
 	for _, w := range writes {
-		if h, ok := highest[w.Key]; ok && w.Token < h.Token {
-			r.violation("key %q: write #%d by %s with token %d accepted after #%d by %s with token %d (at %s)",
-				w.Key, w.Seq, w.Writer, w.Token, h.Seq, h.Writer, h.Token, history.FormatTime(w.At))
+		// The write's bar: the highest token of any mode for a plain or
+		// exclusive grant, of an exclusive one for a shared grant; a
+		// semaphore slot has none (TooManyWriters checks slots).
+		bar, barred := highest[w.Key]
+		switch w.Mode {
+		case fenced.ModeShared:
+			bar, barred = excl[w.Key]
+		case fenced.ModeSlot:
+			barred = false
+		}
+		if barred && w.Token < bar.Token {
+			r.violation("key %q: write #%d by %s with token %d%s accepted after #%d by %s with token %d%s (at %s)",
+				w.Key, w.Seq, w.Writer, w.Token, modeNote(w.Mode), bar.Seq, bar.Writer, bar.Token, modeNote(bar.Mode),
+				history.FormatTime(w.At))
 		}
 		if h, ok := highest[w.Key]; !ok || w.Token >= h.Token {
 			highest[w.Key] = w
+		}
+		if x, ok := excl[w.Key]; w.Mode == fenced.ModeExclusive && (!ok || w.Token >= x.Token) {
+			excl[w.Key] = w
 		}
 		owners := tokenOwner[w.Key]
 		if owners == nil {
@@ -83,4 +104,12 @@ func OverlappingWriters(writes []fenced.Write) Result {
 		last[w.Key] = g
 	}
 	return r
+}
+
+// modeNote renders a write's mode for a violation's details.
+func modeNote(mode string) string {
+	if mode == "" {
+		return ""
+	}
+	return " (" + mode + ")"
 }

@@ -17,6 +17,8 @@ type Interval struct {
 	Key   string
 	Proc  string
 	Token uint64
+	// Mode is the grant's mode (history.Op.Mode of its acquire).
+	Mode  string
 	Start int64
 	End   int64
 	// Acquire is the acquire that started the interval.
@@ -52,7 +54,7 @@ func TrustIntervals(h history.History) []Interval {
 		if a.Kind != history.Acquire || a.Outcome != history.OK {
 			continue
 		}
-		iv := Interval{Key: a.Key, Proc: a.Proc, Token: a.Token, Start: a.Complete, End: history.Never, Acquire: a}
+		iv := Interval{Key: a.Key, Proc: a.Proc, Token: a.Token, Mode: a.Mode, Start: a.Complete, End: history.Never, Acquire: a}
 		consider := func(e history.Op) {
 			if e.Invoke < iv.End {
 				iv.End, iv.EndedBy = e.Invoke, e

@@ -41,7 +41,14 @@ func NewClient(baseURL string) *Client {
 // ErrBadRequest if the server refused it; or another error (transport,
 // ctx) after which the write may or may not have happened (OutcomeOf).
 func (c *Client) Write(ctx context.Context, key, writer string, token uint64) (uint64, error) {
-	body, err := json.Marshal(writeRequest{Key: key, Writer: writer, Token: token})
+	return c.WriteMode(ctx, key, writer, ModePlain, token)
+}
+
+// WriteMode is Write for a grant of mode (ModePlain, ModeExclusive,
+// ModeShared, ModeSlot): the server applies that mode's rule (package doc,
+// Modes).
+func (c *Client) WriteMode(ctx context.Context, key, writer, mode string, token uint64) (uint64, error) {
+	body, err := json.Marshal(writeRequest{Key: key, Writer: writer, Token: token, Mode: mode})
 	if err != nil {
 		return 0, fmt.Errorf("fenced: write: %w", err)
 	}

@@ -14,11 +14,31 @@
 // run: the same workload must then show stale writes and overlapping writers
 // under the pause scenario, or the suite could not see a violation at all.
 //
+// # Modes
+//
+// A write names the mode of the grant it comes from (C2 #ct2-multi), and
+// with CheckTokens on the server applies that mode's rule:
+//
+//   - plain ("") and exclusive: the token is at least the highest token
+//     accepted for the key in any mode (a writer is superseded by every
+//     later grant, reader or writer);
+//   - shared (a reader's read): the token is at least the highest
+//     exclusive token accepted for the key. Readers do not supersede each
+//     other; a reader whose grant ended before a writer's began has a lower
+//     token than that writer, and is refused once the writer has written;
+//   - slot (a semaphore's): the token is among the key's current holders as
+//     the lock service reports them (Config.SlotHolders, lockd's Inspect),
+//     asked while no other slot write is applied. Token order alone cannot
+//     fence a semaphore: a live slot may carry a lower token than several
+//     slots that came and went since, so the resource asks who holds.
+//
 // # Protocol
 //
-//	POST /write  {"key":"k","writer":"w1","token":42}
+//	POST /write  {"key":"k","writer":"w1","token":42,"mode":"shared"}
 //	  200 {"seq":7}            accepted; seq is the acceptance order, from 1
 //	  409 {"highest":43}       refused: a higher token was already accepted
+//	                           (a slot that holds nothing: no highest)
+//	  503                      a slot's holders could not be read
 //	  400                      malformed request
 //	GET /writes                200 [Write, ...] every accepted write, in order
 //

@@ -181,3 +181,76 @@ func TestWriteAfterCloseIsUnknown(t *testing.T) {
 		t.Fatalf("Write to a closed server = %v (outcome %s), want a transport error classified unknown", err, OutcomeOf(err))
 	}
 }
+
+// The read/write rules: readers are refused once a later writer has
+// written, writers once any later grant has; readers do not refuse each
+// other. Slots are checked against the holders SlotHolders reports.
+func TestModes(t *testing.T) {
+	t.Parallel()
+	holders := map[string][]uint64{"s": {3, 9}}
+	var mu sync.Mutex
+	s, err := Start(Config{CheckTokens: true, SlotHolders: func(_ context.Context, key string) ([]uint64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if key == "broken" {
+			return nil, errors.New("lockd unreachable")
+		}
+		return holders[key], nil
+	}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	c := NewClient(s.URL())
+	t.Cleanup(func() {
+		c.Close()
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	ctx := testCtx(t)
+	steps := []struct {
+		key, writer, mode string
+		token             uint64
+		want              history.Outcome
+	}{
+		{"rw", "r1", ModeShared, 10, history.OK},
+		{"rw", "r2", ModeShared, 12, history.OK},
+		{"rw", "r1", ModeShared, 10, history.OK}, // readers together
+		{"rw", "w", ModeExclusive, 20, history.OK},
+		{"rw", "r2", ModeShared, 12, history.Fail}, // superseded by the writer
+		{"rw", "r3", ModeShared, 25, history.OK},
+		{"rw", "w", ModeExclusive, 20, history.Fail}, // superseded by a later reader
+		{"rw", "w2", ModeExclusive, 30, history.OK},
+		{"rw", "r3", ModeShared, 25, history.Fail},
+		{"s", "a", ModeSlot, 3, history.OK},
+		{"s", "b", ModeSlot, 9, history.OK},
+		{"s", "c", ModeSlot, 5, history.Fail}, // not a holder (any more)
+		{"broken", "a", ModeSlot, 1, history.Unknown},
+		{"rw", "x", "bogus", 99, history.Fail},
+	}
+	for i, st := range steps {
+		_, err := c.WriteMode(ctx, st.key, st.writer, st.mode, st.token)
+		if got := OutcomeOf(err); got != st.want {
+			t.Fatalf("step %d WriteMode(%s,%s,%s,%d) = %v (%s), want %s", i, st.key, st.writer, st.mode, st.token, err, got, st.want)
+		}
+	}
+	if n, r := len(s.Writes()), s.Rejected(); n != 8 || r != 4 {
+		t.Fatalf("%d writes accepted, %d refused; want 8, 4", n, r)
+	}
+	if w := s.Writes()[3]; w.Mode != ModeExclusive || w.Token != 20 {
+		t.Fatalf("write 4 = %+v, want the exclusive one with token 20", w)
+	}
+
+	// The control: with the check off every mode is accepted and no holder
+	// is asked.
+	off, err := Start(Config{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer off.Close()
+	for _, st := range steps[:len(steps)-1] {
+		if _, _, ok, err := off.AcceptMode(st.key, st.writer, st.mode, st.token); !ok || err != nil {
+			t.Fatalf("check off: AcceptMode(%+v) = %v, %v; want accepted", st, ok, err)
+		}
+	}
+}

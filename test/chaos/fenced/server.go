@@ -1,10 +1,13 @@
 package fenced
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,7 +23,27 @@ type Config struct {
 	// Clock timestamps accepted writes in run time. Nil: a clock whose epoch
 	// is the server's start.
 	Clock *history.Clock
+	// SlotHolders, if set, returns the tokens of the current holders of a
+	// semaphore key, as the lock service reports them (lockd's Inspect):
+	// the check of ModeSlot writes. Without it, with CheckTokens on, every
+	// ModeSlot write is refused.
+	SlotHolders func(ctx context.Context, key string) ([]uint64, error)
 }
+
+// Modes of a write: which grant of a key wrote (package doc, Modes).
+const (
+	// ModePlain: a plain lock's grant (the empty mode).
+	ModePlain = ""
+	// ModeExclusive: the exclusive side of a read/write lock.
+	ModeExclusive = "exclusive"
+	// ModeShared: the shared side of a read/write lock (a reader's read).
+	ModeShared = "shared"
+	// ModeSlot: a slot of a semaphore.
+	ModeSlot = "slot"
+)
+
+// slotCheckTimeout bounds one SlotHolders call.
+const slotCheckTimeout = 3 * time.Second
 
 // Write is one accepted write.
 type Write struct {
@@ -29,6 +52,9 @@ type Write struct {
 	Key    string `json:"key"`
 	Writer string `json:"writer"`
 	Token  uint64 `json:"token"`
+	// Mode is the grant's mode (ModePlain, ModeExclusive, ModeShared,
+	// ModeSlot).
+	Mode string `json:"mode,omitempty"`
 	// At is the run time of acceptance.
 	At int64 `json:"at"`
 }
@@ -38,6 +64,7 @@ type writeRequest struct {
 	Key    string `json:"key"`
 	Writer string `json:"writer"`
 	Token  uint64 `json:"token"`
+	Mode   string `json:"mode,omitempty"`
 }
 
 type writeReply struct {
@@ -52,8 +79,13 @@ type Server struct {
 	http *http.Server
 	done chan struct{} // closed when Serve has returned
 
+	// slotMu serialises ModeSlot writes, each from its SlotHolders call to
+	// its acceptance: no other slot write comes in between.
+	slotMu sync.Mutex
+
 	mu       sync.Mutex
-	highest  map[string]uint64
+	highest  map[string]uint64 // any mode
+	excl     map[string]uint64 // ModeExclusive only
 	writes   []Write
 	rejected int
 }
@@ -67,7 +99,7 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fenced: listen: %w", err)
 	}
-	s := &Server{cfg: cfg, ln: ln, done: make(chan struct{}), highest: map[string]uint64{}}
+	s := &Server{cfg: cfg, ln: ln, done: make(chan struct{}), highest: map[string]uint64{}, excl: map[string]uint64{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /write", s.handleWrite)
 	mux.HandleFunc("GET /writes", s.handleWrites)
@@ -86,23 +118,80 @@ func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
 // CheckTokens reports whether the server checks tokens.
 func (s *Server) CheckTokens() bool { return s.cfg.CheckTokens }
 
-// Accept applies the fencing rule to a write and records it if accepted. It
-// is what POST /write does, exported so in-process workers can skip HTTP.
-// It returns the write's acceptance sequence number, or ok false and the
-// highest token accepted for the key.
+// Accept applies the fencing rule to a write of a plain lock's grant and
+// records it if accepted (AcceptMode with ModePlain). It is what POST /write
+// does, exported so in-process workers can skip HTTP. It returns the
+// write's acceptance sequence number, or ok false and the highest token
+// accepted for the key.
 func (s *Server) Accept(key, writer string, token uint64) (seq uint64, highest uint64, ok bool) {
+	seq, highest, ok, _ = s.AcceptMode(key, writer, ModePlain, token)
+	return seq, highest, ok
+}
+
+// AcceptMode applies the rule of mode (package doc, Modes) to a write and
+// records it if accepted. It returns the acceptance sequence number, or ok
+// false and the token that refused it (0 for a slot that is not a holder);
+// err is set, and nothing recorded, when a slot's holders could not be
+// read or the mode is unknown.
+func (s *Server) AcceptMode(key, writer, mode string, token uint64) (seq uint64, highest uint64, ok bool, err error) {
+	switch mode {
+	case ModePlain, ModeExclusive, ModeShared:
+	case ModeSlot:
+		if s.cfg.CheckTokens {
+			s.slotMu.Lock()
+			defer s.slotMu.Unlock()
+			holding, err := s.isSlotHolder(key, token)
+			if err != nil {
+				return 0, 0, false, err
+			}
+			if !holding {
+				s.mu.Lock()
+				s.rejected++
+				s.mu.Unlock()
+				return 0, 0, false, nil
+			}
+		}
+	default:
+		return 0, 0, false, fmt.Errorf("fenced: unknown mode %q", mode)
+	}
 	at := s.cfg.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.highest[key]
-	if s.cfg.CheckTokens && token < h {
-		s.rejected++
-		return 0, h, false
+	h, x := s.highest[key], s.excl[key]
+	if s.cfg.CheckTokens {
+		bar := h // plain and exclusive: above every grant written so far
+		switch mode {
+		case ModeShared:
+			bar = x // shared: above every exclusive grant written so far
+		case ModeSlot:
+			bar = 0 // checked above
+		}
+		if token < bar {
+			s.rejected++
+			return 0, bar, false, nil
+		}
 	}
 	s.highest[key] = max(h, token)
+	if mode == ModeExclusive {
+		s.excl[key] = max(x, token)
+	}
 	seq = uint64(len(s.writes)) + 1
-	s.writes = append(s.writes, Write{Seq: seq, Key: key, Writer: writer, Token: token, At: at})
-	return seq, 0, true
+	s.writes = append(s.writes, Write{Seq: seq, Key: key, Writer: writer, Token: token, Mode: mode, At: at})
+	return seq, 0, true, nil
+}
+
+// isSlotHolder asks SlotHolders whether token holds a slot of key now.
+func (s *Server) isSlotHolder(key string, token uint64) (bool, error) {
+	if s.cfg.SlotHolders == nil {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), slotCheckTimeout)
+	defer cancel()
+	tokens, err := s.cfg.SlotHolders(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("fenced: holders of %q: %w", key, err)
+	}
+	return slices.Contains(tokens, token), nil
 }
 
 // Writes returns a copy of every accepted write, in acceptance order.
@@ -142,7 +231,18 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "fenced: bad request: key and writer are required", http.StatusBadRequest)
 		return
 	}
-	seq, highest, ok := s.Accept(req.Key, req.Writer, req.Token)
+	switch req.Mode {
+	case ModePlain, ModeExclusive, ModeShared, ModeSlot:
+	default:
+		http.Error(w, "fenced: bad request: unknown mode "+strconv.Quote(req.Mode), http.StatusBadRequest)
+		return
+	}
+	seq, highest, ok, err := s.AcceptMode(req.Key, req.Writer, req.Mode, req.Token)
+	if err != nil {
+		// The write was not applied; the writer cannot tell (unknown).
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	status := http.StatusOK
 	if !ok {
 		status = http.StatusConflict

@@ -70,6 +70,10 @@ type Op struct {
 	// and Write, the lost grant's token for Lost. Tokens are at least 1;
 	// 0 means none or not known.
 	Token uint64 `json:"token,omitempty"`
+	// Mode is the grant's mode for an Acquire or Write of a semaphore or
+	// read/write key: "slot", "shared" or "exclusive" (the modes of package
+	// fenced); empty for a plain lock and for the other kinds.
+	Mode string `json:"mode,omitempty"`
 	// Invoke is when the operation was invoked.
 	Invoke int64 `json:"invoke"`
 	// Complete is when it completed; Never if it never did.

@@ -307,3 +307,23 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("Validate(crash without key) = %v, want nil", err)
 	}
 }
+
+// A grant's mode survives the invoke/complete round trip.
+func TestModeRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	rec, err := NewRecorder(&buf, "p", NewClock(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rec.InvokeMode(Acquire, "k", "shared", 0)
+	rec.Complete(c, OK, 42, nil)
+	c = rec.Invoke(Acquire, "j", 0)
+	rec.Complete(c, OK, 43, nil)
+	f, err := Read(&buf)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if len(f.Ops) != 2 || f.Ops[0].Mode != "shared" || f.Ops[0].Token != 42 || f.Ops[1].Mode != "" {
+		t.Fatalf("ops = %v (modes %q, %q), want the shared grant 42 and a plain one", f.Ops, f.Ops[0].Mode, f.Ops[1].Mode)
+	}
+}

@@ -119,11 +119,17 @@ func (r *Recorder) write(l line) {
 // token is the token sent (Release, Write), 0 for Acquire. Every Invoke must
 // be followed by Complete, unless the process dies first.
 func (r *Recorder) Invoke(kind Kind, key string, token uint64) Call {
+	return r.InvokeMode(kind, key, "", token)
+}
+
+// InvokeMode is Invoke for an operation of a grant of mode (Op.Mode).
+func (r *Recorder) InvokeMode(kind Kind, key, mode string, token uint64) Call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seq++
 	c := Call{seq: r.seq, kind: kind, key: key, token: token}
-	r.write(line{Ev: lineInvoke, Op: Op{Proc: r.proc, Seq: c.seq, Kind: kind, Key: key, Token: token, Invoke: r.clock.Now()}})
+	r.write(line{Ev: lineInvoke, Op: Op{Proc: r.proc, Seq: c.seq, Kind: kind, Key: key, Token: token, Mode: mode,
+		Invoke: r.clock.Now()}})
 	return c
 }
 

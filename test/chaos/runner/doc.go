@@ -41,6 +41,18 @@
 // built to provoke. Table renders one row per scenario; Totals sums the real
 // scenarios per backend family.
 //
+// # Semaphores and read/write locks
+//
+// The MultiPauseKill scenarios (multi.go, issue 15) run six workers: three
+// on a semaphore of 2, three on a read/write lock, and pause or kill a
+// holder of either. The fenced resource checks a slot's writes against
+// lockd's holders (a client of the harness Inspects the key), a read/write
+// grant's by the shared and exclusive token rules (package fenced, Modes).
+// The overlap checkers are replaced by check.TooManyWriters and
+// check.TooManyTrusted with the keys' kinds, linearizability (a plain lock's
+// model) is not run, and the controls SemExtra and IgnoreDone must each be
+// caught on the keys they break.
+//
 // # Processes
 //
 // Every child gets Pdeathsig SIGKILL, so a harness that dies takes its

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +38,11 @@ type Report struct {
 	Problems []string
 	// Wall is the scenario's wall time, setup and checks included.
 	Wall time.Duration
+	// Multi scenarios (multi.go): the keys' kinds, the checkers per key,
+	// and LinSkipped (linearizability is the plain lock's model).
+	Kinds      map[string]check.Kind
+	PerKey     map[string]KeyChecks
+	LinSkipped bool
 }
 
 // evaluate reads what the run recorded and runs every checker.
@@ -71,6 +77,9 @@ func (r *run) evaluate() (*Report, error) {
 	rep.Liveness = check.Liveness(check.HandOvers(h, deaths), r.livenessBound())
 	rep.Recovery = check.Recovery(h, r.windows, r.livenessBound())
 	rep.PauseHits = check.PausesHitHolders(h, r.pauses)
+	if r.multi() {
+		r.evaluateMulti(rep, h, writes)
+	}
 	return rep, nil
 }
 
@@ -110,6 +119,8 @@ func (rep *Report) Verdict() (ok bool, why string) {
 			return false, "control did not fail: no trusted overlap"
 		}
 		return true, "control failed as it must"
+	case SemExtra, IgnoreDone:
+		return rep.multiVerdict()
 	case NoHeal:
 		if rep.Recovery.Violations == 0 {
 			return false, "control did not fail: every key was granted again within the bound"
@@ -155,6 +166,14 @@ func (rep *Report) Details() string {
 	b.WriteString(rep.Liveness.String())
 	b.WriteByte('\n')
 	b.WriteString(rep.Recovery.String())
+	for _, key := range slices.Sorted(maps.Keys(rep.PerKey)) {
+		kc := rep.PerKey[key]
+		fmt.Fprintf(&b, "\nkey %q (%s):", key, rep.Kinds[key])
+		for _, res := range []check.Result{kc.Fenced, kc.Writers, kc.Trusted} {
+			b.WriteString("\n  ")
+			b.WriteString(strings.ReplaceAll(res.String(), "\n", "\n  "))
+		}
+	}
 	return b.String()
 }
 
@@ -173,11 +192,14 @@ func ms(d time.Duration) string {
 // Legend explains Table's columns.
 const Legend = `columns: acq = granted acquisitions; faults = faults injected; violations per checker: stale = stale
 writes the fenced resource accepted (fenced safety), overlap-w = overlapping writers, lin = histories not
-linearizable (per key), trusted-ovl = overlapping trust intervals, tokens = token order, liveness = waiters kept
+linearizable (per key; "-" for semaphores and read/write locks), trusted-ovl = overlapping trust intervals
+(more than a semaphore's N, or an exclusive grant with another), tokens = token order, liveness = waiters kept
 out of a dead holder's key past TTL + reaper + slack ("N?" = undecided), recover = keys not granted again
 within TTL + reaper + slack after a fault ended, pauses = holder pauses whose late write the token check
 refused / pauses (pause faults only); handover = delay from a holder's death to the next grant; regrant = delay
-from a fault's end to each key's next grant; release = Release call latency.
+from a fault's end to each key's next grant; release = Release call latency. Semaphore and read/write keys
+(multi-*): overlap-w counts writers acting beyond the key's kind, stale follows the resource's shared and
+exclusive rules, a semaphore slot's write is checked against lockd's holders (test/chaos/fenced).
 `
 
 // Table renders one row per report: the scenario, its backend and fault,
@@ -205,13 +227,17 @@ func Table(reps []*Report) string {
 		if rr := rep.Recovery; rr.Granted > 0 {
 			regrant = fmt.Sprintf("%s/%s", ms(rr.P99), ms(rr.Max))
 		}
+		lin := viol(rep.Linearizable)
+		if rep.LinSkipped {
+			lin = "-"
+		}
 		pauses := "-"
 		if rep.Spec.pausesHolders() {
 			pauses = fmt.Sprintf("%d/%d", rep.Pauses-rep.PauseHits.Violations, rep.Pauses)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\n",
 			rep.Spec.Name, rep.Spec.Backend, rep.Spec.Fault, rep.Acquisitions, rep.Faults,
-			viol(rep.Fenced), viol(rep.Overlapping), viol(rep.Linearizable), viol(rep.Trusted), viol(rep.Tokens),
+			viol(rep.Fenced), viol(rep.Overlapping), lin, viol(rep.Trusted), viol(rep.Tokens),
 			viol(rep.Liveness.Result), viol(rep.Recovery.Result), pauses, handover, regrant,
 			ms(rep.ReleaseP99), ms(rep.ReleaseMax), verdict)
 	}
@@ -276,5 +302,6 @@ func (rep *Report) results() []check.Result {
 // are pauses of holders, each of which must hit a holder and end in a
 // refused write.
 func (s Spec) pausesHolders() bool {
-	return s.Control == NoControl && (s.Fault == PauseHolder || s.Fault == ClockSkew || s.Fault == FarHolder)
+	return s.Control == NoControl && (s.Fault == PauseHolder || s.Fault == ClockSkew || s.Fault == FarHolder ||
+		s.Fault == MultiPauseKill)
 }

@@ -9,8 +9,11 @@ import (
 	"net/url"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"lock.dev/lockd/client"
 
 	"lock.dev/lockd/internal/pgserver"
 	"lock.dev/lockd/test/chaos/check"
@@ -177,6 +180,9 @@ type run struct {
 	rng     *rand.Rand
 	seed    uint64
 	keys    []string
+	kinds   map[string]check.Kind // the multi scenarios' keys (multi.go)
+
+	slotClient atomic.Pointer[client.Client] // lockd client of the fenced resource's slot check
 
 	etcd   []*etcdNode
 	peers  *peerNet // LeaderIsolate: the etcd members' peer links
@@ -259,8 +265,12 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 		// planWorkers).
 		keys = 1
 	}
-	for i := range keys {
-		r.keys = append(r.keys, fmt.Sprintf("chaos/%s/k%d", spec.Name, i))
+	if r.multi() {
+		r.multiKeys()
+	} else {
+		for i := range keys {
+			r.keys = append(r.keys, fmt.Sprintf("chaos/%s/k%d", spec.Name, i))
+		}
 	}
 	if err := ensureDir(r.histDir); err != nil {
 		return nil, err
@@ -269,7 +279,8 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 	if err != nil {
 		return nil, err
 	}
-	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: spec.Control != FencingOff, Clock: r.clock})
+	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: spec.Control != FencingOff && spec.Control != IgnoreDone,
+		Clock: r.clock, SlotHolders: r.slotHolders})
 	if err != nil {
 		return nil, errors.Join(err, r.hrec.Close())
 	}
@@ -296,6 +307,9 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	if err := r.startFar(); err != nil {
+		return err
+	}
+	if err := r.startSlotClient(); err != nil {
 		return err
 	}
 	r.planWorkers()
@@ -510,7 +524,11 @@ func (r *run) startLockd() error {
 // planWorkers decides what every worker slot runs.
 func (r *run) planWorkers() {
 	addrs := r.clientAddrs()
-	for slot := range r.opts.Workers {
+	workers := r.opts.Workers
+	if r.multi() {
+		workers = multiWorkers
+	}
+	for slot := range workers {
 		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax}
 		if r.spec.Control == ReceiveTTL && slot != 0 {
 			// The control's overlap needs a grant that waited in the queue
@@ -543,6 +561,9 @@ func (r *run) planWorkers() {
 			ws.clockScale = 0.5
 		case r.spec.Fault == FarHolder && slot == 0:
 			r.planFar(&ws)
+		}
+		if r.multi() {
+			r.planMulti(slot, &ws)
 		}
 		r.workerSpecs = append(r.workerSpecs, ws)
 	}
@@ -699,6 +720,8 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		}
 		r.faultWindow(start)
 		return sleep(ctx, ttl)
+	case MultiPauseKill:
+		return r.multiCycle(ctx, i)
 	case LeaderKill:
 		leader, err := etcdLeader(ctx, r.etcd)
 		if err != nil {
@@ -730,6 +753,16 @@ func (r *run) pauseHolder(ctx context.Context) error { return r.pauseHolderWhen(
 // pauseHolderWhen is pauseHolder at the first hold for which when (if set)
 // is true at the hold's line.
 func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
+	var at func(*workerProc) bool
+	if when != nil {
+		at = func(*workerProc) bool { return when() }
+	}
+	return r.pauseHolderWhere(ctx, r.targets, at)
+}
+
+// pauseHolderWhere is pauseHolder of a worker that filter accepts, at the
+// first of its holds for which when (if set) is true at the hold's line.
+func (r *run) pauseHolderWhere(ctx context.Context, filter, when func(*workerProc) bool) error {
 	var (
 		at      int64
 		w       *workerProc
@@ -741,8 +774,8 @@ func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
 			return fmt.Errorf("no targeted holder was pausable within %v", triggerTimeout)
 		}
 		var err error
-		w, err = r.onNext(ctx, "hold", r.targets, func(w *workerProc) {
-			if when != nil && !when() {
+		w, err = r.onNext(ctx, "hold", filter, func(w *workerProc) {
+			if when != nil && !when(w) {
 				return
 			}
 			paused = true
@@ -772,9 +805,12 @@ func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
 
 // killHolder SIGKILLs a holder between its two writes (recording the crash
 // first) and starts the slot's next incarnation.
-func (r *run) killHolder(ctx context.Context) error {
+func (r *run) killHolder(ctx context.Context) error { return r.killHolderWhere(ctx, r.targets) }
+
+// killHolderWhere is killHolder of a holder that filter accepts.
+func (r *run) killHolderWhere(ctx context.Context, filter func(*workerProc) bool) error {
 	var at int64
-	w, err := r.onNext(ctx, "hold", r.targets, func(w *workerProc) {
+	w, err := r.onNext(ctx, "hold", filter, func(w *workerProc) {
 		at = r.clock.Now()
 		r.hrec.Crash(w.proc, at)
 		w.markKilled()
@@ -851,6 +887,11 @@ func (r *run) teardown() error {
 			r.hrec.Crash(w.proc, r.clock.Now())
 			w.markKilled()
 			w.p.kill()
+		}
+	}
+	if c := r.slotClient.Load(); c != nil {
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("slot check client: %w", err))
 		}
 	}
 	for _, l := range r.lockds {

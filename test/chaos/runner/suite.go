@@ -36,6 +36,11 @@ func Suite() []Spec {
 		{Name: "lockd-pause-pg", Backend: PG, Fault: LockdPause},
 		{Name: "restart-empty-embedded", Backend: Embedded, Fault: RestartEmpty, Cycles: 1},
 		{Name: "restart-older-embedded", Backend: Embedded, Fault: RestartOlder},
+		// issue 15: semaphore and read/write workers under pauses and
+		// kills (multi.go); in short mode pauses of both kinds on etcd,
+		// pauses and kills of both on PostgreSQL.
+		{Name: "multi-embedded", Backend: Embedded, Fault: MultiPauseKill},
+		{Name: "multi-pg", Backend: PG, Fault: MultiPauseKill, Cycles: 4},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
@@ -43,5 +48,7 @@ func Suite() []Spec {
 		{Name: "control-slow-clock-embedded", Backend: Embedded, Fault: PauseHolder, Control: SlowClock},
 		{Name: "control-recvtime-sdk-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK},
 		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal, Cycles: 1},
+		{Name: "control-sem-extra-embedded", Backend: Embedded, Fault: MultiPauseKill, Control: SemExtra, Cycles: 1},
+		{Name: "control-ignore-done-pg", Backend: PG, Fault: MultiPauseKill, Control: IgnoreDone, Cycles: 2},
 	}
 }

@@ -20,7 +20,10 @@ type workerSpec struct {
 	clockScale        float64
 	trust             worker.Trust
 	heartbeatInterval time.Duration
-	bin               string // the worker binary; "" is Binaries.Worker
+	bin               string   // the worker binary; "" is Binaries.Worker
+	keys              []string // the keys it takes; nil is every key of the run
+	limit             uint32   // semaphore limit (-limit), 0 for none
+	rw                bool     // read/write lock grants (-rw)
 }
 
 // workerProc is one incarnation of a worker slot. Its state follows the
@@ -33,6 +36,7 @@ type workerProc struct {
 	mu       sync.Mutex
 	state    string // wait, hold or free
 	key      string
+	mode     string // the mode of the latest hold (plain, slot, shared, exclusive)
 	pausable bool
 	stopped  bool // SIGSTOPped by the harness and not resumed yet
 	killed   bool // SIGKILLed by the harness
@@ -71,6 +75,9 @@ func (w *workerProc) onLine(line string) {
 	w.mu.Lock()
 	w.state, w.key = f[0], f[1]
 	w.pausable = f[0] == "hold" && len(f) >= 4 && f[3] == "1"
+	if f[0] == "hold" && len(f) >= 5 {
+		w.mode = f[4]
+	}
 	state, pausable := w.state, w.pausable
 	w.mu.Unlock()
 	if state == "hold" {
@@ -82,6 +89,13 @@ func (w *workerProc) onLine(line string) {
 	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
 		tr.fire(w)
 	}
+}
+
+// holdMode returns the mode of the worker's latest hold line.
+func (w *workerProc) holdMode() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mode
 }
 
 // markStopped records a SIGSTOP or SIGCONT by the harness.
@@ -121,12 +135,18 @@ func procID(slot, n int) string {
 func (r *run) startWorker(slot, n int) (*workerProc, error) {
 	ws := r.workerSpecs[slot]
 	w := &workerProc{slot: slot, proc: procID(slot, n), state: "free", onHold: r.sawHold}
+	keys := ws.keys
+	if keys == nil {
+		keys = r.keys
+	}
 	args := []string{
 		"-proc", w.proc,
 		"-lockd", strings.Join(ws.lockd, ","),
 		"-fenced", r.fenced.URL(),
 		"-history", filepath.Join(r.histDir, w.proc+".jsonl"),
-		"-keys", strings.Join(r.keys, ","),
+		"-keys", strings.Join(keys, ","),
+		"-limit", strconv.FormatUint(uint64(ws.limit), 10),
+		"-rw=" + strconv.FormatBool(ws.rw),
 		"-hold-min", ws.holdMin.String(),
 		"-hold-max", ws.holdMax.String(),
 		"-clock-scale", strconv.FormatFloat(ws.clockScale, 'g', -1, 64),

@@ -21,13 +21,29 @@
 // write must be refused, and with it off (the control run) late writes show
 // up as overlapping writers.
 //
+// # Semaphores and read/write locks
+//
+// Config.Limit takes every key as a semaphore slot (client.WithLimit),
+// Config.RW as a read/write lock whose grants are exclusive with
+// probability ExclusiveShare, else shared. The acquire and write ops carry
+// the grant's mode (history.Op.Mode), and each write asks the fenced
+// resource for that mode's rule (package fenced, Modes).
+//
+// Config.Trust = TrustIgnoreDone is the control of those scenarios: the
+// worker trusts each grant until it sends the release and never records a
+// lost op, like a semaphore holder that keeps using a slot lockd gave to
+// another, or a reader that keeps reading past a writer's grant. Paused
+// while it holds, it must show up in the trusted-overlap checker.
+//
 // # Talking to the harness
 //
 // A worker prints one line per state change on stdout, each one write:
 //
 //	wait KEY            an acquire of KEY was sent
-//	hold KEY TOKEN P    KEY is granted and written once; P is 1 when the
-//	                    harness may pause the worker now, 0 otherwise
+//	hold KEY TOKEN P M  KEY is granted and written once; P is 1 when the
+//	                    harness may pause the worker now, 0 otherwise; M
+//	                    is the grant's mode: plain, slot, shared or
+//	                    exclusive
 //	free KEY            the release was sent (or the grant given up)
 //
 // The harness pauses and kills holders on these lines. SIGTERM or SIGINT

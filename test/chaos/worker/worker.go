@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,11 @@ const (
 	// receipt of the acquire reply and ignores Done: the timing control
 	// (package doc).
 	TrustReceiveTTL Trust = "receive-ttl"
+	// TrustIgnoreDone trusts a grant until it sends the release, whatever
+	// Done and the SDK's deadline say: a semaphore holder that keeps its
+	// slot after the slot was freed, a reader that keeps trusting past a
+	// writer's grant (controls of the multi scenarios, package doc).
+	TrustIgnoreDone Trust = "ignore-done"
 )
 
 // Config configures a worker.
@@ -56,8 +62,16 @@ type Config struct {
 	// ClockScale is the rate of the SDK's clock relative to real time; 0
 	// means 1 (the real clock).
 	ClockScale float64
-	// Trust is TrustSDK (default) or TrustReceiveTTL (a control).
+	// Trust is TrustSDK (default), or TrustReceiveTTL or TrustIgnoreDone
+	// (controls).
 	Trust Trust
+	// Limit, if 2 or more, takes every key as a semaphore of Limit
+	// (client.WithLimit); its writes are fenced.ModeSlot.
+	Limit uint32
+	// RW takes every key as a read/write lock: each grant is exclusive
+	// with probability ExclusiveShare, else shared (client.Exclusive,
+	// client.Shared); writes carry the grant's mode. Not with Limit.
+	RW bool
 	// HeartbeatInterval overrides the server's advertised interval; 0 keeps
 	// it.
 	HeartbeatInterval time.Duration
@@ -78,6 +92,10 @@ const (
 	// second write: time for the harness to stop the process.
 	controlHold = 250 * time.Millisecond
 )
+
+// ExclusiveShare is the share of a read/write worker's grants that are
+// exclusive.
+const ExclusiveShare = 0.4
 
 // Timeouts of the calls a worker makes outside the run's context, so that
 // a stopping worker still finishes the grant it holds.
@@ -110,9 +128,12 @@ func (cfg *Config) validate() error {
 	switch cfg.Trust {
 	case "":
 		cfg.Trust = TrustSDK
-	case TrustSDK, TrustReceiveTTL:
+	case TrustSDK, TrustReceiveTTL, TrustIgnoreDone:
 	default:
-		errs = append(errs, fmt.Errorf("trust %q: want %s or %s", cfg.Trust, TrustSDK, TrustReceiveTTL))
+		errs = append(errs, fmt.Errorf("trust %q: want %s, %s or %s", cfg.Trust, TrustSDK, TrustReceiveTTL, TrustIgnoreDone))
+	}
+	if cfg.RW && cfg.Limit > 1 {
+		errs = append(errs, fmt.Errorf("limit %d with rw: a key is a semaphore or a read/write lock", cfg.Limit))
 	}
 	if cfg.Epoch.IsZero() {
 		errs = append(errs, errors.New("epoch is required"))
@@ -279,10 +300,11 @@ func (w *worker) iteration(ctx context.Context) {
 		return
 	}
 	key := w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
+	mode, opts := w.grantMode()
 	w.say("wait %s", key)
-	call := w.rec.Invoke(history.Acquire, key, 0)
+	call := w.rec.InvokeMode(history.Acquire, key, mode, 0)
 	sent := time.Now()
-	l, err := sess.Acquire(ctx, key)
+	l, err := sess.Acquire(ctx, key, opts...)
 	if err != nil {
 		w.rec.Complete(call, acquireOutcome(err), 0, err)
 		w.say("free %s", key)
@@ -309,7 +331,7 @@ func (w *worker) iteration(ctx context.Context) {
 		close(watched)
 	}
 
-	w.write(key, tok)
+	w.write(key, mode, tok)
 	hold := w.cfg.HoldMin
 	if d := w.cfg.HoldMax - w.cfg.HoldMin; d > 0 {
 		hold += time.Duration(w.rng.Int64N(int64(d) + 1))
@@ -321,19 +343,22 @@ func (w *worker) iteration(ctx context.Context) {
 			hold = controlHold
 		}
 	}
-	w.say("hold %s %d %d", key, tok, boolDigit(pausable))
+	w.say("hold %s %d %d %s", key, tok, boolDigit(pausable), cmp.Or(mode, "plain"))
 	time.Sleep(hold) // the critical section: not cut short by a stop, the grant is finished properly
 	// trustEnd is when the worker's trust ends if nothing else ends it
 	// first: the SDK's deadline, or receive + TTL under the control.
 	trustEnd := func() time.Time { return w.realTime(sess.Deadline()) }
-	if w.cfg.Trust == TrustReceiveTTL {
+	switch w.cfg.Trust {
+	case TrustReceiveTTL:
 		end := recv.Add(w.sessTTL)
 		trustEnd = func() time.Time { return end }
 		if !time.Now().Before(end) {
 			lost.record(w.rec, key, tok, end, "control: a full TTL since the grant arrived")
 		}
+	case TrustIgnoreDone:
+		trustEnd = func() time.Time { return time.Now().Add(time.Hour) } // never before the release
 	}
-	w.write(key, tok)
+	w.write(key, mode, tok)
 
 	// A deadline that passed before the release is the end of trust even if
 	// the SDK's timer has not fired yet (Done may lag the deadline when the
@@ -389,13 +414,27 @@ func boolDigit(b bool) int {
 	return 0
 }
 
-// write writes to the fenced resource with the grant's token and records
-// it.
-func (w *worker) write(key string, tok uint64) {
-	call := w.rec.Invoke(history.Write, key, tok)
+// grantMode picks the mode of the next grant (fenced.Mode*, empty for a
+// plain lock) and the Acquire options that ask for it.
+func (w *worker) grantMode() (string, []client.AcquireOption) {
+	switch {
+	case w.cfg.Limit > 1:
+		return fenced.ModeSlot, []client.AcquireOption{client.WithLimit(w.cfg.Limit)}
+	case w.cfg.RW && w.rng.Float64() < ExclusiveShare:
+		return fenced.ModeExclusive, []client.AcquireOption{client.Exclusive()}
+	case w.cfg.RW:
+		return fenced.ModeShared, []client.AcquireOption{client.Shared()}
+	}
+	return fenced.ModePlain, nil
+}
+
+// write writes to the fenced resource with the grant's mode and token and
+// records it.
+func (w *worker) write(key, mode string, tok uint64) {
+	call := w.rec.InvokeMode(history.Write, key, mode, tok)
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	_, err := w.fc.Write(ctx, key, w.cfg.Proc, tok)
+	_, err := w.fc.WriteMode(ctx, key, w.cfg.Proc, mode, tok)
 	w.rec.Complete(call, fenced.OutcomeOf(err), 0, err)
 }
 
@@ -403,7 +442,7 @@ func (w *worker) write(key string, tok uint64) {
 // refused as malformed certainly had no effect: after any other error
 // (cancelled wait, session ended, server gone) a grant may have been made.
 func acquireOutcome(err error) history.Outcome {
-	if errors.Is(err, client.ErrInvalidArgument) {
+	if errors.Is(err, client.ErrInvalidArgument) || errors.Is(err, client.ErrLimitMismatch) {
 		return history.Fail
 	}
 	return history.Unknown

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -180,5 +181,94 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if got := ParseList(" a, ,b,"); len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Errorf("ParseList = %q; want [a b]", got)
+	}
+}
+
+// TestMultiWorkersAgainstRealServer: three workers on a semaphore of 2 and
+// three on a read/write lock, in this process, against a real lockd over
+// each backend. What they recorded passes the multi checkers with the keys'
+// kinds, and fails them with the kinds of plain locks: the semaphore did
+// admit two holders at once, and readers did share.
+func TestMultiWorkersAgainstRealServer(t *testing.T) {
+	for _, backend := range lockdtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
+			c, err := client.New(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			epoch := time.Now()
+			fs, err := fenced.Start(fenced.Config{CheckTokens: true, Clock: history.NewClock(epoch),
+				SlotHolders: func(ctx context.Context, key string) ([]uint64, error) {
+					info, err := c.Inspect(ctx, key)
+					var toks []uint64
+					for _, h := range info.Holders {
+						toks = append(toks, h.Token)
+					}
+					return toks, err
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fs.Close() })
+			dir := t.TempDir()
+			sem, rw := "mwt/"+backend+"/sem", "mwt/"+backend+"/rw"
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			errs := make([]error, 6)
+			var wg sync.WaitGroup
+			for i := range 6 {
+				cfg := Config{
+					Proc:        fmt.Sprintf("w%d", i),
+					Lockd:       []string{srv.Addr},
+					FencedURL:   fs.URL(),
+					HistoryPath: filepath.Join(dir, fmt.Sprintf("w%d.jsonl", i)),
+					Epoch:       epoch,
+					Keys:        []string{sem},
+					Limit:       2,
+					HoldMin:     20 * time.Millisecond,
+					HoldMax:     60 * time.Millisecond,
+					Seed:        uint64(i),
+				}
+				if i >= 3 {
+					cfg.Keys, cfg.Limit, cfg.RW = []string{rw}, 0, true
+				}
+				wg.Add(1)
+				go func() { // returns when ctx ends and the worker has finished its grant
+					defer wg.Done()
+					errs[i] = Run(ctx, cfg, io.Discard)
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			h, err := history.ReadDir(dir, "*.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			modes := map[string]int{}
+			for _, op := range h {
+				if op.Kind == history.Acquire && op.Outcome == history.OK {
+					modes[op.Mode]++
+				}
+			}
+			if modes[fenced.ModeSlot] < 3 || modes[fenced.ModeShared] < 3 || modes[fenced.ModeExclusive] < 1 || len(modes) != 3 {
+				t.Errorf("grants by mode %v; want several slots, shared and exclusive grants and nothing else", modes)
+			}
+			writes := fs.Writes()
+			kinds := map[string]check.Kind{sem: {Limit: 2}, rw: {RW: true}}
+			for _, res := range []check.Result{check.FencedSafety(writes), check.TooManyWriters(writes, kinds),
+				check.TooManyTrusted(h, kinds), check.TokensIncrease(h)} {
+				if !res.OK() {
+					t.Errorf("%s", res)
+				}
+			}
+			plain := map[string]check.Kind{}
+			if res := check.TooManyTrusted(h, plain); res.Violations == 0 {
+				t.Errorf("as plain locks: %s\nwant overlaps (two slots, shared readers)", res)
+			}
+		})
 	}
 }

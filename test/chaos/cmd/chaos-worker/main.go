@@ -32,13 +32,21 @@ func main() {
 	fs.DurationVar(&cfg.HoldMin, "hold-min", 0, "least time between the two writes of a grant")
 	fs.DurationVar(&cfg.HoldMax, "hold-max", 0, "most time between the two writes of a grant")
 	fs.Float64Var(&cfg.ClockScale, "clock-scale", 1, "rate of the SDK's clock relative to real time")
-	fs.StringVar(&trust, "trust", string(worker.TrustSDK), "sdk, or receive-ttl (the timing control)")
+	fs.StringVar(&trust, "trust", string(worker.TrustSDK), "sdk, or receive-ttl or ignore-done (controls)")
+	var limit uint
+	fs.UintVar(&limit, "limit", 0, "take every key as a semaphore of this limit (2 or more)")
+	fs.BoolVar(&cfg.RW, "rw", false, "take every key as a read/write lock (shared or exclusive grants)")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (0: the server's)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random choices")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
 	cfg.Lockd, cfg.Keys, cfg.Trust = worker.ParseList(lockd), worker.ParseList(keys), worker.Trust(trust)
+	if limit > 1024 {
+		fmt.Fprintf(os.Stderr, "chaos-worker: -limit %d: at most 1024\n", limit)
+		os.Exit(2)
+	}
+	cfg.Limit = uint32(limit)
 	epoch, err := history.ParseEpoch(os.Getenv(history.EpochEnv))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos-worker: %s: %v\n", history.EpochEnv, err)
