@@ -30,6 +30,9 @@ type Config struct {
 	// HTTPListen is lock.server.http.listen, the HTTP/JSON API's address
 	// (C5 #ct5-http); empty: off. Its TLS is the gRPC listener's.
 	HTTPListen string `koanf:"lock.server.http.listen"`
+	// HTTPConsole is lock.server.http.console: serve the read-only web
+	// console under /console/ on HTTPListen (C5 #ct5-console).
+	HTTPConsole bool `koanf:"lock.server.http.console"`
 	// CloseSessionsOnShutdown is lock.server.close-sessions-on-shutdown: on
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
@@ -135,6 +138,9 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsListen == "" {
 		bad("lock.server.metrics-listen", "must not be empty (use \"off\" to disable)")
+	}
+	if c.HTTPConsole && c.HTTPListen == "" {
+		bad("lock.server.http.console", "needs lock.server.http.listen (the console is served on the HTTP/JSON API listener)")
 	}
 	if d := c.DrainTimeout; d != 0 && (d < 100*time.Millisecond || d > time.Minute) {
 		bad("lock.server.drain-timeout", "%v must be 0 (no drain) or in [100ms, 1m]", d)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"lock.dev/lockd/internal/console"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	gateway "lock.dev/lockd/proto/lockd/v1/gateway"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
@@ -94,7 +96,7 @@ func (s *Server) newHTTPAPI(opts []grpc.ServerOption) *httpAPI {
 	// Registration only records routes: it cannot fail for a client.
 	_ = gateway.RegisterLockServiceHandlerClient(context.Background(), mux, lockdv1.NewLockServiceClient(gatewayConn{a}))
 	a.srv = &http.Server{
-		Handler:           limitBody(mux),
+		Handler:           s.httpHandler(mux),
 		ReadHeaderTimeout: httpHeaderTimeout,
 		IdleTimeout:       httpIdleTimeout,
 		ConnContext:       a.connContext,
@@ -343,6 +345,40 @@ func (pipeCreds) Info() credentials.ProtocolInfo {
 func (pipeCreds) Clone() credentials.TransportCredentials { return pipeCreds{} }
 
 func (pipeCreds) OverrideServerName(string) error { return nil }
+
+// httpHandler is the HTTP listener's handler: the web console under
+// /console/ when lock.server.http.console is on (C5 #ct5-console), and the
+// API behind the cross-origin protection and limitBody otherwise. The
+// dispatch is by path prefix, not an http.ServeMux, so API paths are never
+// cleaned or redirected.
+func (s *Server) httpHandler(api http.Handler) http.Handler {
+	api = crossOrigin(limitBody(api))
+	if !s.cfg.HTTPConsole {
+		return api
+	}
+	ui := console.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p+"/" == console.Prefix || strings.HasPrefix(p, console.Prefix) {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// crossOrigin refuses a request other than GET, HEAD or OPTIONS that a
+// browser marks as cross-origin (Sec-Fetch-Site, else Origin against Host)
+// with 403 PERMISSION_DENIED (C5 #ct5-http): a page of another origin must
+// not make a browser that holds a client certificate, or reaches a
+// loopback API without access rules, take, release or revoke locks.
+// Clients that are not browsers send neither header.
+func crossOrigin(h http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusForbidden, status.New(codes.PermissionDenied, "cross-origin request refused"))
+	}))
+	return cop.Handler(h)
+}
 
 // limitBody bounds request bodies (maxHTTPBody; a longer one fails to
 // decode: INVALID_ARGUMENT) and keeps an Authorization header that cannot

@@ -47,6 +47,8 @@ listening it prints one line to stdout:
 With --http-listen it also serves the same API as HTTP/1.1 + JSON (routes in
 docs/contracts/C2.md #ct2-http, OpenAPI in proto/lockd/v1/lockd.swagger.json),
 with the gRPC listener's TLS and the same access rules.
+With --http-console as well, it serves the read-only web console on that
+listener under /console/ (docs/contracts/C5.md #ct5-console).
 
 Logs (C4 events) are JSON lines on stderr. SIGINT or SIGTERM shuts it down:
 sessions are left to expire unless --close-sessions-on-shutdown.

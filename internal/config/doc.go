@@ -38,6 +38,7 @@
 //	lock.server.listen                       127.0.0.1:7420  non-empty host:port                          LOCKD_SERVER_LISTEN                      --listen
 //	lock.server.metrics-listen               127.0.0.1:7421  non-empty host:port, or "off"                LOCKD_SERVER_METRICS_LISTEN              --metrics-listen
 //	lock.server.http.listen                  (empty: off)    host:port, or empty (HTTP/JSON API)          LOCKD_SERVER_HTTP_LISTEN                 --http-listen
+//	lock.server.http.console                 false           true | false; needs http.listen (console)    LOCKD_SERVER_HTTP_CONSOLE                --http-console
 //	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
 //	lock.server.drain-timeout                5s              0, or 100ms..1m                              LOCKD_SERVER_DRAIN_TIMEOUT               --drain-timeout
 //	lock.server.tls.cert-file                (none)          PEM certificate; with key-file               LOCKD_SERVER_TLS_CERT_FILE               --tls-cert-file

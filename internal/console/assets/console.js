@@ -1,0 +1,430 @@
+// lockd console (C5 #ct5-console). Plain script, no framework, no build step.
+//
+// Everything shown comes from lockd's HTTP/JSON API (docs/contracts/C2.md
+// #ct2-http) with the caller's credentials: the bearer token typed into the
+// page (kept in this tab's sessionStorage, sent as an Authorization header,
+// never in a URL) or the browser's client certificate. Every string from the
+// server goes into the page as text (textContent), never as markup.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'lockd.console.token';
+  const PREFIX_KEY = 'lockd.console.prefix';
+  const POLL_MS = 2000; // held keys and sessions are re-read this often (waiters have no event)
+  const PAGE = 500; // List page size
+  const MAX_PAGES = 10; // at most PAGE × MAX_PAGES rows per table
+  const MAX_EVENTS = 200; // events kept in the list
+  // The API is served next to the console: /console/ → /v1/…, also behind a
+  // proxy that adds a path prefix.
+  const base = location.pathname.replace(/\/console\/.*$/, '');
+
+  const $ = (id) => document.getElementById(id);
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY) || '',
+    prefix: sessionStorage.getItem(PREFIX_KEY) || '',
+    gen: 0, // bumped by Apply: a watch of an older generation stops
+    watchAbort: null,
+    locks: [], locksTruncated: false, locksSig: '',
+    sessions: null, sessionsAt: 0, sessionsNote: '',
+    refused: new Map(), // key → why a revoke was refused (until the next Apply)
+    refreshing: false, again: false, refreshTimer: 0,
+  };
+
+  class APIError extends Error {
+    constructor(httpStatus, body) {
+      const st = (body && body.error) || body || {};
+      super(st.message || ('HTTP ' + httpStatus));
+      this.httpStatus = httpStatus;
+      this.reason = st.reason || reasonOf(st.details) || '';
+      this.code = st.code;
+    }
+  }
+
+  // reasonOf finds the lockd reason in a google.rpc.Status's details.
+  function reasonOf(details) {
+    for (const d of details || []) {
+      if (d && typeof d['@type'] === 'string' && d['@type'].endsWith('google.rpc.ErrorInfo')) return d.reason || '';
+    }
+    return '';
+  }
+
+  function describe(e) {
+    if (e instanceof APIError) {
+      let s = String(e.httpStatus);
+      if (e.reason) s += ' ' + e.reason;
+      s += ': ' + e.message;
+      if (e.httpStatus === 401) s += ' (is the token right?)';
+      return s;
+    }
+    return String(e && e.message ? e.message : e);
+  }
+
+  function headers(extra) {
+    const h = Object.assign({ Accept: 'application/json' }, extra);
+    if (state.token) h.Authorization = 'Bearer ' + state.token;
+    return h;
+  }
+
+  async function api(method, path, body) {
+    const init = { method, headers: headers(), credentials: 'same-origin', cache: 'no-store' };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    const resp = await fetch(base + path, init);
+    const text = await resp.text();
+    let data = {};
+    if (text) {
+      try { data = JSON.parse(text); } catch (_) { data = { message: text.slice(0, 200) }; }
+    }
+    if (!resp.ok) throw new APIError(resp.status, data);
+    return data;
+  }
+
+  // encodeKey makes a key a URL path: each /-separated segment
+  // percent-encoded (C2 #ct2-http "Keys in paths").
+  function encodeKey(key) {
+    return key.split('/').map((seg) => encodeURIComponent(seg)
+      .replace(/[!'()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase())).join('/');
+  }
+
+  async function pages(path, field, params) {
+    const out = [];
+    let token = '';
+    for (let i = 0; i < MAX_PAGES; i++) {
+      const q = new URLSearchParams(params);
+      q.set('limit', String(PAGE));
+      if (token) q.set('page_token', token);
+      const r = await api('GET', path + '?' + q.toString());
+      out.push(...(r[field] || []));
+      token = r.next_page_token || '';
+      if (!token) return { items: out, truncated: false };
+    }
+    return { items: out, truncated: true };
+  }
+
+  // --- rendering (text only) ---
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+
+  function fmtDuration(ms) {
+    if (!Number.isFinite(ms)) return '—';
+    let s = Math.max(0, Math.floor(ms / 1000));
+    const d = Math.floor(s / 86400); s -= d * 86400;
+    const h = Math.floor(s / 3600); s -= h * 3600;
+    const m = Math.floor(s / 60); s -= m * 60;
+    const two = (n) => String(n).padStart(2, '0');
+    if (d) return d + 'd ' + two(h) + 'h';
+    if (h) return h + 'h ' + two(m) + 'm';
+    if (m) return m + 'm ' + two(s) + 's';
+    return s + 's';
+  }
+
+  function since(at) {
+    // acquired_at is the backend's clock: for reading only.
+    const t = Date.parse(at || '');
+    return Number.isNaN(t) ? '—' : fmtDuration(Date.now() - t);
+  }
+
+  // holdersOf: every holder of a semaphore or read/write key, else the one
+  // holder of a plain lock.
+  function holdersOf(lock) {
+    if (lock.holders && lock.holders.length) return lock.holders;
+    return [{ session_id: lock.session_id, token: lock.token, acquired_at: lock.acquired_at, owner: lock.owner, value: lock.value }];
+  }
+
+  // kindOf describes a key that is not a plain lock.
+  function kindOf(lock) {
+    const hs = lock.holders || [];
+    if (!hs.length) return '';
+    if (hs.some((h) => h.mode && h.mode !== 'LOCK_MODE_UNSPECIFIED')) return 'read/write';
+    return 'semaphore ' + hs.length + '/' + (lock.limit || '?');
+  }
+
+  function modeOf(h) {
+    return h.mode === 'LOCK_MODE_SHARED' ? 'shared ' : h.mode === 'LOCK_MODE_EXCLUSIVE' ? 'exclusive ' : '';
+  }
+
+  // valueText shows a grant's value (base64 in JSON) as text when it is
+  // UTF-8, else its size.
+  function valueText(b64) {
+    if (!b64) return '';
+    let bytes;
+    try {
+      bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    } catch (_) {
+      return '(undecodable)';
+    }
+    try {
+      const text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+      return text.length > 200 ? text.slice(0, 200) + '…' : text;
+    } catch (_) {
+      return '(' + bytes.length + ' bytes)';
+    }
+  }
+
+  const lines = (lock, f) => holdersOf(lock).map(f).join('\n');
+  const heldFor = (lock) => lines(lock, (h) => since(h.acquired_at));
+
+  function setStatus(text, bad) {
+    const s = $('status');
+    s.textContent = text;
+    s.classList.toggle('bad', !!bad);
+  }
+
+  function showError(id, e) {
+    const p = $(id);
+    p.hidden = !e;
+    p.textContent = e ? describe(e) : '';
+  }
+
+  function renderLocks() {
+    // Rebuild only on a change, so a row (and its button) stays put
+    // between polls; tick() moves the times.
+    const sig = JSON.stringify([state.locks, state.locksTruncated, [...state.refused]]);
+    if (sig === state.locksSig) return;
+    state.locksSig = sig;
+    const body = $('locks-body');
+    const rows = [];
+    for (const lock of state.locks) {
+      const tr = el('tr', 'lock');
+      tr.dataset.key = lock.key; // a data attribute is text too
+      const key = el('td', 'key', lock.key);
+      const kind = kindOf(lock);
+      if (kind) key.append(el('span', 'kind', kind));
+      tr.append(key, el('td', 'owner', lines(lock, (h) => h.owner || '')), el('td', 'session', lines(lock, (h) => modeOf(h) + h.session_id)),
+        el('td', 'token', lines(lock, (h) => h.token)), el('td', 'held', heldFor(lock)),
+        el('td', 'value', lines(lock, (h) => valueText(h.value))),
+        el('td', 'waiters', (lock.waiters || []).map((w, i) => (i + 1) + '. ' + w).join('\n')));
+      const act = el('td', 'actions');
+      const refused = state.refused.get(lock.key);
+      if (refused) {
+        act.classList.add('refused');
+        act.textContent = 'Revoke refused: ' + refused;
+      } else {
+        const b = el('button', 'revoke', 'Revoke');
+        b.type = 'button';
+        b.title = 'Revoke this grant (admin): asks for confirmation';
+        b.addEventListener('click', () => revoke(lock, b));
+        act.append(b);
+      }
+      tr.append(act);
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+    $('locks-empty').hidden = rows.length > 0;
+    $('locks-count').textContent = '(' + rows.length + (state.locksTruncated ? '+, the first ' + rows.length + ' shown' : '') + ')';
+  }
+
+  function renderSessions() {
+    const body = $('sessions-body');
+    const rows = [];
+    const elapsed = performance.now() - state.sessionsAt;
+    for (const s of state.sessions || []) {
+      const tr = el('tr', 'session');
+      tr.dataset.session = s.session_id;
+      tr.append(el('td', 'session', s.session_id), el('td', 'owner', s.owner || ''),
+        el('td', 'principal', s.principal || 'anonymous'), el('td', 'ttl', fmtDuration(Number(s.ttl_ms))),
+        el('td', 'left', fmtDuration(Number(s.remaining_ms) - elapsed)), el('td', 'locks', s.locks));
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+    $('sessions-empty').hidden = rows.length > 0;
+    $('sessions-count').textContent = state.sessions ? '(' + rows.length + ')' + (state.sessionsNote ? ' — ' + state.sessionsNote : '') : '';
+  }
+
+  function tick() { // times move without a fetch
+    const held = document.querySelectorAll('#locks-body td.held');
+    state.locks.forEach((lock, i) => { if (held[i]) held[i].textContent = heldFor(lock); });
+    const left = document.querySelectorAll('#sessions-body td.left');
+    const elapsed = performance.now() - state.sessionsAt;
+    (state.sessions || []).forEach((s, i) => {
+      if (left[i]) left[i].textContent = fmtDuration(Number(s.remaining_ms) - elapsed);
+    });
+  }
+
+  // --- reading ---
+
+  async function refreshLocks() {
+    try {
+      const r = await pages('/v1/locks', 'locks', { prefix: state.prefix });
+      state.locks = r.items;
+      state.locksTruncated = r.truncated;
+      showError('locks-error', null);
+    } catch (e) {
+      state.locks = [];
+      showError('locks-error', e);
+    }
+    renderLocks();
+  }
+
+  async function refreshSessions() {
+    try {
+      const r = await pages('/v1/sessions', 'sessions', {});
+      state.sessions = r.items;
+      state.sessionsNote = r.truncated ? 'the first ' + r.items.length + ' shown' : '';
+      showError('sessions-error', null);
+    } catch (e) {
+      state.sessions = [];
+      state.sessionsNote = '';
+      showError('sessions-error', e);
+    }
+    state.sessionsAt = performance.now();
+    renderSessions();
+  }
+
+  async function refresh() {
+    if (state.refreshing) { state.again = true; return; }
+    state.refreshing = true;
+    try {
+      await refreshLocks();
+      await refreshSessions();
+    } finally {
+      state.refreshing = false;
+    }
+    if (state.again) { state.again = false; scheduleRefresh(0); }
+  }
+
+  function scheduleRefresh(ms) {
+    clearTimeout(state.refreshTimer);
+    state.refreshTimer = setTimeout(() => { refresh().finally(() => scheduleRefresh(POLL_MS)); }, ms);
+  }
+
+  // --- the event stream: GET /v1/watch, newline-delimited JSON ---
+
+  function setWatchState(text, cls) {
+    const s = $('watch-state');
+    s.textContent = text;
+    s.className = 'state ' + (cls || '');
+  }
+
+  function onEvent(ev) {
+    const kind = String(ev.kind || '').replace(/^EVENT_KIND_/, '').toLowerCase();
+    const li = el('li', 'event');
+    li.dataset.kind = kind;
+    li.append(el('span', 'time', new Date().toLocaleTimeString()),
+      el('span', 'kind kind-' + kind.replace(/[^a-z_]/g, ''), kind),
+      el('span', 'key', ev.key), el('span', 'session', ev.session_id), el('span', 'token', 'token ' + ev.token));
+    if (ev.owner) li.append(el('span', 'owner', ev.owner));
+    if (ev.value) li.append(el('span', 'value', valueText(ev.value)));
+    const list = $('events');
+    list.prepend(li);
+    while (list.children.length > MAX_EVENTS) list.lastChild.remove();
+    scheduleRefresh(100);
+  }
+
+  const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  async function watch(gen) {
+    let backoff = 500;
+    while (gen === state.gen) {
+      const ctl = new AbortController();
+      state.watchAbort = ctl;
+      try {
+        // holder: owners in acquired events, and value events.
+        const q = new URLSearchParams({ prefix: state.prefix, holder: 'true' });
+        const resp = await fetch(base + '/v1/watch?' + q.toString(), {
+          headers: headers({ Accept: 'application/x-ndjson' }), credentials: 'same-origin', cache: 'no-store', signal: ctl.signal,
+        });
+        if (!resp.ok) {
+          const text = await resp.text();
+          let data = {};
+          try { data = JSON.parse(text.split('\n')[0]); } catch (_) { data = { message: text.slice(0, 200) }; }
+          throw new APIError(resp.status, data);
+        }
+        // Established: every later change is delivered. Re-read what
+        // may have changed while no watch was open.
+        setWatchState('live', 'live');
+        showError('watch-error', null);
+        backoff = 500;
+        scheduleRefresh(0);
+        const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let nl;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, nl).trim();
+            buf = buf.slice(nl + 1);
+            if (!line) continue;
+            const msg = JSON.parse(line);
+            if (msg.result) onEvent(msg.result);
+            else if (msg.error) throw new APIError(200, msg);
+          }
+        }
+        throw new Error('the watch ended');
+      } catch (e) {
+        if (gen !== state.gen) return; // replaced by Apply
+        setWatchState('reconnecting', 'down');
+        showError('watch-error', e);
+        await delay(backoff);
+        backoff = Math.min(backoff * 2, 15000);
+      }
+    }
+  }
+
+  // --- the one write: an admin's revoke ---
+
+  async function revoke(lock, button) {
+    const who = holdersOf(lock).map((h) => (h.owner ? h.owner + ', ' : '') + 'session ' + h.session_id + ', token ' + h.token);
+    const question = 'Revoke ' + lock.key + '?\n\nHeld by ' + who.join('; ') + '.\n\n' +
+      (who.length > 1 ? 'Every holder loses it' : 'The holder loses the lock') +
+      ' at once; until it notices, only the fencing token protects the resource.';
+    if (!window.confirm(question)) return;
+    button.disabled = true;
+    try {
+      const r = await api('POST', '/v1/locks/' + encodeKey(lock.key) + ':revoke', {});
+      setStatus(r.revoked ? 'Revoked ' + lock.key + ' (token ' + r.token + ', session ' + r.session_id + ').'
+        : lock.key + ' was no longer held.');
+    } catch (e) {
+      state.refused.set(lock.key, describe(e));
+      setStatus('Revoke of ' + lock.key + ' refused: ' + describe(e), true);
+      renderLocks();
+    }
+    scheduleRefresh(0);
+  }
+
+  // --- settings ---
+
+  function start() {
+    state.gen++;
+    if (state.watchAbort) state.watchAbort.abort();
+    state.refused.clear();
+    $('events').replaceChildren();
+    setWatchState('connecting', '');
+    setStatus(state.token ? 'Calling the API with the bearer token of this tab.'
+      : 'Calling the API without a token (anonymous, or your client certificate).');
+    watch(state.gen);
+    scheduleRefresh(0);
+  }
+
+  function init() {
+    $('prefix').value = state.prefix;
+    $('token').value = state.token;
+    $('settings').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      state.prefix = $('prefix').value.trim();
+      state.token = $('token').value.trim();
+      sessionStorage.setItem(PREFIX_KEY, state.prefix);
+      if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token); else sessionStorage.removeItem(TOKEN_KEY);
+      start();
+    });
+    $('forget').addEventListener('click', () => {
+      state.token = '';
+      $('token').value = '';
+      sessionStorage.removeItem(TOKEN_KEY);
+      start();
+    });
+    setInterval(tick, 1000);
+    start();
+  }
+
+  init();
+})();
