@@ -32,7 +32,7 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (store.Ex
 	if gone {
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", store.ErrSessionDead)
 	}
-	n, err := s.CloseSession(ctx, id)
+	n, err := s.closeSession(ctx, id, false) // involuntary: lock-delays run (delay.go)
 	if err != nil {
 		return store.Expiry{}, err
 	}

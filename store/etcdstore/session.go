@@ -39,6 +39,13 @@ type session struct {
 	// queue first (see DeleteIfOwner). A hint only.
 	queued map[string]bool
 
+	// holds are the maximum-hold timers of its grants, by key (delay.go);
+	// guarded by Store.mu.
+	holds map[string]*time.Timer
+	// companions are its companion leases by lock-delay (delay.go), kept
+	// alive with its lease; guarded by keeper.mu.
+	companions map[time.Duration]clientv3.LeaseID
+
 	// ka is the lease's keepalive state and proven bound, guarded by
 	// keeper.mu (keepalive.go).
 	ka kaState
@@ -170,6 +177,13 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 // through another Store instance is still counted (LocksOf reconciles the
 // record with etcd).
 func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, err error) {
+	return s.closeSession(ctx, id, true)
+}
+
+// closeSession ends the session. voluntary (CloseSession) also revokes its
+// lock-delay companion leases, so its keys are handed over at once; an
+// involuntary end (ExpireSession) lets them run out (delay.go).
+func (s *Store) closeSession(ctx context.Context, id store.SessionID, voluntary bool) (n int, err error) {
 	defer s.met.Observe(telemetry.OpCloseSession)(&err)
 	if err := store.ValidateSessionID(id); err != nil {
 		return 0, fmt.Errorf("etcdstore: close session: %w", err)
@@ -200,11 +214,17 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		return 0, fmt.Errorf("etcdstore: close session: %w", err)
 	}
 
+	if voluntary {
+		for _, c := range s.keep.takeCompanions(ss) {
+			s.revokeNow(c) // best effort: a companion left behind runs out by itself
+		}
+	}
 	s.mu.Lock()
 	if !ss.dead {
 		n = len(ss.held)
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
+		stopHoldLocked(ss, "")
 		s.keep.remove(ss)
 		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
 		s.log.SessionClosed(id, n)
@@ -349,7 +369,8 @@ func (s *Store) markDeadLocked(ss *session, reason string) {
 	}
 	ss.dead, ss.deadAt = true, time.Now()
 	close(ss.done)
-	s.keep.remove(ss)
+	stopHoldLocked(ss, "")
+	s.keep.remove(ss) // its lock-delay companions are no longer kept either (delay.go)
 	s.log.SessionLost(ss.id, reason)
 	if reason == telemetry.LostLeaseExpired {
 		s.log.LeaseExpired(ss.id)

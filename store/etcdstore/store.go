@@ -82,6 +82,7 @@ type Store struct {
 	waiters localQueues // Acquire calls of this Store waiting in a queue (wait.go)
 
 	marks *markerLeases // the short leases of release markers (marker.go)
+	comp  companions    // lock-delay companion leases (delay.go)
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
@@ -202,6 +203,7 @@ func parseGrant(v []byte) (store.SessionID, time.Time, error) {
 const (
 	markReleased = "released"
 	markRevoked  = "revoked"
+	markMaxHold  = "max_hold" // delay.go
 )
 
 // ready is the entry check of calls without a session: the caller's ctx

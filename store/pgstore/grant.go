@@ -55,8 +55,9 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		tok         *int64
 		at          *time.Time
 		head        *string
+		delayed     bool
 	)
-	err := tx.QueryRow(ctx, s.q.grantCheck, sid, key).Scan(&remainingUS, &holder, &tok, &at, &head)
+	err := tx.QueryRow(ctx, s.q.grantCheck, sid, key).Scan(&remainingUS, &holder, &tok, &at, &head, &delayed)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && remainingUS <= 0 {
 		// Unknown, closed, reaped, or expired and awaiting the reaper. An
 		// expired waiter leaves the queue now so nobody waits behind it.
@@ -70,7 +71,7 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 	case holder != nil && *holder == sid:
 		g.Token, g.AcquiredAt = uint64(*tok), *at
 		return g, held, dequeue()
-	case holder != nil:
+	case holder != nil, delayed: // held, or a lock-delay running (delay.go)
 		return store.Grant{}, busy, enqueue()
 	case head != nil && (!asWaiter || *head != sid):
 		// TryInsert never jumps a queue; a waiter takes the key only first

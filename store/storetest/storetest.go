@@ -96,6 +96,10 @@ func Run(t *testing.T, cfg Config) {
 		{"SessionSecretHash", s.testSessionSecretHash},
 		{"Holder", s.testHolder},
 		{"SessionPrincipal", s.testSessionPrincipal},
+		{"LockDelayAfterExpiry", s.testLockDelayAfterExpiry},
+		{"LockDelayAfterRevoke", s.testLockDelayAfterRevoke},
+		{"LockDelaySkippedOnRelease", s.testLockDelaySkippedOnRelease},
+		{"MaxHold", s.testMaxHold},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

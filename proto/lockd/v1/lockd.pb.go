@@ -88,6 +88,10 @@ const (
 	// lock.server.close-sessions-on-shutdown and will close the session once
 	// the client acknowledged this notice or its trust ran out.
 	LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN LockLostReason = 3
+	// LOCK_LOST_REASON_MAX_HOLD: the grant was held longer than its
+	// AcquireRequest.max_hold_ms and the backend revoked it. The session
+	// stays live.
+	LockLostReason_LOCK_LOST_REASON_MAX_HOLD LockLostReason = 4
 )
 
 // Enum value maps for LockLostReason.
@@ -97,12 +101,14 @@ var (
 		1: "LOCK_LOST_REASON_REVOKED",
 		2: "LOCK_LOST_REASON_EXPIRED",
 		3: "LOCK_LOST_REASON_SERVER_SHUTDOWN",
+		4: "LOCK_LOST_REASON_MAX_HOLD",
 	}
 	LockLostReason_value = map[string]int32{
 		"LOCK_LOST_REASON_UNSPECIFIED":     0,
 		"LOCK_LOST_REASON_REVOKED":         1,
 		"LOCK_LOST_REASON_EXPIRED":         2,
 		"LOCK_LOST_REASON_SERVER_SHUTDOWN": 3,
+		"LOCK_LOST_REASON_MAX_HOLD":        4,
 	}
 )
 
@@ -148,6 +154,9 @@ const (
 	EventKind_EVENT_KIND_EXPIRED EventKind = 3
 	// EVENT_KIND_REVOKED: an administrator revoked the grant.
 	EventKind_EVENT_KIND_REVOKED EventKind = 4
+	// EVENT_KIND_MAX_HOLD: the backend revoked a grant held longer than its
+	// maximum hold (AcquireRequest.max_hold_ms).
+	EventKind_EVENT_KIND_MAX_HOLD EventKind = 5
 )
 
 // Enum value maps for EventKind.
@@ -158,6 +167,7 @@ var (
 		2: "EVENT_KIND_RELEASED",
 		3: "EVENT_KIND_EXPIRED",
 		4: "EVENT_KIND_REVOKED",
+		5: "EVENT_KIND_MAX_HOLD",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED": 0,
@@ -165,6 +175,7 @@ var (
 		"EVENT_KIND_RELEASED":    2,
 		"EVENT_KIND_EXPIRED":     3,
 		"EVENT_KIND_REVOKED":     4,
+		"EVENT_KIND_MAX_HOLD":    5,
 	}
 )
 
@@ -935,7 +946,19 @@ type AcquireRequest struct {
 	// value is attached to the grant (at most 4096 bytes; optional) and shown
 	// by Inspect and List for as long as the grant lasts. It is set right
 	// after the grant: a reader may see the grant briefly without it.
-	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// lock_delay_ms (optional, 0: none): after this grant ends involuntarily
+	// (its session expired or its client fell silent, revoked, maximum hold)
+	// the key is not granted again for this long; a Release or CloseSession
+	// hands over at once (docs/contracts/C2.md #ct2-delay). At most the
+	// server's lock.server.max-lock-delay, else INVALID_ARGUMENT. Numbered
+	// apart from the fields above to leave room for parallel additions.
+	LockDelayMs int64 `protobuf:"varint,20,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// max_hold_ms (optional, 0: none): the backend revokes the grant once it
+	// has been held this long, with a LockLost notice of reason
+	// LOCK_LOST_REASON_MAX_HOLD. 1000..604800000 and at most the server's
+	// lock.server.max-hold-limit, else INVALID_ARGUMENT.
+	MaxHoldMs     int64 `protobuf:"varint,21,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1010,6 +1033,20 @@ func (x *AcquireRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetMaxHoldMs() int64 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
 }
 
 // AcquireResponse is a grant, or a try that found the key held.
@@ -1247,7 +1284,9 @@ func (x *InspectRequest) GetKey() string {
 // InspectResponse describes a key.
 type InspectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// held is false when nobody holds the key; lock is then unset.
+	// held is false when nobody holds the key; lock is then unset, unless a
+	// lock-delay keeps the key from being granted: then lock has only key
+	// and delay_remaining_ms.
 	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
 	// lock describes the holder and waiters.
 	Lock          *LockInfo `protobuf:"bytes,2,opt,name=lock,proto3" json:"lock,omitempty"`
@@ -1317,9 +1356,16 @@ type LockInfo struct {
 	Owner  string            `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
 	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// value is the grant's value (AcquireRequest.value), empty if none.
-	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// lock_delay_ms is the held grant's lock-delay (AcquireRequest), 0 if
+	// none.
+	LockDelayMs int64 `protobuf:"varint,20,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// delay_remaining_ms, set only for a key nobody holds (Inspect, held =
+	// false), is about how long a lock-delay still keeps it from being
+	// granted (docs/contracts/C2.md #ct2-delay).
+	DelayRemainingMs int64 `protobuf:"varint,21,opt,name=delay_remaining_ms,json=delayRemainingMs,proto3" json:"delay_remaining_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LockInfo) Reset() {
@@ -1406,6 +1452,20 @@ func (x *LockInfo) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *LockInfo) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *LockInfo) GetDelayRemainingMs() int64 {
+	if x != nil {
+		return x.DelayRemainingMs
+	}
+	return 0
 }
 
 // ListRequest asks for one page of held keys.
@@ -1814,7 +1874,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xba\x01\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\xfe\x01\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1822,7 +1882,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12&\n" +
 	"\x0fwait_timeout_ms\x18\x04 \x01(\x03R\rwaitTimeoutMs\x12%\n" +
 	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\fR\x05value\"v\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\"\n" +
+	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12\x1e\n" +
+	"\vmax_hold_ms\x18\x15 \x01(\x03R\tmaxHoldMs\"v\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -1839,7 +1901,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"M\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
-	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xc7\x02\n" +
+	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\x99\x03\n" +
 	"\bLockInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -1850,7 +1912,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\awaiters\x18\x05 \x03(\tR\awaiters\x12\x14\n" +
 	"\x05owner\x18\x06 \x01(\tR\x05owner\x126\n" +
 	"\x06labels\x18\a \x03(\v2\x1e.lockd.v1.LockInfo.LabelsEntryR\x06labels\x12\x14\n" +
-	"\x05value\x18\b \x01(\fR\x05value\x1a9\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\"\n" +
+	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12,\n" +
+	"\x12delay_remaining_ms\x18\x15 \x01(\x03R\x10delayRemainingMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
@@ -1876,18 +1940,20 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x04R\x05token*\x94\x01\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token*\xb3\x01\n" +
 	"\x0eLockLostReason\x12 \n" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_EXPIRED\x10\x02\x12$\n" +
-	" LOCK_LOST_REASON_SERVER_SHUTDOWN\x10\x03*\x89\x01\n" +
+	" LOCK_LOST_REASON_SERVER_SHUTDOWN\x10\x03\x12\x1d\n" +
+	"\x19LOCK_LOST_REASON_MAX_HOLD\x10\x04*\xa2\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
-	"\x12EVENT_KIND_REVOKED\x10\x042\xe2\x04\n" +
+	"\x12EVENT_KIND_REVOKED\x10\x04\x12\x17\n" +
+	"\x13EVENT_KIND_MAX_HOLD\x10\x052\xe2\x04\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12M\n" +
