@@ -211,6 +211,11 @@ type LockInfo struct {
 	Owner  string
 	Labels map[string]string
 	Value  []byte
+	// LockDelay is the held grant's lock-delay (WithLockDelay).
+	LockDelay time.Duration
+	// DelayRemaining is set when nobody holds the key but a lock-delay
+	// still keeps it from being granted: about how long it does.
+	DelayRemaining time.Duration
 }
 
 // Holder describes the holder for people: its owner (quoted if it is not
@@ -228,7 +233,8 @@ func (i LockInfo) Holder() string {
 
 func lockInfo(p *lockdv1.LockInfo) LockInfo {
 	info := LockInfo{Key: p.GetKey(), Held: true, Session: p.GetSessionId(), Token: p.GetToken(),
-		Waiters: p.GetWaiters(), Owner: p.GetOwner(), Labels: p.GetLabels(), Value: p.GetValue()}
+		Waiters: p.GetWaiters(), Owner: p.GetOwner(), Labels: p.GetLabels(), Value: p.GetValue(),
+		LockDelay: ms(p.GetLockDelayMs())}
 	if p.GetAcquiredAt() != nil {
 		info.AcquiredAt = p.GetAcquiredAt().AsTime()
 	}
@@ -250,7 +256,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 		return LockInfo{}, fmt.Errorf("inspect %q: %w", key, err)
 	}
 	if !resp.GetHeld() {
-		return LockInfo{Key: key}, nil
+		return LockInfo{Key: key, DelayRemaining: ms(resp.GetLock().GetDelayRemainingMs())}, nil
 	}
 	return lockInfo(resp.GetLock()), nil
 }

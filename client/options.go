@@ -116,9 +116,10 @@ func WithBackoff(minWait, maxWait time.Duration) Option {
 type SessionOption func(*sessionOptions)
 
 type sessionOptions struct {
-	ttl    time.Duration
-	owner  string
-	labels map[string]string
+	ttl       time.Duration
+	owner     string
+	labels    map[string]string
+	lockDelay time.Duration
 }
 
 // WithOwner says who holds the session's locks: an owner string (at most
@@ -135,12 +136,42 @@ func WithSessionTTL(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = d }
 }
 
+// WithSessionLockDelay gives every lock of the session a lock-delay of d
+// unless its Acquire says otherwise (WithLockDelay): see WithLockDelay.
+func WithSessionLockDelay(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.lockDelay = d }
+}
+
 // AcquireOption configures one Acquire.
 type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
-	waitTimeout time.Duration
-	value       []byte
+	waitTimeout  time.Duration
+	value        []byte
+	lockDelay    time.Duration
+	lockDelaySet bool
+	maxHold      time.Duration
+}
+
+// WithLockDelay sets the lock's lock-delay (whole milliseconds, at most the
+// server's lock.server.max-lock-delay; 0: none), overriding the session's
+// WithSessionLockDelay: if the lock ends involuntarily — the session
+// expires or its client falls silent, an administrator revokes it, its
+// maximum hold runs out — nobody is granted the key until d has passed, so
+// a holder that lost the lock without knowing it has d to notice before
+// anyone else acts (for resources that cannot check fencing tokens). A
+// Release or Session.Close hands the key over at once. See
+// docs/contracts/C2.md #ct2-delay.
+func WithLockDelay(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.lockDelay, o.lockDelaySet = d, true }
+}
+
+// WithMaxHold makes the server revoke the lock once it has been held for d
+// (1s..168h, at most the server's lock.server.max-hold-limit), so a wedged
+// holder cannot keep the key for ever: Lock.Done closes and Lock.Err
+// matches ErrMaxHold (and ErrLockLost).
+func WithMaxHold(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.maxHold = d }
 }
 
 // WithValue attaches v (at most 4096 bytes) to the grant: Inspect and List

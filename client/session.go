@@ -30,6 +30,7 @@ type Session struct {
 	ttl      time.Duration
 	margin   time.Duration
 	interval time.Duration
+	delay    time.Duration // WithSessionLockDelay
 	done     chan struct{}
 	// ctx is cancelled, with the session's error as cause, when done
 	// closes.
@@ -77,6 +78,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if err := invalidInput("labels", store.ValidateLabels(so.labels)); err != nil {
 		return nil, fmt.Errorf("new session: %w", err)
 	}
+	if err := invalidInput("lock_delay", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: so.lockDelay})); err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
 	// The client's own settings against the TTL asked for, before the
 	// server opens anything.
 	if err := checkTiming(so.ttl, c.opts.safetyMargin, c.opts.heartbeatInterval); err != nil {
@@ -104,6 +108,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		interval: ms(resp.GetHeartbeatIntervalMs()),
 		done:     make(chan struct{}),
 		locks:    map[string]*Lock{},
+		delay:    so.lockDelay,
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	if c.opts.safetyMargin > 0 {
@@ -407,6 +412,7 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 		return nil, fmt.Errorf("acquire %q: %w: wait timeout: negative", key, ErrInvalidArgument)
 	}
 	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value}
+	s.policy(ao, req)
 	if ao.waitTimeout > 0 {
 		// Round up: never ask to wait less than the caller asked.
 		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
@@ -420,14 +426,16 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 
 // TryAcquire takes the lock named key if it is free and nobody waits for it;
 // otherwise it returns ErrLocked at once, naming the holder when it can
-// (its owner and token, read with one Inspect). Of the options only
-// WithValue applies.
+// (its owner and token, read with one Inspect). Of the options
+// WithValue, WithLockDelay and WithMaxHold apply.
 func (s *Session) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	ao, err := acquireOpts(opts)
 	if err != nil {
 		return nil, fmt.Errorf("try acquire %q: %w", key, err)
 	}
-	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value}, false)
+	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value}
+	s.policy(ao, req)
+	l, err := s.acquire(ctx, req, false)
 	if errors.Is(err, ErrLocked) {
 		err = s.c.lockedBy(ctx, key)
 	}
@@ -443,7 +451,23 @@ func acquireOpts(opts []AcquireOption) (acquireOptions, error) {
 	for _, opt := range opts {
 		opt(&ao)
 	}
-	return ao, invalidInput("value", store.ValidateValue(ao.value))
+	if err := invalidInput("value", store.ValidateValue(ao.value)); err != nil {
+		return ao, err
+	}
+	if err := invalidInput("lock_delay", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: ao.lockDelay})); err != nil {
+		return ao, err
+	}
+	return ao, invalidInput("max_hold", store.ValidateGrantPolicy(store.GrantPolicy{MaxHold: ao.maxHold}))
+}
+
+// policy fills in req's lock-delay (the Acquire's, else the session's) and
+// maximum hold.
+func (s *Session) policy(ao acquireOptions, req *lockdv1.AcquireRequest) {
+	d := s.delay
+	if ao.lockDelaySet {
+		d = ao.lockDelay
+	}
+	req.LockDelayMs, req.MaxHoldMs = d.Milliseconds(), ao.maxHold.Milliseconds()
 }
 
 // lockedBy is ErrLocked naming key's holder, read with one best-effort
@@ -574,6 +598,9 @@ func (s *Session) lockLost(n *lockdv1.LockLost) (ack bool) {
 		why = "expired"
 	case lockdv1.LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN:
 		why = "server shutting down"
+	case lockdv1.LockLostReason_LOCK_LOST_REASON_MAX_HOLD:
+		l.end(fmt.Errorf("%w: revoked by the server", ErrMaxHold))
+		return ack
 	}
 	l.end(fmt.Errorf("%w: %s", ErrLockLost, why))
 	return ack

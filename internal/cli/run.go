@@ -77,6 +77,8 @@ type runFlags struct {
 	maxRuntime   time.Duration
 	conflictCode int
 	owner        string
+	lockDelay    time.Duration
+	maxHold      time.Duration
 }
 
 func newRunCmd(e *env) *cobra.Command {
@@ -102,6 +104,18 @@ has held the key (updated in place when stderr is a terminal).
 --max-runtime bounds how long CMD may run once it started (the wait is not
 counted): then CMD is stopped as on a lost lock (SIGTERM, SIGKILL after
 --grace), the lock is released, and lockd run exits with status 124.
+
+--lock-delay D: if the lock ends without CMD's run releasing it (this run's
+session expired or stopped answering, an administrator revoked it, --max-hold
+ran out), nobody else is granted KEY for D, so a CMD that has not noticed yet
+gets D to stop before another run starts (for resources that cannot check
+LOCKD_FENCING_TOKEN). A normal end hands KEY over at once. At most the server's
+lock.server.max-lock-delay.
+
+--max-hold D makes the server revoke the lock once it has been held for D
+(1s..168h, at most lock.server.max-hold-limit), even if this lockd run is
+wedged: CMD is then stopped as on a lost lock and lockd run exits 75.
+--max-runtime is enforced by lockd run itself; --max-hold by the server.
 
 --conflict-exit-code N (like flock's -E) is the exit status when KEY is held
 and --wait 0 was given. With N = 0 such a run prints nothing: in cron, a run
@@ -139,6 +153,8 @@ Exit status:
 	cmd.Flags().DurationVar(&rf.grace, "grace", 5*time.Second, "after the lock is lost or --max-runtime ran out, how long CMD has between SIGTERM and SIGKILL")
 	cmd.Flags().DurationVar(&rf.maxRuntime, "max-runtime", 0, "stop CMD (as on a lost lock) and exit 124 when it runs longer than this (default: no limit)")
 	cmd.Flags().IntVar(&rf.conflictCode, "conflict-exit-code", ExitLocked, "exit status when KEY is locked and --wait 0 was given; 0 also silences the message")
+	cmd.Flags().DurationVar(&rf.lockDelay, "lock-delay", 0, "after the lock ends involuntarily (expired, revoked, --max-hold) nobody gets KEY for this long (default: none)")
+	cmd.Flags().DurationVar(&rf.maxHold, "max-hold", 0, "the server revokes the lock once held this long (1s..168h; default: no limit)")
 	cmd.Flags().StringVar(&rf.owner, "owner", "", "name of this holder (e.g. host/job; default \"HOST (pid PID, CMD)\"), shown by inspect and ls, passed to CMD as "+EnvOwner)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		key, argv, _ := splitRunArgs(args)
@@ -151,6 +167,10 @@ Exit status:
 			return usageErrorf("--grace must not be negative")
 		case rf.maxRuntime < 0:
 			return usageErrorf("--max-runtime must not be negative (0: no limit)")
+		case store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: rf.lockDelay}) != nil:
+			return usageErrorf("--lock-delay: %v", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: rf.lockDelay}))
+		case store.ValidateGrantPolicy(store.GrantPolicy{MaxHold: rf.maxHold}) != nil:
+			return usageErrorf("--max-hold: %v", store.ValidateGrantPolicy(store.GrantPolicy{MaxHold: rf.maxHold}))
 		case rf.conflictCode < 0 || rf.conflictCode > 255:
 			return usageErrorf("--conflict-exit-code must be 0..255, not %d", rf.conflictCode)
 		case strings.ContainsAny(rf.owner, "\x00\n\r"):
@@ -266,13 +286,25 @@ func (r *runner) unavailable(ctx context.Context, err error) error {
 	return err
 }
 
+// acquireOpts are the Acquire options of --lock-delay and --max-hold.
+func (r *runner) acquireOpts() []client.AcquireOption {
+	var opts []client.AcquireOption
+	if r.flags.lockDelay > 0 {
+		opts = append(opts, client.WithLockDelay(r.flags.lockDelay))
+	}
+	if r.flags.maxHold > 0 {
+		opts = append(opts, client.WithMaxHold(r.flags.maxHold))
+	}
+	return opts
+}
+
 // acquire takes the lock, honouring --wait, and reports the wait on stderr.
 func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Session) (*client.Lock, error) {
 	if !r.waitForever && r.flags.wait == 0 {
 		var l *client.Lock
 		err := r.flags.cf.call(ctx, func(ctx context.Context) error {
 			var err error
-			l, err = s.TryAcquire(ctx, r.key)
+			l, err = s.TryAcquire(ctx, r.key, r.acquireOpts()...)
 			return err
 		})
 		if errors.Is(err, client.ErrLocked) {
@@ -293,7 +325,7 @@ func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Sessio
 		defer cancel()
 	}
 	st := r.startStatus(ctx, c, s)
-	l, err := s.Acquire(actx, r.key)
+	l, err := s.Acquire(actx, r.key, r.acquireOpts()...)
 	st.stop(l)
 	switch {
 	case err == nil:
