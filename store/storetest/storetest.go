@@ -110,6 +110,10 @@ func Run(t *testing.T, cfg Config) {
 		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
 		{"ReplicaUnknownSession", s.testReplicaUnknownSession},
 		{"ListSessions", s.testListSessions},
+		{"LockDelayAfterExpiry", s.testLockDelayAfterExpiry},
+		{"LockDelayAfterRevoke", s.testLockDelayAfterRevoke},
+		{"LockDelaySkippedOnRelease", s.testLockDelaySkippedOnRelease},
+		{"MaxHold", s.testMaxHold},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
