@@ -46,11 +46,61 @@ import (
 // The record is written by SetGrantPolicy after the grant and before the
 // server answers: a grant whose holder learnt of it has its record.
 //
-// Maximum hold: a timer of this Store (the only one that can keep the
-// session alive) revokes the grant, iff it is still the same grant, with a
-// "max_hold" release marker.
+// Companion leases are recorded on the session's lease (companionPrefix):
+// a Store adopting the session keeps them alive too (record.go, adopt).
+//
+// Maximum hold: a timer of the Store that set the policy revokes the grant,
+// iff it is still the same grant, with a "max_hold" release marker. It
+// lives only there (C2 #ct2-delay, the limits with several replicas).
 
 func (s *Store) delayKey(key string) string { return s.prefix + "d/" + key }
+
+// companionPrefix starts the companion records of session id: one
+// c/<id>\x00<d ms> = "<lease id>" per companion lease, on the session's
+// lease, written with each delay record (SetGrantPolicy). A Store that
+// adopts the session reads them and keeps those leases alive too, so a
+// lock-delay outlives the replica that set it (C2 #ct2-delay). Session ids
+// are printable ASCII, so the NUL ends the id.
+func (s *Store) companionPrefix(id store.SessionID) string {
+	return s.prefix + "c/" + string(id) + "\x00"
+}
+
+func (s *Store) companionKey(id store.SessionID, d time.Duration) string {
+	return s.companionPrefix(id) + strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// parseCompanions reads session id's companion records; malformed ones are
+// skipped (their delays then run out by themselves, never early: see the
+// companion TTL).
+func (s *Store) parseCompanions(id store.SessionID, kvs []*mvccpb.KeyValue) map[time.Duration]clientv3.LeaseID {
+	var out map[time.Duration]clientv3.LeaseID
+	for _, kv := range kvs {
+		ms, err1 := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), s.companionPrefix(id)), 10, 64)
+		lease, err2 := strconv.ParseInt(string(kv.Value), 10, 64)
+		if err1 != nil || err2 != nil || ms <= 0 || lease == 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[time.Duration]clientv3.LeaseID)
+		}
+		out[time.Duration(ms)*time.Millisecond] = clientv3.LeaseID(lease)
+	}
+	return out
+}
+
+// companionsOf reads session id's companion leases from etcd (a session
+// closed through a Store that did not open it).
+func (s *Store) companionsOf(ctx context.Context, id store.SessionID) ([]clientv3.LeaseID, error) {
+	resp, err := s.cli.Get(ctx, s.companionPrefix(id), clientv3.WithPrefix())
+	if err != nil {
+		return nil, classify(ctx, err)
+	}
+	var ids []clientv3.LeaseID
+	for _, l := range s.parseCompanions(id, resp.Kvs) {
+		ids = append(ids, l)
+	}
+	return ids, nil
+}
 
 // delayRecord is the value of a delay record.
 func delayRecord(token uint64, d time.Duration) string {
@@ -173,7 +223,11 @@ func (s *Store) SetGrantPolicy(ctx context.Context, id store.SessionID, key stri
 			if cl, err = s.companion(ctx, ss, p.LockDelay); err != nil {
 				return fmt.Errorf("etcdstore: set grant policy: %w", s.sessionErr(ctx, ss, err))
 			}
-			then = []clientv3.Op{clientv3.OpPut(s.delayKey(key), delayRecord(token, p.LockDelay), clientv3.WithLease(cl))}
+			then = []clientv3.Op{
+				clientv3.OpPut(s.delayKey(key), delayRecord(token, p.LockDelay), clientv3.WithLease(cl)),
+				// So that a Store adopting the session keeps cl alive too.
+				clientv3.OpPut(s.companionKey(id, p.LockDelay), strconv.FormatInt(int64(cl), 10), clientv3.WithLease(ss.lease)),
+			}
 		}
 		resp, err := s.cli.Txn(ctx).If(mine...).Then(then...).Commit()
 		if err != nil && cl != clientv3.NoLease && errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {

@@ -240,8 +240,14 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		lease = clientv3.LeaseID(rec.Lease)
 	}
 	counted := -1
+	var companions []clientv3.LeaseID // recorded in etcd (delay.go)
 	if ss == nil || ss.adopted {
 		if counted, err = s.attachedGrants(ctx, lease); err != nil {
+			return 0, fmt.Errorf("etcdstore: close session: %w", err)
+		}
+		// Other Stores may have given it lock-delay companions: they are
+		// recorded on its lease, so read before the revoke.
+		if companions, err = s.companionsOf(ctx, id); err != nil {
 			return 0, fmt.Errorf("etcdstore: close session: %w", err)
 		}
 	}
@@ -257,15 +263,20 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		return 0, fmt.Errorf("etcdstore: close session: %w", err)
 	}
 
+	// A close is voluntary: its keys are handed over at once, so the
+	// lock-delay companion leases go too (delay.go). Best effort: a
+	// companion left behind runs out by itself.
+	if ss != nil {
+		companions = append(companions, s.keep.takeCompanions(ss)...)
+	}
+	slices.Sort(companions)
+	for _, c := range slices.Compact(companions) {
+		s.revokeNow(c)
+	}
 	if ss == nil {
 		n = max(counted, 0)
 		s.log.SessionClosed(ctx, id, n)
 		return n, nil
-	}
-	// A close is voluntary: its keys are handed over at once, so the
-	// lock-delay companion leases go too (delay.go).
-	for _, c := range s.keep.takeCompanions(ss) {
-		s.revokeNow(c) // best effort: a companion left behind runs out by itself
 	}
 	s.mu.Lock()
 	if !ss.dead {

@@ -233,3 +233,51 @@ func (s *suite) testMaxHold(t *testing.T) {
 	}
 	wantErr(t, "DeleteIfOwner of the grant held too long", a.DeleteIfOwner(ctxT(t), h, key, g.Token), store.ErrNotOwner)
 }
+
+// testLockDelayOutlivesOpener: a grant's lock-delay set through one instance
+// still holds after that instance is gone and another keeps the session
+// (C2 #ct2-delay, #ct2-replicas): the other instance keeps whatever the
+// delay needs (etcd: the companion lease) alive for as long as the session,
+// so a revoke long after the opener went starts the full delay.
+func (s *suite) testLockDelayOutlivesOpener(t *testing.T) {
+	insts := s.instances(t, 2)
+	a, b := insts[0], insts[1]
+	h := openSessionTTL(t, a, delayTTL)
+	g := mustTry(t, a, h, "delay/opener")
+	setPolicy(t, a, g, store.GrantPolicy{LockDelay: lockDelay})
+	if l := heartbeat(t, b, h); !l.Live {
+		t.Fatalf("Heartbeat via the other instance = %+v; want live", l)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close the opener: %v", err)
+	}
+	// Longer than anything the opener kept alive could last without it
+	// (etcd: a companion's TTL is the session's TTL + the delay + a
+	// keepalive interval).
+	closed := time.Now()
+	tick := time.NewTicker(delayTTL / 5)
+	defer tick.Stop()
+	for time.Since(closed) < 3*delayTTL+lockDelay {
+		if l := heartbeat(t, b, h); !l.Live {
+			t.Fatalf("Heartbeat via the other instance %v after the opener closed = %+v; want live", time.Since(closed), l)
+		}
+		<-tick.C
+	}
+	if info, found := inspect(t, b, g.Key); !found || info.Token != g.Token || info.LockDelay != lockDelay {
+		t.Fatalf("Inspect(%q) %v after the opener closed = %+v (found %v); want held with token %d and LockDelay %v",
+			g.Key, time.Since(closed), info, found, g.Token, lockDelay)
+	}
+	ended := time.Now()
+	if rg, found, err := b.Revoke(ctxT(t), g.Key); err != nil || !found || rg.Token != g.Token {
+		t.Fatalf("Revoke(%q) = %+v, %v, %v; want the grant with token %d", g.Key, rg, found, err, g.Token)
+	}
+	grantGone(t, b, g, ended, 5*time.Second)
+	w := openSession(t, b)
+	if _, ok, err := b.TryInsert(ctxT(t), w, g.Key); err != nil || ok {
+		t.Fatalf("TryInsert(%q) right after the revoke = acquired %v, %v; want not acquired (the lock-delay runs)", g.Key, ok, err)
+	}
+	r := recvTimed(t, timedAcquire(ctxT(t), b, w, g.Key), lockDelay+s.cfg.ExpirySlack+margin, "a waiter after the lock-delay")
+	if el := r.at.Sub(ended); el < lockDelay {
+		t.Fatalf("granted %v after the revoke of %q; want no earlier than its lock-delay %v", el, g.Key, lockDelay)
+	}
+}

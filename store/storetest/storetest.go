@@ -114,6 +114,7 @@ func Run(t *testing.T, cfg Config) {
 		{"LockDelayAfterRevoke", s.testLockDelayAfterRevoke},
 		{"LockDelaySkippedOnRelease", s.testLockDelaySkippedOnRelease},
 		{"MaxHold", s.testMaxHold},
+		{"LockDelayOutlivesOpener", s.testLockDelayOutlivesOpener},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
