@@ -86,3 +86,29 @@ func TestLockDelayAndMaxHold(t *testing.T) {
 		})
 	})
 }
+
+// TestLockDelayNotWithMulti: lock-delay and maximum hold are for plain locks
+// (C2 #ct2-delay): the SDK refuses them with WithLimit, Shared and
+// Exclusive, and a session's WithSessionLockDelay is not sent for those,
+// which the server would refuse.
+func TestLockDelayNotWithMulti(t *testing.T) {
+	srv := lockdtest.StartBackend(t, "etcd", lockdtest.Options{})
+	ctx := testCtx(t, time.Minute)
+	s := newSession(t, ctx, srv.Client, client.WithSessionLockDelay(time.Second))
+	for name, opts := range map[string][]client.AcquireOption{
+		"limit and lock-delay":     {client.WithLimit(2), client.WithLockDelay(time.Second)},
+		"shared and max hold":      {client.Shared(), client.WithMaxHold(time.Minute)},
+		"exclusive and lock-delay": {client.Exclusive(), client.WithLockDelay(time.Second)},
+	} {
+		if _, err := s.TryAcquire(ctx, "multi/delay", opts...); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("TryAcquire(%s) = %v; want ErrInvalidArgument", name, err)
+		}
+	}
+	l, err := s.TryAcquire(ctx, "multi/delay", client.WithLimit(2))
+	if err != nil {
+		t.Fatalf("TryAcquire(WithLimit) of a session with a default lock-delay: %v; want granted (the default is not sent)", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
