@@ -391,6 +391,9 @@ const (
 	// Leadership.Proclaim); the grant and its token are unchanged. Only
 	// watches made WithHolders report it.
 	EventValue
+	// EventMaxHold: the server revoked the grant because it was held
+	// longer than its WithMaxHold.
+	EventMaxHold
 )
 
 func (k EventKind) String() string {
@@ -405,6 +408,8 @@ func (k EventKind) String() string {
 		return "revoked"
 	case EventValue:
 		return "value"
+	case EventMaxHold:
+		return "max_hold"
 	}
 	return "unknown"
 }

@@ -25,6 +25,10 @@ func TestLockDelayAndMaxHold(t *testing.T) {
 		ctx := testCtx(t, time.Minute)
 		const delay, hold = 3 * time.Second, time.Second
 		holder := newSession(t, ctx, srv.Client, client.WithSessionLockDelay(delay))
+		events, err := srv.Client.Watch(ctx, "delay/")
+		if err != nil {
+			t.Fatalf("Watch: %v", err)
+		}
 		start := time.Now()
 		l, err := holder.Acquire(ctx, "delay/a", client.WithMaxHold(hold))
 		if err != nil {
@@ -45,6 +49,23 @@ func TestLockDelayAndMaxHold(t *testing.T) {
 		}
 		if err := l.Err(); !errors.Is(err, client.ErrMaxHold) || !errors.Is(err, client.ErrLockLost) {
 			t.Fatalf("Lock.Err() after the maximum hold = %v; want ErrMaxHold (and ErrLockLost)", err)
+		}
+		// Watchers see the end as max_hold.
+		seen := false
+		for ev := range events {
+			if ev.Err != nil {
+				t.Fatalf("watch broke: %v", ev.Err)
+			}
+			if ev.Token == l.Token() && ev.Kind != client.EventAcquired {
+				if ev.Kind != client.EventMaxHold || ev.Kind.String() != "max_hold" {
+					t.Fatalf("watch event of the held-too-long grant = %v (%d); want max_hold", ev.Kind, ev.Kind)
+				}
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			t.Fatal("the watch ended without the grant's end")
 		}
 		// The lock-delay runs: another session cannot take the key, and
 		// Inspect says how long it still waits.
