@@ -254,6 +254,11 @@ type LockInfo struct {
 	// Limit is the semaphore's N (1 for a read/write lock); 0 for a plain
 	// lock.
 	Limit uint32
+	// LockDelay is the held grant's lock-delay (WithLockDelay).
+	LockDelay time.Duration
+	// DelayRemaining is set when nobody holds the key but a lock-delay
+	// still keeps it from being granted: about how long it does.
+	DelayRemaining time.Duration
 }
 
 // HolderInfo is one holder of a semaphore or read/write key.
@@ -284,7 +289,8 @@ func (i LockInfo) Holder() string {
 
 func lockInfo(p *lockdv1.LockInfo) LockInfo {
 	info := LockInfo{Key: p.GetKey(), Held: true, Session: p.GetSessionId(), Token: p.GetToken(),
-		Waiters: p.GetWaiters(), Owner: p.GetOwner(), Labels: p.GetLabels(), Value: p.GetValue()}
+		Waiters: p.GetWaiters(), Owner: p.GetOwner(), Labels: p.GetLabels(), Value: p.GetValue(),
+		LockDelay: ms(p.GetLockDelayMs())}
 	if p.GetAcquiredAt() != nil {
 		info.AcquiredAt = p.GetAcquiredAt().AsTime()
 	}
@@ -320,7 +326,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 		return LockInfo{}, fmt.Errorf("inspect %q: %w", key, err)
 	}
 	if !resp.GetHeld() {
-		return LockInfo{Key: key}, nil
+		return LockInfo{Key: key, DelayRemaining: ms(resp.GetLock().GetDelayRemainingMs())}, nil
 	}
 	return lockInfo(resp.GetLock()), nil
 }
@@ -385,6 +391,9 @@ const (
 	// Leadership.Proclaim); the grant and its token are unchanged. Only
 	// watches made WithHolders report it.
 	EventValue
+	// EventMaxHold: the server revoked the grant because it was held
+	// longer than its WithMaxHold.
+	EventMaxHold
 )
 
 func (k EventKind) String() string {
@@ -399,6 +408,8 @@ func (k EventKind) String() string {
 		return "revoked"
 	case EventValue:
 		return "value"
+	case EventMaxHold:
+		return "max_hold"
 	}
 	return "unknown"
 }

@@ -242,7 +242,7 @@ func (o *observer) apply(ev Event) bool {
 			return true
 		}
 		return leader()
-	case EventReleased, EventExpired, EventRevoked:
+	case EventReleased, EventExpired, EventRevoked, EventMaxHold:
 		if o.cur.Leader && ev.Token >= o.cur.Token {
 			o.cur = Observation{Name: o.name}
 			return true

@@ -59,6 +59,10 @@ var (
 	// administrator revoked it, or it expired with its session).
 	ErrLockLost = errors.New("client: lock lost")
 
+	// ErrMaxHold: the lock was held longer than its WithMaxHold and the
+	// server revoked it (Lock.Err). It matches ErrLockLost too.
+	ErrMaxHold error = maxHoldError{}
+
 	// ErrReleased: the lock was released by Lock.Release (Lock.Err after a
 	// release).
 	ErrReleased = errors.New("client: lock released")
@@ -81,6 +85,11 @@ var (
 	// ErrInternal: the server failed unexpectedly; details are in its log.
 	ErrInternal = errors.New("client: internal server error")
 )
+
+type maxHoldError struct{}
+
+func (maxHoldError) Error() string        { return "client: lock held longer than its maximum hold" }
+func (maxHoldError) Is(target error) bool { return target == ErrLockLost }
 
 type sessionExpiredError struct{}
 

@@ -302,3 +302,42 @@ func ExampleShared() {
 	// writer while readers hold: true
 	// writer token above the readers': true
 }
+
+// A lock for a resource that cannot check fencing tokens: if the lock ends
+// without a release (the session expires, an administrator revokes it, or
+// it is held longer than its maximum hold), nobody else gets the key for
+// the lock-delay, so a holder that has not noticed yet has that long to
+// stop. WithMaxHold makes the server revoke a lock held too long; Lock.Err
+// then matches ErrMaxHold.
+func ExampleWithLockDelay() {
+	c, err := client.New(lockdtest.ExampleAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	l, err := s.Acquire(ctx, "jobs/legacy-export",
+		client.WithLockDelay(10*time.Second), client.WithMaxHold(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	info, err := c.Inspect(ctx, "jobs/legacy-export")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("lock-delay:", info.LockDelay)
+	// A normal release hands the key over at once.
+	fmt.Println("release:", l.Release(ctx))
+	fmt.Println("lost to its maximum hold:", errors.Is(l.Err(), client.ErrMaxHold))
+	// Output:
+	// lock-delay: 10s
+	// release: <nil>
+	// lost to its maximum hold: false
+}

@@ -119,9 +119,10 @@ func WithBackoff(minWait, maxWait time.Duration) Option {
 type SessionOption func(*sessionOptions)
 
 type sessionOptions struct {
-	ttl    time.Duration
-	owner  string
-	labels map[string]string
+	ttl       time.Duration
+	owner     string
+	labels    map[string]string
+	lockDelay time.Duration
 }
 
 // WithOwner says who holds the session's locks: an owner string (at most
@@ -138,14 +139,25 @@ func WithSessionTTL(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = d }
 }
 
+// WithSessionLockDelay gives every plain lock of the session a lock-delay of
+// d unless its Acquire says otherwise (WithLockDelay): see WithLockDelay.
+// Semaphore slots and read/write sides (WithLimit, Shared, Exclusive) have
+// no lock-delay and do not get it.
+func WithSessionLockDelay(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.lockDelay = d }
+}
+
 // AcquireOption configures one Acquire.
 type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
-	waitTimeout time.Duration
-	value       []byte
-	limit       uint32
-	mode        lockdv1.LockMode
+	waitTimeout  time.Duration
+	value        []byte
+	limit        uint32
+	mode         lockdv1.LockMode
+	lockDelay    time.Duration
+	lockDelaySet bool
+	maxHold      time.Duration
 }
 
 // WithLimit makes the lock a counting semaphore of n: up to n sessions hold
@@ -174,6 +186,29 @@ func Shared() AcquireOption {
 // of one key both pass Shared or Exclusive.
 func Exclusive() AcquireOption {
 	return func(o *acquireOptions) { o.mode = lockdv1.LockMode_LOCK_MODE_EXCLUSIVE }
+}
+
+// WithLockDelay sets the lock's lock-delay (whole milliseconds, at most the
+// server's lock.server.max-lock-delay; 0: none), overriding the session's
+// WithSessionLockDelay: if the lock ends involuntarily — the session
+// expires or its client falls silent, an administrator revokes it, its
+// maximum hold runs out — nobody is granted the key until d has passed, so
+// a holder that lost the lock without knowing it has d to notice before
+// anyone else acts (for resources that cannot check fencing tokens). A
+// Release or Session.Close hands the key over at once. Plain locks only:
+// with WithLimit, Shared or Exclusive a lock-delay above 0 is
+// ErrInvalidArgument. See docs/contracts/C2.md #ct2-delay.
+func WithLockDelay(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.lockDelay, o.lockDelaySet = d, true }
+}
+
+// WithMaxHold makes the server revoke the lock once it has been held for d
+// (1s..168h, at most the server's lock.server.max-hold-limit), so a wedged
+// holder cannot keep the key for ever: Lock.Done closes and Lock.Err
+// matches ErrMaxHold (and ErrLockLost). Plain locks only: with WithLimit,
+// Shared or Exclusive it is ErrInvalidArgument.
+func WithMaxHold(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.maxHold = d }
 }
 
 // WithValue attaches v (at most 4096 bytes) to the grant: Inspect and List

@@ -30,6 +30,7 @@ type Session struct {
 	ttl      time.Duration
 	margin   time.Duration
 	interval time.Duration
+	delay    time.Duration // WithSessionLockDelay
 	done     chan struct{}
 	// ctx is cancelled, with the session's error as cause, when done
 	// closes.
@@ -85,6 +86,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if err := invalidInput("labels", store.ValidateLabels(so.labels)); err != nil {
 		return nil, fmt.Errorf("new session: %w", err)
 	}
+	if err := invalidInput("lock_delay", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: so.lockDelay})); err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
 	// The client's own settings against the TTL asked for, before the
 	// server opens anything.
 	if err := checkTiming(so.ttl, c.opts.safetyMargin, c.opts.heartbeatInterval); err != nil {
@@ -112,6 +116,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		interval: ms(resp.GetHeartbeatIntervalMs()),
 		done:     make(chan struct{}),
 		locks:    map[string]*Lock{},
+		delay:    so.lockDelay,
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	if c.opts.safetyMargin > 0 {
@@ -472,6 +477,7 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 	}
 	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value,
 		Limit: ao.limit, Mode: ao.mode, KeepPlace: true}
+	s.policy(ao, req)
 	if ao.waitTimeout > 0 {
 		// Round up: never ask to wait less than the caller asked.
 		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
@@ -540,15 +546,18 @@ func (l leave) stop() {
 // TryAcquire takes the lock named key if it is free and nobody waits for it;
 // otherwise it returns ErrLocked at once, naming the holder when it can
 // (its owner and token, read with one Inspect). Of the options only
-// WithValue, WithLimit, Shared and Exclusive apply: a semaphore or shared
-// lock is taken if a slot is free and nobody waits.
+// WithValue, WithLimit, Shared, Exclusive, WithLockDelay and WithMaxHold
+// apply: a semaphore or shared lock is taken if a slot is free and nobody
+// waits.
 func (s *Session) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	ao, err := acquireOpts(opts)
 	if err != nil {
 		return nil, fmt.Errorf("try acquire %q: %w", key, err)
 	}
-	l, err := s.acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value,
-		Limit: ao.limit, Mode: ao.mode}, false)
+	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value,
+		Limit: ao.limit, Mode: ao.mode}
+	s.policy(ao, req)
+	l, err := s.acquire(ctx, req, false)
 	if errors.Is(err, ErrLocked) {
 		err = s.c.lockedBy(ctx, key)
 	}
@@ -572,8 +581,35 @@ func acquireOpts(opts []AcquireOption) (acquireOptions, error) {
 		return ao, fmt.Errorf("%w: limit: %d, at most %d", ErrInvalidArgument, ao.limit, store.MaxLimit)
 	case ao.mode != lockdv1.LockMode_LOCK_MODE_UNSPECIFIED && ao.limit > 1:
 		return ao, fmt.Errorf("%w: limit: Shared and Exclusive take no limit", ErrInvalidArgument)
+	case ao.multi() && ao.lockDelaySet && ao.lockDelay != 0:
+		return ao, fmt.Errorf("%w: lock_delay: only for plain locks, not with WithLimit, Shared or Exclusive", ErrInvalidArgument)
+	case ao.multi() && ao.maxHold != 0:
+		return ao, fmt.Errorf("%w: max_hold: only for plain locks, not with WithLimit, Shared or Exclusive", ErrInvalidArgument)
 	}
-	return ao, nil
+	if err := invalidInput("lock_delay", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: ao.lockDelay})); err != nil {
+		return ao, err
+	}
+	return ao, invalidInput("max_hold", store.ValidateGrantPolicy(store.GrantPolicy{MaxHold: ao.maxHold}))
+}
+
+// multi reports whether the options ask for a semaphore slot or a side of a
+// read/write lock, which have no lock-delay or maximum hold (C2 #ct2-delay).
+func (ao acquireOptions) multi() bool {
+	return ao.limit > 1 || ao.mode != lockdv1.LockMode_LOCK_MODE_UNSPECIFIED
+}
+
+// policy fills in req's lock-delay (the Acquire's, else the session's; the
+// session's is not sent for a semaphore slot or a read/write side) and
+// maximum hold.
+func (s *Session) policy(ao acquireOptions, req *lockdv1.AcquireRequest) {
+	d := s.delay
+	if ao.multi() {
+		d = 0
+	}
+	if ao.lockDelaySet {
+		d = ao.lockDelay
+	}
+	req.LockDelayMs, req.MaxHoldMs = d.Milliseconds(), ao.maxHold.Milliseconds()
 }
 
 // lockedBy is ErrLocked naming key's holder, read with one best-effort
@@ -716,6 +752,9 @@ func (s *Session) lockLost(n *lockdv1.LockLost, gen uint64) (ack bool) {
 		why = "expired"
 	case lockdv1.LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN:
 		why = "server shutting down"
+	case lockdv1.LockLostReason_LOCK_LOST_REASON_MAX_HOLD:
+		l.end(fmt.Errorf("%w: revoked by the server", ErrMaxHold))
+		return ack
 	}
 	l.end(fmt.Errorf("%w: %s", ErrLockLost, why))
 	return ack

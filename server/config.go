@@ -90,6 +90,12 @@ type Config struct {
 	// gets refused for access before further refusals are answered LIMIT
 	// refusals (C2 #ct2-limits); 0 is off.
 	RefusalRate int `koanf:"lock.server.refusal-rate"`
+	// MaxLockDelay is lock.server.max-lock-delay: the longest lock-delay an
+	// Acquire may ask for (C2 #ct2-delay); 0 refuses every lock-delay.
+	MaxLockDelay time.Duration `koanf:"lock.server.max-lock-delay"`
+	// MaxHoldLimit is lock.server.max-hold-limit: the longest maximum hold
+	// an Acquire may ask for (C2 #ct2-delay); 0 refuses every maximum hold.
+	MaxHoldLimit time.Duration `koanf:"lock.server.max-hold-limit"`
 }
 
 // MaxLimit is the upper bound of every lock.server.max-* key.
@@ -114,6 +120,8 @@ func DefaultConfig() Config {
 		MaxWaitersPerKey:   256,
 		MaxLocksPerSession: 1024,
 		RefusalRate:        10,
+		MaxLockDelay:       time.Minute,
+		MaxHoldLimit:       24 * time.Hour,
 	}
 }
 
@@ -149,6 +157,12 @@ func (c Config) Validate() error {
 	c.MetricsTLS().validate("lock.server.metrics-tls.", bad)
 	c.validateListeners(bad)
 	c.validateLimits(bad)
+	if d := c.MaxLockDelay; d < 0 || d > store.MaxLockDelay || d%time.Millisecond != 0 {
+		bad("lock.server.max-lock-delay", "%v must be whole milliseconds in [0, %v]", d, store.MaxLockDelay)
+	}
+	if d := c.MaxHoldLimit; d != 0 && (d < store.MinMaxHold || d > store.MaxMaxHold) || d%time.Millisecond != 0 {
+		bad("lock.server.max-hold-limit", "%v must be 0 or whole milliseconds in [%v, %v]", d, store.MinMaxHold, store.MaxMaxHold)
+	}
 	return errors.Join(errs...)
 }
 

@@ -68,6 +68,8 @@ func (s *Server) route(ev store.Event) {
 		reason = lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED
 	case store.EventExpired:
 		reason = lockdv1.LockLostReason_LOCK_LOST_REASON_EXPIRED
+	case store.EventMaxHold:
+		reason = lockdv1.LockLostReason_LOCK_LOST_REASON_MAX_HOLD
 	case store.EventReleased:
 		s.untrack(ev.Session, ev.Key, ev.Token)
 		return

@@ -170,6 +170,32 @@ func TestBadInput(t *testing.T) {
 				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: "k", WaitTimeoutMs: 5})
 				return err
 			}},
+			{"acquire negative lock delay", "lock_delay_ms", func() error {
+				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: "k", LockDelayMs: -1})
+				return err
+			}},
+			{"acquire lock delay above server maximum", "lock_delay_ms", func() error {
+				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: "k", LockDelayMs: time.Hour.Milliseconds() + 1})
+				return err
+			}},
+			{"acquire max hold below minimum", "max_hold_ms", func() error {
+				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: "k", MaxHoldMs: 999})
+				return err
+			}},
+			{"acquire semaphore with lock delay", "lock_delay_ms", func() error {
+				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: "k", Limit: 2, LockDelayMs: 1000})
+				return err
+			}},
+			{"acquire shared with max hold", "max_hold_ms", func() error {
+				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: "k",
+					Mode: lockdv1.LockMode_LOCK_MODE_SHARED, MaxHoldMs: 1000})
+				return err
+			}},
+			{"acquire exclusive with lock delay", "lock_delay_ms", func() error {
+				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sid, Key: "k",
+					Mode: lockdv1.LockMode_LOCK_MODE_EXCLUSIVE, LockDelayMs: 1000})
+				return err
+			}},
 			{"release zero token", "token", func() error {
 				_, err := api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: sid, Key: "k"})
 				return err

@@ -180,6 +180,9 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 		return &lockdv1.AcquireResponse{Key: req.Key}, nil
 	}
 
+	if err := s.applyPolicy(ctx, id, g, req); err != nil { // delay.go
+		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", err))
+	}
 	if len(req.Value) > 0 {
 		// The value is display data: a grant is never refused over it
 		// (C2 #ct2-holder). A failure (the grant already revoked, a
@@ -232,7 +235,7 @@ func (s *Server) checkAcquire(req *lockdv1.AcquireRequest) error {
 	case !req.Wait && req.WaitTimeoutMs != 0:
 		return invalidf("wait_timeout_ms", "must be 0 when wait is false")
 	}
-	return nil
+	return s.checkPolicy(req) // delay.go
 }
 
 // acquireOptions are the store options of req's limit and mode (C2
@@ -349,6 +352,9 @@ func (s service) Inspect(ctx context.Context, req *lockdv1.InspectRequest) (*loc
 		return nil, s.toStatus(ctx, "Inspect", fmt.Errorf("inspect: %w", err))
 	}
 	if !found {
+		if info.DelayRemaining > 0 { // a lock-delay keeps the free key (C2 #ct2-delay)
+			return &lockdv1.InspectResponse{Lock: &lockdv1.LockInfo{Key: req.Key, DelayRemainingMs: max(info.DelayRemaining.Milliseconds(), 1)}}, nil
+		}
 		return &lockdv1.InspectResponse{}, nil
 	}
 	return &lockdv1.InspectResponse{Held: true, Lock: lockInfo(info)}, nil
@@ -356,7 +362,7 @@ func (s service) Inspect(ctx context.Context, req *lockdv1.InspectRequest) (*loc
 
 func lockInfo(info store.LockInfo) *lockdv1.LockInfo {
 	out := &lockdv1.LockInfo{Key: info.Key, SessionId: string(info.Session), Token: info.Token,
-		Owner: info.Owner, Labels: info.Labels, Value: info.Value}
+		Owner: info.Owner, Labels: info.Labels, Value: info.Value, LockDelayMs: info.LockDelay.Milliseconds()}
 	if !info.AcquiredAt.IsZero() {
 		out.AcquiredAt = timestamppb.New(info.AcquiredAt)
 	}
@@ -543,6 +549,8 @@ func eventKind(k store.EventKind) lockdv1.EventKind {
 		return lockdv1.EventKind_EVENT_KIND_REVOKED
 	case store.EventValue:
 		return lockdv1.EventKind_EVENT_KIND_VALUE
+	case store.EventMaxHold:
+		return lockdv1.EventKind_EVENT_KIND_MAX_HOLD
 	}
 	return lockdv1.EventKind_EVENT_KIND_UNSPECIFIED
 }

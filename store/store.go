@@ -77,6 +77,12 @@ type LockInfo struct {
 	Owner  string
 	Labels map[string]string
 	Value  []byte
+	// LockDelay is the held grant's lock-delay (SetGrantPolicy), zero if
+	// none. DelayRemaining is set only by Inspect of a key nobody holds
+	// (found false) that a lock-delay keeps from being granted: about how
+	// long it still does (C2 #ct2-delay).
+	LockDelay      time.Duration
+	DelayRemaining time.Duration
 	// Waiters are the sessions queued for the key, first in line first.
 	Waiters []SessionID
 	// Holders lists every holder of a semaphore or read/write key, lowest
@@ -107,9 +113,12 @@ const (
 	// token are unchanged. The event does not carry the value: a reader
 	// inspects the key (C2 #ct2-watch, #ct2-holder).
 	EventValue
+	// EventMaxHold: the backend revoked a grant held past its maximum
+	// hold (GrantPolicy.MaxHold, C2 #ct2-delay).
+	EventMaxHold
 )
 
-var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked", "value"}
+var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked", "value", "max_hold"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventKindNames) {
@@ -194,6 +203,7 @@ type SessionRegistry interface {
 type LockStore interface {
 	SessionRegistry
 	ValueSetter
+	GrantPolicySetter
 
 	// TryInsert grants key to the session iff the key is free, nobody is
 	// queued for it, and the session is live. acquired is false (and err

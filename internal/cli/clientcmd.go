@@ -163,6 +163,10 @@ type lockJSON struct {
 	Kind    string       `json:"kind,omitempty"`
 	Limit   uint32       `json:"limit,omitempty"`
 	Holders []holderJSON `json:"holders,omitempty"`
+	// LockDelayMs is the held grant's lock-delay; DelayRemainingMs, for a
+	// free key, how long a lock-delay still keeps it (C2 #ct2-delay).
+	LockDelayMs      int64 `json:"lock_delay_ms,omitempty"`
+	DelayRemainingMs int64 `json:"delay_remaining_ms,omitempty"`
 }
 
 // holderJSON is one holder of a semaphore or read/write key.
@@ -200,7 +204,8 @@ func holderHeldFor(h client.HolderInfo, now time.Time) time.Duration {
 
 func toJSON(info client.LockInfo, now time.Time) lockJSON {
 	j := lockJSON{Key: info.Key, Held: info.Held, Token: info.Token, Session: info.Session, Waiters: info.Waiters,
-		Owner: info.Owner, Labels: info.Labels, Value: info.Value}
+		Owner: info.Owner, Labels: info.Labels, Value: info.Value,
+		LockDelayMs: info.LockDelay.Milliseconds(), DelayRemainingMs: info.DelayRemaining.Milliseconds()}
 	if j.Waiters == nil {
 		j.Waiters = []string{}
 	}

@@ -48,6 +48,9 @@ func newInspectCmd(e *env) *cobra.Command {
 		fmt.Fprintf(&b, "key:       %s\n", displayKey(info.Key))
 		if !info.Held {
 			fmt.Fprintf(&b, "held:      no\n")
+			if info.DelayRemaining > 0 {
+				fmt.Fprintf(&b, "delay:     %v left (lock-delay after an involuntary end: nobody is granted the key before)\n", info.DelayRemaining)
+			}
 		} else if kind := multiKind(info); kind != "" {
 			writeHolders(&b, info, kind, now)
 		} else {
@@ -65,6 +68,9 @@ func newInspectCmd(e *env) *cobra.Command {
 				fmt.Fprintf(&b, "value:     %s\n", displayValue(info.Value))
 			}
 			fmt.Fprintf(&b, "held for:  %s (since %s)\n", formatHeld(heldFor(info, now)), info.AcquiredAt.UTC().Format(time.RFC3339Nano))
+			if info.LockDelay > 0 {
+				fmt.Fprintf(&b, "delay:     %v after an involuntary end\n", info.LockDelay)
+			}
 		}
 		fmt.Fprintf(&b, "waiters:   %d\n", len(info.Waiters))
 		for i, w := range info.Waiters {

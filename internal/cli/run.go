@@ -80,19 +80,29 @@ type runFlags struct {
 	limit        uint32
 	shared       bool
 	exclusive    bool
+	lockDelay    time.Duration
+	maxHold      time.Duration
 }
 
-// acquireOpts are the SDK options of --limit, --shared and --exclusive.
+// acquireOpts are the SDK options of --limit, --shared, --exclusive,
+// --lock-delay and --max-hold.
 func (rf *runFlags) acquireOpts() []client.AcquireOption {
+	var opts []client.AcquireOption
 	switch {
 	case rf.shared:
-		return []client.AcquireOption{client.Shared()}
+		opts = append(opts, client.Shared())
 	case rf.exclusive:
-		return []client.AcquireOption{client.Exclusive()}
+		opts = append(opts, client.Exclusive())
 	case rf.limit > 1:
-		return []client.AcquireOption{client.WithLimit(rf.limit)}
+		opts = append(opts, client.WithLimit(rf.limit))
 	}
-	return nil
+	if rf.lockDelay > 0 {
+		opts = append(opts, client.WithLockDelay(rf.lockDelay))
+	}
+	if rf.maxHold > 0 {
+		opts = append(opts, client.WithMaxHold(rf.maxHold))
+	}
+	return opts
 }
 
 func newRunCmd(e *env) *cobra.Command {
@@ -118,6 +128,18 @@ has held the key (updated in place when stderr is a terminal).
 --max-runtime bounds how long CMD may run once it started (the wait is not
 counted): then CMD is stopped as on a lost lock (SIGTERM, SIGKILL after
 --grace), the lock is released, and lockd run exits with status 124.
+
+--lock-delay D: if the lock ends without CMD's run releasing it (this run's
+session expired or stopped answering, an administrator revoked it, --max-hold
+ran out), nobody else is granted KEY for D, so a CMD that has not noticed yet
+gets D to stop before another run starts (for resources that cannot check
+LOCKD_FENCING_TOKEN). A normal end hands KEY over at once. At most the server's
+lock.server.max-lock-delay.
+
+--max-hold D makes the server revoke the lock once it has been held for D
+(1s..168h, at most lock.server.max-hold-limit), even if this lockd run is
+wedged: CMD is then stopped as on a lost lock and lockd run exits 75.
+--max-runtime is enforced by lockd run itself; --max-hold by the server.
 
 --conflict-exit-code N (like flock's -E) is the exit status when KEY is held
 and --wait 0 was given. With N = 0 such a run prints nothing: in cron, a run
@@ -166,6 +188,8 @@ Exit status:
 	cmd.Flags().Uint32Var(&rf.limit, "limit", 0, "make KEY a counting semaphore of N: up to N runs hold it at once (1..1024; every run on KEY must use the same N)")
 	cmd.Flags().BoolVar(&rf.shared, "shared", false, "take KEY as the reader side of a read/write lock (held together with other --shared runs)")
 	cmd.Flags().BoolVar(&rf.exclusive, "exclusive", false, "take KEY as the writer side of a read/write lock (alone; blocks later --shared runs while it waits)")
+	cmd.Flags().DurationVar(&rf.lockDelay, "lock-delay", 0, "after the lock ends involuntarily (expired, revoked, --max-hold) nobody gets KEY for this long (default: none)")
+	cmd.Flags().DurationVar(&rf.maxHold, "max-hold", 0, "the server revokes the lock once held this long (1s..168h; default: no limit)")
 	cmd.Flags().StringVar(&rf.owner, "owner", "", "name of this holder (e.g. host/job; default \"HOST (pid PID, CMD)\"), shown by inspect and ls, passed to CMD as "+EnvOwner)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		key, argv, _ := splitRunArgs(args)
@@ -184,6 +208,12 @@ Exit status:
 			return usageErrorf("--limit does not combine with --shared or --exclusive")
 		case rf.limit > store.MaxLimit:
 			return usageErrorf("--limit must be at most %d, not %d", store.MaxLimit, rf.limit)
+		case store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: rf.lockDelay}) != nil:
+			return usageErrorf("--lock-delay: %v", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: rf.lockDelay}))
+		case store.ValidateGrantPolicy(store.GrantPolicy{MaxHold: rf.maxHold}) != nil:
+			return usageErrorf("--max-hold: %v", store.ValidateGrantPolicy(store.GrantPolicy{MaxHold: rf.maxHold}))
+		case (rf.lockDelay > 0 || rf.maxHold > 0) && (rf.shared || rf.exclusive || rf.limit > 1):
+			return usageErrorf("--lock-delay and --max-hold apply to plain locks only, not with --limit, --shared or --exclusive")
 		case rf.conflictCode < 0 || rf.conflictCode > 255:
 			return usageErrorf("--conflict-exit-code must be 0..255, not %d", rf.conflictCode)
 		case strings.ContainsAny(rf.owner, "\x00\n\r"):

@@ -83,6 +83,8 @@ func TestRunLimitUsage(t *testing.T) {
 		{[]string{"run", "--shared", "--exclusive", "k", "true"}, "exclude each other"},
 		{[]string{"run", "--shared", "--limit", "3", "k", "true"}, "does not combine"},
 		{[]string{"run", "--limit", "5000", "k", "true"}, "at most 1024"},
+		{[]string{"run", "--limit", "2", "--lock-delay", "1s", "k", "true"}, "plain locks only"},
+		{[]string{"run", "--shared", "--max-hold", "1m", "k", "true"}, "plain locks only"},
 	} {
 		res := lockd(t, nil, tt.args...)
 		if res.code != ExitUsage || !strings.Contains(res.stderr, tt.want) {

@@ -117,6 +117,8 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.server.max-waiters-per-key":   {"3", "3", 3},
 		"lock.server.max-locks-per-session": {"9", "9", 9},
 		"lock.server.refusal-rate":          {"0", "0", 0},
+		"lock.server.max-lock-delay":        {"30s", "30s", 30 * time.Second},
+		"lock.server.max-hold-limit":        {"2h", "2h", 2 * time.Hour},
 		// Transport security (C5 #ct5-tls); their partners are in needs.
 		"lock.server.tls.cert-file":              {"/c.pem", "/c.pem", "/c.pem"},
 		"lock.server.tls.key-file":               {"/k.pem", "/k.pem", "/k.pem"},
@@ -246,6 +248,8 @@ func TestNamingRules(t *testing.T) {
 		"lock.server.max-waiters-per-key":        {"LOCKD_SERVER_MAX_WAITERS_PER_KEY", "max-waiters-per-key"},
 		"lock.server.max-locks-per-session":      {"LOCKD_SERVER_MAX_LOCKS_PER_SESSION", "max-locks-per-session"},
 		"lock.server.refusal-rate":               {"LOCKD_SERVER_REFUSAL_RATE", "refusal-rate"},
+		"lock.server.max-lock-delay":             {"LOCKD_SERVER_MAX_LOCK_DELAY", "max-lock-delay"},
+		"lock.server.max-hold-limit":             {"LOCKD_SERVER_MAX_HOLD_LIMIT", "max-hold-limit"},
 		"lock.server.tls.cert-file":              {"LOCKD_SERVER_TLS_CERT_FILE", "tls-cert-file"},
 		"lock.server.tls.key-file":               {"LOCKD_SERVER_TLS_KEY_FILE", "tls-key-file"},
 		"lock.server.tls.client-ca-file":         {"LOCKD_SERVER_TLS_CLIENT_CA_FILE", "tls-client-ca-file"},

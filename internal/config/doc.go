@@ -77,6 +77,8 @@
 //	lock.server.max-waiters-per-key          256             1..lock.server.max-waiters                   LOCKD_SERVER_MAX_WAITERS_PER_KEY         --max-waiters-per-key
 //	lock.server.max-locks-per-session        1024            1..1000000                                   LOCKD_SERVER_MAX_LOCKS_PER_SESSION       --max-locks-per-session
 //	lock.server.refusal-rate                 10              0 (off), or 1..1000000 per second per peer   LOCKD_SERVER_REFUSAL_RATE                --refusal-rate
+//	lock.server.max-lock-delay               1m              0..1h                                        LOCKD_SERVER_MAX_LOCK_DELAY              --max-lock-delay
+//	lock.server.max-hold-limit               24h             0, or 1s..168h                               LOCKD_SERVER_MAX_HOLD_LIMIT              --max-hold-limit
 //
 //	lock.auth.policy-file                    (none)          a YAML policy file (C5 #ct5-auth)             LOCKD_AUTH_POLICY_FILE                   --auth-policy-file
 //	lock.auth.tokens-file                    (none)          a tokens file; needs lock.auth.policy-file   LOCKD_AUTH_TOKENS_FILE                   --auth-tokens-file

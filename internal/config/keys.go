@@ -84,6 +84,8 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.max-waiters-per-key", "max-waiters-per-key", "acquires waiting at once for one key"},
 	{"lock.server.max-locks-per-session", "max-locks-per-session", "keys one session holds or is acquiring through this server"},
 	{"lock.server.refusal-rate", "refusal-rate", "calls per second one peer gets refused for access before refusals are answered LIMIT; 0: off"},
+	{"lock.server.max-lock-delay", "max-lock-delay", "longest lock-delay an Acquire may ask for (0..1h; 0 refuses lock-delays)"},
+	{"lock.server.max-hold-limit", "max-hold-limit", "longest maximum hold an Acquire may ask for (0 or 1s..168h; 0 refuses it)"},
 	// Access control (C5 #ct5-auth).
 	{"lock.auth.policy-file", "auth-policy-file", "YAML access policy (rules of principals, prefixes, actions); unset: every call allowed"},
 	{"lock.auth.tokens-file", "auth-tokens-file", "bearer tokens: SHA-256 of each token and its principal (needs --auth-policy-file)"},

@@ -34,6 +34,7 @@ const (
 	ReleaseSessionClosed = "session_closed"
 	ReleaseSessionLost   = "session_lost"
 	ReleaseRevoked       = "revoked"
+	ReleaseMaxHold       = "max_hold" // C2 #ct2-delay
 )
 
 // Discard is a logger that drops everything: the default of every library

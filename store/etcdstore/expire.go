@@ -131,6 +131,7 @@ func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, n
 	if ss != nil && !ss.dead {
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
+		stopHoldLocked(ss, "")
 		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
 		if !ss.adopted {
 			s.met.SessionEnded("")

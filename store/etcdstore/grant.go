@@ -23,6 +23,7 @@ func (s *Store) ifFree(key string) []clientv3.Cmp {
 		clientv3.Compare(clientv3.CreateRevision(s.lockKey(key)), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(s.queuePrefix(key)), "=", 0).WithPrefix(),
 		s.ifMultiFree(key), // no semaphore or read/write lock either (multi.go)
+		clientv3.Compare(clientv3.CreateRevision(s.delayKey(key)), "=", 0), // no lock-delay running (delay.go)
 	}
 }
 
@@ -244,7 +245,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			resp, err = s.txn(ctx, key, owner,
 				[]clientv3.Op{clientv3.OpTxn(
 					[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()},
-					[]clientv3.Op{marker, clientv3.OpDelete(lk)},
+					[]clientv3.Op{marker, clientv3.OpDelete(lk), clientv3.OpDelete(s.delayKey(key))},
 					[]clientv3.Op{firstWaiter})},
 				[]clientv3.Op{clientv3.OpGet(lk)}, nil)
 		} else {
@@ -257,6 +258,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 					clientv3.Compare(clientv3.CreateRevision(qp), ">", next.rev-1).WithPrefix()),
 				[]clientv3.Op{
 					marker,
+					clientv3.OpDelete(s.delayKey(key)), // a release hands over at once (delay.go)
 					clientv3.OpPut(lk, grantValue(to, time.Now()), clientv3.WithLease(next.lease)),
 					clientv3.OpDelete(next.key),
 				},
@@ -290,6 +292,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		s.mu.Lock()
 		if _, ok := ss.held[key]; ok && !ss.dead {
 			delete(ss.held, key)
+			stopHoldLocked(ss, key)
 			s.met.Released(telemetry.ReleaseRelease, 1)
 		}
 		s.mu.Unlock()
@@ -300,7 +303,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 }
 
 // Revoke deletes key's current grant whoever holds it, with a "revoked"
-// marker in the same transaction.
+// marker in the same transaction (and its lock-delay started, delay.go).
 func (s *Store) Revoke(ctx context.Context, key string) (g store.Grant, found bool, err error) {
 	defer s.met.Observe(telemetry.OpRevoke)(&err)
 	if err := store.ValidateKey(key); err != nil {
@@ -309,45 +312,12 @@ func (s *Store) Revoke(ctx context.Context, key string) (g store.Grant, found bo
 	if err := s.ready(ctx); err != nil {
 		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
 	}
-	lk := s.lockKey(key)
-	for range 10 {
-		gr, err := s.cli.Get(ctx, lk)
-		if err != nil {
-			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
-		}
-		if len(gr.Kvs) == 0 {
-			return s.revokeMulti(ctx, key) // a semaphore or read/write key, or free (multi.go)
-		}
-		g, err := s.grantOf(key, gr.Kvs[0])
-		if err != nil {
-			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
-		}
-		marker, mlease, err := s.marker(ctx, key, markRevoked)
-		if err != nil {
-			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
-		}
-		resp, err := s.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(lk), "=", gr.Kvs[0].ModRevision),
-		).Then(marker, clientv3.OpDelete(lk)).Commit()
-		if s.marks.gone(err, mlease) {
-			continue // the marker lease ended early: a new one
-		}
-		if err != nil {
-			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
-		}
-		if !resp.Succeeded {
-			continue // the grant changed under us: look again
-		}
-		s.log.LockRevoked(ctx, key, g.Token)
-		s.mu.Lock()
-		if ss := s.sessions[g.Session]; ss != nil && !ss.dead && ss.held[key] == g.Token {
-			delete(ss.held, key)
-			delete(ss.queued, key)
-			s.met.Released(telemetry.ReleaseRevoked, 1)
-			s.log.LockReleased(g, telemetry.ReleaseRevoked)
-		}
-		s.mu.Unlock()
-		return g, true, nil
+	g, found, err = s.revokeGrant(ctx, key, 0, markRevoked) // delay.go
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
 	}
-	return store.Grant{}, false, fmt.Errorf("%w: etcdstore: revoke %q: the grant kept changing", store.ErrContention, key)
+	if !found {
+		return s.revokeMulti(ctx, key) // a semaphore or read/write key, or free (multi.go)
+	}
+	return g, true, nil
 }

@@ -76,12 +76,13 @@ func (s *Store) fillHolders(ctx context.Context, rev int64, infos []store.LockIn
 	if len(infos) == 0 {
 		return nil
 	}
-	ops := make([]clientv3.Op, 0, 2*len(infos))
+	ops := make([]clientv3.Op, 0, 3*len(infos))
 	for _, in := range infos {
-		ops = append(ops, clientv3.OpGet(s.holderKey(in.Session), clientv3.WithRev(rev)), clientv3.OpGet(s.valueKey(in.Key), clientv3.WithRev(rev)))
+		ops = append(ops, clientv3.OpGet(s.holderKey(in.Session), clientv3.WithRev(rev)), clientv3.OpGet(s.valueKey(in.Key), clientv3.WithRev(rev)),
+			clientv3.OpGet(s.delayKey(in.Key), clientv3.WithRev(rev)))
 	}
 	// etcd bounds the operations of one transaction (128 by default).
-	const maxOps = 128
+	const maxOps = 126 // a multiple of 3
 	for i := 0; i < len(ops); i += maxOps {
 		resp, err := s.cli.Txn(ctx).Then(ops[i:min(i+maxOps, len(ops))]...).Commit()
 		if err != nil {
@@ -89,12 +90,18 @@ func (s *Store) fillHolders(ctx context.Context, rev int64, infos []store.LockIn
 		}
 		for j, r := range resp.Responses {
 			n := i + j
-			in := &infos[n/2]
+			in := &infos[n/3]
 			kvs := r.GetResponseRange().Kvs
 			if len(kvs) == 0 {
 				continue
 			}
-			if n%2 == 0 {
+			if n%3 == 2 { // the delay record (delay.go)
+				if tok, d, ok := parseDelay(kvs[0].Value); ok && tok == in.Token {
+					in.LockDelay = d
+				}
+				continue
+			}
+			if n%3 == 0 {
 				var h holderRecord
 				if json.Unmarshal(kvs[0].Value, &h) == nil {
 					in.Owner, in.Labels = h.Owner, h.Labels

@@ -333,6 +333,9 @@ func (k *keeper) run() {
 			ka.inflight, ka.sentAt, ka.sentGen = true, now, gen
 			ka.nextSend = k.nextSendAfter(now, ss.ttl)
 			cur.enqueue(ss.lease)
+			for _, c := range ss.companions {
+				cur.enqueue(c) // lock-delay companions (delay.go); their answers are ignored
+			}
 			next = ka.nextSend
 		}
 		if !ka.probing {

@@ -27,6 +27,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (info store.LockInfo, f
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.lockKey(key)),
 		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(s.delayKey(key)),
 	).Commit()
 	if err != nil {
 		return store.LockInfo{}, false, fmt.Errorf("etcdstore: inspect: %w", classify(ctx, err))
@@ -36,13 +37,21 @@ func (s *Store) Inspect(ctx context.Context, key string) (info store.LockInfo, f
 		info.Waiters = append(info.Waiters, store.SessionID(strings.TrimPrefix(string(kv.Key), qp)))
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
+	dkv := resp.Responses[2].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		// A semaphore or read/write key, or free (multi.go).
-		info, found, err := s.inspectMulti(ctx, key, resp.Header.Revision)
+		// A semaphore or read/write key (multi.go), or free, perhaps
+		// with a lock-delay running (delay.go).
+		minfo, found, err := s.inspectMulti(ctx, key, resp.Header.Revision)
 		if err != nil {
 			return store.LockInfo{}, false, fmt.Errorf("etcdstore: inspect: %w", err)
 		}
-		return info, found, nil
+		if found || len(dkv) == 0 {
+			return minfo, found, nil
+		}
+		if info.DelayRemaining, err = s.delayLeft(ctx, dkv[0]); err != nil {
+			return store.LockInfo{}, false, fmt.Errorf("etcdstore: inspect: %w", err)
+		}
+		return info, false, nil
 	}
 	g, err := s.grantOf(key, kvs[0])
 	if err != nil {

@@ -125,13 +125,18 @@ func (s *Store) adopt(ctx context.Context, id store.SessionID) (*session, error)
 	lease := clientv3.LeaseID(rec.Lease)
 	resp, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(s.recordKey(id)), "=", createRev),
-	).Then(clientv3.OpPut(s.keeperKey(id), "", clientv3.WithLease(lease))).Commit()
+	).Then(
+		clientv3.OpPut(s.keeperKey(id), "", clientv3.WithLease(lease)),
+		// Its lock-delay companion leases: kept alive here too (delay.go).
+		clientv3.OpGet(s.companionPrefix(id), clientv3.WithPrefix()),
+	).Commit()
 	if err != nil {
 		return nil, classify(ctx, err) // a lease gone between the read and the put: ErrSessionDead
 	}
 	if !resp.Succeeded {
 		return nil, fmt.Errorf("%w: session %s ended while being adopted", store.ErrSessionDead, id)
 	}
+	companions := s.parseCompanions(id, resp.Responses[1].GetResponseRange().Kvs)
 	ss := &session{
 		id:         id,
 		lease:      lease,
@@ -143,6 +148,7 @@ func (s *Store) adopt(ctx context.Context, id store.SessionID) (*session, error)
 		keeperRev:  resp.Header.Revision,
 		held:       make(map[string]uint64),
 		queued:     make(map[string]bool),
+		companions: companions,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

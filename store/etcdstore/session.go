@@ -52,6 +52,13 @@ type session struct {
 	// slots (multi.go); nil until the first.
 	multi map[string]bool
 
+	// holds are the maximum-hold timers of its grants, by key (delay.go);
+	// guarded by Store.mu.
+	holds map[string]*time.Timer
+	// companions are its companion leases by lock-delay (delay.go), kept
+	// alive with its lease; guarded by keeper.mu.
+	companions map[time.Duration]clientv3.LeaseID
+
 	// ka is the lease's keepalive state and proven bound, guarded by
 	// keeper.mu (keepalive.go).
 	ka kaState
@@ -194,6 +201,10 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 // reconciles the record with etcd). For a session opened elsewhere
 // (adopted, or unknown here: read from its record) the lease's attached
 // grant keys are counted, since grants may have gone through any Store.
+//
+// A close is voluntary: it also revokes the session's lock-delay companion
+// leases, so its keys are handed over at once; an involuntary end
+// (ExpireSession, expire.go) lets them run out (delay.go).
 func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, err error) {
 	defer s.met.Observe(telemetry.OpCloseSession)(&err)
 	if err := store.ValidateSessionID(id); err != nil {
@@ -229,8 +240,14 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		lease = clientv3.LeaseID(rec.Lease)
 	}
 	counted := -1
+	var companions []clientv3.LeaseID // recorded in etcd (delay.go)
 	if ss == nil || ss.adopted {
 		if counted, err = s.attachedGrants(ctx, lease); err != nil {
+			return 0, fmt.Errorf("etcdstore: close session: %w", err)
+		}
+		// Other Stores may have given it lock-delay companions: they are
+		// recorded on its lease, so read before the revoke.
+		if companions, err = s.companionsOf(ctx, id); err != nil {
 			return 0, fmt.Errorf("etcdstore: close session: %w", err)
 		}
 	}
@@ -246,6 +263,16 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		return 0, fmt.Errorf("etcdstore: close session: %w", err)
 	}
 
+	// A close is voluntary: its keys are handed over at once, so the
+	// lock-delay companion leases go too (delay.go). Best effort: a
+	// companion left behind runs out by itself.
+	if ss != nil {
+		companions = append(companions, s.keep.takeCompanions(ss)...)
+	}
+	slices.Sort(companions)
+	for _, c := range slices.Compact(companions) {
+		s.revokeNow(c)
+	}
 	if ss == nil {
 		n = max(counted, 0)
 		s.log.SessionClosed(ctx, id, n)
@@ -259,6 +286,7 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		}
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
+		stopHoldLocked(ss, "")
 		s.keep.remove(ss)
 		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
 		s.log.SessionClosed(ctx, id, n)
@@ -401,7 +429,8 @@ func (s *Store) markDeadLocked(ss *session, reason string) {
 	}
 	ss.dead, ss.deadAt = true, time.Now()
 	close(ss.done)
-	s.keep.remove(ss)
+	stopHoldLocked(ss, "")
+	s.keep.remove(ss) // its lock-delay companions are no longer kept either (delay.go)
 	s.log.SessionLost(ss.id, reason)
 	if reason == telemetry.LostLeaseExpired {
 		s.log.LeaseExpired(ss.id)

@@ -82,6 +82,7 @@ type Store struct {
 	waiters localQueues // Acquire calls of this Store waiting in a queue (wait.go)
 
 	marks *markerLeases // the short leases of release markers (marker.go)
+	comp  companions    // lock-delay companion leases (delay.go)
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
@@ -211,7 +212,8 @@ const (
 	markRevoked  = "revoked"
 	// markValue starts the marker SetValue writes ("value <session>
 	// <token>"), with no change to the grant key: Watch's value event.
-	markValue = "value "
+	markValue   = "value "
+	markMaxHold = "max_hold" // delay.go
 )
 
 // ready is the entry check of calls without a session: the caller's ctx

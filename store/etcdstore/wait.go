@@ -152,7 +152,7 @@ func acquireResult(ctx context.Context, err error) string {
 // watch the grant key, armed before they are first, so the waiter next in
 // line does not have to set up a watch while the key is being handed to it.
 func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, start time.Time) (store.Grant, error) {
-	lk, wk, qp := s.lockKey(key), s.waiterKey(key, ss.id), s.queuePrefix(key)
+	lk, wk, qp, dk := s.lockKey(key), s.waiterKey(key, ss.id), s.queuePrefix(key), s.delayKey(key)
 	lw0 := &localWaiter{ss: ss, rev: myRev}
 	defer s.waiters.add(key, lw0)()
 	var lw *keyWatch // on the grant key, once we are at most second in line
@@ -165,6 +165,7 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 			// The (at most two) waiters right ahead of us, nearest first.
 			clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(myRev-1),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)),
+			clientv3.OpGet(dk, clientv3.WithKeysOnly()),
 		).Commit()
 		if err != nil {
 			return store.Grant{}, s.sessionErr(ctx, ss, err)
@@ -172,6 +173,7 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 		lock := resp.Responses[0].GetResponseRange().Kvs
 		mine := resp.Responses[1].GetResponseRange().Kvs
 		ahead := resp.Responses[2].GetResponseRange().Kvs
+		delayed := resp.Responses[3].GetResponseRange().Kvs
 		if len(ahead) == 0 && len(mine) > 0 && mine[0].CreateRevision == myRev {
 			// First in line, and nobody can get ahead any more: a release
 			// through this Store may hand over to us without reading.
@@ -222,6 +224,21 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 			if ev != nil && ev.Type == mvccpb.PUT && s.owns(ss, ev.Kv) {
 				return s.handedOver(ss, key, ev.Kv, start)
 			}
+		case len(delayed) > 0:
+			// First in line, the key free, a lock-delay running
+			// (delay.go): wake when its record goes.
+			dw, err := s.armWatch(ctx, ss, dk, clientv3.WithFilterPut())
+			if err != nil {
+				return store.Grant{}, err
+			}
+			gr, err := s.cli.Get(ctx, dk, clientv3.WithKeysOnly())
+			if err == nil && len(gr.Kvs) > 0 {
+				_, err = s.next(ctx, ss, dw, lw, 0)
+			}
+			dw.close()
+			if err != nil {
+				return store.Grant{}, s.sessionErr(ctx, ss, err)
+			}
 		default:
 			// First in line and the key is free: take it, leave the queue.
 			at := time.Now()
@@ -230,6 +247,7 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 				clientv3.Compare(clientv3.CreateRevision(wk), "=", myRev),
 				// Every waiter of key was queued no earlier than us.
 				clientv3.Compare(clientv3.CreateRevision(qp), ">", myRev-1).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(dk), "=", 0), // no lock-delay running
 			}, []clientv3.Op{s.putGrant(ss, key, at), clientv3.OpDelete(wk)}, nil,
 				// ctx ended in flight: Acquire's leave takes the waiter key
 				// (then this fails its compare) or, applied after it, the
@@ -434,6 +452,7 @@ func (s *Store) leave(ss *session, key string, myRev int64) {
 		).Then(
 			marker,
 			clientv3.OpDelete(lk),
+			clientv3.OpDelete(s.delayKey(key)),
 			clientv3.OpDelete(wk),
 		).Else(clientv3.OpDelete(wk)).Commit()
 		s.marks.gone(err, mlease) // the next try gets a new marker lease

@@ -132,6 +132,8 @@ func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
 			e.Kind = store.EventReleased
 		case markRevoked:
 			e.Kind = store.EventRevoked
+		case markMaxHold:
+			e.Kind = store.EventMaxHold
 		}
 		out = append(out, e)
 	}

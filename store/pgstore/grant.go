@@ -57,8 +57,9 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		at          *time.Time
 		head        *string
 		multi       bool
+		delayed     bool
 	)
-	err := tx.QueryRow(ctx, s.q.grantCheck, sid, key).Scan(&remainingUS, &holder, &tok, &at, &head, &multi)
+	err := tx.QueryRow(ctx, s.q.grantCheck, sid, key).Scan(&remainingUS, &holder, &tok, &at, &head, &multi, &delayed)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && remainingUS <= 0 {
 		// Unknown, closed, reaped, or expired and awaiting the reaper. An
 		// expired waiter leaves the queue now so nobody waits behind it.
@@ -76,6 +77,8 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		return store.Grant{}, busy, enqueue()
 	case multi:
 		return store.Grant{}, mismatch, dequeue()
+	case delayed: // a lock-delay running (delay.go)
+		return store.Grant{}, busy, enqueue()
 	case head != nil && (!asWaiter || *head != sid):
 		// TryInsert never jumps a queue; a waiter takes the key only first
 		// in line. The key is free, so the first waiter should be taking

@@ -58,9 +58,10 @@ type lockReq struct {
 	key   string
 	token uint64 // opRelease
 
-	out outcome     // grants: granted, held, busy, dead; releases: freed, notOwned
-	g   store.Grant // granted, held; freed: Key, Session, Token, AcquiredAt
-	err error       // classified
+	out   outcome       // grants: granted, held, busy, dead; releases: freed, notOwned
+	delay time.Duration // busy: a lock-delay keeps the free key this long (delay.go)
+	g     store.Grant   // granted, held; freed: Key, Session, Token, AcquiredAt
+	err   error         // classified
 }
 
 // Outcomes of a release.
@@ -209,13 +210,14 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		inserted    *time.Time
 		eligible    bool
 		multi       bool
+		delayUS     *int64
 	}
 	checks := make([]check, len(grants))
 	if len(grants) > 0 {
 		b.Queue(s.q.grantBatch, grSessions, grKeys, grWait).Query(func(rows pgx.Rows) error {
 			var i int
 			var c check
-			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible, &c.multi}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible, &c.multi, &c.delayUS}, func() error {
 				if i < 1 || i > len(checks) {
 					return fmt.Errorf("grant batch returned row %d of %d", i, len(checks))
 				}
@@ -257,6 +259,9 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			continue
 		default:
 			r.out = busy
+			if c.delayUS != nil {
+				r.delay = time.Duration(*c.delayUS) * time.Microsecond
+			}
 			continue
 		}
 		g.Remaining = time.Duration(*c.remainingUS) * time.Microsecond
@@ -269,7 +274,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 func (s *Store) runAlone(r *lockReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	r.out, r.g = 0, store.Grant{}
+	r.out, r.g, r.delay = 0, store.Grant{}, 0
 	var err error
 	if r.op == opRelease {
 		var at time.Time

@@ -76,6 +76,7 @@ var eventKinds = map[string]store.EventKind{
 	"acquired": store.EventAcquired,
 	"released": store.EventReleased,
 	"revoked":  store.EventRevoked,
+	"max_hold": store.EventMaxHold,
 	"expired":  store.EventExpired,
 	"value":    store.EventValue, // SetValue (queries.go setValue)
 }
@@ -187,7 +188,7 @@ type grantKey struct {
 
 // endsGrant reports whether an event of kind says a grant is gone.
 func endsGrant(kind string) bool {
-	return kind == "released" || kind == "revoked" || kind == "expired"
+	return kind == "released" || kind == "revoked" || kind == "expired" || kind == "max_hold"
 }
 
 // dispatchLocked handles one event. s.mu is held.

@@ -51,6 +51,12 @@ type queries struct {
 	nudgeHead    string
 
 	m multiQueries // semaphores and read/write locks (multi.go)
+
+	// Lock-delay and maximum hold (delay.go).
+	setPolicy  string
+	delayLeft  string
+	reapHolds  string
+	reapDelays string
 }
 
 func newQueries(schema, channel string) queries {
@@ -77,8 +83,11 @@ func newQueries(schema, channel string) queries {
 		closeLock:  r.Replace(`SELECT expires_at > now() FROM {{s}}.sessions WHERE id = $1 FOR UPDATE`),
 		// Deletes the locks itself (not by cascade) to return them: no
 		// reason is set, so the watch reports them as expired.
-		// Slots (multi.go) too.
-		closeLocks: r.Replace(`WITH l AS (DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token),
+		// Slots (multi.go) too. lockd.voluntary: a close hands its keys
+		// over at once, without their lock-delays (migration 0007; slots
+		// have none).
+		closeLocks: r.Replace(`WITH l AS (DELETE FROM {{s}}.locks WHERE session_id = $1
+				AND set_config('lockd.voluntary', 'on', true) IS NOT NULL RETURNING key, token),
 			m AS (DELETE FROM {{s}}.slots WHERE session_id = $1 RETURNING key, token)
 			SELECT key, token FROM l UNION ALL SELECT key, token FROM m`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
@@ -96,8 +105,11 @@ func newQueries(schema, channel string) queries {
 			WHERE s.id = $1 ORDER BY l.key`),
 		// locksOf for the sessions $1 (sorted, distinct) at once: one row
 		// per lock, or one with a NULL key for a session without any.
+		// Semaphore and read/write slots (multi.go) too.
 		locksOfBatch: r.Replace(`SELECT s.id, s.expires_at > now(), l.key, l.token, l.acquired_at
-			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.session_id = s.id
+			FROM {{s}}.sessions s LEFT JOIN (
+				SELECT session_id, key, token, acquired_at FROM {{s}}.locks
+				UNION ALL SELECT session_id, key, token, acquired_at FROM {{s}}.slots) l ON l.session_id = s.id
 			WHERE s.id = ANY($1::text[]) ORDER BY s.id, l.key`),
 
 		// One look at everything a grant depends on: the session's
@@ -109,7 +121,8 @@ func newQueries(schema, channel string) queries {
 		grantCheck: r.Replace(`SELECT floor(extract(epoch FROM s.expires_at - now()) * 1000000)::bigint,
 			l.session_id, l.token, l.acquired_at,
 			(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = $2 ORDER BY w.id LIMIT 1),
-			EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = $2) OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = $2)
+			EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = $2) OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = $2),
+			EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = $2 AND d.until > now())
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.key = $2
 			WHERE s.id = $1 FOR KEY SHARE OF s`),
 		holder: r.Replace(`SELECT session_id, token, acquired_at FROM {{s}}.locks WHERE key = $1`),
@@ -155,12 +168,14 @@ func newQueries(schema, channel string) queries {
 					l.session_id AS holder, l.token AS htok, l.acquired_at AS hat,
 					(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = req.key ORDER BY w.id LIMIT 1) AS head,
 					EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = req.key)
-						OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = req.key) AS multi
+						OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = req.key) AS multi,
+					(SELECT ceil(extract(epoch FROM d.until - now()) * 1000000)::bigint FROM {{s}}.delays d
+						WHERE d.key = req.key AND d.until > now()) AS delay_us
 				FROM req LEFT JOIN live ON live.id = req.sid LEFT JOIN {{s}}.locks l ON l.key = req.key
 			), el AS MATERIALIZED (
 				SELECT st.*,
 					coalesce(st.rem_us, 0) > 0 AS alive,
-					coalesce(st.rem_us, 0) > 0 AND st.holder IS NULL AND NOT st.multi
+					coalesce(st.rem_us, 0) > 0 AND st.holder IS NULL AND NOT st.multi AND st.delay_us IS NULL
 						AND (st.head IS NULL OR (st.wait AND st.head = st.sid)) AS eligible
 				FROM st
 			), ins AS (
@@ -182,7 +197,7 @@ func newQueries(schema, channel string) queries {
 				SELECT pg_notify({{channel}}, json_build_array(json_build_array('dequeued', key, NULL, NULL, head))::text)
 				FROM el WHERE alive AND holder IS NULL AND head IS NOT NULL AND head <> sid
 			)
-			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.token, ins.acquired_at, el.eligible, el.multi
+			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.token, ins.acquired_at, el.eligible, el.multi, el.delay_us
 			FROM el LEFT JOIN ins ON ins.key = el.key CROSS JOIN (SELECT count(*) FROM nudge) nz`),
 		// $1 keys (distinct), $2 sessions, $3 tokens; as release.
 		releaseBatch: r.Replace(`DELETE FROM {{s}}.locks l
@@ -202,13 +217,13 @@ func newQueries(schema, channel string) queries {
 			RETURNING session_id, token, acquired_at`),
 		inspect: r.Replace(`SELECT l.session_id, l.token, l.acquired_at,
 			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id),
-			coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), l.value
+			coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), l.value, l.lock_delay_ms
 			FROM {{s}}.locks l LEFT JOIN {{s}}.sessions s ON s.id = l.session_id WHERE l.key = $1`),
 		// $1 prefix, $2 the first string past every key with the prefix
 		// (NULL: none), $3 after, $4 limit. Bytewise order (COLLATE "C").
 		list: r.Replace(`SELECT l.key, l.session_id, l.token, l.acquired_at,
 			ARRAY(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = l.key ORDER BY w.id),
-			coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), l.value
+			coalesce(s.owner, ''), coalesce(s.labels, '{}'::jsonb), l.value, l.lock_delay_ms
 			FROM {{s}}.locks l LEFT JOIN {{s}}.sessions s ON s.id = l.session_id
 			WHERE l.key >= $1::text COLLATE "C" AND ($2::text IS NULL OR l.key < $2::text COLLATE "C")
 			AND l.key > $3::text COLLATE "C"
@@ -246,5 +261,20 @@ func newQueries(schema, channel string) queries {
 		// Silences the lock delete trigger for the rest of the transaction,
 		// which sends those events itself (migration 0002).
 		notifiedSelf: `SELECT set_config('lockd.notified', 'on', true)`,
+
+		// SetGrantPolicy: only the current grant of a live session; the
+		// maximum hold counts from this statement on the database clock.
+		setPolicy: r.Replace(`UPDATE {{s}}.locks SET lock_delay_ms = $4,
+			hold_until = CASE WHEN $5::bigint > 0 THEN clock_timestamp() + $5::bigint * interval '1 millisecond' END
+			WHERE key = $1 AND session_id = $2 AND token = $3
+			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())`),
+		delayLeft: r.Replace(`SELECT ceil(extract(epoch FROM until - clock_timestamp()) * 1000)::bigint
+			FROM {{s}}.delays WHERE key = $1 AND until > clock_timestamp()`),
+		// The reaper's maximum-hold revokes: the delete trigger reports
+		// reason max_hold and starts lock-delays (migration 0007).
+		reapHolds: r.Replace(`DELETE FROM {{s}}.locks WHERE hold_until <= now()
+			AND set_config('lockd.reason', 'max_hold', true) IS NOT NULL
+			RETURNING session_id, key, token, acquired_at`),
+		reapDelays: r.Replace(`DELETE FROM {{s}}.delays WHERE until < now()`),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
@@ -29,15 +30,22 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ store.LockInfo, _ bo
 	var tok int64
 	var waiters []string
 	var labels, value []byte
-	err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters, &info.Owner, &labels, &value)
+	var delayMS int64
+	err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&sid, &tok, &info.AcquiredAt, &waiters, &info.Owner, &labels, &value, &delayMS)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s.inspectSlots(ctx, key) // a semaphore or read/write key, or free (multi.go)
+		// A semaphore or read/write key (multi.go), or free, perhaps with a
+		// lock-delay running (delay.go).
+		if info, found, err := s.inspectSlots(ctx, key); err != nil || found {
+			return info, found, err
+		}
+		return s.inspectFree(ctx, key)
 	}
 	if err = classify(ctx, "inspect", err); err != nil {
 		return store.LockInfo{}, false, err
 	}
 	info.Session, info.Token, info.Waiters = store.SessionID(sid), uint64(tok), sessionIDs(waiters)
 	info.Labels, info.Value = decodeLabels(labels), cloneValue(value)
+	info.LockDelay = time.Duration(delayMS) * time.Millisecond
 	return info, true, nil
 }
 
@@ -70,8 +78,10 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (_ []
 		var tok int64
 		var waiters []string
 		var labels, value []byte
-		_, err = pgx.ForEachRow(rows, []any{&info.Key, &sid, &tok, &info.AcquiredAt, &waiters, &info.Owner, &labels, &value}, func() error {
+		var delayMS int64
+		_, err = pgx.ForEachRow(rows, []any{&info.Key, &sid, &tok, &info.AcquiredAt, &waiters, &info.Owner, &labels, &value, &delayMS}, func() error {
 			info.Session, info.Token, info.Waiters = store.SessionID(sid), uint64(tok), sessionIDs(waiters)
+			info.LockDelay = time.Duration(delayMS) * time.Millisecond
 			info.Labels, info.Value = decodeLabels(labels), cloneValue(value)
 			infos = append(infos, info)
 			return nil

@@ -42,6 +42,7 @@ func (s *Store) reapLoop(ctx context.Context) {
 func (s *Store) reap(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, reapTimeout)
 	defer cancel()
+	s.reapHolds(ctx) // maximum hold and lock-delay residue (delay.go)
 	for {
 		ids, grants, err := s.reapOnce(ctx)
 		if err != nil {

@@ -140,7 +140,12 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 			s.metrics.Acquire(telemetry.AcquireError, 0)
 			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
 		}
-		recheck.Reset(recheckInterval)
+		wait := recheckInterval
+		if r.delay > 0 {
+			// A lock-delay keeps the key: nothing notifies its end.
+			wait = min(wait, r.delay+time.Millisecond)
+		}
+		recheck.Reset(wait)
 		select {
 		case <-w.wake:
 		case <-recheck.C:

@@ -110,6 +110,11 @@ func Run(t *testing.T, cfg Config) {
 		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
 		{"ReplicaUnknownSession", s.testReplicaUnknownSession},
 		{"ListSessions", s.testListSessions},
+		{"LockDelayAfterExpiry", s.testLockDelayAfterExpiry},
+		{"LockDelayAfterRevoke", s.testLockDelayAfterRevoke},
+		{"LockDelaySkippedOnRelease", s.testLockDelaySkippedOnRelease},
+		{"MaxHold", s.testMaxHold},
+		{"LockDelayOutlivesOpener", s.testLockDelayOutlivesOpener},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -128,6 +128,16 @@ var scenarios = []scenario{
 		run: sharedLock,
 	},
 	{
+		name: "lock-delay",
+		want: "inspect=2s after-release=granted after-revoke=locked inspect-free=delay-left:true wait=waited-delay tokens=increasing",
+		run:  lockDelayRow,
+	},
+	{
+		name: "max-hold",
+		want: "lost=max_hold watch=max_hold same-session-again=granted token-higher=true",
+		run:  maxHoldRow,
+	},
+	{
 		name: "bad-input-sdk",
 		want: "ErrInvalidArgument: open(ttl=1s) acquire(bad-keys) try(bad-keys) inspect(bad-keys) revoke(bad-keys) " +
 			"wait-timeout=-1s wait-timeout=11m0s list(limit=5000) list(token=junk) watch(prefix=NUL); " +

@@ -95,6 +95,10 @@ const (
 	// lock.server.close-sessions-on-shutdown and will close the session once
 	// the client acknowledged this notice or its trust ran out.
 	LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN LockLostReason = 3
+	// LOCK_LOST_REASON_MAX_HOLD: the grant was held longer than its
+	// AcquireRequest.max_hold_ms and the backend revoked it. The session
+	// stays live.
+	LockLostReason_LOCK_LOST_REASON_MAX_HOLD LockLostReason = 4
 )
 
 // Enum value maps for LockLostReason.
@@ -104,12 +108,14 @@ var (
 		1: "LOCK_LOST_REASON_REVOKED",
 		2: "LOCK_LOST_REASON_EXPIRED",
 		3: "LOCK_LOST_REASON_SERVER_SHUTDOWN",
+		4: "LOCK_LOST_REASON_MAX_HOLD",
 	}
 	LockLostReason_value = map[string]int32{
 		"LOCK_LOST_REASON_UNSPECIFIED":     0,
 		"LOCK_LOST_REASON_REVOKED":         1,
 		"LOCK_LOST_REASON_EXPIRED":         2,
 		"LOCK_LOST_REASON_SERVER_SHUTDOWN": 3,
+		"LOCK_LOST_REASON_MAX_HOLD":        4,
 	}
 )
 
@@ -213,6 +219,9 @@ const (
 	// value, SetValue); the grant and its token are unchanged. Sent only to
 	// watches that asked for holder.
 	EventKind_EVENT_KIND_VALUE EventKind = 5
+	// EVENT_KIND_MAX_HOLD: the backend revoked a grant held longer than its
+	// maximum hold (AcquireRequest.max_hold_ms).
+	EventKind_EVENT_KIND_MAX_HOLD EventKind = 6
 )
 
 // Enum value maps for EventKind.
@@ -224,6 +233,7 @@ var (
 		3: "EVENT_KIND_EXPIRED",
 		4: "EVENT_KIND_REVOKED",
 		5: "EVENT_KIND_VALUE",
+		6: "EVENT_KIND_MAX_HOLD",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED": 0,
@@ -232,6 +242,7 @@ var (
 		"EVENT_KIND_EXPIRED":     3,
 		"EVENT_KIND_REVOKED":     4,
 		"EVENT_KIND_VALUE":       5,
+		"EVENT_KIND_MAX_HOLD":    6,
 	}
 )
 
@@ -1189,7 +1200,19 @@ type AcquireRequest struct {
 	// LeaveQueue, or until the session ends (docs/contracts/C2.md
 	// #ct2-keep-place). A caller that gives up must call LeaveQueue. Old
 	// servers ignore it (the place is left when the call ends).
-	KeepPlace     bool `protobuf:"varint,7,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
+	KeepPlace bool `protobuf:"varint,7,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
+	// lock_delay_ms (optional, 0: none): after this grant ends involuntarily
+	// (its session expired or its client fell silent, revoked, maximum hold)
+	// the key is not granted again for this long; a Release or CloseSession
+	// hands over at once (docs/contracts/C2.md #ct2-delay). At most the
+	// server's lock.server.max-lock-delay, else INVALID_ARGUMENT. Numbered
+	// apart from the fields above to leave room for parallel additions.
+	LockDelayMs int64 `protobuf:"varint,20,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// max_hold_ms (optional, 0: none): the backend revokes the grant once it
+	// has been held this long, with a LockLost notice of reason
+	// LOCK_LOST_REASON_MAX_HOLD. 1000..604800000 and at most the server's
+	// lock.server.max-hold-limit, else INVALID_ARGUMENT.
+	MaxHoldMs     int64 `protobuf:"varint,21,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1285,6 +1308,20 @@ func (x *AcquireRequest) GetKeepPlace() bool {
 		return x.KeepPlace
 	}
 	return false
+}
+
+func (x *AcquireRequest) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetMaxHoldMs() int64 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
 }
 
 // LeaveQueueRequest names the queue place to give up.
@@ -1624,7 +1661,9 @@ func (x *InspectRequest) GetKey() string {
 // InspectResponse describes a key.
 type InspectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// held is false when nobody holds the key; lock is then unset.
+	// held is false when nobody holds the key; lock is then unset, unless a
+	// lock-delay keeps the key from being granted: then lock has only key
+	// and delay_remaining_ms.
 	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
 	// lock describes the holder and waiters.
 	Lock          *LockInfo `protobuf:"bytes,2,opt,name=lock,proto3" json:"lock,omitempty"`
@@ -1701,9 +1740,16 @@ type LockInfo struct {
 	Holders []*LockHolder `protobuf:"bytes,9,rep,name=holders,proto3" json:"holders,omitempty"`
 	// limit is the semaphore's N (1 for a read/write lock); 0 for a plain
 	// lock.
-	Limit         uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limit uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	// lock_delay_ms is the held grant's lock-delay (AcquireRequest), 0 if
+	// none.
+	LockDelayMs int64 `protobuf:"varint,20,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// delay_remaining_ms, set only for a key nobody holds (Inspect, held =
+	// false), is about how long a lock-delay still keeps it from being
+	// granted (docs/contracts/C2.md #ct2-delay).
+	DelayRemainingMs int64 `protobuf:"varint,21,opt,name=delay_remaining_ms,json=delayRemainingMs,proto3" json:"delay_remaining_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LockInfo) Reset() {
@@ -1802,6 +1848,20 @@ func (x *LockInfo) GetHolders() []*LockHolder {
 func (x *LockInfo) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *LockInfo) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *LockInfo) GetDelayRemainingMs() int64 {
+	if x != nil {
+		return x.DelayRemainingMs
 	}
 	return 0
 }
@@ -2708,7 +2768,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\x97\x02\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\xdb\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2721,7 +2781,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	" \x01(\rR\x05limit\x12&\n" +
 	"\x04mode\x18\v \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\x12\x1d\n" +
 	"\n" +
-	"keep_place\x18\a \x01(\bR\tkeepPlace\"k\n" +
+	"keep_place\x18\a \x01(\bR\tkeepPlace\x12\"\n" +
+	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12\x1e\n" +
+	"\vmax_hold_ms\x18\x15 \x01(\x03R\tmaxHoldMs\"k\n" +
 	"\x11LeaveQueueRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2744,7 +2806,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"M\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
-	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\x8d\x03\n" +
+	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xdf\x03\n" +
 	"\bLockInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -2758,7 +2820,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05value\x18\b \x01(\fR\x05value\x12.\n" +
 	"\aholders\x18\t \x03(\v2\x14.lockd.v1.LockHolderR\aholders\x12\x14\n" +
 	"\x05limit\x18\n" +
-	" \x01(\rR\x05limit\x1a9\n" +
+	" \x01(\rR\x05limit\x12\"\n" +
+	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12,\n" +
+	"\x12delay_remaining_ms\x18\x15 \x01(\x03R\x10delayRemainingMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x02\n" +
@@ -2833,23 +2897,25 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05locks\x18\a \x01(\x03R\x05locks\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x94\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xb3\x01\n" +
 	"\x0eLockLostReason\x12 \n" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_EXPIRED\x10\x02\x12$\n" +
-	" LOCK_LOST_REASON_SERVER_SHUTDOWN\x10\x03*T\n" +
+	" LOCK_LOST_REASON_SERVER_SHUTDOWN\x10\x03\x12\x1d\n" +
+	"\x19LOCK_LOST_REASON_MAX_HOLD\x10\x04*T\n" +
 	"\bLockMode\x12\x19\n" +
 	"\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LOCK_MODE_EXCLUSIVE\x10\x01\x12\x14\n" +
-	"\x10LOCK_MODE_SHARED\x10\x02*\x9f\x01\n" +
+	"\x10LOCK_MODE_SHARED\x10\x02*\xb8\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
 	"\x12EVENT_KIND_REVOKED\x10\x04\x12\x14\n" +
-	"\x10EVENT_KIND_VALUE\x10\x052\x83\a\n" +
+	"\x10EVENT_KIND_VALUE\x10\x05\x12\x17\n" +
+	"\x13EVENT_KIND_MAX_HOLD\x10\x062\x83\a\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +
