@@ -142,10 +142,7 @@ func Admit(id SessionID, o AcquireOptions, holders, queue []MultiEntry) Verdict 
 			return AdmitMismatch
 		}
 	}
-	for _, w := range queue {
-		if w.Session == id {
-			break
-		}
+	if len(queue) > 0 && queue[0].Session != id {
 		return AdmitWait // someone is ahead
 	}
 	switch {

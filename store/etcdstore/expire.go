@@ -75,7 +75,7 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 	case ended:
 		n, err := s.attachedGrants(ctx, lease)
 		if err == nil {
-			_, err = s.cli.Revoke(ctx, lease)
+			_, _ = s.cli.Revoke(ctx, lease)
 		}
 		// A failed revoke is not retried: the session record is gone (no
 		// Store can adopt it) and none keeps it, so the lease runs out
