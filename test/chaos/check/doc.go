@@ -68,7 +68,10 @@
 //
 // PausesHitHolders: every pause (SIGSTOP) the runner injected hit a process
 // holding a key, and a write of that grant after the pause was refused by
-// the fenced resource: the pause really tested fencing.
+// the fenced resource: the pause really tested fencing. A pause that raced
+// the holder's write (the write went out before the stop took effect, which
+// the checker sees as a write invoked inside the pause) is noted, not
+// counted, unless every pause of the run raced.
 //
 // # Recording requirements
 //

@@ -15,6 +15,9 @@ import (
 type Death struct {
 	Proc string
 	At   int64
+	// Until is when a pause ended (SIGCONT); zero for a crash or when not
+	// known. Only PausesHitHolders reads it.
+	Until int64
 }
 
 // DeathsOf returns the crash ops of h as deaths.

@@ -810,12 +810,13 @@ func (r *run) pauseHolderWhere(ctx context.Context, filter, when func(*workerPro
 	r.countFault()
 	r.logf("paused %s (%d holds skipped)", w.proc, skipped-1)
 	serr := sleep(ctx, 2*r.opts.TTL)
+	until := r.clock.Now()
 	w.p.signal(syscall.SIGCONT)
 	w.markStopped(false)
 	r.faultWindow(at)
 	r.mu.Lock()
 	r.deaths = append(r.deaths, check.Death{Proc: w.proc, At: at})
-	r.pauses = append(r.pauses, check.Death{Proc: w.proc, At: at})
+	r.pauses = append(r.pauses, check.Death{Proc: w.proc, At: at, Until: until})
 	r.mu.Unlock()
 	if serr != nil {
 		return serr
