@@ -160,6 +160,8 @@ func (h *heldIndex) locksOf(ctx context.Context, ss *session) (grants []store.Gr
 	case <-r.done:
 	case <-ctx.Done():
 		return nil, false, ctx.Err() // the round skips or ignores it
+	case <-h.s.ctx.Done():
+		return nil, false, errClosed // queued after roundLoop's last drain
 	}
 	switch {
 	case r.err != nil:
