@@ -61,7 +61,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemet
 		}
 		checkPGTLS(dsn, logger)
 		b.LockStore, err = pgstore.New(ctx, pgstore.Options{DSN: dsn, Schema: cfg.PGSchema,
-			ReaperInterval: cfg.PGReaperInterval, Logger: logger, Metrics: metrics})
+			ReaperInterval: cfg.PGReaperInterval, MaxConns: cfg.PGMaxConns, Logger: logger, Metrics: metrics})
 		if err != nil {
 			// The DSN's password never reaches an error text (C5 #ct5-tls).
 			return nil, redact(fmt.Errorf("open postgresql store (lock.pg.dsn): %w", err), pgPassword(dsn))

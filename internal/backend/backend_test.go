@@ -17,6 +17,7 @@ import (
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/pgstore"
 )
 
 func TestMain(m *testing.M) { testkit.Main(pgtest.M{M: m}, []func(){etcdtest.Stop}) }
@@ -112,6 +113,50 @@ func TestOpenClose(t *testing.T) {
 	}
 }
 
+// TestPGPoolSize: lock.pg.max-conns reaches the store's pool: the default
+// 16 (not pgxpool's max(4, CPUs)), a value of its own, and 0 leaves the
+// DSN's pool_max_conns, which a non-zero key overrides.
+func TestPGPoolSize(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		key     int
+		dsnPool string // pool_max_conns in the DSN; "" for none
+		want    int
+	}{
+		{"default", backend.DefaultPGMaxConns, "", 16},
+		{"key", 7, "", 7},
+		{"dsn when the key is 0", 0, "3", 3},
+		{"key over the dsn", 9, "3", 9},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := backend.DefaultConfig()
+			cfg.Kind, cfg.PGDSN, cfg.PGMaxConns = backend.PG, pgtest.NewDatabase(t), tt.key
+			if tt.dsnPool != "" {
+				u, err := url.Parse(cfg.PGDSN)
+				if err != nil {
+					t.Fatalf("parse the test DSN: %v", err)
+				}
+				q := u.Query()
+				q.Set("pool_max_conns", tt.dsnPool)
+				u.RawQuery = q.Encode()
+				cfg.PGDSN = u.String()
+			}
+			b, err := backend.Open(testkit.Context(t, time.Minute), cfg, nil, nil)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer b.Close()
+			ps, ok := b.LockStore.(*pgstore.Store)
+			if !ok {
+				t.Fatalf("store is %T, want *pgstore.Store", b.LockStore)
+			}
+			if got := ps.PoolMaxConns(); got != tt.want {
+				t.Errorf("pool MaxConns = %d, want %d (lock.pg.max-conns %d, DSN pool_max_conns %q)", got, tt.want, tt.key, tt.dsnPool)
+			}
+		})
+	}
+}
+
 // TestOpenUnreachable: a backend that cannot be reached is an error naming
 // the key to fix, and whatever Open started is closed again (TestMain checks
 // for leaked goroutines).
@@ -174,6 +219,9 @@ func TestValidate(t *testing.T) {
 		{"prefix without slash", with(func(c *backend.Config) { c.EtcdPrefix = "/x" }), []string{"lock.etcd.prefix"}},
 		{"dial timeout", with(func(c *backend.Config) { c.EtcdDialTimeout = time.Hour }), []string{"lock.etcd.dial-timeout"}},
 		{"reaper interval", with(func(c *backend.Config) { c.PGReaperInterval = time.Millisecond }), []string{"lock.pg.reaper-interval"}},
+		{"pg pool from the dsn", with(func(c *backend.Config) { c.PGMaxConns = 0 }), nil},
+		{"pg pool negative", with(func(c *backend.Config) { c.PGMaxConns = -1 }), []string{"lock.pg.max-conns"}},
+		{"pg pool too large", with(func(c *backend.Config) { c.PGMaxConns = 1001 }), []string{"lock.pg.max-conns"}},
 		{"quota too small", with(func(c *backend.Config) { c.EmbeddedQuotaBytes = 1 << 20 }), []string{"lock.embedded.quota-bytes"}},
 		{"quota too large", with(func(c *backend.Config) { c.EmbeddedQuotaBytes = 16 << 30 }), []string{"lock.embedded.quota-bytes"}},
 		{"retain too few", with(func(c *backend.Config) { c.EmbeddedCompactionRetainRevisions = 10 }),

@@ -46,6 +46,9 @@ type Config struct {
 	PGSchema string `koanf:"lock.pg.schema"`
 	// PGReaperInterval is lock.pg.reaper-interval.
 	PGReaperInterval time.Duration `koanf:"lock.pg.reaper-interval"`
+	// PGMaxConns is lock.pg.max-conns: the size of the store's connection
+	// pool (C5 #ct5-pg-pool); 0 leaves it to the DSN's pool_max_conns.
+	PGMaxConns int `koanf:"lock.pg.max-conns"`
 	// EmbeddedDataDir is lock.embedded.data-dir (backend embedded).
 	EmbeddedDataDir string `koanf:"lock.embedded.data-dir"`
 	// EmbeddedQuotaBytes is lock.embedded.quota-bytes: the embedded etcd's
@@ -70,6 +73,14 @@ const (
 	MaxCompactionRetainRevisions     = 1_000_000_000
 )
 
+// lock.pg.max-conns (C5 #ct5-pg-pool): group commit keeps up to four
+// statements of the store in flight besides opens, closes, waits, reads and
+// the reaper; pgxpool's own default, max(4, CPUs), is 4 on a 2-core host.
+const (
+	DefaultPGMaxConns = 16
+	MaxPGMaxConns     = 1000
+)
+
 // DefaultConfig returns the C5 defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -78,6 +89,7 @@ func DefaultConfig() Config {
 		EtcdDialTimeout:  5 * time.Second,
 		PGSchema:         pgstore.DefaultSchema,
 		PGReaperInterval: pgstore.DefaultReaperInterval,
+		PGMaxConns:       DefaultPGMaxConns,
 		EmbeddedDataDir:  DefaultDataDir(),
 
 		EmbeddedQuotaBytes:                DefaultEmbeddedQuotaBytes,
@@ -124,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	if c.PGReaperInterval < 100*time.Millisecond || c.PGReaperInterval > time.Minute {
 		bad("lock.pg.reaper-interval", "%v out of bounds [100ms, 1m]", c.PGReaperInterval)
+	}
+	if c.PGMaxConns < 0 || c.PGMaxConns > MaxPGMaxConns {
+		bad("lock.pg.max-conns", "%d must be 0 (the DSN's pool_max_conns) or within [1, %d]", c.PGMaxConns, MaxPGMaxConns)
 	}
 	if c.Kind == Embedded && c.EmbeddedDataDir == "" {
 		bad("lock.embedded.data-dir", "must not be empty when lock.backend=embedded")

@@ -62,6 +62,7 @@
 //	lock.pg.dsn-file                         (none)          file with the DSN; excludes lock.pg.dsn      LOCKD_PG_DSN_FILE                        --pg-dsn-file
 //	lock.pg.schema                           lockd           [a-z_][a-z0-9_]*, at most 63 bytes           LOCKD_PG_SCHEMA                          --pg-schema
 //	lock.pg.reaper-interval                  1s              100ms..1m                                    LOCKD_PG_REAPER_INTERVAL                 --pg-reaper-interval
+//	lock.pg.max-conns                        16              0 (the DSN's pool_max_conns), or 1..1000     LOCKD_PG_MAX_CONNS                       --pg-max-conns
 //	lock.embedded.data-dir                   (C5 #ct5-data-dir) non-empty when lock.backend=embedded         LOCKD_EMBEDDED_DATA_DIR                  --data-dir
 //	lock.embedded.quota-bytes                2147483648      16 MiB..8 GiB, in bytes                      LOCKD_EMBEDDED_QUOTA_BYTES               --embedded-quota-bytes
 //	lock.embedded.compaction-retain-revisions 10000          0 (off), or 1000..1000000000                 LOCKD_EMBEDDED_COMPACTION_RETAIN_REVISIONS --embedded-compaction-retain-revisions

@@ -70,6 +70,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.pg.dsn-file", "pg-dsn-file", "file holding the PostgreSQL connection string (keeps its password out of ps)"},
 	{"lock.pg.schema", "pg-schema", "PostgreSQL schema for lockd's tables"},
 	{"lock.pg.reaper-interval", "pg-reaper-interval", "how often expired PostgreSQL sessions are reaped (100ms..1m)"},
+	{"lock.pg.max-conns", "pg-max-conns", "size of lockd's PostgreSQL connection pool (1..1000; 0: the DSN's pool_max_conns)"},
 	{"lock.embedded.data-dir", "data-dir", "data directory of the embedded etcd (backend embedded)"},
 	{"lock.embedded.quota-bytes", "embedded-quota-bytes", "backend quota of the embedded etcd in bytes (16 MiB..8 GiB)"},
 	{"lock.embedded.compaction-retain-revisions", "embedded-compaction-retain-revisions", "compact the embedded etcd every 10s to the current revision minus this many; 0: only hourly"},

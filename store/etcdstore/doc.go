@@ -218,8 +218,31 @@
 // with is guarded by a compare on a key attached to that lease. The Store
 // then asks for a new marker lease and tries again.
 //
+// # The held set (LocksOf) and its index
+//
+// A server over etcd reads a session's grants before every live heartbeat
+// answer (C2 #ct2-confirm), so LocksOf must be cheap and must never be
+// behind: a grant revoked through any Store before the call began must not
+// be listed. A Store keeps an index of every grant and every session record
+// under its prefix (one range read, then one watch of [P l/, P t) on a watch
+// stream of its own), started by the first LocksOf. Concurrent calls share
+// a round: one linearizable read (a count of the epoch key), started after
+// each call began; its revision R covers every write completed before. The
+// round answers from the index only once the index has applied every
+// change up to R (an event at R or later, or a progress notification at R
+// or later, which etcd sends only to a synced watcher, after every earlier
+// event), so each answer is etcd's state at a point between the call's
+// start and its return. A session whose record the index does not have (or
+// has on another lease) is dead. An index that cannot be shown current
+// within 2 s (its watch broken, reloading, or its member behind) is not
+// used: the round's calls read directly (TimeToLive with the attached keys,
+// then those keys). The argument in full is in held.go.
+//
 // # What one call reads
 //
+// LocksOf: a share of one count-only read of the calls that came together,
+// plus, when the index is behind that read's revision, progress requests on
+// the index's watch stream (no raft round).
 // Inspect reads one key and its queue. List reads at most limit grant
 // keys plus the markers alive in its range (above), in pages that double
 // while they hold markers (at most 4096 keys a page), plus one range of the

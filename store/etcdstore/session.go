@@ -299,23 +299,49 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 	return n, nil
 }
 
-// LocksOf lists the session's grants as etcd has them: the keys attached to
-// its lease.
+// LocksOf lists the session's grants as etcd has them at a point between
+// the call's start and its return: from the held-set index once a round's
+// linearizable read has shown it current (held.go), else (the index not
+// ready) read directly, the keys attached to its lease.
 func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Grant, err error) {
 	defer s.met.Observe(telemetry.OpLocksOf)(&err)
 	ss, err := s.live(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: locks of: %w", err)
 	}
-	ttl, err := s.cli.TimeToLive(ctx, ss.lease, clientv3.WithAttachedKeys())
-	if err == nil && ttl.TTL < 0 {
-		err = fmt.Errorf("%w: lease gone", store.ErrSessionDead)
+	grants, direct, err := s.held.locksOf(ctx, ss)
+	if direct {
+		grants, err = s.locksOfDirect(ctx, ss)
 	}
 	if err != nil {
-		if err = classify(ctx, err); errors.Is(err, store.ErrSessionDead) {
+		if errors.Is(err, store.ErrSessionDead) {
 			s.markDead(ss, telemetry.LostLeaseExpired)
 		}
 		return nil, fmt.Errorf("etcdstore: locks of: %w", err)
+	}
+	s.mu.Lock()
+	if !ss.dead { // reconcile the cache (grants revoked through another instance)
+		held := make(map[string]uint64, len(grants))
+		for _, g := range grants {
+			held[g.Key] = g.Token
+		}
+		s.met.LocksHeld(len(held) - len(ss.held))
+		ss.held = held
+	}
+	s.mu.Unlock()
+	return grants, nil
+}
+
+// locksOfDirect reads the session's grants itself: the keys attached to its
+// lease (one TimeToLive), then those keys. The errors are classified.
+func (s *Store) locksOfDirect(ctx context.Context, ss *session) ([]store.Grant, error) {
+	id := ss.id
+	ttl, err := s.cli.TimeToLive(ctx, ss.lease, clientv3.WithAttachedKeys())
+	if err == nil && ttl.TTL < 0 {
+		return nil, fmt.Errorf("%w: lease gone", store.ErrSessionDead)
+	}
+	if err != nil {
+		return nil, classify(ctx, err)
 	}
 	var ops []clientv3.Op
 	for _, k := range ttl.Keys {
@@ -327,7 +353,7 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 	for chunk := range slices.Chunk(ops, 100) {
 		resp, err := s.cli.Txn(ctx).Then(chunk...).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("etcdstore: locks of: %w", classify(ctx, err))
+			return nil, classify(ctx, err)
 		}
 		for _, r := range resp.Responses {
 			for _, kv := range r.GetResponseRange().Kvs {
@@ -345,17 +371,6 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 		}
 	}
 	slices.SortFunc(grants, func(a, b store.Grant) int { return strings.Compare(a.Key, b.Key) })
-
-	s.mu.Lock()
-	if !ss.dead { // reconcile the cache (grants revoked through another instance)
-		held := make(map[string]uint64, len(grants))
-		for _, g := range grants {
-			held[g.Key] = g.Token
-		}
-		s.met.LocksHeld(len(held) - len(ss.held))
-		ss.held = held
-	}
-	s.mu.Unlock()
 	return grants, nil
 }
 

@@ -61,8 +61,10 @@ type Options struct {
 //
 // Each structure has one owner with its own lock: the session table (mu,
 // below), the lease keeping (keep, keepalive.go), the group-commit queue
-// (batch, batch.go) and this Store's waiting Acquire calls (waiters,
-// wait.go). Lock order: mu before keep's lock; the others nest nothing.
+// (batch, batch.go), this Store's waiting Acquire calls (waiters,
+// wait.go) and the held-set index LocksOf answers from (held, held.go).
+// Lock order: mu before keep's lock and before held's; the others nest
+// nothing.
 type Store struct {
 	cli       *clientv3.Client
 	prefix    string
@@ -83,6 +85,7 @@ type Store struct {
 
 	marks *markerLeases // the short leases of release markers (marker.go)
 	comp  companions    // lock-delay companion leases (delay.go)
+	held  *heldIndex    // what LocksOf answers from (held.go)
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
@@ -125,6 +128,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		marks:     newMarkerLeases(cli, opts.MarkerTTL),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.held = newHeldIndex(s)
 	s.keep = newKeeper(s.ctx, cli, s.markDead, s.pruneDead, s.dropIdle)
 	s.keep.start() // its owner exits when Close cancels s.ctx
 	s.wg.Add(maxInflight)

@@ -105,11 +105,12 @@ func newQueries(schema, channel string) queries {
 			WHERE s.id = $1 ORDER BY l.key`),
 		// locksOf for the sessions $1 (sorted, distinct) at once: one row
 		// per lock, or one with a NULL key for a session without any.
-		// Semaphore and read/write slots (multi.go) too.
+		// Semaphore and read/write slots count as locks, as in locksOf.
 		locksOfBatch: r.Replace(`SELECT s.id, s.expires_at > now(), l.key, l.token, l.acquired_at
 			FROM {{s}}.sessions s LEFT JOIN (
-				SELECT session_id, key, token, acquired_at FROM {{s}}.locks
-				UNION ALL SELECT session_id, key, token, acquired_at FROM {{s}}.slots) l ON l.session_id = s.id
+				SELECT session_id, key, token, acquired_at FROM {{s}}.locks WHERE session_id = ANY($1::text[])
+				UNION ALL SELECT session_id, key, token, acquired_at FROM {{s}}.slots WHERE session_id = ANY($1::text[])) l
+				ON l.session_id = s.id
 			WHERE s.id = ANY($1::text[]) ORDER BY s.id, l.key`),
 
 		// One look at everything a grant depends on: the session's

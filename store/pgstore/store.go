@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -50,6 +51,10 @@ type Options struct {
 	// ReaperInterval is how often expired sessions are deleted
 	// (lock.pg.reaper-interval). Default DefaultReaperInterval.
 	ReaperInterval time.Duration
+	// MaxConns is the size of the pool New opens from DSN
+	// (lock.pg.max-conns); 0 keeps the DSN's pool_max_conns, or pgxpool's
+	// default. Ignored with Pool.
+	MaxConns int
 	// Logger receives the C4 log events; nil discards them.
 	Logger *slog.Logger
 	// Metrics records the C4 metrics; nil records nothing.
@@ -121,11 +126,17 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if interval < 0 {
 		return nil, fmt.Errorf("pgstore: reaper interval %v is negative: %w", interval, store.ErrInvalidArgument)
 	}
+	if opts.MaxConns < 0 || opts.MaxConns > math.MaxInt32 {
+		return nil, fmt.Errorf("pgstore: max conns %d out of range: %w", opts.MaxConns, store.ErrInvalidArgument)
+	}
 	pool, ownPool := opts.Pool, false
 	if pool == nil {
 		cfg, err := pgxpool.ParseConfig(opts.DSN)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: parse dsn: %w: %v", store.ErrInvalidArgument, err)
+		}
+		if opts.MaxConns > 0 {
+			cfg.MaxConns = int32(opts.MaxConns)
 		}
 		// Every new connection raises the token sequence first (epoch.go):
 		// after a failover every connection is new.
@@ -202,6 +213,10 @@ func (s *Store) Close() error {
 	})
 	return nil
 }
+
+// PoolMaxConns is the size of the Store's connection pool
+// (lock.pg.max-conns, or the DSN's pool_max_conns).
+func (s *Store) PoolMaxConns() int { return int(s.pool.Config().MaxConns) }
 
 func (s *Store) closePool() {
 	if s.ownPool {
