@@ -122,8 +122,11 @@ func TestListLimitOneScansO1(t *testing.T) {
 	if err != nil || len(infos) != 1 || infos[0].Key != "z-held" {
 		t.Fatalf("List(limit 1) = %+v, %v; want z-held", infos, err)
 	}
-	if gets, keys := kv.gets.Load(), kv.keys.Load(); gets > 2 || keys > 3 {
-		t.Fatalf("List(limit 1) made %d range reads returning %d keys, want at most 2 and 3", gets, keys)
+	// At most two reads of the plain keys (the released markers are
+	// skipped by the range, not paged through) and one of the semaphore
+	// and read/write keys (listMulti), which has nothing here.
+	if gets, keys := kv.gets.Load(), kv.keys.Load(); gets > 3 || keys > 3 {
+		t.Fatalf("List(limit 1) made %d range reads returning %d keys, want at most 3 and 3", gets, keys)
 	}
 }
 
