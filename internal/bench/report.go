@@ -181,7 +181,7 @@ var systemLegend = []string{
 	"etcd-mutex      go.etcd.io/etcd/client/v3/concurrency.Mutex, one concurrency.Session per client (reference only, not a target)",
 	"etcd-election   election: go.etcd.io/etcd/client/v3/concurrency.Election (Campaign, Resign, Observe), one concurrency.Session per candidate (primary election baseline)",
 	"etcd-sem        semaphore: raw etcd N-slot recipe: a waiter key per client on its lease, ranked by create revision; a slot while fewer than N keys " +
-		"rank ahead, else watch (from the next revision) for deletes of the keys ahead; free = delete",
+		"rank ahead, else watch deletes (from now, so etcd serves the watcher at once), then read the keys ahead and wait until fewer than N are left; free = delete",
 	"etcd-session    idle: one clientv3 concurrency.Session per session on one clientv3 client; cpu = the etcd process (and, client cpu, the bench process)",
 	"pg-raw          raw PostgreSQL (primary): sessions table + ON DELETE CASCADE; INSERT ... ON CONFLICT DO NOTHING RETURNING nextval + DELETE ... AND token; " +
 		"waiters poll every 2-10 ms; pgxpool of exactly c connections, all opened before the clock starts",

@@ -304,11 +304,16 @@ const semLeaveTimeout = 5 * time.Second
 // takeSlot is the well-known N-slot recipe on raw etcd: the client puts
 // its waiter key sem/<lease> on its lease (a retry finds it again) and
 // holds a slot while fewer than n keys of sem were created before it (by
-// create revision). Otherwise it reads the keys ahead of it — a set that
-// can only shrink, since later keys have higher create revisions — and
-// watches sem/ for their deletes from the next revision, until fewer than n
-// are left. Freeing the slot deletes the key. A take that fails or is
-// cancelled deletes its key, leaving the queue.
+// create revision). Otherwise it watches sem/ for deletes, reads the keys
+// ahead of it once the watch is established — a set that can only shrink,
+// since later keys have higher create revisions — and waits until fewer
+// than n are left. Freeing the slot deletes the key. A take that fails or
+// is cancelled deletes its key, leaving the queue.
+//
+// The watch starts at the current revision and the read comes after it:
+// a watch from a past revision (the read's, as concurrency.Mutex and
+// Election do) is an unsynced watcher that etcd serves every 100 ms under
+// churn, which a careful recipe avoids.
 func (l *etcdTxnLocker) takeSlot(ctx context.Context, sem string, n int) (func(context.Context) error, error) {
 	cli := l.sys.cli
 	dir := l.sys.prefix + sem + "/"
@@ -348,20 +353,29 @@ func (l *etcdTxnLocker) takeSlot(ctx context.Context, sem string, n int) (func(c
 			_ = release(lctx)
 		}
 	}()
-	for {
-		resp, err := cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(mine-1))
-		if l.sys.retried(ctx, err) {
-			continue
+	ahead := func() (map[string]bool, error) { // the keys ahead of ours
+		for {
+			resp, err := cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(mine-1))
+			if l.sys.retried(ctx, err) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			set := make(map[string]bool, len(resp.Kvs))
+			for _, kv := range resp.Kvs {
+				set[string(kv.Key)] = true
+			}
+			return set, nil
 		}
+	}
+	for {
+		set, err := ahead()
 		if err != nil {
 			return nil, err
 		}
-		if len(resp.Kvs) >= n {
-			ahead := make(map[string]bool, len(resp.Kvs))
-			for _, kv := range resp.Kvs {
-				ahead[string(kv.Key)] = true
-			}
-			err = waitFewer(ctx, cli, dir, resp.Header.Revision+1, ahead, n)
+		if len(set) >= n {
+			err = waitFewer(ctx, cli, dir, ahead, n)
 			if l.sys.retried(ctx, err) {
 				continue // read the keys ahead again
 			}
@@ -374,19 +388,27 @@ func (l *etcdTxnLocker) takeSlot(ctx context.Context, sem string, n int) (func(c
 	}
 }
 
-// waitFewer watches the keys under dir from revision rev until fewer than
-// n of the keys ahead are left.
-func waitFewer(ctx context.Context, cli *clientv3.Client, dir string, rev int64, ahead map[string]bool, n int) error {
+// waitFewer watches the deletes under dir from now, reads the keys ahead
+// once the watch is established, and returns when fewer than n of them are
+// left.
+func waitFewer(ctx context.Context, cli *clientv3.Client, dir string, read func() (map[string]bool, error), n int) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for wr := range cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut()) {
+	var ahead map[string]bool // nil until the watch is established
+	for wr := range cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 		if err := wr.Err(); err != nil {
 			return err
+		}
+		if wr.Created {
+			var err error
+			if ahead, err = read(); err != nil {
+				return err
+			}
 		}
 		for _, ev := range wr.Events {
 			delete(ahead, string(ev.Kv.Key))
 		}
-		if len(ahead) < n {
+		if ahead != nil && len(ahead) < n {
 			return nil
 		}
 	}
