@@ -470,44 +470,46 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 	if err := stream.SendHeader(nil); err != nil {
 		return err
 	}
-	for ev := range ch {
-		if ev.Err != nil {
-			return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", ev.Err))
+	// Events are taken in batches of what is already queued, so that with
+	// holder one read of a key serves all of its queued events (C2
+	// #ct2-holder): the stream keeps up however slow one read is.
+	var batch []store.Event
+	for {
+		var open bool
+		batch, open = nextBatch(ch, batch[:0])
+		if len(batch) == 0 && !open {
+			break
 		}
-		resp := &lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
-			SessionId: string(ev.Session), Token: ev.Token}
-		if ev.Kind == store.EventValue || (req.Holder && ev.Kind == store.EventAcquired) {
-			if !req.Holder {
-				continue // older clients know no value events
-			}
-			current, err := s.fillHolder(ctx, resp)
-			if err != nil {
+		var holders map[string]heldInfo
+		if req.Holder {
+			if holders, err = s.readHolders(ctx, batch); err != nil {
 				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", err))
 			}
-			if !current && ev.Kind == store.EventValue {
-				continue // the grant is gone: its value is nobody's
+		}
+		for _, ev := range batch {
+			if ev.Err != nil {
+				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", ev.Err))
+			}
+			resp := &lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
+				SessionId: string(ev.Session), Token: ev.Token}
+			if needsHolder(ev, req.Holder) {
+				if !req.Holder {
+					continue // older clients know no value events
+				}
+				if !holders[ev.Key].fill(resp) && ev.Kind == store.EventValue {
+					continue // the grant is gone: its value is nobody's
+				}
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
 			}
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
+		if !open {
+			break
 		}
 	}
 	// The channel closed because ctx ended: the caller left, or Shutdown.
 	return s.toStatus(rctx, "Watch", context.Cause(ctx))
-}
-
-// fillHolder sets the owner, labels and value of an acquired or value event
-// from the key's grant, read now (C2 #ct2-holder), if that grant is still
-// the event's; current reports whether it was. A watch is established per
-// prefix, so the caller was allowed to read the key (or the event is
-// filtered out by access control before it is sent).
-func (s *Server) fillHolder(ctx context.Context, ev *lockdv1.WatchResponse) (current bool, err error) {
-	info, found, err := s.st.Inspect(ctx, ev.Key)
-	if err != nil || !found || info.Token != ev.Token || string(info.Session) != ev.SessionId {
-		return false, err
-	}
-	ev.Owner, ev.Labels, ev.Value = info.Owner, info.Labels, info.Value
-	return true, nil
 }
 
 // SetValue implements the SetValue RPC: the holder replaces its grant's

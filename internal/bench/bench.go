@@ -28,13 +28,13 @@ const (
 	scDeath     = "death"
 	scIdle      = "idle"
 	scFailover  = "failover"
-	// scElection is in election.go.
+	// scElection is in election.go, scSemaphore in semaphore.go.
 	// scCeiling labels the ceiling rows, measured with distinct.
 	scCeiling = "ceiling"
 )
 
 // Scenarios are every scenario, in the order they run.
-var Scenarios = []string{scDistinct, scContended, scElection, scDeath, scIdle, scFailover}
+var Scenarios = []string{scDistinct, scContended, scElection, scSemaphore, scDeath, scIdle, scFailover}
 
 // Defaults of Config (issue 5 §3).
 var (
@@ -43,6 +43,8 @@ var (
 	DefaultDistinctConcurrency  = []int{1, 8, 64}
 	DefaultContendedConcurrency = []int{8, 64}
 	DefaultElectionConcurrency  = []int{2, 8}
+	DefaultSemaphoreConcurrency = []int{8, 64}
+	DefaultSemaphoreLimit       = 4
 	DefaultDeathLocks           = []int{1, 100, 10000}
 	DefaultIdleSessions         = 10000
 	DefaultIdleDuration         = 20 * time.Second
@@ -73,6 +75,10 @@ type Config struct {
 	// ElectionConcurrency are the numbers of candidates of the election
 	// scenario (at least 2: a hand-over needs someone to hand over to).
 	ElectionConcurrency []int
+	// SemaphoreConcurrency are the numbers of clients of the semaphore
+	// scenario, SemaphoreLimit its N (2 to 1024).
+	SemaphoreConcurrency []int
+	SemaphoreLimit       int
 	// DeathLocks are the numbers of locks the dying session holds: the
 	// death scenario is measured once for each.
 	DeathLocks []int
@@ -117,6 +123,12 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.ElectionConcurrency) == 0 {
 		c.ElectionConcurrency = DefaultElectionConcurrency
+	}
+	if len(c.SemaphoreConcurrency) == 0 {
+		c.SemaphoreConcurrency = DefaultSemaphoreConcurrency
+	}
+	if c.SemaphoreLimit == 0 {
+		c.SemaphoreLimit = DefaultSemaphoreLimit
 	}
 	if len(c.DeathLocks) == 0 {
 		c.DeathLocks = DefaultDeathLocks
@@ -165,7 +177,7 @@ func (c Config) Validate() error {
 			bad("unknown scenario %q (want some of %s)", s, strings.Join(Scenarios, ","))
 		}
 	}
-	for _, n := range slices.Concat(c.DistinctConcurrency, c.ContendedConcurrency) {
+	for _, n := range slices.Concat(c.DistinctConcurrency, c.ContendedConcurrency, c.SemaphoreConcurrency) {
 		if n < 1 || n > 10000 {
 			bad("concurrency %d out of [1, 10000]", n)
 		}
@@ -174,6 +186,9 @@ func (c Config) Validate() error {
 		if n < 2 || n > 10000 {
 			bad("election candidates %d out of [2, 10000]", n)
 		}
+	}
+	if c.SemaphoreLimit < 2 || c.SemaphoreLimit > 1024 {
+		bad("semaphore limit %d out of [2, 1024]", c.SemaphoreLimit)
 	}
 	for _, n := range c.DeathLocks {
 		if n < 1 || n > 1000000 {
@@ -235,6 +250,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		ContendedConcurrency: cfg.ContendedConcurrency,
 		DeathLocks:           cfg.DeathLocks,
 		ElectionConcurrency:  cfg.ElectionConcurrency,
+		SemaphoreConcurrency: cfg.SemaphoreConcurrency,
+		SemaphoreLimit:       cfg.SemaphoreLimit,
 		IdleSessions:         cfg.IdleSessions,
 		IdleDuration:         cfg.IdleDuration.String(),
 		FailoverKills:        cfg.FailoverKills,
@@ -277,6 +294,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rows, serr = r.contended(ctx)
 		case scElection:
 			rows, serr = r.election(ctx)
+		case scSemaphore:
+			rows, serr = r.semaphore(ctx)
 		case scDeath:
 			rows, serr = r.death(ctx)
 		case scIdle:
@@ -300,11 +319,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		named = append(named, sys)
 	}
 	for _, el := range b.electors {
-		if _, ok := el.(system); !ok { // the others are systems too
-			named = append(named, el)
-		}
+		named = append(named, el)
 	}
+	for _, sm := range b.semaphorers {
+		named = append(named, sm)
+	}
+	noted := map[string]bool{} // a system that takes part in several scenarios
 	for _, sys := range named {
+		if noted[sys.name()] {
+			continue
+		}
+		noted[sys.name()] = true
 		if rs, ok := sys.(interface{ retries() int64 }); ok && rs.retries() > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s retried %d transient etcd errors (request timed out / unavailable), as user code would",
 				sys.name(), rs.retries()))

@@ -113,6 +113,9 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Scenarios: []string{"death"}, Rounds: -1}, "rounds -1"},
 		{Config{Scenarios: []string{"death"}, DeathLocks: []int{1, 0}}, "death locks 0"},
 		{Config{Scenarios: []string{"election"}, ElectionConcurrency: []int{2, 1}}, "election candidates 1"},
+		{Config{Scenarios: []string{"semaphore"}, SemaphoreLimit: 1}, "semaphore limit 1"},
+		{Config{Scenarios: []string{"semaphore"}, SemaphoreLimit: 1025}, "semaphore limit 1025"},
+		{Config{Scenarios: []string{"semaphore"}, SemaphoreConcurrency: []int{0}}, "concurrency 0"},
 	} {
 		err := tc.cfg.Validate()
 		switch {
@@ -338,5 +341,84 @@ func TestElectionLoad(t *testing.T) {
 	el := &chanElector{slot: make(chan struct{}, 1), overlap: true}
 	if _, err := measureElection(context.Background(), el, 2, 50*time.Millisecond, "t"); err == nil || !strings.Contains(err.Error(), "two leaders at once") {
 		t.Errorf("an election with two leaders at once: %v, want the load to refuse it", err)
+	}
+}
+
+// chanSem is an in-process semaphore for testing the semaphore load: a
+// channel of capacity slots, one element per holder.
+type chanSem struct{ slots chan struct{} }
+
+func (s *chanSem) name() string { return "chan" }
+
+func (s *chanSem) slotHolder(context.Context) (slotHolder, error) { return chanSlotHolder{s}, nil }
+
+type chanSlotHolder struct{ s *chanSem }
+
+func (h chanSlotHolder) takeSlot(ctx context.Context, _ string, _ int) (func(context.Context) error, error) {
+	select {
+	case h.s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return func(context.Context) error { <-h.s.slots; return nil }, nil
+}
+
+func (chanSlotHolder) close(context.Context) error { return nil }
+
+// barrier lets holders go on only in groups of n: the hold of the test's
+// semaphore load, so that a group of n holds its slots at one moment
+// whatever the scheduling.
+type barrier struct {
+	mu      sync.Mutex
+	n, in   int
+	release chan struct{}
+}
+
+func newBarrier(n int) *barrier { return &barrier{n: n, release: make(chan struct{})} }
+
+func (b *barrier) wait(ctx context.Context) error {
+	b.mu.Lock()
+	b.in++
+	rel := b.release
+	if b.in == b.n {
+		b.in, b.release = 0, make(chan struct{})
+		close(rel)
+	}
+	b.mu.Unlock()
+	select {
+	case <-rel:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func TestSemaphoreLoad(t *testing.T) {
+	const n = 3
+	for _, c := range []int{n, 8} {
+		sm := &chanSem{slots: make(chan struct{}, n)}
+		holders := make([]slotHolder, c)
+		for i := range holders {
+			holders[i], _ = sm.slotHolder(context.Background())
+		}
+		res, err := semaphoreLoad(context.Background(), holders, n, newBarrier(n).wait, 10*time.Millisecond, 50*time.Millisecond, "t")
+		if err != nil {
+			t.Fatalf("c=%d: %v", c, err)
+		}
+		if res.ops < n || len(res.lat) != res.ops || res.most != n || len(res.perClient) != c || res.elapsed != 50*time.Millisecond {
+			t.Errorf("c=%d: %d acquisitions, %d waits, most %d holders, %d clients in %v; want at least %d, a wait each, most %d, %d clients, 50ms",
+				c, res.ops, len(res.lat), res.most, len(res.perClient), res.elapsed, n, n, c)
+		}
+	}
+	// The control: a semaphore of n that admits n+1 (a channel of n+1),
+	// whose holders hold in groups of n+1: the load must refuse it.
+	sm := &chanSem{slots: make(chan struct{}, n+1)}
+	holders := make([]slotHolder, 8)
+	for i := range holders {
+		holders[i], _ = sm.slotHolder(context.Background())
+	}
+	_, err := semaphoreLoad(context.Background(), holders, n, newBarrier(n+1).wait, 10*time.Millisecond, 50*time.Millisecond, "t")
+	if err == nil || !strings.Contains(err.Error(), "4 holders of a semaphore of 3 at once") {
+		t.Errorf("a semaphore of 3 admitting 4: %v, want the load to refuse it", err)
 	}
 }

@@ -21,6 +21,16 @@
 //	            RETURNING a sequence token, DELETE … WHERE key AND token; a
 //	            client that finds the key taken polls (every 2–10 ms); session
 //	            death is ON DELETE CASCADE from a sessions row
+//	etcd-sem    the semaphore scenario's raw etcd baseline (etcd's
+//	            concurrency package has no semaphore): the N-slot recipe, a
+//	            waiter key per client on its lease, holding a slot while
+//	            fewer than N keys have a lower create revision, else watching
+//	            for deletes of those
+//	pg-sem      the semaphore scenario's raw PostgreSQL baseline: N slot rows
+//	            per semaphore, one taken with UPDATE … WHERE (sem, slot) =
+//	            (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1), polled every 2–10 ms
+//	            while none is free; session death frees slots (ON DELETE SET
+//	            NULL)
 //
 // lockd over etcd (embedded or external) is compared with etcd-txn and
 // etcd-mutex, lockd over PostgreSQL with pg-raw. The election scenario
@@ -43,6 +53,10 @@
 //     returned) and observed latency (until the observer reported the next
 //     leader), p50/p99, and the share of leaders the observer reported. A
 //     second leader before the first resigned fails the measurement.
+//   - semaphore: c clients (8 and 64) loop taking one of the N slots (4) of
+//     one counting semaphore, holding it 1 ms and freeing it: acquisitions
+//     per second, the wait for a slot (p50/p99), fairness and the most
+//     holders at once; more than N at once fails the measurement.
 //   - death: one session holds N locks and ends (lockd: the client closes
 //     it; raw: lease revoke / delete of the sessions row): the time from the
 //     end until the backend holds none of the keys.

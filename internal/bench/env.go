@@ -38,6 +38,7 @@ const (
 	etcdRawPrefix   = "/lockd-bench-raw/"
 	etcdMutexPrefix = "/lockd-bench-mutex/"
 	etcdElectPrefix = "/lockd-bench-election/"
+	etcdSemPrefix   = "/lockd-bench-sem/"
 	etcdIdlePrefix  = "/lockd-bench-idle/"
 	etcdCeilPrefix  = "/lockd-bench-ceiling/"
 	// etcdFailoverPrefix is the failover scenario's replicas' prefix.
@@ -99,6 +100,9 @@ type bed struct {
 	// electors are the election scenario's systems: lockd first, then the
 	// primary baseline.
 	electors []elector
+	// semaphorers are the semaphore scenario's systems: lockd first, then
+	// the raw baseline.
+	semaphorers []semaphorer
 
 	closers []func(context.Context) error // run in reverse order by close
 }
@@ -229,7 +233,7 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	b.version = "etcd " + status.Version
 	b.onClose(func(ctx context.Context) error { // the keys of this run
 		var errs []error
-		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdElectPrefix, etcdIdlePrefix, etcdCeilPrefix, etcdFailoverPrefix} {
+		for _, p := range []string{etcdLockdPrefix, etcdRawPrefix, etcdMutexPrefix, etcdElectPrefix, etcdSemPrefix, etcdIdlePrefix, etcdCeilPrefix, etcdFailoverPrefix} {
 			if _, err := raw.Delete(ctx, p+b.run+"/", clientv3.WithPrefix()); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", p+b.run+"/", err))
 			}
@@ -250,6 +254,7 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	txn := &etcdTxnSystem{cli: raw, prefix: etcdRawPrefix + b.run + "/"}
 	b.systems = []system{lockd, txn, &etcdMutexSystem{cli: raw, prefix: etcdMutexPrefix + b.run + "/"}}
 	b.electors = []elector{lockd, &etcdElectionSystem{cli: raw, prefix: etcdElectPrefix + b.run + "/"}, txn}
+	b.semaphorers = []semaphorer{lockd, &etcdSemSystem{etcdTxnSystem{cli: raw, prefix: etcdSemPrefix + b.run + "/"}}}
 	b.ceilings = []ceiling{fsyncCeiling(b.dataDir), etcdPutCeiling(raw, etcdCeilPrefix+b.run+"/")}
 	return lb, nil
 }
@@ -321,6 +326,7 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 	}}
 	pgRaw := &pgRawSystem{sysName: sysPGRaw, sized: true, base: pcfg, setup: pool, q: full}
 	b.electors = []elector{lockd, pgRaw}
+	b.semaphorers = []semaphorer{lockd, &pgRawSystem{sysName: sysPGSem, sized: true, base: pcfg, setup: pool, q: full}}
 	b.systems = []system{
 		lockd,
 		pgRaw,

@@ -25,14 +25,16 @@ type loadResult struct {
 	ops int
 	// elapsed is the measured window.
 	elapsed time.Duration
-	// lat holds the latency of every pair (distinct) or hand-over
-	// (election).
+	// lat holds the latency of every pair (distinct), hand-over
+	// (election) or wait for a slot (semaphore).
 	lat []time.Duration
 	// obsLat holds, for every hand-over whose new leader the observer
 	// reported, the time until it did (election).
 	obsLat []time.Duration
 	// perClient counts acquisitions per client.
 	perClient []int
+	// most is the most clients that held a slot at once (semaphore).
+	most int
 }
 
 // rate is ops per second of the window.

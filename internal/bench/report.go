@@ -65,6 +65,11 @@ const (
 	MetricObservedP50     = "observed p50 ms"
 	MetricObservedP99     = "observed p99 ms"
 	MetricObservedPct     = "leaders observed %"
+	// The semaphore rows.
+	MetricAcquisitionsPerSec = "acquisitions/s"
+	MetricWaitP50            = "wait p50 ms"
+	MetricWaitP99            = "wait p99 ms"
+	MetricMostHolders        = "most holders at once"
 )
 
 // Row is one line of the report: one lockd figure, and the same figure of
@@ -127,6 +132,8 @@ type Settings struct {
 	ContendedConcurrency []int    `json:"contended_concurrency"`
 	DeathLocks           []int    `json:"death_locks"`
 	ElectionConcurrency  []int    `json:"election_concurrency"`
+	SemaphoreConcurrency []int    `json:"semaphore_concurrency"`
+	SemaphoreLimit       int      `json:"semaphore_limit"`
 	IdleSessions         int      `json:"idle_sessions"`
 	IdleDuration         string   `json:"idle_duration"`
 	FailoverKills        int      `json:"failover_kills"`
@@ -174,9 +181,13 @@ var systemLegend = []string{
 	"etcd-txn        raw etcd (primary): Txn(If CreateRevision==0 Then Put with lease) + Delete; waiters watch the key; death = lease revoke",
 	"etcd-mutex      go.etcd.io/etcd/client/v3/concurrency.Mutex, one concurrency.Session per client (reference only, not a target)",
 	"etcd-election   election: go.etcd.io/etcd/client/v3/concurrency.Election (Campaign, Resign, Observe), one concurrency.Session per candidate (primary election baseline)",
+	"etcd-sem        semaphore: raw etcd N-slot recipe: a waiter key per client on its lease, ranked by create revision; a slot while fewer than N keys " +
+		"rank ahead, else watch deletes (from now, so etcd serves the watcher at once), then read the keys ahead and wait until fewer than N are left; free = delete",
 	"etcd-session    idle: one clientv3 concurrency.Session per session on one clientv3 client; cpu = the etcd process (and, client cpu, the bench process)",
 	"pg-raw          raw PostgreSQL (primary): sessions table + ON DELETE CASCADE; INSERT ... ON CONFLICT DO NOTHING RETURNING nextval + DELETE ... AND token; " +
 		"waiters poll every 2-10 ms; pgxpool of exactly c connections, all opened before the clock starts",
+	"pg-sem          semaphore: raw PostgreSQL N slot rows (sessions + ON DELETE SET NULL): UPDATE ... WHERE (sem, slot) = (SELECT ... " +
+		"FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING nextval; no free slot: poll every 2-10 ms; pool of c connections",
 	"pg-raw-min      as pg-raw with the minimal schema: one table, primary key only, client-chosen token, no sessions; pool of c connections",
 	"pg-raw-defpool  pg-raw through pgxpool's default pool from the DSN (size in the backend line), shared by all clients",
 	"fsync-4k        ceiling: 4 KiB pwrite + fdatasync loop per worker, on a file in the backend's data directory",

@@ -502,6 +502,10 @@ type pgRawQueries struct {
 	campaign string
 	resign   string
 	leader   string
+	// The semaphore row's N slot rows (pg-sem, not minimal).
+	makeSlots string
+	takeSlot  string
+	freeSlot  string
 }
 
 func newPGRawQueries(schema string, minimal bool) pgRawQueries {
@@ -530,6 +534,10 @@ func newPGRawQueries(schema string, minimal bool) pgRawQueries {
 			`CREATE TABLE ` + s + `.leaders (name text COLLATE "C" PRIMARY KEY,
 				session_id text NOT NULL REFERENCES ` + s + `.sessions (id) ON DELETE CASCADE,
 				token bigint NOT NULL, value bytea NOT NULL)`,
+			`CREATE TABLE ` + s + `.slots (sem text COLLATE "C", slot int,
+				session_id text REFERENCES ` + s + `.sessions (id) ON DELETE SET NULL,
+				token bigint, PRIMARY KEY (sem, slot))`,
+			`CREATE INDEX ON ` + s + `.slots (session_id)`,
 		},
 		openSession:  `INSERT INTO ` + s + `.sessions (id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')`,
 		closeSession: `DELETE FROM ` + s + `.sessions WHERE id = $1`,
@@ -543,6 +551,13 @@ func newPGRawQueries(schema string, minimal bool) pgRawQueries {
 			ON CONFLICT (name) DO NOTHING RETURNING token`,
 		resign: `DELETE FROM ` + s + `.leaders WHERE name = $1 AND token = $2`,
 		leader: `SELECT token FROM ` + s + `.leaders WHERE name = $1`,
+		makeSlots: `INSERT INTO ` + s + `.slots (sem, slot) SELECT $1, g FROM generate_series(0, $2::int - 1) g
+			ON CONFLICT (sem, slot) DO NOTHING`,
+		takeSlot: `UPDATE ` + s + `.slots SET session_id = $2, token = nextval('` + seq + `')
+			WHERE (sem, slot) = (SELECT sem, slot FROM ` + s + `.slots WHERE sem = $1 AND session_id IS NULL
+				LIMIT 1 FOR UPDATE SKIP LOCKED) AND session_id IS NULL
+			RETURNING slot, token`,
+		freeSlot: `UPDATE ` + s + `.slots SET session_id = NULL, token = NULL WHERE sem = $1 AND slot = $2 AND token = $3`,
 	}
 }
 
@@ -628,6 +643,8 @@ type pgRawLocker struct {
 	sys  *pgRawSystem
 	pool *pgxpool.Pool
 	id   string // session (not minimal)
+	// made are the semaphores whose slot rows this client made (pg-sem).
+	made map[string]bool
 }
 
 func (l *pgRawLocker) acquire(ctx context.Context, key string) (func(context.Context) error, error) {

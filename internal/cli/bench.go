@@ -61,6 +61,18 @@ Scenarios (--scenarios, comma-separated; default all):
              value, Get + watch to observe); on PostgreSQL pg-raw (its lock
              on a leaders table with a value, observed by polling the row
              every 2-10 ms: PostgreSQL has no election library)
+  semaphore  8, 64 clients (--semaphore-concurrency) loop taking one of the
+             N slots (--semaphore-limit, default 4) of one counting
+             semaphore, holding it 1 ms and freeing it: acquisitions/s,
+             wait p50/p99 (until the slot is granted), fairness and the
+             most holders at once (more than N fails the run). lockd:
+             Acquire with WithLimit(N). Baselines (etcd's concurrency
+             package and PostgreSQL have no semaphore): etcd-sem, the raw
+             N-slot recipe (a waiter key per client on its lease, admitted
+             while fewer than N keys have a lower create revision, else
+             watching for deletes of those); pg-sem, N slot rows taken with
+             UPDATE ... (SELECT ... FOR UPDATE SKIP LOCKED), polled every
+             2-10 ms when none is free
   death      one session holding N locks ends, for each N of --death-locks:
              time until the backend holds none of them
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
@@ -87,6 +99,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		distinct  string
 		contended string
 		election  string
+		semaphore string
 		death     string
 		profile   string
 		asJSON    bool
@@ -102,6 +115,8 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.StringVar(&distinct, "distinct-concurrency", joinInts(bench.DefaultDistinctConcurrency), "client counts of the distinct scenario")
 	f.StringVar(&contended, "contended-concurrency", joinInts(bench.DefaultContendedConcurrency), "client counts of the contended scenario")
 	f.StringVar(&election, "election-concurrency", joinInts(bench.DefaultElectionConcurrency), "candidate counts of the election scenario (at least 2)")
+	f.StringVar(&semaphore, "semaphore-concurrency", joinInts(bench.DefaultSemaphoreConcurrency), "client counts of the semaphore scenario")
+	f.IntVar(&cfg.SemaphoreLimit, "semaphore-limit", bench.DefaultSemaphoreLimit, "N of the semaphore scenario's semaphore (2 to 1024)")
 	f.StringVar(&death, "death-locks", joinInts(bench.DefaultDeathLocks), "locks held by the dying session, comma-separated (one measurement each)")
 	f.IntVar(&cfg.IdleSessions, "idle-sessions", bench.DefaultIdleSessions, "sessions of the idle scenario")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
@@ -119,6 +134,9 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		}
 		if cfg.ElectionConcurrency, err = parseInts(election); err != nil {
 			return usageErrorf("--election-concurrency: %v", err)
+		}
+		if cfg.SemaphoreConcurrency, err = parseInts(semaphore); err != nil {
+			return usageErrorf("--semaphore-concurrency: %v", err)
 		}
 		if cfg.DeathLocks, err = parseInts(death); err != nil {
 			return usageErrorf("--death-locks: %v", err)

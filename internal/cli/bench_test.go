@@ -56,10 +56,14 @@ func (w wantRow) String() string {
 var electionMetrics = []string{bench.MetricHandoversPerSec, bench.MetricHandoverP50, bench.MetricHandoverP99,
 	bench.MetricObservedP50, bench.MetricObservedP99, bench.MetricObservedPct}
 
+// semaphoreMetrics are the metrics of the semaphore rows.
+var semaphoreMetrics = []string{bench.MetricAcquisitionsPerSec, bench.MetricWaitP50, bench.MetricWaitP99,
+	bench.MetricFairness, bench.MetricMostHolders}
+
 // wantRows lists every row of a full run with the smoke sizes against the
 // given baselines (primary first), ceilings, election baselines and idle
 // baseline ("" for none).
-func wantRows(baselines, ceilings, electors []string, idleBaseline string) []wantRow {
+func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline string) []wantRow {
 	var want []wantRow
 	for _, c := range []int{1, 8, 64} {
 		for _, ce := range ceilings {
@@ -83,6 +87,11 @@ func wantRows(baselines, ceilings, electors []string, idleBaseline string) []wan
 			for _, m := range electionMetrics {
 				want = append(want, wantRow{"election", c, m, b})
 			}
+		}
+	}
+	for _, c := range []int{8, 64} {
+		for _, m := range semaphoreMetrics {
+			want = append(want, wantRow{"semaphore", c, m, semaphore})
 		}
 	}
 	for _, n := range []int{1, 50} {
@@ -149,8 +158,9 @@ func show(v *float64) string {
 // may fall due, and an idle Go process then uses no CPU at all); for the
 // election's observer 0 to 100 % of the leaders, and observed latencies
 // positive or null (an observer may skip the window's few leaders: etcd's
-// Observe reads the first key again after each delete). Hand-overs/s and
-// their latencies must be positive: both systems handed over.
+// Observe reads the first key again after each delete); for the semaphore
+// 1 to N holders at once. Hand-overs/s, acquisitions/s and their latencies
+// must be positive: every system handed over.
 func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 	t.Helper()
 	switch w.metric {
@@ -174,6 +184,12 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 			t.Errorf("row %v: %s observed latency %v, want > 0 or null", w, which, *v)
 		}
 		return
+	case bench.MetricMostHolders:
+		// The load fails a run with more than N; at least one held.
+		if v == nil || !(*v >= 1 && *v <= float64(bench.DefaultSemaphoreLimit)) {
+			t.Errorf("row %v: %s most holders at once %s, want 1 to %d", w, which, show(v), bench.DefaultSemaphoreLimit)
+		}
+		return
 	}
 	if v == nil || !(*v > 0) {
 		t.Errorf("row %v: %s figure %s, want > 0", w, which, show(v))
@@ -192,15 +208,16 @@ func TestBenchSmoke(t *testing.T) {
 		baselines  []string
 		ceilings   []string
 		electors   []string // the election baselines
+		semaphore  string   // the semaphore baseline
 		idle       string   // the idle baseline
 		durability string   // in settings.durability
 	}{
 		{"etcd", func(t *testing.T) []string {
 			return []string{"--backend", "etcd", "--data-dir", t.TempDir()}
-		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, []string{"etcd-election", "etcd-txn"}, "etcd-session", "etcd fsync on"},
+		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, []string{"etcd-election", "etcd-txn"}, "etcd-sem", "etcd-session", "etcd fsync on"},
 		{"pg", func(t *testing.T) []string {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
-		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "", "synchronous_commit="},
+		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "pg-sem", "", "synchronous_commit="},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,15 +236,15 @@ func TestBenchSmoke(t *testing.T) {
 			if rep.Machine.NumCPU < 1 || rep.Machine.GOMAXPROCS < 1 || rep.Machine.GoVersion == "" {
 				t.Errorf("machine = %+v, want nproc, GOMAXPROCS and go version", rep.Machine)
 			}
-			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,election,death,idle,failover" {
-				t.Errorf("scenarios = %v, want all five", rep.Settings.Scenarios)
+			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,election,semaphore,death,idle,failover" {
+				t.Errorf("scenarios = %v, want all seven", rep.Settings.Scenarios)
 			}
 			st := rep.Settings
 			if !strings.Contains(st.Durability, tc.durability) || st.DataDir == "" || st.DataDirFS == "" || st.SystemOrder == "" ||
 				st.BackendProcess == "" || (tc.name == "etcd" && !strings.Contains(st.BackendProcess, "own process")) {
 				t.Errorf("settings = %+v; want durability with %q, the data dir and its filesystem, the system order and the backend's process", st, tc.durability)
 			}
-			want := wantRows(tc.baselines, tc.ceilings, tc.electors, tc.idle)
+			want := wantRows(tc.baselines, tc.ceilings, tc.electors, tc.semaphore, tc.idle)
 			if len(rep.Rows) != len(want) {
 				t.Errorf("got %d rows, want %d", len(rep.Rows), len(want))
 			}
@@ -317,7 +334,8 @@ func TestBenchSmoke(t *testing.T) {
 	t.Run("embedded-table", func(t *testing.T) {
 		t.Parallel()
 		profile := filepath.Join(t.TempDir(), "cpu.prof")
-		res := lockd(t, nil, "bench", "--scenarios", "death,idle,election", "--rounds", "1", "--death-locks", "1,20", "--election-concurrency", "2",
+		res := lockd(t, nil, "bench", "--scenarios", "death,idle,election,semaphore", "--rounds", "1", "--death-locks", "1,20", "--election-concurrency", "2",
+			"--semaphore-concurrency", "3", "--semaphore-limit", "2",
 			"--duration", "100ms",
 			"--idle-sessions", "20", "--idle-duration", "500ms", "--data-dir", t.TempDir(), "--cpuprofile", profile)
 		if res.code != 0 {
@@ -347,6 +365,12 @@ func TestBenchSmoke(t *testing.T) {
 			`(?m)^election +c=2 +hand-overs/s +[1-9][0-9.]* +etcd-txn +[1-9][0-9.]* +[0-9.]+ +- +- +- +-$`,
 			`(?m)^election +c=2 +hand-over p50 ms +[0-9.]+ +etcd-election +[0-9.]+ +[0-9.]+ +- +- +- +-$`,
 			`(?m)^election +c=2 +leaders observed % +[0-9.]+ +etcd-election +[0-9.]+ +[0-9.-]+ +- +- +- +-$`,
+			// The semaphore row: 3 clients, 2 slots; both systems granted
+			// slots and never more than 2 at once.
+			`(?m)^semaphore +c=3 +acquisitions/s +[1-9][0-9.]* +etcd-sem +[1-9][0-9.]* +[0-9.]+ +- +- +- +-$`,
+			`(?m)^semaphore +c=3 +wait p50 ms +[0-9.]+ +etcd-sem +[0-9.]+ +[0-9.]+ +- +- +- +-$`,
+			`(?m)^semaphore +c=3 +most holders at once +[12] +etcd-sem +[12] +[0-9.]+ +- +- +- +-$`,
+			`(?m)^  etcd-sem +semaphore: raw etcd N-slot recipe`,
 		} {
 			if !regexp.MustCompile(re).MatchString(res.stdout) {
 				t.Errorf("table does not match %s:\n%s", re, res.stdout)
@@ -366,6 +390,8 @@ func TestBenchSmoke(t *testing.T) {
 			{"bench", "--distinct-concurrency", "1,x"},
 			{"bench", "--death-locks", "0"},
 			{"bench", "--election-concurrency", "1"},
+			{"bench", "--semaphore-limit", "1"},
+			{"bench", "--semaphore-concurrency", "8,x"},
 			{"bench", "extra"},
 		} {
 			if res := lockd(t, nil, args...); res.code != ExitUsage || res.stdout != "" {
