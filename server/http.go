@@ -352,17 +352,66 @@ func (pipeCreds) OverrideServerName(string) error { return nil }
 // dispatch is by path prefix, not an http.ServeMux, so API paths are never
 // cleaned or redirected.
 func (s *Server) httpHandler(api http.Handler) http.Handler {
-	api = crossOrigin(limitBody(api))
-	if !s.cfg.HTTPConsole {
-		return api
+	api = nosniff(crossOrigin(limitBody(api)))
+	h := api
+	if s.cfg.HTTPConsole {
+		ui := console.Handler()
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if p := r.URL.Path; p+"/" == console.Prefix || strings.HasPrefix(p, console.Prefix) {
+				ui.ServeHTTP(w, r)
+				return
+			}
+			api.ServeHTTP(w, r)
+		})
 	}
-	ui := console.Handler()
+	if IsLoopback(s.cfg.HTTPListen) {
+		h = loopbackHost(h)
+	}
+	return h
+}
+
+// loopbackHost guards a listener bound to loopback against DNS rebinding
+// (C5 #ct5-http): a web page whose name an attacker re-points at 127.0.0.1
+// is same-origin to the browser, so neither the cross-origin check nor the
+// absence of CORS stops it. Its requests carry the attacker's name as Host,
+// so a request whose Host (port aside) is not "localhost" or a loopback IP
+// is refused with 421 PERMISSION_DENIED before anything else, the web
+// console included. A listener that is not bound to loopback needs TLS,
+// whose certificate check in the browser fails for a rebound name.
+func loopbackHost(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; p+"/" == console.Prefix || strings.HasPrefix(p, console.Prefix) {
-			ui.ServeHTTP(w, r)
+		if !loopbackName(r.Host) {
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			writeError(w, http.StatusMisdirectedRequest, status.New(codes.PermissionDenied, "Host is not a loopback name or address"))
 			return
 		}
-		api.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// loopbackName reports whether the host of an HTTP Host value (with or
+// without a port) is "localhost" or a loopback IP; names are never
+// resolved.
+func loopbackName(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// nosniff marks every API answer (JSON, or NDJSON for Watch) as not to be
+// content-sniffed by a browser (C5 #ct5-http).
+func nosniff(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -52,8 +52,8 @@ func sessionIDsOf(infos []store.SessionInfo) []store.SessionID {
 // testListSessions checks C2 #ct2-list-sessions: live sessions in id order
 // with their principal, owner, labels, TTL, a Remaining within the TTL and
 // their lock count; paging, the principal filter, closed and expired
-// sessions gone, bad input refused; another instance lists no session it
-// cannot use.
+// sessions gone, bad input refused; every instance lists the sessions
+// opened through any instance.
 func (s *suite) testListSessions(t *testing.T) {
 	sts := s.instances(t, 2)
 	st, other := sts[0], sts[1]
@@ -108,12 +108,35 @@ func (s *suite) testListSessions(t *testing.T) {
 	if got := sessionIDsOf(listSessions(t, st, store.SessionQuery{ByPrincipal: true})); !slices.Equal(got, []store.SessionID{c.ID}) {
 		t.Errorf("ListSessions(no principal) = %v; want [%s]", got, c.ID)
 	}
-	// Another instance lists only sessions it can use: PostgreSQL the
-	// same rows, etcd none of this instance's.
-	for _, id := range sessionIDsOf(listSessions(t, other, store.SessionQuery{})) {
-		if !slices.Contains(want, id) {
-			t.Errorf("ListSessions on another instance lists %s, never opened", id)
+	// Every instance lists every session, whichever instance opened it
+	// (so every replica answers the same), with the backend's lock counts:
+	// a session opened and locked through the other instance is listed by
+	// both, and the other instance lists this instance's sessions.
+	d, err := other.OpenSession(ctx, LongTTL, store.WithPrincipal("dave"), store.WithOwner("svc-d", nil))
+	if err != nil {
+		t.Fatalf("OpenSession on another instance: %v", err)
+	}
+	mustTry(t, other, d.ID, "ls/4")
+	wantAll := append(slices.Clone(want), d.ID)
+	slices.Sort(wantAll)
+	for i, inst := range []store.LockStore{st, other} {
+		got := listSessions(t, inst, store.SessionQuery{})
+		if ids := sessionIDsOf(got); !slices.Equal(ids, wantAll) {
+			t.Errorf("ListSessions on instance %d = %v; want %v (sessions opened through either instance)", i, ids, wantAll)
+			continue
 		}
+		for _, in := range got {
+			wantLocks := map[store.SessionID]int{a.ID: 2, b.ID: 0, c.ID: 1, d.ID: 1}[in.ID]
+			if in.Locks != wantLocks || in.Remaining <= 0 || in.Remaining > in.TTL {
+				t.Errorf("ListSessions on instance %d: %+v; want %d locks, Remaining in (0, TTL]", i, in, wantLocks)
+			}
+			if in.ID == d.ID && (in.Principal != "dave" || in.Owner != "svc-d") {
+				t.Errorf("ListSessions on instance %d: %+v; want principal dave, owner svc-d", i, in)
+			}
+		}
+	}
+	if _, err := other.CloseSession(ctx, d.ID); err != nil {
+		t.Fatalf("CloseSession on another instance: %v", err)
 	}
 
 	sl := st.(store.SessionLister)

@@ -104,7 +104,7 @@ func TestContainerfileRules(t *testing.T) {
 	if !slices.Contains(volumes, "/var/lib/lockd") {
 		t.Errorf("final stage VOLUME %v lacks /var/lib/lockd", volumes)
 	}
-	for _, p := range []string{"7420", "7421"} {
+	for _, p := range []string{"7420", "7421", "7422"} {
 		if !slices.Contains(ports, p) {
 			t.Errorf("final stage EXPOSE %v lacks %s", ports, p)
 		}

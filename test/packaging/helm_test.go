@@ -43,7 +43,12 @@ var chartCases = []chartCase{
 	{"etcd-server-ca-only", []string{"mode=etcd", "etcd.endpoints={https://etcd:2379}", "etcd.tlsSecretName=etcd-ca",
 		"etcd.tlsClientCert=false"}, "Deployment", 3, true},
 	{"pg", []string{"mode=pg", "replicas=2", "pg.dsnSecret.name=lockd-pg", "tls.clientAuth=none"}, "Deployment", 2, true},
+	{"embedded-http-console", []string{"http.enabled=true", "http.console=true"}, "StatefulSet", 1, true},
+	{"pg-http", []string{"mode=pg", "pg.dsnSecret.name=lockd-pg", "http.enabled=true"}, "Deployment", 3, true},
 }
+
+// httpOn reports whether a case turns the HTTP/JSON API on.
+func (tc chartCase) httpOn() bool { return slices.Contains(tc.set, "http.enabled=true") }
 
 func setArgs(set []string) []string {
 	var args []string
@@ -219,6 +224,52 @@ func checkChart(t *testing.T, tc chartCase, r rendered) {
 	if tls := volumes["tls"]; tc.tls != (tls.Secret != nil) || tc.tls && mounts["tls"] != "/etc/lockd/tls" {
 		t.Errorf("tls secret volume %+v mounted at %q; want it (at /etc/lockd/tls) iff TLS is on (%v)", tls, mounts["tls"], tc.tls)
 	}
+	checkHTTP(t, tc, c, r)
+}
+
+// checkHTTP: the HTTP/JSON API (and the console) is opt-in: its listen
+// variable, container port and Service port `http` are rendered iff
+// http.enabled, the console variable as set.
+func checkHTTP(t *testing.T, tc chartCase, c corev1.Container, r rendered) {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	wantListen, wantConsole := "", ""
+	if tc.httpOn() {
+		wantListen, wantConsole = "0.0.0.0:7422", "false"
+		if slices.Contains(tc.set, "http.console=true") {
+			wantConsole = "true"
+		}
+	}
+	if env["LOCKD_SERVER_HTTP_LISTEN"] != wantListen || env["LOCKD_SERVER_HTTP_CONSOLE"] != wantConsole {
+		t.Errorf("LOCKD_SERVER_HTTP_LISTEN %q, LOCKD_SERVER_HTTP_CONSOLE %q; want %q, %q",
+			env["LOCKD_SERVER_HTTP_LISTEN"], env["LOCKD_SERVER_HTTP_CONSOLE"], wantListen, wantConsole)
+	}
+	port := false
+	for _, p := range c.Ports {
+		if p.Name == "http" {
+			port = p.ContainerPort == 7422
+		}
+	}
+	if port != tc.httpOn() {
+		t.Errorf("container port http (7422) rendered %v, want %v", port, tc.httpOn())
+	}
+	svc := false
+	for _, s := range r.services {
+		if s.Spec.ClusterIP == corev1.ClusterIPNone {
+			continue // the headless Service of the StatefulSet: gRPC only
+		}
+		for _, p := range s.Spec.Ports {
+			if p.Name == "http" && p.Port == 7422 && p.TargetPort.String() == "http" {
+				svc = true
+			}
+		}
+	}
+	if svc != tc.httpOn() {
+		t.Errorf("Service port http (7422 -> http) rendered %v, want %v", svc, tc.httpOn())
+	}
 }
 
 func hasService(r rendered, name string) bool {
@@ -241,6 +292,7 @@ func TestHelmChartRefuses(t *testing.T) {
 		{[]string{"mode=etcd"}, "mode etcd needs etcd.endpoints"},
 		{[]string{"mode=pg"}, "mode pg needs pg.dsnSecret.name"},
 		{[]string{"tls.secretName="}, "set tls.secretName, or insecureAllowRemote=true"},
+		{[]string{"http.console=true"}, "http.console needs http.enabled"},
 	} {
 		out, err := helm(t, append([]string{"template", "rel", chartDir}, setArgs(tc.set)...)...)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -250,10 +302,14 @@ func TestHelmChartRefuses(t *testing.T) {
 }
 
 // TestHelmChartEnvRuns runs lockd with the container environment the chart
-// renders in embedded mode (both TLS settings): every LOCKD_* variable must
-// be a C5 key lockd accepts, and the probe's /healthz must answer.
+// renders in embedded mode (both TLS settings, and with the HTTP/JSON API
+// and console): every LOCKD_* variable must be a C5 key lockd accepts, the
+// probe's /healthz must answer, and the HTTP listener must serve iff on.
 func TestHelmChartEnvRuns(t *testing.T) {
-	for _, tc := range chartCases[:2] {
+	for _, tc := range chartCases {
+		if tc.kind != "StatefulSet" {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := helm(t, append([]string{"template", "rel", chartDir}, setArgs(tc.set)...)...)
 			if err != nil {
@@ -286,6 +342,9 @@ func TestHelmChartEnvRuns(t *testing.T) {
 			out, err = run(t, dir, setEnv(env, "LOCKD_SERVER_METRICS_LISTEN", s.metrics), lockdBinary(t), "health")
 			if want := fmt.Sprintf("%s://%s/healthz: 200 OK", scheme, s.metrics); err != nil || !strings.HasPrefix(out, want) {
 				t.Errorf("lockd health with the chart's env: %v\n%s\nwant %s", err, out, want)
+			}
+			if (s.http != "") != tc.httpOn() {
+				t.Errorf("lockd with the chart's env serves HTTP at %q; want an HTTP listener iff http.enabled (%v)", s.http, tc.httpOn())
 			}
 		})
 	}

@@ -103,12 +103,13 @@ func lockdEnv(extra ...string) []string {
 	return append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, extra...)
 }
 
-var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) metrics=(\S+) backend=(\S+)$`)
+var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) metrics=(\S+) backend=(\S+)(?: http=(\S+))?$`)
 
 // served is a running lockd serve.
 type served struct {
 	cmd                   *exec.Cmd
 	grpc, metrics, backnd string
+	http                  string // the HTTP/JSON API's address, "" when off
 	stderr                *syncWriter
 	done                  chan error
 }
@@ -158,7 +159,7 @@ func serve(t *testing.T, env []string, args ...string) *served {
 			_ = cmd.Process.Kill()
 			t.Fatalf("lockd %s printed %q, want %q\nstderr:\n%s", strings.Join(args, " "), line, servingLine, s.stderr)
 		}
-		s.grpc, s.metrics, s.backnd = m[1], m[2], m[3]
+		s.grpc, s.metrics, s.backnd, s.http = m[1], m[2], m[3], m[4]
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("lockd %s: no serving line within 2m\nstderr:\n%s", strings.Join(args, " "), s.stderr)
 	}
@@ -245,7 +246,7 @@ func localize(env []string, paths map[string]string) []string {
 				v = repl + strings.TrimPrefix(v, old)
 			}
 		}
-		if (k == "LOCKD_SERVER_LISTEN" || k == "LOCKD_SERVER_METRICS_LISTEN") && v != "" && v != "off" {
+		if (k == "LOCKD_SERVER_LISTEN" || k == "LOCKD_SERVER_METRICS_LISTEN" || k == "LOCKD_SERVER_HTTP_LISTEN") && v != "" && v != "off" {
 			v = "127.0.0.1:0"
 		}
 		out = append(out, k+"="+v)

@@ -124,3 +124,43 @@ func TestSystemdExampleConfig(t *testing.T) {
 		t.Errorf("lockd health: %v\n%s", err, out)
 	}
 }
+
+// TestSystemdExampleConfigHTTP starts lockd with deploy/systemd/lockd.yaml
+// whose commented HTTP/JSON API and console lines are uncommented, as a
+// reader would: the keys must be accepted and the HTTP listener serve.
+func TestSystemdExampleConfigHTTP(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "systemd", "lockd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const commented = "    # http:\n    #   listen: 0.0.0.0:7422\n    #   console: true\n"
+	if !strings.Contains(string(raw), commented) {
+		t.Fatalf("lockd.yaml lacks the commented HTTP/JSON API example:\n%s", commented)
+	}
+	cfg := strings.Replace(string(raw), commented, "    http:\n      listen: 0.0.0.0:7422\n      console: true\n", 1)
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "credentials")
+	if err := os.Mkdir(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tlsFiles(t, creds)
+	file := filepath.Join(dir, "lockd.yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := lockdEnv(
+		"STATE_DIRECTORY="+filepath.Join(dir, "state"),
+		"LOCKD_SERVER_LISTEN=127.0.0.1:0",
+		"LOCKD_SERVER_METRICS_LISTEN=127.0.0.1:0",
+		"LOCKD_SERVER_HTTP_LISTEN=127.0.0.1:0",
+		"LOCKD_SERVER_TLS_CERT_FILE="+filepath.Join(creds, "tls.crt"),
+		"LOCKD_SERVER_TLS_KEY_FILE="+filepath.Join(creds, "tls.key"),
+		"LOCKD_SERVER_TLS_CLIENT_CA_FILE="+filepath.Join(creds, "ca.crt"),
+		"LOCKD_SERVER_METRICS_TLS_CERT_FILE="+filepath.Join(creds, "tls.crt"),
+		"LOCKD_SERVER_METRICS_TLS_KEY_FILE="+filepath.Join(creds, "tls.key"),
+	)
+	s := serve(t, env, "serve", "--config", file)
+	if s.http == "" {
+		t.Errorf("lockd with the HTTP example uncommented serves no HTTP listener\nstderr:\n%s", s.stderr)
+	}
+}

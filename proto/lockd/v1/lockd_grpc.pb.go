@@ -172,8 +172,9 @@ type LockServiceClient interface {
 	// ListSessions pages through live sessions in session id order: the
 	// caller's own (those bound to its principal), or every session for a
 	// caller with admin on every key (C5 #ct5-auth). Listing extends
-	// nothing: remaining_ms is what the backend proves at the call. On etcd
-	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	// nothing: remaining_ms is what the backend proves at the call. Every
+	// replica of one backend lists the same sessions, whichever replica
+	// opened them (C2 #ct2-list-sessions).
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
@@ -408,8 +409,9 @@ type LockServiceServer interface {
 	// ListSessions pages through live sessions in session id order: the
 	// caller's own (those bound to its principal), or every session for a
 	// caller with admin on every key (C5 #ct5-auth). Listing extends
-	// nothing: remaining_ms is what the backend proves at the call. On etcd
-	// a server lists the sessions opened through it (C2 #ct2-list-sessions).
+	// nothing: remaining_ms is what the backend proves at the call. Every
+	// replica of one backend lists the same sessions, whichever replica
+	// opened them (C2 #ct2-list-sessions).
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }

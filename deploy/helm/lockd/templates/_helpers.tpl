@@ -33,6 +33,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.mode "pg") (empty .Values.pg.dsnSecret.name) -}}
 {{- fail "mode pg needs pg.dsnSecret.name (a Secret holding the DSN)" -}}
 {{- end -}}
+{{- if and .Values.http.console (not .Values.http.enabled) -}}
+{{- fail "http.console needs http.enabled (the console is served on the HTTP/JSON API's port, C5 #ct5-console)" -}}
+{{- end -}}
 {{- if and (empty .Values.tls.secretName) (not .Values.insecureAllowRemote) -}}
 {{- fail "lockd listens on the pod network: set tls.secretName, or insecureAllowRemote=true for plaintext (C5 #ct5-tls)" -}}
 {{- end -}}
@@ -77,6 +80,12 @@ spec:
           value: "0.0.0.0:{{ .Values.service.metricsPort }}"
         - name: LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN
           value: {{ .Values.server.closeSessionsOnShutdown | quote }}
+        {{- if .Values.http.enabled }}
+        - name: LOCKD_SERVER_HTTP_LISTEN
+          value: "0.0.0.0:{{ .Values.service.httpPort }}"
+        - name: LOCKD_SERVER_HTTP_CONSOLE
+          value: {{ .Values.http.console | quote }}
+        {{- end }}
         {{- if .Values.tls.secretName }}
         - name: LOCKD_SERVER_TLS_CERT_FILE
           value: /etc/lockd/tls/tls.crt
@@ -149,6 +158,11 @@ spec:
         - name: metrics
           containerPort: {{ .Values.service.metricsPort }}
           protocol: TCP
+        {{- if .Values.http.enabled }}
+        - name: http
+          containerPort: {{ .Values.service.httpPort }}
+          protocol: TCP
+        {{- end }}
       # /healthz: 200 while serving, 503 once shutdown began. The kubelet's
       # HTTPS probes do not verify the certificate.
       startupProbe:
