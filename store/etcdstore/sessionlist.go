@@ -105,7 +105,7 @@ func (s *Store) sessionInfo(ctx context.Context, id store.SessionID, rec session
 		return store.SessionInfo{}, false, nil
 	}
 	full := time.Duration(rec.TTLms) * time.Millisecond
-	rem := min(sent.Add(time.Duration(ttl.TTL)*time.Second).Sub(time.Now()), full)
+	rem := min(time.Until(sent.Add(time.Duration(ttl.TTL)*time.Second)), full)
 	if rem <= 0 {
 		return store.SessionInfo{}, false, nil
 	}
