@@ -89,7 +89,14 @@ func TestServeEmbedded(t *testing.T) {
 		`lockd_lock_release_total{backend="etcd",reason="release"} 3`,
 	} {
 		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
+			name, _, _ := strings.Cut(want, "{")
+			var have []string
+			for line := range strings.SplitSeq(body, "\n") {
+				if strings.HasPrefix(line, name) {
+					have = append(have, line)
+				}
+			}
+			t.Errorf("/metrics lacks %q; has %q", want, have)
 		}
 	}
 	// Only C4 metrics, never a key or session label; nothing from etcd's

@@ -378,6 +378,7 @@ func (s *Store) revokeGrant(ctx context.Context, key string, rev int64, reason s
 		s.mu.Lock()
 		if ss := s.sessions[g.Session]; ss != nil && !ss.dead && ss.held[key] == g.Token {
 			delete(ss.held, key)
+			ss.heldGen++
 			delete(ss.queued, key)
 			stopHoldLocked(ss, key)
 			s.met.Released(release, 1)

@@ -112,6 +112,7 @@ func (s *Store) recordAbandoned(ss *session, key string, rev int64) {
 	defer s.mu.Unlock()
 	if _, ok := ss.held[key]; !ok && !ss.dead {
 		ss.held[key] = s.token(rev)
+		ss.heldGen++
 		s.met.LocksHeld(1)
 	}
 }
@@ -130,6 +131,7 @@ func (s *Store) granted(ss *session, key string, rev int64, at, start time.Time)
 		return store.Grant{}, deadErr(ss)
 	}
 	ss.held[key] = s.token(rev)
+	ss.heldGen++
 	rem := s.keep.remaining(ss, start)
 	s.mu.Unlock()
 	s.met.LocksHeld(1)
@@ -292,6 +294,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		s.mu.Lock()
 		if _, ok := ss.held[key]; ok && !ss.dead {
 			delete(ss.held, key)
+			ss.heldGen++
 			stopHoldLocked(ss, key)
 			s.met.Released(telemetry.ReleaseRelease, 1)
 		}

@@ -265,6 +265,7 @@ func (s *Store) slotGranted(ss *session, key string, rev int64, at, start time.T
 		return store.Grant{}, deadErr(ss)
 	}
 	ss.held[key] = s.token(rev)
+	ss.heldGen++
 	if ss.multi == nil {
 		ss.multi = map[string]bool{}
 	}
@@ -314,6 +315,7 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 	s.mu.Lock()
 	if ss.held[key] == token && !ss.dead {
 		delete(ss.held, key)
+		ss.heldGen++
 		delete(ss.multi, key)
 		s.met.Released(telemetry.ReleaseRelease, 1)
 	}
@@ -377,6 +379,7 @@ func (s *Store) revokeMulti(ctx context.Context, key string) (store.Grant, bool,
 			s.log.LockRevoked(ctx, key, tok)
 			if ss := s.sessions[e.Session]; ss != nil && !ss.dead && ss.held[key] == tok {
 				delete(ss.held, key)
+				ss.heldGen++
 				delete(ss.multi, key)
 				s.met.Released(telemetry.ReleaseRevoked, 1)
 				s.log.LockReleased(store.Grant{Key: key, Session: e.Session, Token: tok, AcquiredAt: e.at}, telemetry.ReleaseRevoked)

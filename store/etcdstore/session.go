@@ -44,6 +44,11 @@ type session struct {
 	dead   bool
 	deadAt time.Time
 	held   map[string]uint64 // grants made through this Store (a cache; key → token)
+	// heldGen counts changes to held: LocksOf reconciles held with what it
+	// read only if nothing changed it meanwhile (a grant made after the
+	// read would otherwise drop out of the cache, and its release go
+	// uncounted).
+	heldGen uint64
 	// queued holds the keys of held grants that this session waited for in
 	// the queue: others likely wait too, so their release looks at the
 	// queue first (see DeleteIfOwner). A hint only.
@@ -299,6 +304,10 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 	return n, nil
 }
 
+// afterLocksOfRead, when set (tests only), runs in LocksOf between its read
+// and its reconciling of the cache.
+var afterLocksOfRead func()
+
 // LocksOf lists the session's grants as etcd has them at a point between
 // the call's start and its return: from the held-set index once a round's
 // linearizable read has shown it current (held.go), else (the index not
@@ -309,9 +318,15 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: locks of: %w", err)
 	}
+	s.mu.Lock()
+	gen := ss.heldGen
+	s.mu.Unlock()
 	grants, direct, err := s.held.locksOf(ctx, ss)
 	if direct {
 		grants, err = s.locksOfDirect(ctx, ss)
+	}
+	if afterLocksOfRead != nil {
+		afterLocksOfRead()
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrSessionDead) {
@@ -320,7 +335,9 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 		return nil, fmt.Errorf("etcdstore: locks of: %w", err)
 	}
 	s.mu.Lock()
-	if !ss.dead { // reconcile the cache (grants revoked through another instance)
+	// Reconcile the cache (grants revoked through another instance), unless
+	// a grant or release through this Store changed it since the read.
+	if !ss.dead && ss.heldGen == gen {
 		held := make(map[string]uint64, len(grants))
 		for _, g := range grants {
 			held[g.Key] = g.Token
