@@ -337,28 +337,7 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 	start := time.Now()
 	warmEnd := start.Add(warm)
 	first := make(chan time.Time, 1) // the first hand-over after warmEnd
-	var windowStart time.Time        // written by the controller before ctrlDone closes
-	ctrlDone := make(chan struct{})
-	go func() { // the controller: exits after ending the window, or when ctx ends
-		defer close(ctrlDone)
-		defer wcancel()
-		noGrant := time.NewTimer(firstGrantTimeout)
-		defer noGrant.Stop()
-		select {
-		case windowStart = <-first:
-		case <-noGrant.C:
-			cancel(fmt.Errorf("no hand-over within %v", firstGrantTimeout))
-			return
-		case <-ctx.Done():
-			return
-		}
-		end := time.NewTimer(time.Until(windowStart.Add(dur)))
-		defer end.Stop()
-		select {
-		case <-end.C:
-		case <-ctx.Done():
-		}
-	}()
+	win := startWindow(ctx, cancel, wcancel, first, dur, "hand-over")
 
 	led := make([][]leadership, len(cands))
 	var wg sync.WaitGroup
@@ -410,7 +389,8 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 		}()
 	}
 	wg.Wait()
-	<-ctrlDone
+	<-win.done
+	windowStart := win.start
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}

@@ -168,28 +168,7 @@ func contendedLoad(ctx context.Context, clients []locker, warm, dur time.Duratio
 	key := tag + "/key"
 	warmEnd := start.Add(warm)
 	first := make(chan time.Time, 1) // the time of the first grant after warmEnd
-	var windowStart time.Time        // written by the controller before ctrlDone closes
-	ctrlDone := make(chan struct{})
-	go func() { // the controller: exits after ending the window, or when ctx ends
-		defer close(ctrlDone)
-		defer wcancel()
-		noGrant := time.NewTimer(firstGrantTimeout)
-		defer noGrant.Stop()
-		select {
-		case windowStart = <-first:
-		case <-noGrant.C:
-			cancel(fmt.Errorf("no grant within %v", firstGrantTimeout))
-			return
-		case <-ctx.Done():
-			return
-		}
-		end := time.NewTimer(time.Until(windowStart.Add(dur)))
-		defer end.Stop()
-		select {
-		case <-end.C:
-		case <-ctx.Done():
-		}
-	}()
+	win := startWindow(ctx, cancel, wcancel, first, dur, "grant")
 	grants := make([][]time.Time, len(clients))
 	var wg sync.WaitGroup
 	for ci, l := range clients {
@@ -229,7 +208,8 @@ func contendedLoad(ctx context.Context, clients []locker, warm, dur time.Duratio
 		}()
 	}
 	wg.Wait()
-	<-ctrlDone
+	<-win.done
+	windowStart := win.start
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}
@@ -254,4 +234,41 @@ func sortedLatencies(rs []loadResult) []time.Duration {
 	}
 	slices.Sort(all)
 	return all
+}
+
+// window is the measured window of a load scenario: it starts at the first
+// event after the warm-up and lasts the scenario's duration.
+type window struct {
+	done  chan struct{} // closed when the window ended (or the run did)
+	start time.Time     // valid once done is closed
+}
+
+// startWindow runs a window's controller: it waits for the first event
+// after the warm-up (sent on first), ends the window dur later with
+// wcancel, and fails the run through cancel if no event (what) comes
+// within firstGrantTimeout. It exits when the window ends or ctx does.
+func startWindow(ctx context.Context, cancel context.CancelCauseFunc, wcancel context.CancelFunc,
+	first <-chan time.Time, dur time.Duration, what string) *window {
+	w := &window{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer wcancel()
+		noGrant := time.NewTimer(firstGrantTimeout)
+		defer noGrant.Stop()
+		select {
+		case w.start = <-first:
+		case <-noGrant.C:
+			cancel(fmt.Errorf("no %s within %v", what, firstGrantTimeout))
+			return
+		case <-ctx.Done():
+			return
+		}
+		end := time.NewTimer(time.Until(w.start.Add(dur)))
+		defer end.Stop()
+		select {
+		case <-end.C:
+		case <-ctx.Done():
+		}
+	}()
+	return w
 }

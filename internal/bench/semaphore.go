@@ -169,28 +169,7 @@ func semaphoreLoad(ctx context.Context, holders []slotHolder, n int, hold func(c
 	start := time.Now()
 	warmEnd := start.Add(warm)
 	first := make(chan time.Time, 1) // the first grant after warmEnd
-	var windowStart time.Time        // written by the controller before ctrlDone closes
-	ctrlDone := make(chan struct{})
-	go func() { // the controller: exits after ending the window, or when ctx ends
-		defer close(ctrlDone)
-		defer wcancel()
-		noGrant := time.NewTimer(firstGrantTimeout)
-		defer noGrant.Stop()
-		select {
-		case windowStart = <-first:
-		case <-noGrant.C:
-			cancel(fmt.Errorf("no grant within %v", firstGrantTimeout))
-			return
-		case <-ctx.Done():
-			return
-		}
-		end := time.NewTimer(time.Until(windowStart.Add(dur)))
-		defer end.Stop()
-		select {
-		case <-end.C:
-		case <-ctx.Done():
-		}
-	}()
+	win := startWindow(ctx, cancel, wcancel, first, dur, "grant")
 
 	var inside, most atomic.Int64 // clients holding a slot now, and at most
 	grants := make([][]slotGrant, len(holders))
@@ -246,7 +225,8 @@ func semaphoreLoad(ctx context.Context, holders []slotHolder, n int, hold func(c
 		}()
 	}
 	wg.Wait()
-	<-ctrlDone
+	<-win.done
+	windowStart := win.start
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}
