@@ -85,31 +85,11 @@ func (r *runner) elect(ctx context.Context, value []byte) error {
 		return err
 	}
 	defer c.Close()
-	owner := r.flags.owner
-	if owner == "" {
-		owner = defaultOwner(r.argv)
-	}
-	sopts := []client.SessionOption{client.WithOwner(owner, nil)}
-	if r.flags.ttl > 0 {
-		sopts = append(sopts, client.WithSessionTTL(r.flags.ttl))
-	}
-	var s *client.Session
-	err = cf.call(ctx, func(ctx context.Context) error {
-		s, err = c.NewSession(ctx, sopts...)
-		return err
-	})
+	s, closeSession, err := r.openSession(ctx, c)
 	if err != nil {
-		return r.unavailable(ctx, fmt.Errorf("open session: %w", err))
+		return err
 	}
-	defer func() {
-		timeout := cf.timeout
-		if s.Err() != nil {
-			timeout = min(timeout, deadSessionCloseTimeout)
-		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		_ = s.Close(cctx)
-	}()
+	defer closeSession()
 
 	fmt.Fprintf(r.e.stderr, "%s: campaigning in %q\n", r.prefix(), r.key)
 	lead, err := s.Campaign(ctx, r.key, value)

@@ -263,14 +263,13 @@ type held interface {
 	Token() uint64
 }
 
-func (r *runner) run(ctx context.Context) error {
+// openSession opens the session of a run or an election (owner and TTL
+// from the flags) and returns it with the function that closes it.
+// Closing the session releases its lock too; it is best effort after the
+// release, and brief when the session already ended (the server may well
+// be unreachable then).
+func (r *runner) openSession(ctx context.Context, c *client.Client) (*client.Session, func(), error) {
 	cf := r.flags.cf
-	c, err := cf.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-
 	owner := r.flags.owner
 	if owner == "" {
 		owner = defaultOwner(r.argv)
@@ -280,17 +279,15 @@ func (r *runner) run(ctx context.Context) error {
 		sopts = append(sopts, client.WithSessionTTL(r.flags.ttl))
 	}
 	var s *client.Session
-	err = cf.call(ctx, func(ctx context.Context) error {
+	err := cf.call(ctx, func(ctx context.Context) error {
+		var err error
 		s, err = c.NewSession(ctx, sopts...)
 		return err
 	})
 	if err != nil {
-		return r.unavailable(ctx, fmt.Errorf("open session: %w", err))
+		return nil, nil, r.unavailable(ctx, fmt.Errorf("open session: %w", err))
 	}
-	// Closing the session releases the lock too; it is best effort after
-	// the release below, and brief when the session already ended (the
-	// server may well be unreachable then).
-	defer func() {
+	return s, func() {
 		timeout := cf.timeout
 		if s.Err() != nil {
 			timeout = min(timeout, deadSessionCloseTimeout)
@@ -298,7 +295,22 @@ func (r *runner) run(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		_ = s.Close(cctx)
-	}()
+	}, nil
+}
+
+func (r *runner) run(ctx context.Context) error {
+	cf := r.flags.cf
+	c, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	s, closeSession, err := r.openSession(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer closeSession()
 
 	l, err := r.acquire(ctx, c, s)
 	if err != nil {
