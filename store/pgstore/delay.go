@@ -84,14 +84,7 @@ func (s *Store) reapHoldsOnce(ctx context.Context) (grants []store.Grant, err er
 		if err != nil {
 			return err
 		}
-		grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
-			var g store.Grant
-			var sid string
-			var tok int64
-			err := r.Scan(&sid, &g.Key, &tok, &g.AcquiredAt)
-			g.Session, g.Token = store.SessionID(sid), uint64(tok)
-			return g, err
-		})
+		grants, err = pgx.CollectRows(rows, grantRow)
 		if err != nil {
 			return err
 		}

@@ -210,18 +210,8 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
 			return store.Grant{}, err
 		}
-		switch out {
-		case granted:
-			s.newGrant(g, time.Since(start))
-			return g, nil
-		case held:
-			return g, nil
-		case dead:
-			s.metrics.Acquire(telemetry.AcquireError, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
-		case mismatch:
-			s.metrics.Acquire(telemetry.AcquireError, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
+		if done, g, err := s.acquireDone(out, g, key, o, start); done {
+			return g, err
 		}
 		recheck.Reset(recheckInterval)
 		select {

@@ -79,14 +79,7 @@ func (s *Store) reapOnce(ctx context.Context) (ids []string, grants []store.Gran
 		if err != nil {
 			return err
 		}
-		grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Grant, error) {
-			var g store.Grant
-			var sid string
-			var tok int64
-			err := r.Scan(&sid, &g.Key, &tok, &g.AcquiredAt)
-			g.Session, g.Token = store.SessionID(sid), uint64(tok)
-			return g, err
-		})
+		grants, err = pgx.CollectRows(rows, grantRow)
 		if err != nil {
 			return err
 		}
@@ -101,4 +94,14 @@ func (s *Store) reapOnce(ctx context.Context) (ids []string, grants []store.Gran
 		return s.notifyExpired(ctx, tx, grants)
 	})
 	return ids, grants, classify(ctx, "reap", err)
+}
+
+// grantRow scans a (session_id, key, token, acquired_at) row into a grant.
+func grantRow(r pgx.CollectableRow) (store.Grant, error) {
+	var g store.Grant
+	var sid string
+	var tok int64
+	err := r.Scan(&sid, &g.Key, &tok, &g.AcquiredAt)
+	g.Session, g.Token = store.SessionID(sid), uint64(tok)
+	return g, err
 }

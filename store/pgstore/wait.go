@@ -126,19 +126,8 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
 			return store.Grant{}, err
 		}
-		g := r.g
-		switch r.out {
-		case granted:
-			s.newGrant(g, time.Since(start))
-			return g, nil
-		case held:
-			return g, nil
-		case dead:
-			s.metrics.Acquire(telemetry.AcquireError, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
-		case mismatch:
-			s.metrics.Acquire(telemetry.AcquireError, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
+		if done, g, err := s.acquireDone(r.out, r.g, key, o, start); done {
+			return g, err
 		}
 		wait := recheckInterval
 		if r.delay > 0 {
@@ -193,4 +182,24 @@ func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) 
 		return classify(ctx, "leave queue", err)
 	}
 	return nil
+}
+
+// acquireDone ends a waiting Acquire on an attempt's outcome: a grant (new
+// or already held), a dead session or a mismatch ends it (done), anything
+// else (busy) has it wait on. start is when the Acquire began.
+func (s *Store) acquireDone(out outcome, g store.Grant, key string, o store.AcquireOptions, start time.Time) (bool, store.Grant, error) {
+	switch out {
+	case granted:
+		s.newGrant(g, time.Since(start))
+		return true, g, nil
+	case held:
+		return true, g, nil
+	case dead:
+		s.metrics.Acquire(telemetry.AcquireError, 0)
+		return true, store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+	case mismatch:
+		s.metrics.Acquire(telemetry.AcquireError, 0)
+		return true, store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
+	}
+	return false, store.Grant{}, nil
 }
