@@ -69,9 +69,10 @@
 // PausesHitHolders: every pause (SIGSTOP) the runner injected hit a process
 // holding a key, and a write of that grant after the pause was refused by
 // the fenced resource: the pause really tested fencing. A pause that raced
-// the holder's write (the write went out before the stop took effect, which
-// the checker sees as a write invoked inside the pause) is noted, not
-// counted, unless every pause of the run raced.
+// the holder's second write (the write went out before the stop took
+// effect: a write invoked inside the pause) is reported as such; the runner
+// makes it impossible (the worker waits for the runner's answer to its hold
+// line, given after the stop).
 //
 // # Recording requirements
 //

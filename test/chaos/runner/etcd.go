@@ -127,7 +127,7 @@ func (e *etcdNode) launch() error {
 		args = append(args, "-advertise-peer-url", e.advertise)
 	}
 	p, err := startProcess(fmt.Sprintf("%s.%d", e.name, n), e.bin, args, nil,
-		filepath.Join(e.dir, e.name+".log"), onLine)
+		filepath.Join(e.dir, e.name+".log"), noAnswer(onLine))
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,7 @@ func (l *lockdProc) launch(listen string) error {
 	}
 	name := fmt.Sprintf("%s.%d", l.cfg.name, n)
 	p, err := startProcess(name, l.cfg.bin, l.cfg.args(listen), nil,
-		filepath.Join(l.cfg.dir, l.cfg.name+".log"), onLine)
+		filepath.Join(l.cfg.dir, l.cfg.name+".log"), noAnswer(onLine))
 	if err != nil {
 		return err
 	}

@@ -31,8 +31,9 @@ type process struct {
 
 // startProcess starts bin with args and extra environment variables.
 // onLine, if not nil, is called for every stdout line, from one goroutine,
-// in order.
-func startProcess(name, bin string, args, env []string, logPath string, onLine func(string)) (*process, error) {
+// in order; a non-empty answer it returns is written to the process's
+// stdin as a line (the chaos worker's hold acknowledgement).
+func startProcess(name, bin string, args, env []string, logPath string, onLine func(string) (answer string)) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -47,6 +48,10 @@ func startProcess(name, bin string, args, env []string, logPath string, onLine f
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
+	stdin, err := cmd.StdinPipe() // closed by Wait
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -56,8 +61,12 @@ func startProcess(name, bin string, args, env []string, logPath string, onLine f
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if onLine != nil {
-				onLine(sc.Text())
+			if onLine == nil {
+				continue
+			}
+			if a := onLine(sc.Text()); a != "" {
+				// An error means the process is exiting: nobody waits.
+				_, _ = io.WriteString(stdin, a+"\n")
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -159,4 +168,12 @@ func waitLine[T any](p *process, ch <-chan T, timeout time.Duration) (T, error) 
 		p.kill()
 		return zero, errors.Join(fmt.Errorf("%s: not ready after %v", p.name, timeout), p.failure())
 	}
+}
+
+// noAnswer adapts a line handler that never answers to startProcess.
+func noAnswer(f func(string)) func(string) string {
+	if f == nil {
+		return nil
+	}
+	return func(l string) string { f(l); return "" }
 }

@@ -148,11 +148,11 @@ func TestProcessLinesAndStop(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	p, err := startProcess("sh", "/bin/sh", []string{"-c", "echo one; echo two; exec sleep 60"}, nil,
-		filepath.Join(dir, "sh.log"), func(l string) {
+		filepath.Join(dir, "sh.log"), noAnswer(func(l string) {
 			mu.Lock()
 			got = append(got, l)
 			mu.Unlock()
-		})
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,10 +68,15 @@ func (tr *trigger) fire(w *workerProc) {
 	})
 }
 
-func (w *workerProc) onLine(line string) {
+// onLine follows the worker's state from its stdout lines. It answers
+// every hold line with "go" (the worker runs with -hold-ack and waits for
+// it before the grant's second write), after the trigger's action: a pause
+// has then stopped the worker before it can read the answer, so the second
+// write always comes after the pause and never races it.
+func (w *workerProc) onLine(line string) (answer string) {
 	f := strings.Fields(line)
 	if len(f) < 2 {
-		return
+		return ""
 	}
 	w.mu.Lock()
 	w.state, w.key = f[0], f[1]
@@ -93,6 +98,10 @@ func (w *workerProc) onLine(line string) {
 	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
 		tr.fire(w)
 	}
+	if state == "hold" {
+		return "go"
+	}
+	return ""
 }
 
 // holdMode returns the mode of the worker's latest hold line.
@@ -165,6 +174,7 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-trust", string(ws.trust),
 		"-heartbeat-interval", ws.heartbeatInterval.String(),
 		"-seed", strconv.FormatUint(r.seed+uint64(slot)*1000+uint64(n), 10),
+		"-hold-ack",
 	}
 	bin := r.env.bins.Worker
 	if ws.bin != "" {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -78,6 +79,12 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Seed seeds the worker's random choices.
 	Seed uint64
+	// HoldAck, if set, is read after every hold line and its hold, before
+	// the grant's second write: the worker waits for one line (or the end
+	// of input). The harness answers a hold line only after any pause it
+	// makes of it has stopped the process, so a pause cannot race the
+	// second write (check.PausesHitHolders).
+	HoldAck *bufio.Reader
 }
 
 // Gap bounds of a pausable grant under TrustReceiveTTL (deadlineTracker.
@@ -362,6 +369,9 @@ func (w *worker) iteration(ctx context.Context) {
 	}
 	w.say("hold %s %d %d %s %s", key, tok, boolDigit(pausable), cmp.Or(mode, "plain"), w.peer())
 	time.Sleep(hold) // the critical section: not cut short by a stop, the grant is finished properly
+	if w.cfg.HoldAck != nil {
+		_, _ = w.cfg.HoldAck.ReadString('\n') // an error (EOF: the harness is gone) lets the worker go on
+	}
 	// trustEnd is when the worker's trust ends if nothing else ends it
 	// first: the SDK's deadline, or receive + TTL under the control.
 	trustEnd := func() time.Time { return w.realTime(sess.Deadline()) }

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -38,8 +39,12 @@ func main() {
 	fs.BoolVar(&cfg.RW, "rw", false, "take every key as a read/write lock (shared or exclusive grants)")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (0: the server's)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random choices")
+	holdAck := fs.Bool("hold-ack", false, "after each hold line, wait for a line on stdin before the grant's second write")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
+	}
+	if *holdAck {
+		cfg.HoldAck = bufio.NewReader(os.Stdin)
 	}
 	cfg.Lockd, cfg.Keys, cfg.Trust = worker.ParseList(lockd), worker.ParseList(keys), worker.Trust(trust)
 	if limit > 1024 {
