@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/lockdtest"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
 
@@ -271,4 +275,83 @@ func mapsEqualTokens(a, b map[string]uint64) bool {
 		}
 	}
 	return true
+}
+
+// TestWatchResumeAfterRaw: the API of C2 #ct2-watch-resume. A stream
+// starts with its cursor in the header lockd-watch-cursor and each event
+// carries one; resume_after that is not a cursor gives one RESYNC first; a
+// resume_after over 256 bytes is INVALID_ARGUMENT; a request without
+// resume_after never gets a RESYNC.
+func TestWatchResumeAfterRaw(t *testing.T) {
+	forBackends(t, func(t *testing.T, kind string) {
+		srv := lockdtest.StartBackend(t, kind, lockdtest.Options{})
+		api := dial(t, srv.Addr)
+		ctx := testCtx(t, 30*time.Second)
+
+		_, err := recvWatch(ctx, api, &lockdv1.WatchRequest{Prefix: "raw/", ResumeAfter: strings.Repeat("x", 257)}, 0)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("Watch(resume_after of 257 bytes): %v; want InvalidArgument", err)
+		}
+
+		s, err := srv.Client.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		for _, c := range []struct {
+			resume string
+			want   []lockdv1.EventKind
+		}{
+			{"", []lockdv1.EventKind{lockdv1.EventKind_EVENT_KIND_ACQUIRED}},
+			{"not a cursor", []lockdv1.EventKind{lockdv1.EventKind_EVENT_KIND_RESYNC, lockdv1.EventKind_EVENT_KIND_ACQUIRED}},
+		} {
+			key := fmt.Sprintf("raw/%d", len(c.want))
+			got, err := recvWatch(ctx, api, &lockdv1.WatchRequest{Prefix: key, ResumeAfter: c.resume}, len(c.want), func() {
+				if _, err := s.Acquire(ctx, key); err != nil {
+					t.Errorf("Acquire(%s): %v", key, err)
+				}
+			})
+			if err != nil {
+				t.Fatalf("Watch(resume_after %q): %v", c.resume, err)
+			}
+			for i, r := range got {
+				if r.Kind != c.want[i] || r.Cursor == "" {
+					t.Fatalf("Watch(resume_after %q): event %d = %v; want %v with a cursor", c.resume, i, r, c.want[i])
+				}
+			}
+		}
+	})
+}
+
+// recvWatch opens a raw Watch, checks its start cursor header, runs then
+// (if any) once established, and returns its first n responses.
+func recvWatch(ctx context.Context, api lockdv1.LockServiceClient, req *lockdv1.WatchRequest, n int, then ...func()) ([]*lockdv1.WatchResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := api.Watch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	md, err := stream.Header()
+	if err != nil {
+		return nil, err
+	}
+	if md == nil {
+		_, err := stream.Recv()
+		return nil, err
+	}
+	if v := md.Get("lockd-watch-cursor"); len(v) != 1 || v[0] == "" {
+		return nil, fmt.Errorf("header lockd-watch-cursor = %q; want the start cursor", v)
+	}
+	for _, f := range then {
+		f()
+	}
+	var out []*lockdv1.WatchResponse
+	for len(out) < n {
+		r, err := stream.Recv()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
