@@ -394,6 +394,12 @@ const (
 	// EventMaxHold: the server revoked the grant because it was held
 	// longer than its WithMaxHold.
 	EventMaxHold
+	// EventResync: the watch broke and was re-opened (another replica, a
+	// restart) from a position whose events the backend no longer knows
+	// (PostgreSQL keeps no event history; etcd's was compacted): events may
+	// have been missed, so re-read the state you follow (Inspect, List).
+	// Only Kind is set. C2 #ct2-watch-resume.
+	EventResync
 )
 
 func (k EventKind) String() string {
@@ -410,6 +416,8 @@ func (k EventKind) String() string {
 		return "value"
 	case EventMaxHold:
 		return "max_hold"
+	case EventResync:
+		return "resync"
 	}
 	return "unknown"
 }
@@ -443,70 +451,6 @@ type watchOptions struct{ holders bool }
 // grant's value. The server reads them for each such event (one read per
 // event), so a watch of a busy prefix costs more with it.
 func WithHolders() WatchOption { return func(o *watchOptions) { o.holders = true } }
-
-// Watch reports every change to the keys that start with prefix, in commit
-// order. It returns once the watch is established: every change committed
-// after it returns is delivered. The channel closes when ctx ends or the
-// client closes, or after one event with Err set when the watch breaks.
-func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) (<-chan Event, error) {
-	if err := store.ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("watch %q: %w", prefix, invalidInput("prefix", err))
-	}
-	var wo watchOptions
-	for _, opt := range opts {
-		opt(&wo)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(c.ctx, cancel)
-	var stream lockdv1.LockService_WatchClient
-	err := c.retry(wctx, func(ctx context.Context) error {
-		var err error
-		stream, err = c.api.Watch(ctx, &lockdv1.WatchRequest{Prefix: prefix, Holder: wo.holders})
-		if err != nil {
-			return fromStatus(ctx, err)
-		}
-		// Headers arrive once the server's watch is established.
-		md, err := stream.Header()
-		if err == nil && md == nil {
-			_, err = stream.Recv() // ended without headers: the status says why
-		}
-		return fromStatus(ctx, err)
-	})
-	if err != nil {
-		stop()
-		cancel()
-		return nil, fmt.Errorf("watch %q: %w", prefix, err)
-	}
-	ch := make(chan Event, 64)
-	c.wg.Add(1)
-	go func() { // exits when the stream ends: ctx or the client ended, or the watch broke
-		defer c.wg.Done()
-		defer close(ch)
-		defer cancel()
-		defer stop()
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				if wctx.Err() == nil {
-					select {
-					case ch <- Event{Err: fmt.Errorf("watch %q: %w", prefix, fromStatus(wctx, err))}:
-					case <-wctx.Done():
-					}
-				}
-				return
-			}
-			// The proto's EventKind numbers the kinds as EventKind does.
-			ev := Event{Kind: EventKind(r.GetKind()), Key: r.GetKey(), Session: r.GetSessionId(), Token: r.GetToken(),
-				Owner: r.GetOwner(), Labels: r.GetLabels(), Value: r.GetValue()}
-			select {
-			case ch <- ev:
-			case <-wctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
-}
 
 // validateKey is store.ValidateKey with the SDK's sentinel.
 func validateKey(key string) error { return invalidInput("key", store.ValidateKey(key)) }

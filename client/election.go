@@ -131,7 +131,8 @@ func (o Observation) same(p Observation) bool {
 // took over yet) — in commit order, without repeating an observation.
 //
 // It is built on Watch(name, WithHolders()) and one Inspect after the watch
-// is established, and never polls. When the watch breaks it is established
+// is established, and never polls. After a resync (EventResync) the
+// election is read again. When the watch breaks it is established
 // again (with backoff, until ctx ends) and the election read again, so
 // changes meanwhile are reported as one transition: a leader may be
 // skipped, and the tokens of the leaders reported only rise. Right after it
@@ -198,9 +199,14 @@ func (o *observer) run(ctx context.Context, events <-chan Event) error {
 		if !o.emit(ctx) {
 			return nil
 		}
+		resync := false
 		for ev := range events {
 			if ev.Err != nil {
 				break // watch again
+			}
+			if ev.Kind == EventResync {
+				resync = true // events may have been missed: read again
+				break
 			}
 			if ev.Key == o.name && o.apply(ev) && !o.emit(ctx) {
 				return nil
@@ -211,6 +217,9 @@ func (o *observer) run(ctx context.Context, events <-chan Event) error {
 		}
 		if o.c.ctx.Err() != nil {
 			return nil // the client closed
+		}
+		if resync {
+			continue // the watch goes on
 		}
 		// c.Watch retries until established, ctx ends or a refusal.
 		events, err = o.c.Watch(ctx, o.name, WithHolders())

@@ -232,7 +232,9 @@ func (w *watchStream) RecvMsg(m any) error {
 }
 
 func (w *watchStream) SendMsg(m any) error {
-	if ev, ok := m.(*lockdv1.WatchResponse); ok && w.filter {
+	// A resync names no key and must never be dropped: the client would
+	// miss that it has to re-read (C2 #ct2-watch-resume).
+	if ev, ok := m.(*lockdv1.WatchResponse); ok && w.filter && ev.Kind != lockdv1.EventKind_EVENT_KIND_RESYNC {
 		if allowed, _ := w.az.Decide(w.principal, auth.ActionRead, ev.Key); !allowed {
 			return nil
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lock.dev/lockd/internal/telemetry"
@@ -458,16 +459,22 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 	if err := s.refuseWhileDraining(); err != nil { // drain.go
 		return s.toStatus(rctx, "Watch", err)
 	}
+	if len(req.ResumeAfter) > maxWatchCursor {
+		return s.toStatus(rctx, "Watch", invalidf("resume_after", "longer than %d bytes", maxWatchCursor))
+	}
 	ctx, cancel := context.WithCancelCause(rctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(s.ctx, func() { cancel(errShuttingDown) })
 	defer stop()
-	ch, err := s.st.Watch(ctx, req.Prefix)
+	// C2 #ct2-watch-resume: the store resumes after the client's cursor, or
+	// says with a resync that it cannot.
+	start, ch, err := s.st.WatchFrom(ctx, req.Prefix, req.ResumeAfter)
 	if err != nil {
 		return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", err))
 	}
-	// Headers tell the client the watch is established.
-	if err := stream.SendHeader(nil); err != nil {
+	// Headers tell the client the watch is established, and where it
+	// starts.
+	if err := stream.SendHeader(metadata.Pairs(watchCursorHeader, start)); err != nil {
 		return err
 	}
 	// Events are taken in batches of what is already queued, so that with
@@ -490,8 +497,13 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 			if ev.Err != nil {
 				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", ev.Err))
 			}
+			if ev.Kind == store.EventResync && req.ResumeAfter == "" {
+				// A client that never resumes knows no resync: to it the
+				// watch broke, as it did before (C2 #ct2-watch-resume).
+				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w: events may have been missed", store.ErrUnavailable))
+			}
 			resp := &lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
-				SessionId: string(ev.Session), Token: ev.Token}
+				SessionId: string(ev.Session), Token: ev.Token, Cursor: ev.Cursor}
 			if needsHolder(ev, req.Holder) {
 				if !req.Holder {
 					continue // older clients know no value events
@@ -539,8 +551,18 @@ func (s service) SetValue(ctx context.Context, req *lockdv1.SetValueRequest) (*l
 	return &lockdv1.SetValueResponse{}, nil
 }
 
+// watchCursorHeader is the response header of Watch that carries the
+// stream's start cursor, and maxWatchCursor the longest resume_after
+// accepted (C2 #ct2-watch-resume).
+const (
+	watchCursorHeader = "lockd-watch-cursor"
+	maxWatchCursor    = 256
+)
+
 func eventKind(k store.EventKind) lockdv1.EventKind {
 	switch k {
+	case store.EventResync:
+		return lockdv1.EventKind_EVENT_KIND_RESYNC
 	case store.EventAcquired:
 		return lockdv1.EventKind_EVENT_KIND_ACQUIRED
 	case store.EventReleased:

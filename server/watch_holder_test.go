@@ -168,7 +168,8 @@ func TestValuesFollowReadAccess(t *testing.T) {
 }
 
 // readGate wraps a store: Inspect of key counts and, while armed, waits
-// for open; the events of Watch(prefix) are passed on through a buffer and
+// for open; the events of WatchFrom(prefix) (what the server's Watch
+// calls) are passed on through a buffer and
 // each is announced on delivered once it is queued for the server.
 type readGate struct {
 	store.LockStore
@@ -216,10 +217,10 @@ func (g *readGate) readCount() int {
 	return g.reads
 }
 
-func (g *readGate) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	in, err := g.LockStore.Watch(ctx, prefix)
+func (g *readGate) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
+	start, in, err := g.LockStore.WatchFrom(ctx, prefix, after)
 	if err != nil || prefix != g.prefix {
-		return in, err
+		return start, in, err
 	}
 	out := make(chan store.Event, 512)
 	go func() { // exits when the store closes in (ctx ended)
@@ -236,7 +237,7 @@ func (g *readGate) Watch(ctx context.Context, prefix string) (<-chan store.Event
 			}
 		}
 	}()
-	return out, nil
+	return start, out, nil
 }
 
 // TestWatchHolderCoalesces: a Watch with holder reads a key once for all

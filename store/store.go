@@ -116,9 +116,13 @@ const (
 	// EventMaxHold: the backend revoked a grant held past its maximum
 	// hold (GrantPolicy.MaxHold, C2 #ct2-delay).
 	EventMaxHold
+	// EventResync: a resumed watch (WatchFrom) cannot tell what happened
+	// since its cursor; the consumer re-reads the state (C2
+	// #ct2-watch-resume). Only Cursor is set.
+	EventResync
 )
 
-var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked", "value", "max_hold"}
+var eventKindNames = [...]string{"", "acquired", "released", "expired", "revoked", "value", "max_hold", "resync"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventKindNames) {
@@ -133,6 +137,9 @@ type Event struct {
 	Key     string
 	Session SessionID
 	Token   uint64
+	// Cursor is the opaque position right after this event, for
+	// WatchFrom (C2 #ct2-watch-resume).
+	Cursor string
 	// Err is set only on the last value a watch channel delivers before it is
 	// closed because the watch broke (not because its context ended). It is
 	// classified like every other store error; the other fields are empty.
@@ -262,6 +269,16 @@ type LockStore interface {
 	// that falls behind by more than the channel's buffer breaks the watch
 	// (Err wraps ErrContention) rather than stalling the backend.
 	Watch(ctx context.Context, prefix string) (<-chan Event, error)
+
+	// WatchFrom is Watch resumed right after the opaque cursor after ("":
+	// now, as Watch) — by any instance on the same backend and namespace
+	// (C2 #ct2-watch-resume). It returns the cursor of its start, and every
+	// event carries its Cursor. When the store cannot tell what happened
+	// after the cursor (no history, history compacted, a cursor of another
+	// namespace or backend, not a cursor) the first event is EventResync
+	// and the watch goes on from now; a watch whose history is compacted
+	// while it runs does the same. A resync is never an error.
+	WatchFrom(ctx context.Context, prefix, after string) (start string, events <-chan Event, err error)
 
 	// Close stops every background goroutine of this instance and waits for
 	// them. Sessions it opened are not closed: their locks are freed by the

@@ -259,6 +259,15 @@ func (f *Faulty) Watch(ctx context.Context, prefix string) (<-chan store.Event, 
 	return f.LockStore.Watch(ctx, prefix)
 }
 
+// WatchFrom implements store.LockStore; it fails as Watch does.
+func (f *Faulty) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
+	before, _ := f.failure(telemetry.OpWatch)
+	if before != nil {
+		return "", nil, before
+	}
+	return f.LockStore.WatchFrom(ctx, prefix, after)
+}
+
 func firstErr(err, after error) error {
 	if err != nil {
 		return err

@@ -25,50 +25,145 @@ const watchBuffer = 256
 // overwritten is a hand-over (DeleteIfOwner with waiters): "released" for
 // the old grant, then "acquired" for the new one. A value marker (SetValue)
 // is "value".
-func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event, err error) {
+func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+	_, ch, err := s.watchFrom(ctx, prefix, "", false)
+	return ch, err
+}
+
+// WatchFrom implements store.LockStore (C2 #ct2-watch-resume): Watch
+// resumed right after a cursor from etcd's history. A cursor is
+// "etcd:<shift>:<revision>:<n>": every event of earlier revisions and the
+// first n of that revision were delivered. A cursor of another epoch, not a
+// cursor, one ahead of the store or one whose history was compacted gives
+// EventResync and a watch from now.
+func (s *Store) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
+	return s.watchFrom(ctx, prefix, after, true)
+}
+
+// watchFrom is WatchFrom; Watch's events (withCursor false) carry no
+// Cursor.
+func (s *Store) watchFrom(ctx context.Context, prefix, after string, withCursor bool) (start string, _ <-chan store.Event, err error) {
 	defer s.met.Observe(telemetry.OpWatch)(&err)
 	if err := store.ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("etcdstore: watch: %w", err)
+		return "", nil, fmt.Errorf("etcdstore: watch: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
-		return nil, fmt.Errorf("etcdstore: watch: %w", err)
+		return "", nil, fmt.Errorf("etcdstore: watch: %w", err)
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := s.cli.Watch(wctx, s.lockKey(prefix), clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
-	select {
-	case wr, ok := <-wch:
-		if !ok || wr.Canceled || !wr.Created {
-			cancel()
-			return nil, fmt.Errorf("etcdstore: watch: %w", s.watchEnded(ctx, wr))
-		}
-	case <-ctx.Done():
-		cancel()
-		return nil, fmt.Errorf("etcdstore: watch: %w", ctx.Err())
-	case <-s.ctx.Done():
-		cancel()
-		return nil, errClosed
+	pos, resumable := s.parseCursor(after)
+	resync := after != "" && !resumable
+	w, err := s.openWatch(ctx, prefix, pos.rev)
+	if err == nil && resumable && pos.rev > w.head+1 {
+		w.cancel() // a cursor ahead of the store: not this store's
+		resync, resumable = true, false
+		w, err = s.openWatch(ctx, prefix, 0)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if !resumable {
+		pos = cursor{rev: w.head + 1}
 	}
 	out := make(chan store.Event, watchBuffer+1)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		cancel()
-		return nil, errClosed
+		w.cancel()
+		return "", nil, errClosed
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	start = s.formatCursor(pos) // before the goroutine moves pos
+	if resync {
+		out <- store.Event{Kind: store.EventResync, Cursor: start}
+	}
 	go func() { // exits when ctx ends, the watch breaks, or Close
 		defer s.wg.Done()
 		defer close(out)
-		defer cancel()
-		s.pump(ctx, wch, out)
+		for {
+			compacted := s.pump(ctx, w.ch, out, &pos, withCursor)
+			w.cancel()
+			if !compacted {
+				return
+			}
+			// The history after pos was compacted away: go on from now.
+			var err error // not watchFrom's: it has returned
+			if w, err = s.openWatch(ctx, prefix, 0); err != nil {
+				if ctx.Err() == nil {
+					out <- store.Event{Err: err} // the reserved slot: never blocks
+				}
+				return
+			}
+			pos = cursor{rev: w.head + 1}
+			if len(out) >= watchBuffer {
+				w.cancel()
+				out <- store.Event{Err: fmt.Errorf("etcdstore: watch: %w: consumer fell %d events behind", store.ErrContention, watchBuffer)}
+				return
+			}
+			out <- store.Event{Kind: store.EventResync, Cursor: s.formatCursor(pos)}
+		}
 	}()
-	return out, nil
+	return start, out, nil
 }
 
-// pump turns etcd watch responses into events until the watch ends. A
-// final event with Err is sent when it ends for any reason but ctx.
-func (s *Store) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- store.Event) {
+// cursor is a watch position: every event of revisions before rev and the
+// first n events of rev were delivered.
+type cursor struct{ rev, n int64 }
+
+func (s *Store) formatCursor(c cursor) string {
+	return fmt.Sprintf("etcd:%d:%d:%d", s.shift, c.rev, c.n)
+}
+
+// parseCursor reads a cursor of this store's epoch.
+func (s *Store) parseCursor(v string) (cursor, bool) {
+	f := strings.Split(v, ":")
+	if len(f) != 4 || f[0] != "etcd" || f[1] != strconv.FormatInt(s.shift, 10) {
+		return cursor{}, false
+	}
+	rev, err1 := strconv.ParseInt(f[2], 10, 64)
+	n, err2 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || rev < 1 || n < 0 {
+		return cursor{}, false
+	}
+	return cursor{rev, n}, true
+}
+
+// etcdWatch is one established etcd watch.
+type etcdWatch struct {
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc
+	head   int64 // the store's revision when it was established
+}
+
+// openWatch establishes an etcd watch of prefix from rev (0: now).
+func (s *Store) openWatch(ctx context.Context, prefix string, rev int64) (etcdWatch, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	wch := s.cli.Watch(wctx, s.lockKey(prefix), opts...)
+	select {
+	case wr, ok := <-wch:
+		if !ok || wr.Canceled || !wr.Created {
+			cancel()
+			return etcdWatch{}, fmt.Errorf("etcdstore: watch: %w", s.watchEnded(ctx, wr))
+		}
+		return etcdWatch{ch: wch, cancel: cancel, head: wr.Header.Revision}, nil
+	case <-ctx.Done():
+		cancel()
+		return etcdWatch{}, fmt.Errorf("etcdstore: watch: %w", ctx.Err())
+	case <-s.ctx.Done():
+		cancel()
+		return etcdWatch{}, errClosed
+	}
+}
+
+// pump turns etcd watch responses into events until the watch ends,
+// skipping those pos says were delivered and advancing pos. A final event
+// with Err is sent when it ends for any reason but ctx or, withCursor,
+// compaction; compacted reports the latter.
+func (s *Store) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- store.Event, pos *cursor, withCursor bool) (compacted bool) {
 	fail := func(err error) {
 		if ctx.Err() == nil {
 			out <- store.Event{Err: fmt.Errorf("etcdstore: watch: %w", err)} // the reserved slot: never blocks
@@ -80,29 +175,50 @@ func (s *Store) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- sto
 		select {
 		case wr, ok = <-wch:
 		case <-ctx.Done():
-			return
+			return false
 		case <-s.ctx.Done():
 			fail(errClosed)
-			return
+			return false
+		}
+		if ok && wr.CompactRevision != 0 && ctx.Err() == nil && withCursor {
+			return true // WatchFrom goes on with a resync; Watch breaks
 		}
 		if !ok || wr.Canceled {
 			fail(s.watchEnded(ctx, wr))
-			return
+			return false
 		}
+		var rev, n int64
 		for _, ev := range s.watchEvents(wr.Events) {
+			if ev.rev != rev {
+				rev, n = ev.rev, 0
+			}
+			n++
+			if rev < pos.rev || (rev == pos.rev && n <= pos.n) {
+				continue // delivered before the watch resumed
+			}
 			if len(out) >= watchBuffer {
 				fail(fmt.Errorf("%w: consumer fell %d events behind", store.ErrContention, watchBuffer))
-				return
+				return false
 			}
-			out <- ev
+			*pos = cursor{rev, n}
+			if withCursor {
+				ev.Cursor = s.formatCursor(*pos)
+			}
+			out <- ev.Event
 		}
 	}
+}
+
+// revEvent is an event and the revision that made it.
+type revEvent struct {
+	store.Event
+	rev int64
 }
 
 // watchEvents classifies one watch response's etcd events. A release and its
 // marker share a revision, and etcd never splits one revision's events
 // across responses.
-func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
+func (s *Store) watchEvents(evs []*clientv3.Event) []revEvent {
 	type keyRev struct {
 		key string
 		rev int64
@@ -119,7 +235,7 @@ func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
 			}
 		}
 	}
-	var out []store.Event
+	var out []revEvent
 	ended := func(key string, ev *clientv3.Event) {
 		e := store.Event{Kind: store.EventExpired, Key: key}
 		if ev.PrevKv != nil {
@@ -135,13 +251,13 @@ func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
 		case markMaxHold:
 			e.Kind = store.EventMaxHold
 		}
-		out = append(out, e)
+		out = append(out, revEvent{e, ev.Kv.ModRevision})
 	}
 	for _, ev := range evs {
 		key, ok := s.userKey(ev.Kv.Key)
 		if !ok {
 			if e, ok := s.valueEvent(ev); ok {
-				out = append(out, e)
+				out = append(out, revEvent{e, ev.Kv.ModRevision})
 			}
 			continue // a marker, or foreign
 		}
@@ -155,7 +271,7 @@ func (s *Store) watchEvents(evs []*clientv3.Event) []store.Event {
 				ended(key, ev)
 			}
 			if g, err := s.grantOf(key, ev.Kv); err == nil {
-				out = append(out, store.Event{Kind: store.EventAcquired, Key: key, Session: g.Session, Token: g.Token})
+				out = append(out, revEvent{store.Event{Kind: store.EventAcquired, Key: key, Session: g.Session, Token: g.Token}, ev.Kv.ModRevision})
 			}
 		}
 	}

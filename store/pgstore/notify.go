@@ -222,6 +222,10 @@ func (s *Store) dispatchLocked(n notice) {
 			s.endWatch(w, errSlowConsumer)
 			continue
 		}
+		if w.cursors {
+			w.ch <- withCursor(ev)
+			continue
+		}
 		w.ch <- ev
 	}
 }

@@ -28,6 +28,14 @@ type watch struct {
 	done   bool
 	err    error  // why a watch ended before it became active
 	stop   func() // unregisters the context.AfterFunc
+	// cursors: a WatchFrom, whose events carry pgCursor (Watch's none).
+	cursors bool
+}
+
+// withCursor is ev with the cursor of a PostgreSQL watch.
+func withCursor(ev store.Event) store.Event {
+	ev.Cursor = pgCursor
+	return ev
 }
 
 // Watch implements store.LockStore. The watch becomes active when a sync
@@ -35,7 +43,29 @@ type watch struct {
 // connection: NOTIFY delivers in commit order, so from then on it sees every
 // change committed after the marker, hence every change committed after
 // Watch returns, and nothing committed before Watch was called.
-func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event, err error) {
+func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+	return s.watch(ctx, prefix, false, false)
+}
+
+// pgCursor is the one cursor of a PostgreSQL watch: NOTIFY keeps no
+// history, so it names no position (C2 #ct2-watch-resume).
+const pgCursor = "pg"
+
+// WatchFrom implements store.LockStore. PostgreSQL cannot replay what
+// happened after a cursor (NOTIFY keeps no history): a watch resumed after
+// any cursor starts with EventResync, then goes on as Watch (C2
+// #ct2-watch-resume, a divergence of docs/backends.md).
+func (s *Store) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
+	ch, err := s.watch(ctx, prefix, true, after != "")
+	if err != nil {
+		return "", nil, err
+	}
+	return pgCursor, ch, nil
+}
+
+// watch is Watch; with cursors WatchFrom's, whose first event is
+// EventResync with resync.
+func (s *Store) watch(ctx context.Context, prefix string, cursors, resync bool) (_ <-chan store.Event, err error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("pgstore: watch: %w", err)
 	}
@@ -50,10 +80,14 @@ func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event,
 	}
 	s.syncSeq++
 	w := &watch{
-		prefix: prefix,
-		ch:     make(chan store.Event, watchBuffer+1),
-		sync:   fmt.Sprintf("%s/%d", s.instance, s.syncSeq),
-		ready:  make(chan struct{}),
+		prefix:  prefix,
+		ch:      make(chan store.Event, watchBuffer+1),
+		sync:    fmt.Sprintf("%s/%d", s.instance, s.syncSeq),
+		ready:   make(chan struct{}),
+		cursors: cursors,
+	}
+	if resync { // before any event: the watch is not registered yet
+		w.ch <- store.Event{Kind: store.EventResync, Cursor: pgCursor}
 	}
 	s.watches[w] = struct{}{}
 	s.mu.Unlock()

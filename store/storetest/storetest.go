@@ -90,6 +90,7 @@ func Run(t *testing.T, cfg Config) {
 		{"LocksOf", s.testLocksOf},
 		{"WatchOrder", s.testWatchOrder},
 		{"WatchValue", s.testWatchValue},
+		{"WatchResume", s.testWatchResume},
 		{"BadInput", s.testBadInput},
 		{"Cancellation", s.testCancellation},
 		{"Deadline", s.testDeadline},

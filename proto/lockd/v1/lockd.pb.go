@@ -222,6 +222,10 @@ const (
 	// EVENT_KIND_MAX_HOLD: the backend revoked a grant held longer than its
 	// maximum hold (AcquireRequest.max_hold_ms).
 	EventKind_EVENT_KIND_MAX_HOLD EventKind = 6
+	// EVENT_KIND_RESYNC: a resumed watch cannot tell what happened since
+	// resume_after (events may have been missed); re-read the state. Sent
+	// only to a request with resume_after, carries only the cursor.
+	EventKind_EVENT_KIND_RESYNC EventKind = 7
 )
 
 // Enum value maps for EventKind.
@@ -234,6 +238,7 @@ var (
 		4: "EVENT_KIND_REVOKED",
 		5: "EVENT_KIND_VALUE",
 		6: "EVENT_KIND_MAX_HOLD",
+		7: "EVENT_KIND_RESYNC",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED": 0,
@@ -243,6 +248,7 @@ var (
 		"EVENT_KIND_REVOKED":     4,
 		"EVENT_KIND_VALUE":       5,
 		"EVENT_KIND_MAX_HOLD":    6,
+		"EVENT_KIND_RESYNC":      7,
 	}
 )
 
@@ -2207,7 +2213,14 @@ type WatchRequest struct {
 	// server reads them from the key's current grant when it sends the event
 	// (one Inspect per such event), only if that grant is still the event's
 	// (same token); a value event of a grant that is gone is not sent.
-	Holder        bool `protobuf:"varint,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Holder bool `protobuf:"varint,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// resume_after is the cursor of the last event (or the header
+	// lockd-watch-cursor of the stream) the caller got: the watch resumes
+	// right after it, on any replica (docs/contracts/C2.md
+	// #ct2-watch-resume). When the events since are not known (PostgreSQL,
+	// compacted etcd history, a cursor of another backend) the first
+	// response is EVENT_KIND_RESYNC. Empty: start now.
+	ResumeAfter   string `protobuf:"bytes,3,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2256,6 +2269,13 @@ func (x *WatchRequest) GetHolder() bool {
 	return false
 }
 
+func (x *WatchRequest) GetResumeAfter() string {
+	if x != nil {
+		return x.ResumeAfter
+	}
+	return ""
+}
+
 // WatchResponse is one change to one key.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2270,9 +2290,13 @@ type WatchResponse struct {
 	// owner and labels are the holder session's (OpenSessionRequest), and
 	// value the grant's current value; set only when the request asked for
 	// holder and the grant was still current when the event was sent.
-	Owner         string            `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Value         []byte            `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	Owner  string            `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Value  []byte            `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	// cursor is the opaque position right after this event, for
+	// WatchRequest.resume_after. The stream's start position is sent in the
+	// response header lockd-watch-cursor.
+	Cursor        string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2354,6 +2378,13 @@ func (x *WatchResponse) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
 }
 
 // SetValueRequest names a grant of the caller's session and its new value.
@@ -2854,10 +2885,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\arevoked\x18\x01 \x01(\bR\arevoked\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\">\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"a\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\bR\x06holder\"\xa3\x02\n" +
+	"\x06holder\x18\x02 \x01(\bR\x06holder\x12!\n" +
+	"\fresume_after\x18\x03 \x01(\tR\vresumeAfter\"\xbb\x02\n" +
 	"\rWatchResponse\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.lockd.v1.EventKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -2866,7 +2898,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05owner\x18\x05 \x01(\tR\x05owner\x12;\n" +
 	"\x06labels\x18\x06 \x03(\v2#.lockd.v1.WatchResponse.LabelsEntryR\x06labels\x12\x14\n" +
-	"\x05value\x18\a \x01(\fR\x05value\x1a9\n" +
+	"\x05value\x18\a \x01(\fR\x05value\x12\x16\n" +
+	"\x06cursor\x18\b \x01(\tR\x06cursor\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -2907,7 +2940,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\bLockMode\x12\x19\n" +
 	"\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LOCK_MODE_EXCLUSIVE\x10\x01\x12\x14\n" +
-	"\x10LOCK_MODE_SHARED\x10\x02*\xb8\x01\n" +
+	"\x10LOCK_MODE_SHARED\x10\x02*\xcf\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
@@ -2915,7 +2948,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x16\n" +
 	"\x12EVENT_KIND_REVOKED\x10\x04\x12\x14\n" +
 	"\x10EVENT_KIND_VALUE\x10\x05\x12\x17\n" +
-	"\x13EVENT_KIND_MAX_HOLD\x10\x062\x83\a\n" +
+	"\x13EVENT_KIND_MAX_HOLD\x10\x06\x12\x15\n" +
+	"\x11EVENT_KIND_RESYNC\x10\a2\x83\a\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +

@@ -163,6 +163,8 @@ type LockServiceClient interface {
 	// commit order. The server sends the response headers once the watch is
 	// established: every change committed after that is delivered. A broken
 	// watch ends the stream with UNAVAILABLE; events may have been missed.
+	// A resumable watch sends its start cursor in the response header
+	// lockd-watch-cursor (docs/contracts/C2.md #ct2-watch-resume).
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// SetValue replaces the value of a grant the caller's session holds
 	// (docs/contracts/C2.md #ct2-holder), without changing the grant or its
@@ -400,6 +402,8 @@ type LockServiceServer interface {
 	// commit order. The server sends the response headers once the watch is
 	// established: every change committed after that is delivered. A broken
 	// watch ends the stream with UNAVAILABLE; events may have been missed.
+	// A resumable watch sends its start cursor in the response header
+	// lockd-watch-cursor (docs/contracts/C2.md #ct2-watch-resume).
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// SetValue replaces the value of a grant the caller's session holds
 	// (docs/contracts/C2.md #ct2-holder), without changing the grant or its
