@@ -114,18 +114,26 @@ func TestErrorsRoundTrip(t *testing.T) {
 		_, err = s.Acquire(ctx, "a\x00b")
 		add("NUL key (local)", err, "client: invalid argument: key: key contains a NUL byte", []error{client.ErrInvalidArgument})
 
-		// Shutting down: a watch on a server that stops ends with
-		// ErrUnavailable (reason SHUTTING_DOWN on the wire).
+		// Shutting down: a watch on a server that stops tries to resume
+		// (C2 #ct2-watch-resume); when its ctx ends first, its last event
+		// says why the stream broke, ErrUnavailable (reason SHUTTING_DOWN
+		// on the wire), and why it was not resumed.
 		other := lockdtest.StartBackend(t, backend, lockdtest.Options{})
-		events, err := other.Client.Watch(ctx, "w/")
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		events, err := other.Client.Watch(wctx, "w/")
 		if err != nil {
 			t.Fatalf("Watch on the second server: %v", err)
 		}
 		if err := other.Stop(); err != nil {
 			t.Fatalf("Stop the second server: %v", err)
 		}
+		time.AfterFunc(time.Second, wcancel) // a deadline, not synchronisation: the watch must end either way
 		ev := <-events
-		add("watch while the server shuts down", ev.Err, "server is shutting down", []error{client.ErrUnavailable})
+		add("watch while the server shuts down", ev.Err, "server is shutting down", []error{client.ErrUnavailable, context.Canceled})
+		if _, open := <-events; open {
+			t.Errorf("watch channel still open after its last event")
+		}
 
 		for _, ck := range checks {
 			if ck.err == nil {

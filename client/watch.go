@@ -25,7 +25,12 @@ const watchCursorHeader = "lockd-watch-cursor"
 // compacted etcd history, an older lockd) an EventResync comes first and
 // the watch goes on (C2 #ct2-watch-resume). The channel closes when ctx
 // ends or the client closes, or after one event with Err set when the
-// watch breaks and cannot be re-opened.
+// watch breaks and cannot be re-opened. A watch whose ctx ends (or whose
+// client closes) while it is re-opening a broken stream sends, if the
+// channel has room, a last event whose Err wraps why the stream broke
+// (e.g. ErrUnavailable) and why it was not re-opened (ctx's error): a
+// consumer can tell a watch that ended disconnected from one it cancelled
+// while it was connected.
 func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) (<-chan Event, error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("watch %q: %w", prefix, invalidInput("prefix", err))
@@ -119,9 +124,20 @@ func (w *watcher) run(ctx context.Context, ch chan<- Event) {
 			if rerr := fromStatus(ctx, err); retryable(rerr) {
 				w.asideIfDraining(w.stream, err)
 				w.c.log.LogAttrs(ctx, slog.LevelDebug, "watch resuming", slog.String("error", rerr.Error()))
-				if err = w.open(ctx); err == nil {
+				oerr := w.open(ctx)
+				if oerr == nil {
 					continue
 				}
+				// ctx ended (or the client closed) before the stream
+				// was re-opened: the watch ended disconnected, which
+				// the consumer must be able to tell from a watch it
+				// cancelled while connected. The channel has room
+				// unless the consumer stopped reading; never block.
+				select {
+				case ch <- Event{Err: fmt.Errorf("watch %q: %w (not resumed: %w)", w.prefix, rerr, oerr)}:
+				default:
+				}
+				return
 			}
 		}
 		if err != nil {
