@@ -64,6 +64,9 @@ and value as the server read them when it sent the event.`,
 		}
 		fmt.Fprintf(e.stderr, "watching %q\n", prefix)
 		for ev := range events {
+			if ev.Err != nil && cmd.Context().Err() != nil {
+				return nil // interrupted while the watch was resuming
+			}
 			if ev.Err != nil {
 				return fmt.Errorf("watch broke (events may have been missed): %w", ev.Err)
 			}
