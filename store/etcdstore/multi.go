@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,9 +35,10 @@ import (
 // request of the other kind sees the first and fails with
 // store.ErrLimitMismatch. Deleted entries only make a decision more
 // permissive, so a snapshot whose range has no newer key is still a sound
-// basis for a grant. A waiter watches the range and decides again on every
-// change: simple rather than frugal (every change wakes every waiter of the
-// key).
+// basis for a grant. A waiter watches the range and keeps it up to date
+// from the events, so only a waiter the events make grantable writes (see
+// acquireMulti); it reads the range again only when a write's compare
+// fails or its watch breaks.
 
 func (s *Store) multiPrefix(key string) string { return s.prefix + "m/" + key + "\x00" }
 func (s *Store) slotKey(key string, id store.SessionID) string {
@@ -153,11 +155,25 @@ func entries(es []slotEntry) []store.MultiEntry {
 
 // acquireMulti is Acquire (wait) and TryInsert (!wait) of a semaphore slot
 // or a side of a read/write lock.
+//
+// A queued waiter keeps the m/<key> range it decided on and follows it
+// from its watch's events instead of reading it again on every change:
+// only a waiter that the events make grantable (the queue's head, with a
+// slot free) writes, so a release costs one transaction, not one read per
+// waiter. The watch is armed from the current revision (served at once,
+// armWatch) and the range read after it, so nothing falls between the two;
+// events at or below the read's revision are already in it. A grant whose
+// compare fails (the range changed after what the waiter has seen) or a
+// broken watch reads the range again.
 func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o store.AcquireOptions, wait bool, start time.Time) (_ store.Grant, acquired bool, err error) {
 	mp, sk, wk := s.multiPrefix(key), s.slotKey(key, ss.id), s.mwaiterKey(key, ss.id)
 	var (
 		queued bool
 		w      *keyWatch
+		rev    int64                       // the revision the range below is as of
+		seen   int64                       // the revision of the last read
+		kvs    map[string]*mvccpb.KeyValue // the m/<key> range
+		read   = true                      // read the range (and the plain keys) again
 	)
 	defer func() {
 		w.close()
@@ -166,16 +182,25 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		}
 	}()
 	for {
-		resp, err := s.cli.Txn(ctx).Then(
-			clientv3.OpGet(s.lockKey(key), clientv3.WithKeysOnly()),
-			clientv3.OpGet(s.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
-			clientv3.OpGet(mp, clientv3.WithPrefix()),
-		).Commit()
-		if err != nil {
-			return store.Grant{}, false, s.sessionErr(ctx, ss, err)
+		if read {
+			resp, err := s.cli.Txn(ctx).Then(
+				clientv3.OpGet(s.lockKey(key), clientv3.WithKeysOnly()),
+				clientv3.OpGet(s.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
+				clientv3.OpGet(mp, clientv3.WithPrefix()),
+			).Commit()
+			if err != nil {
+				return store.Grant{}, false, s.sessionErr(ctx, ss, err)
+			}
+			if len(resp.Responses[0].GetResponseRange().Kvs) > 0 || len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+				return store.Grant{}, false, errMismatch(key, o) // a plain lock
+			}
+			rev, seen, read = resp.Header.Revision, resp.Header.Revision, false
+			kvs = map[string]*mvccpb.KeyValue{}
+			for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+				kvs[string(kv.Key)] = kv
+			}
 		}
-		rev := resp.Header.Revision
-		st, err := s.decodeMulti(key, resp.Responses[2].GetResponseRange().Kvs)
+		st, err := s.decodeMulti(key, slices.Collect(maps.Values(kvs)))
 		if err != nil {
 			return store.Grant{}, false, err
 		}
@@ -184,9 +209,6 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 				// Held already: that grant, at once.
 				return s.withRemaining(ss, store.Grant{Key: key, Session: ss.id, Token: s.token(e.kv.ModRevision), AcquiredAt: e.at}, start), true, nil
 			}
-		}
-		if len(resp.Responses[0].GetResponseRange().Kvs) > 0 || len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
-			return store.Grant{}, false, errMismatch(key, o) // a plain lock
 		}
 		mine := slices.IndexFunc(st.waiters, func(e slotEntry) bool { return e.Session == ss.id })
 		if queued && mine < 0 {
@@ -213,7 +235,8 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 				g, err := s.slotGranted(ss, key, tr.Header.Revision, at, start)
 				return g, err == nil, err
 			}
-			continue // changed meanwhile: decide again
+			read = true // changed meanwhile: decide again
+			continue
 		}
 		if !wait {
 			return store.Grant{Key: key}, false, nil
@@ -226,22 +249,39 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 				return store.Grant{}, false, s.sessionErr(ctx, ss, err)
 			}
 			queued = queued || tr.Succeeded
-			continue // decide again with our place in the queue
+			read = true // decide again with our place in the queue
+			continue
 		}
 		queued = true
 		if w == nil {
-			// Every change of the range after the snapshot wakes us.
-			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			w = &keyWatch{ch: s.cli.Watch(wctx, mp, clientv3.WithPrefix(), clientv3.WithRev(rev+1)), cancel: cancel}
+			// Every change of the range after the watch is armed reaches
+			// it; the read after it sees everything earlier.
+			if w, err = s.armWatch(ctx, ss, mp, clientv3.WithPrefix()); err != nil {
+				return store.Grant{}, false, err
+			}
+			read = true
+			continue
 		}
 		select {
 		case wr, ok := <-w.ch:
-			if !ok || wr.Canceled {
+			if !ok || wr.Canceled || wr.Err() != nil {
 				w.close()
-				w = nil
+				w, read = nil, true
 				if err := ctx.Err(); err != nil {
 					return store.Grant{}, false, err
 				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Kv.ModRevision <= seen {
+					continue // in the read already (the events of one transaction share a revision)
+				}
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(kvs, string(ev.Kv.Key))
+				} else {
+					kvs[string(ev.Kv.Key)] = ev.Kv
+				}
+				rev = ev.Kv.ModRevision
 			}
 		case <-ctx.Done():
 			return store.Grant{}, false, ctx.Err()
