@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,31 +119,68 @@ type multiState struct {
 }
 
 func (s *Store) decodeMulti(key string, kvs []*mvccpb.KeyValue) (multiState, error) {
-	mp := s.multiPrefix(key)
-	st := multiState{values: map[store.SessionID][]byte{}}
+	r := s.newRange(key)
 	for _, kv := range kvs {
-		rest := strings.TrimPrefix(string(kv.Key), mp)
-		if rest == "" {
-			continue
-		}
-		switch rest[0] {
-		case 's', 'w':
-			e, err := parseEntry(kv)
-			if err != nil {
-				return multiState{}, err
-			}
-			if rest[0] == 's' {
-				st.slots = append(st.slots, e)
-			} else {
-				st.waiters = append(st.waiters, e)
-			}
-		case 'v':
-			st.values[store.SessionID(rest[1:])] = kv.Value
+		if err := r.put(kv); err != nil {
+			return multiState{}, err
 		}
 	}
-	slices.SortFunc(st.slots, func(a, b slotEntry) int { return int(a.kv.ModRevision - b.kv.ModRevision) })
-	slices.SortFunc(st.waiters, func(a, b slotEntry) int { return int(a.kv.CreateRevision - b.kv.CreateRevision) })
-	return st, nil
+	return r.state(), nil
+}
+
+// multiRange is the m/<key> range decoded entry by entry, so that a waiter
+// following it from watch events parses each entry once.
+type multiRange struct {
+	mp             string
+	slots, waiters map[string]slotEntry
+	values         map[store.SessionID][]byte
+}
+
+func (s *Store) newRange(key string) *multiRange {
+	return &multiRange{mp: s.multiPrefix(key), slots: map[string]slotEntry{}, waiters: map[string]slotEntry{},
+		values: map[store.SessionID][]byte{}}
+}
+
+// put records kv, an entry of the range as read or put.
+func (r *multiRange) put(kv *mvccpb.KeyValue) error {
+	rest := strings.TrimPrefix(string(kv.Key), r.mp)
+	if rest == "" || rest == string(kv.Key) {
+		return nil
+	}
+	switch rest[0] {
+	case 's', 'w':
+		e, err := parseEntry(kv)
+		if err != nil {
+			return err
+		}
+		if rest[0] == 's' {
+			r.slots[rest] = e
+		} else {
+			r.waiters[rest] = e
+		}
+	case 'v':
+		r.values[store.SessionID(rest[1:])] = kv.Value
+	}
+	return nil
+}
+
+// del forgets the entry at key (deleted).
+func (r *multiRange) del(key []byte) {
+	rest := strings.TrimPrefix(string(key), r.mp)
+	delete(r.slots, rest)
+	delete(r.waiters, rest)
+	if strings.HasPrefix(rest, "v") {
+		delete(r.values, store.SessionID(rest[1:]))
+	}
+}
+
+// state is the range as a multiState: slots in token order, waiters in
+// queue order.
+func (r *multiRange) state() multiState {
+	st := multiState{slots: slices.Collect(maps.Values(r.slots)), waiters: slices.Collect(maps.Values(r.waiters)), values: r.values}
+	slices.SortFunc(st.slots, func(a, b slotEntry) int { return cmp.Compare(a.kv.ModRevision, b.kv.ModRevision) })
+	slices.SortFunc(st.waiters, func(a, b slotEntry) int { return cmp.Compare(a.kv.CreateRevision, b.kv.CreateRevision) })
+	return st
 }
 
 func entries(es []slotEntry) []store.MultiEntry {
@@ -170,10 +208,10 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 	var (
 		queued bool
 		w      *keyWatch
-		rev    int64                       // the revision the range below is as of
-		seen   int64                       // the revision of the last read
-		kvs    map[string]*mvccpb.KeyValue // the m/<key> range
-		read   = true                      // read the range (and the plain keys) again
+		rev    int64       // the revision the range below is as of
+		seen   int64       // the revision of the last read
+		rng    *multiRange // the m/<key> range
+		read   = true      // read the range (and the plain keys) again
 	)
 	defer func() {
 		w.close()
@@ -195,15 +233,14 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 				return store.Grant{}, false, errMismatch(key, o) // a plain lock
 			}
 			rev, seen, read = resp.Header.Revision, resp.Header.Revision, false
-			kvs = map[string]*mvccpb.KeyValue{}
+			rng = s.newRange(key)
 			for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-				kvs[string(kv.Key)] = kv
+				if err := rng.put(kv); err != nil {
+					return store.Grant{}, false, err
+				}
 			}
 		}
-		st, err := s.decodeMulti(key, slices.Collect(maps.Values(kvs)))
-		if err != nil {
-			return store.Grant{}, false, err
-		}
+		st := rng.state()
 		for _, e := range st.slots {
 			if e.Session == ss.id && clientv3.LeaseID(e.kv.Lease) == ss.lease {
 				// Held already: that grant, at once.
@@ -262,33 +299,39 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 			read = true
 			continue
 		}
-		select {
-		case wr, ok := <-w.ch:
-			if !ok || wr.Canceled || wr.Err() != nil {
-				w.close()
-				w, read = nil, true
-				if err := ctx.Err(); err != nil {
-					return store.Grant{}, false, err
+		// Wait for a change that can make this waiter grantable: a delete
+		// (a slot freed, a waiter ahead gone, or this waiter's own entry).
+		// Puts alone only add holders or later waiters.
+		for freed := false; !freed && !read; {
+			select {
+			case wr, ok := <-w.ch:
+				if !ok || wr.Canceled || wr.Err() != nil {
+					w.close()
+					w, read = nil, true
+					if err := ctx.Err(); err != nil {
+						return store.Grant{}, false, err
+					}
+					continue
 				}
-				continue
+				for _, ev := range wr.Events {
+					if ev.Kv.ModRevision <= seen {
+						continue // in the read already (the events of one transaction share a revision)
+					}
+					if ev.Type == clientv3.EventTypeDelete {
+						rng.del(ev.Kv.Key)
+						freed = true
+					} else if err := rng.put(ev.Kv); err != nil {
+						return store.Grant{}, false, err
+					}
+					rev = ev.Kv.ModRevision
+				}
+			case <-ctx.Done():
+				return store.Grant{}, false, ctx.Err()
+			case <-ss.done:
+				return store.Grant{}, false, deadErr(ss)
+			case <-s.ctx.Done():
+				return store.Grant{}, false, errClosed
 			}
-			for _, ev := range wr.Events {
-				if ev.Kv.ModRevision <= seen {
-					continue // in the read already (the events of one transaction share a revision)
-				}
-				if ev.Type == clientv3.EventTypeDelete {
-					delete(kvs, string(ev.Kv.Key))
-				} else {
-					kvs[string(ev.Kv.Key)] = ev.Kv
-				}
-				rev = ev.Kv.ModRevision
-			}
-		case <-ctx.Done():
-			return store.Grant{}, false, ctx.Err()
-		case <-ss.done:
-			return store.Grant{}, false, deadErr(ss)
-		case <-s.ctx.Done():
-			return store.Grant{}, false, errClosed
 		}
 	}
 }
