@@ -24,14 +24,15 @@ type rwHold struct {
 }
 
 // testRWExclusivityRace: 32 sessions on two instances race for one
-// read/write key, every fourth as a writer. A writer never holds together
+// read/write key, every fourth as a writer, three times each (so readers
+// keep arriving while writers hold). A writer never holds together
 // with anyone and a reader never with a writer — neither by the holders'
 // own count nor by the key's holders as Inspect reads them while each
 // holds; every request is granted in the end; and of two grants at least one
 // of which is exclusive, the one released before the other was granted has
 // the lower token (tokens strictly increase per key over every mode).
 func (s *suite) testRWExclusivityRace(t *testing.T) {
-	const n, key = 32, "rw/race"
+	const n, rounds, key = 32, 3, "rw/race"
 	insts := s.instances(t, 2)
 	ids := make([]store.SessionID, n)
 	for i := range ids {
@@ -53,7 +54,7 @@ func (s *suite) testRWExclusivityRace(t *testing.T) {
 		violations = append(violations, fmt.Sprintf(format, args...))
 	}
 	start := make(chan struct{})
-	errs := make(chan error, n)
+	errs := make(chan error, n*rounds)
 	for i := range n {
 		st, id, mode := insts[i%2], ids[i], store.ModeShared
 		if i%4 == 0 {
@@ -61,67 +62,88 @@ func (s *suite) testRWExclusivityRace(t *testing.T) {
 		}
 		wg.Go(func() {
 			<-start
-			g, err := st.Acquire(ctx, id, key, store.WithMode(mode))
-			if err != nil {
-				errs <- fmt.Errorf("Acquire(%v) by %s: %w", mode, id, err)
-				return
-			}
-			h := rwHold{session: id, mode: mode, token: g.Token, granted: time.Now()}
-			mu.Lock()
-			if writers > 0 || mode == store.ModeExclusive && readers > 0 {
-				violations = append(violations, fmt.Sprintf("%v grant %d to %s while %d readers and %d writers hold", mode, g.Token, id, readers, writers))
-			}
-			if mode == store.ModeExclusive {
-				writers++
-			} else {
-				readers++
-			}
-			mu.Unlock()
-			// Hold for one read of the backend: the key's holders then
-			// include this one and are never a writer with anyone else.
-			info, _, err := st.Inspect(ctx, key)
-			if err != nil {
-				errs <- fmt.Errorf("Inspect while %s holds: %w", id, err)
-				return
-			}
-			mine := false
-			for _, ho := range info.Holders {
-				mine = mine || ho.Session == id && ho.Token == g.Token
-				if ho.Mode == store.ModeExclusive && len(info.Holders) > 1 {
-					violation("Inspect while %s holds: an exclusive holder among %d: %+v", id, len(info.Holders), info.Holders)
+			for range rounds {
+				if err := rwHoldOnce(ctx, st, id, key, mode, &mu, &readers, &writers, &holds, violation); err != nil {
+					errs <- err
+					return
 				}
+				errs <- nil
 			}
-			if !mine {
-				violation("Inspect while %s holds token %d: not among the holders %+v", id, g.Token, info.Holders)
-			}
-			mu.Lock()
-			if mode == store.ModeExclusive {
-				writers--
-			} else {
-				readers--
-			}
-			mu.Unlock()
-			err = st.DeleteIfOwner(ctx, id, key, g.Token)
-			h.released = time.Now()
-			mu.Lock()
-			holds = append(holds, h)
-			mu.Unlock()
-			errs <- err
 		})
 	}
 	close(start)
-	for i := range n {
+	for i := range n * rounds {
 		select {
 		case err := <-errs:
 			if err != nil {
-				t.Fatalf("holder %d: %v", i, err)
+				t.Fatalf("grant %d: %v", i, err)
 			}
 		case <-time.After(90 * time.Second):
-			t.Fatalf("%d of %d requests for %q done in 90s", i, n, key)
+			t.Fatalf("%d of %d grants of %q done in 90s", i, n*rounds, key)
 		}
 	}
+	checkRWHolds(t, &mu, &violations, &holds)
+}
+
+// rwHoldOnce is one grant of the read/write race: acquire, count, read the
+// holders while holding, uncount, release.
+func rwHoldOnce(ctx context.Context, st store.LockStore, id store.SessionID, key string, mode store.Mode,
+	mu *sync.Mutex, readers, writers *int, holds *[]rwHold, violation func(string, ...any)) error {
+	g, err := st.Acquire(ctx, id, key, store.WithMode(mode))
+	if err != nil {
+		return fmt.Errorf("Acquire(%v) by %s: %w", mode, id, err)
+	}
+	h := rwHold{session: id, mode: mode, token: g.Token, granted: time.Now()}
+	mu.Lock()
+	r, w := *readers, *writers
+	if mode == store.ModeExclusive {
+		*writers++
+	} else {
+		*readers++
+	}
+	mu.Unlock()
+	if w > 0 || mode == store.ModeExclusive && r > 0 {
+		violation("%v grant %d to %s while %d readers and %d writers hold", mode, g.Token, id, r, w)
+	}
+	// Hold for one read of the backend: the key's holders then include
+	// this one and are never a writer with anyone else.
+	info, _, err := st.Inspect(ctx, key)
+	if err != nil {
+		return fmt.Errorf("Inspect while %s holds: %w", id, err)
+	}
+	mine := false
+	for _, ho := range info.Holders {
+		mine = mine || ho.Session == id && ho.Token == g.Token
+		if ho.Mode == store.ModeExclusive && len(info.Holders) > 1 {
+			violation("Inspect while %s holds: an exclusive holder among %d: %+v", id, len(info.Holders), info.Holders)
+		}
+	}
+	if !mine {
+		violation("Inspect while %s holds token %d: not among the holders %+v", id, g.Token, info.Holders)
+	}
+	mu.Lock()
+	if mode == store.ModeExclusive {
+		*writers--
+	} else {
+		*readers--
+	}
+	mu.Unlock()
+	err = st.DeleteIfOwner(ctx, id, key, g.Token)
+	h.released = time.Now()
+	mu.Lock()
+	*holds = append(*holds, h)
+	mu.Unlock()
+	return err
+}
+
+// checkRWHolds fails t on any recorded violation, a token granted twice,
+// or two grants, one of them exclusive, whose tokens disagree with their
+// order (the one released before the other was granted must be lower).
+func checkRWHolds(t *testing.T, mu *sync.Mutex, violationsp *[]string, holdsp *[]rwHold) {
+	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
+	violations, holds := *violationsp, *holdsp
 	if len(violations) > 0 {
 		t.Fatalf("%d exclusion violations, first: %s", len(violations), violations[0])
 	}
