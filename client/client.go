@@ -232,10 +232,12 @@ func isContextErr(err error) bool {
 
 // LockInfo describes a key.
 type LockInfo struct {
+	// Key is the key described.
 	Key string
 	// Held is false when nobody holds the key; the other fields are then
 	// empty.
-	Held    bool
+	Held bool
+	// Session is the holder's session id, Token the grant's fencing token.
 	Session string
 	Token   uint64
 	// AcquiredAt is the grant time on the backend's clock (display only).
@@ -263,12 +265,17 @@ type LockInfo struct {
 
 // HolderInfo is one holder of a semaphore or read/write key.
 type HolderInfo struct {
-	Session    string
-	Token      uint64
+	// Session is the holder's session id, Token its own grant's fencing
+	// token.
+	Session string
+	Token   uint64
+	// AcquiredAt is the grant time on the backend's clock (display only).
 	AcquiredAt time.Time
 	// Mode is "shared" or "exclusive" for a read/write lock, "" for a
 	// semaphore slot.
-	Mode   string
+	Mode string
+	// Owner and Labels are the holder session's (WithOwner); Value is the
+	// grant's (WithValue, Lock.SetValue). Empty when not set.
 	Owner  string
 	Labels map[string]string
 	Value  []byte
@@ -402,6 +409,8 @@ const (
 	EventResync
 )
 
+// String returns the kind's name as the CLI prints it: acquired, released,
+// expired, revoked, value, max_hold.
 func (k EventKind) String() string {
 	switch k {
 	case EventAcquired:
@@ -424,8 +433,12 @@ func (k EventKind) String() string {
 
 // Event is one change to a key, as Watch reports it.
 type Event struct {
-	Kind    EventKind
-	Key     string
+	// Kind says what happened; Key is the key it happened to.
+	Kind EventKind
+	Key  string
+	// Session and Token are the grant's: the new holder's in an acquired
+	// event, the ended grant's in a released, expired, revoked or max_hold
+	// event.
 	Session string
 	Token   uint64
 	// Owner and Labels are the holder session's, Value the grant's value:

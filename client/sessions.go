@@ -12,14 +12,16 @@ import (
 // SessionInfo describes one live session, as ListSessions reports it. It
 // never carries a session secret.
 type SessionInfo struct {
+	// ID is the session id.
 	ID string
 	// Principal is the principal the session is bound to; empty for a
 	// session opened anonymously.
 	Principal string
-	// Owner and Labels are the opener's (WithOwner, WithLabels).
+	// Owner and Labels are the opener's (WithOwner).
 	Owner  string
 	Labels map[string]string
-	TTL    time.Duration
+	// TTL is the session's TTL.
+	TTL time.Duration
 	// Remaining is a lower bound of how long the backend keeps the
 	// session alive, measured when the server read it. Listing extends
 	// nothing.

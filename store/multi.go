@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -132,31 +133,35 @@ const (
 // Admit is the admission rule of semaphores and read/write locks (C2
 // #ct2-multi), one function for every backend. holders are the key's
 // current holders, queue its waiters in FIFO order (the request's own
-// entry, if queued, included); o the request of session id. The request is
-// granted iff no waiter is queued ahead of it and it is compatible with
-// every holder; it is a mismatch iff any holder or waiter uses another
-// limit or another kind.
+// entry, if queued, included); o the request of session id. A request not
+// in the queue is granted iff the queue is empty and it is compatible with
+// every holder; a queued one iff it is compatible with the holders together
+// with every waiter ahead of it (so the admissible waiters are a prefix of
+// the queue, and granting any of them keeps the others admissible). It is a
+// mismatch iff any holder or waiter uses another limit or another kind.
 func Admit(id SessionID, o AcquireOptions, holders, queue []MultiEntry) Verdict {
 	for _, e := range append(holders[:len(holders):len(holders)], queue...) {
 		if e.Limit != o.Limit || (e.Mode != ModeUnset) != o.RW() {
 			return AdmitMismatch
 		}
 	}
-	if len(queue) > 0 && queue[0].Session != id {
-		return AdmitWait // someone is ahead
+	pos := slices.IndexFunc(queue, func(e MultiEntry) bool { return e.Session == id })
+	if pos < 0 && len(queue) > 0 {
+		return AdmitWait // not queued: only on an empty queue
 	}
+	ahead := queue[:max(pos, 0)]
 	switch {
 	case !o.RW():
-		if len(holders) >= int(o.Limit) {
+		if len(holders)+len(ahead) >= int(o.Limit) {
 			return AdmitWait
 		}
 	case o.Mode == ModeExclusive:
-		if len(holders) > 0 {
+		if len(holders) > 0 || len(ahead) > 0 {
 			return AdmitWait
 		}
 	default:
-		for _, h := range holders {
-			if h.Mode == ModeExclusive {
+		for _, e := range append(holders[:len(holders):len(holders)], ahead...) {
+			if e.Mode == ModeExclusive {
 				return AdmitWait
 			}
 		}

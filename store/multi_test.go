@@ -33,6 +33,19 @@ func TestAdmit(t *testing.T) {
 		{"reader while a writer holds", sh, []store.MultiEntry{rw("w", store.ModeExclusive)}, nil, store.AdmitWait},
 		{"writer while a reader holds", ex, []store.MultiEntry{rw("a", store.ModeShared)}, nil, store.AdmitWait},
 		{"writer alone", ex, nil, []store.MultiEntry{rw("me", store.ModeExclusive)}, store.AdmitGrant},
+		// A queued request fits together with everyone ahead of it.
+		{"second in line, two slots free", store.AcquireOptions{Limit: 3}, []store.MultiEntry{{Session: "a", Limit: 3}},
+			[]store.MultiEntry{{Session: "q", Limit: 3}, {Session: "me", Limit: 3}}, store.AdmitGrant},
+		{"second in line, one slot free", semOpt, []store.MultiEntry{sem("a")}, []store.MultiEntry{sem("q"), sem("me")}, store.AdmitWait},
+		{"second in line, not queued", store.AcquireOptions{Limit: 3}, nil, []store.MultiEntry{{Session: "q", Limit: 3}}, store.AdmitWait},
+		{"reader behind a reader", sh, []store.MultiEntry{rw("a", store.ModeShared)},
+			[]store.MultiEntry{rw("q", store.ModeShared), rw("me", store.ModeShared)}, store.AdmitGrant},
+		{"reader behind a writer and a reader", sh, nil,
+			[]store.MultiEntry{rw("w", store.ModeExclusive), rw("q", store.ModeShared), rw("me", store.ModeShared)}, store.AdmitWait},
+		{"writer behind a reader, nobody holds", ex, nil,
+			[]store.MultiEntry{rw("q", store.ModeShared), rw("me", store.ModeExclusive)}, store.AdmitWait},
+		{"reader behind a waiting writer, nobody holds", sh, nil,
+			[]store.MultiEntry{rw("w", store.ModeExclusive), rw("me", store.ModeShared)}, store.AdmitWait},
 	} {
 		if got := store.Admit("me", tc.o, tc.holders, tc.queue); got != tc.want {
 			t.Errorf("%s: Admit = %v, want %v", tc.name, got, tc.want)

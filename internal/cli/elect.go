@@ -19,8 +19,9 @@ type electFlags struct {
 
 func newElectCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "elect [flags] NAME -- CMD [ARGS...]",
-		Short: "Run a command only while leader of an election",
+		Use:     "elect [flags] NAME -- CMD [ARGS...]",
+		Example: exampleElect,
+		Short:   "Run a command only while leader of an election",
 		Long: `Elect campaigns in the election NAME and runs CMD once it is the leader, with
 LOCKD_KEY (NAME) and LOCKD_FENCING_TOKEN (the leader's token) in its
 environment. Candidates become leader in the order they started (FIFO); each
@@ -132,8 +133,9 @@ type leaderJSON struct {
 
 func newLeaderCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "leader [flags] NAME",
-		Short: "Print the leader of an election, or \"no leader\"",
+		Use:     "leader [flags] NAME",
+		Example: exampleLeader,
+		Short:   "Print the leader of an election, or \"no leader\"",
 		Long: `Leader prints the leader of the election NAME — its owner, fencing token,
 session and value — or "no leader". With --watch it prints the current state,
 then one line per change (a new leader, a new value, no leader) until

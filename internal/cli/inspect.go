@@ -13,8 +13,9 @@ import (
 
 func newInspectCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "inspect KEY",
-		Short: "Describe a key: holder, fencing token, how long it has been held, waiters",
+		Use:     "inspect KEY",
+		Example: exampleInspect,
+		Short:   "Describe a key: holder, fencing token, how long it has been held, waiters",
 		Long: "Describe a key: holder, fencing token, how long it has been held, waiters. For a semaphore or\n" +
 			"read/write key, its kind and every holder in token order (token, mode, session, owner, labels,\n" +
 			"value, held for). Keys, owners, labels and values that are not plain printable text are shown\n" +

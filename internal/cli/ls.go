@@ -13,8 +13,9 @@ import (
 
 func newLsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "ls [PREFIX]",
-		Short: "List held keys (all, or those starting with PREFIX): key, token, held for, waiters, mode, owner",
+		Use:     "ls [PREFIX]",
+		Example: exampleLs,
+		Short:   "List held keys (all, or those starting with PREFIX): key, token, held for, waiters, mode, owner",
 		Long: "List held keys (all, or those starting with PREFIX), in key order: key, fencing token, how long it has\n" +
 			"been held, waiters, mode and owner. A semaphore or read/write key has a row per holder (token order):\n" +
 			"MODE is sem/N for a slot of a semaphore of N, shared or exclusive for a read/write lock, - for a plain\n" +

@@ -107,8 +107,9 @@ func (rf *runFlags) acquireOpts() []client.AcquireOption {
 
 func newRunCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "run [flags] KEY -- CMD [ARGS...]",
-		Short: "Run a command while holding a lock",
+		Use:     "run [flags] KEY -- CMD [ARGS...]",
+		Example: exampleRun,
+		Short:   "Run a command while holding a lock",
 		Long: `Run acquires the lock KEY, waiting in its FIFO queue, then runs CMD with
 LOCKD_KEY and LOCKD_FENCING_TOKEN in its environment, and releases the lock
 when CMD exits. It exits with CMD's exit status (128+N if CMD died of signal N).

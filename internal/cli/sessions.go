@@ -25,7 +25,15 @@ func newSessionsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sessions",
 		Short: "List live sessions: your own, or every session with admin on every key (id, principal, owner, TTL, time left, locks)",
-		Args:  maxArgs(0, "no arguments"),
+		Long: `Sessions lists live sessions, one line each: id, principal, owner, TTL, time
+left and how many locks it holds. A caller sees the sessions bound to its own
+principal; a caller with admin on every key sees every session, and
+--principal narrows the list to one principal (others may name only
+themselves). Time left is a lower bound read by the server; listing extends
+nothing. Session secrets are never shown. -o json prints them as one JSON
+array.`,
+		Example: exampleSessions,
+		Args:    maxArgs(0, "no arguments"),
 	}
 	cf := addClientFlags(cmd, e)
 	out := addOutputFlag(cmd)

@@ -25,8 +25,9 @@ type eventJSON struct {
 
 func newWatchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "watch [PREFIX]",
-		Short: "Print one line per lock event (acquired, released, expired, revoked, value) until interrupted",
+		Use:     "watch [PREFIX]",
+		Example: exampleWatch,
+		Short:   "Print one line per lock event (acquired, released, expired, revoked, value) until interrupted",
 		Long: `Watch prints one line per change to the keys starting with PREFIX (all keys
 without one), in commit order, until interrupted. Once the watch is
 established it says so on stderr; every change after that is printed.

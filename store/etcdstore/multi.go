@@ -1,10 +1,12 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,9 +36,10 @@ import (
 // request of the other kind sees the first and fails with
 // store.ErrLimitMismatch. Deleted entries only make a decision more
 // permissive, so a snapshot whose range has no newer key is still a sound
-// basis for a grant. A waiter watches the range and decides again on every
-// change: simple rather than frugal (every change wakes every waiter of the
-// key).
+// basis for a grant. A waiter watches the range and keeps it up to date
+// from the events, so only a waiter the events make grantable writes (see
+// acquireMulti); it reads the range again only when a write's compare
+// fails or its watch breaks.
 
 func (s *Store) multiPrefix(key string) string { return s.prefix + "m/" + key + "\x00" }
 func (s *Store) slotKey(key string, id store.SessionID) string {
@@ -116,31 +119,68 @@ type multiState struct {
 }
 
 func (s *Store) decodeMulti(key string, kvs []*mvccpb.KeyValue) (multiState, error) {
-	mp := s.multiPrefix(key)
-	st := multiState{values: map[store.SessionID][]byte{}}
+	r := s.newRange(key)
 	for _, kv := range kvs {
-		rest := strings.TrimPrefix(string(kv.Key), mp)
-		if rest == "" {
-			continue
-		}
-		switch rest[0] {
-		case 's', 'w':
-			e, err := parseEntry(kv)
-			if err != nil {
-				return multiState{}, err
-			}
-			if rest[0] == 's' {
-				st.slots = append(st.slots, e)
-			} else {
-				st.waiters = append(st.waiters, e)
-			}
-		case 'v':
-			st.values[store.SessionID(rest[1:])] = kv.Value
+		if err := r.put(kv); err != nil {
+			return multiState{}, err
 		}
 	}
-	slices.SortFunc(st.slots, func(a, b slotEntry) int { return int(a.kv.ModRevision - b.kv.ModRevision) })
-	slices.SortFunc(st.waiters, func(a, b slotEntry) int { return int(a.kv.CreateRevision - b.kv.CreateRevision) })
-	return st, nil
+	return r.state(), nil
+}
+
+// multiRange is the m/<key> range decoded entry by entry, so that a waiter
+// following it from watch events parses each entry once.
+type multiRange struct {
+	mp             string
+	slots, waiters map[string]slotEntry
+	values         map[store.SessionID][]byte
+}
+
+func (s *Store) newRange(key string) *multiRange {
+	return &multiRange{mp: s.multiPrefix(key), slots: map[string]slotEntry{}, waiters: map[string]slotEntry{},
+		values: map[store.SessionID][]byte{}}
+}
+
+// put records kv, an entry of the range as read or put.
+func (r *multiRange) put(kv *mvccpb.KeyValue) error {
+	rest := strings.TrimPrefix(string(kv.Key), r.mp)
+	if rest == "" || rest == string(kv.Key) {
+		return nil
+	}
+	switch rest[0] {
+	case 's', 'w':
+		e, err := parseEntry(kv)
+		if err != nil {
+			return err
+		}
+		if rest[0] == 's' {
+			r.slots[rest] = e
+		} else {
+			r.waiters[rest] = e
+		}
+	case 'v':
+		r.values[store.SessionID(rest[1:])] = kv.Value
+	}
+	return nil
+}
+
+// del forgets the entry at key (deleted).
+func (r *multiRange) del(key []byte) {
+	rest := strings.TrimPrefix(string(key), r.mp)
+	delete(r.slots, rest)
+	delete(r.waiters, rest)
+	if strings.HasPrefix(rest, "v") {
+		delete(r.values, store.SessionID(rest[1:]))
+	}
+}
+
+// state is the range as a multiState: slots in token order, waiters in
+// queue order.
+func (r *multiRange) state() multiState {
+	st := multiState{slots: slices.Collect(maps.Values(r.slots)), waiters: slices.Collect(maps.Values(r.waiters)), values: r.values}
+	slices.SortFunc(st.slots, func(a, b slotEntry) int { return cmp.Compare(a.kv.ModRevision, b.kv.ModRevision) })
+	slices.SortFunc(st.waiters, func(a, b slotEntry) int { return cmp.Compare(a.kv.CreateRevision, b.kv.CreateRevision) })
+	return st
 }
 
 func entries(es []slotEntry) []store.MultiEntry {
@@ -153,11 +193,25 @@ func entries(es []slotEntry) []store.MultiEntry {
 
 // acquireMulti is Acquire (wait) and TryInsert (!wait) of a semaphore slot
 // or a side of a read/write lock.
+//
+// A queued waiter keeps the m/<key> range it decided on and follows it
+// from its watch's events instead of reading it again on every change:
+// only a waiter that the events make grantable (the queue's head, with a
+// slot free) writes, so a release costs one transaction, not one read per
+// waiter. The watch is armed from the current revision (served at once,
+// armWatch) and the range read after it, so nothing falls between the two;
+// events at or below the read's revision are already in it. A grant whose
+// compare fails (the range changed after what the waiter has seen) or a
+// broken watch reads the range again.
 func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o store.AcquireOptions, wait bool, start time.Time) (_ store.Grant, acquired bool, err error) {
 	mp, sk, wk := s.multiPrefix(key), s.slotKey(key, ss.id), s.mwaiterKey(key, ss.id)
 	var (
 		queued bool
 		w      *keyWatch
+		rev    int64       // the revision the range below is as of
+		seen   int64       // the revision of the last read
+		rng    *multiRange // the m/<key> range
+		read   = true      // read the range (and the plain keys) again
 	)
 	defer func() {
 		w.close()
@@ -166,27 +220,32 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		}
 	}()
 	for {
-		resp, err := s.cli.Txn(ctx).Then(
-			clientv3.OpGet(s.lockKey(key), clientv3.WithKeysOnly()),
-			clientv3.OpGet(s.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
-			clientv3.OpGet(mp, clientv3.WithPrefix()),
-		).Commit()
-		if err != nil {
-			return store.Grant{}, false, s.sessionErr(ctx, ss, err)
+		if read {
+			resp, err := s.cli.Txn(ctx).Then(
+				clientv3.OpGet(s.lockKey(key), clientv3.WithKeysOnly()),
+				clientv3.OpGet(s.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
+				clientv3.OpGet(mp, clientv3.WithPrefix()),
+			).Commit()
+			if err != nil {
+				return store.Grant{}, false, s.sessionErr(ctx, ss, err)
+			}
+			if len(resp.Responses[0].GetResponseRange().Kvs) > 0 || len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+				return store.Grant{}, false, errMismatch(key, o) // a plain lock
+			}
+			rev, seen, read = resp.Header.Revision, resp.Header.Revision, false
+			rng = s.newRange(key)
+			for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+				if err := rng.put(kv); err != nil {
+					return store.Grant{}, false, err
+				}
+			}
 		}
-		rev := resp.Header.Revision
-		st, err := s.decodeMulti(key, resp.Responses[2].GetResponseRange().Kvs)
-		if err != nil {
-			return store.Grant{}, false, err
-		}
+		st := rng.state()
 		for _, e := range st.slots {
 			if e.Session == ss.id && clientv3.LeaseID(e.kv.Lease) == ss.lease {
 				// Held already: that grant, at once.
 				return s.withRemaining(ss, store.Grant{Key: key, Session: ss.id, Token: s.token(e.kv.ModRevision), AcquiredAt: e.at}, start), true, nil
 			}
-		}
-		if len(resp.Responses[0].GetResponseRange().Kvs) > 0 || len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
-			return store.Grant{}, false, errMismatch(key, o) // a plain lock
 		}
 		mine := slices.IndexFunc(st.waiters, func(e slotEntry) bool { return e.Session == ss.id })
 		if queued && mine < 0 {
@@ -213,7 +272,8 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 				g, err := s.slotGranted(ss, key, tr.Header.Revision, at, start)
 				return g, err == nil, err
 			}
-			continue // changed meanwhile: decide again
+			read = true // changed meanwhile: decide again
+			continue
 		}
 		if !wait {
 			return store.Grant{Key: key}, false, nil
@@ -226,29 +286,52 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 				return store.Grant{}, false, s.sessionErr(ctx, ss, err)
 			}
 			queued = queued || tr.Succeeded
-			continue // decide again with our place in the queue
+			read = true // decide again with our place in the queue
+			continue
 		}
 		queued = true
 		if w == nil {
-			// Every change of the range after the snapshot wakes us.
-			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			w = &keyWatch{ch: s.cli.Watch(wctx, mp, clientv3.WithPrefix(), clientv3.WithRev(rev+1)), cancel: cancel}
-		}
-		select {
-		case wr, ok := <-w.ch:
-			if !ok || wr.Canceled {
-				w.close()
-				w = nil
-				if err := ctx.Err(); err != nil {
-					return store.Grant{}, false, err
-				}
+			// Every change of the range after the watch is armed reaches
+			// it; the read after it sees everything earlier.
+			if w, err = s.armWatch(ctx, ss, mp, clientv3.WithPrefix()); err != nil {
+				return store.Grant{}, false, err
 			}
-		case <-ctx.Done():
-			return store.Grant{}, false, ctx.Err()
-		case <-ss.done:
-			return store.Grant{}, false, deadErr(ss)
-		case <-s.ctx.Done():
-			return store.Grant{}, false, errClosed
+			read = true
+			continue
+		}
+		// Wait for a change that can make this waiter grantable: a delete
+		// (a slot freed, a waiter ahead gone, or this waiter's own entry).
+		// Puts alone only add holders or later waiters.
+		for freed := false; !freed && !read; {
+			select {
+			case wr, ok := <-w.ch:
+				if !ok || wr.Canceled || wr.Err() != nil {
+					w.close()
+					w, read = nil, true
+					if err := ctx.Err(); err != nil {
+						return store.Grant{}, false, err
+					}
+					continue
+				}
+				for _, ev := range wr.Events {
+					if ev.Kv.ModRevision <= seen {
+						continue // in the read already (the events of one transaction share a revision)
+					}
+					if ev.Type == clientv3.EventTypeDelete {
+						rng.del(ev.Kv.Key)
+						freed = true
+					} else if err := rng.put(ev.Kv); err != nil {
+						return store.Grant{}, false, err
+					}
+					rev = ev.Kv.ModRevision
+				}
+			case <-ctx.Done():
+				return store.Grant{}, false, ctx.Err()
+			case <-ss.done:
+				return store.Grant{}, false, deadErr(ss)
+			case <-s.ctx.Done():
+				return store.Grant{}, false, errClosed
+			}
 		}
 	}
 }

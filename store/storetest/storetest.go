@@ -107,6 +107,7 @@ func Run(t *testing.T, cfg Config) {
 		{"TokensAcrossModes", s.testTokensAcrossModes},
 		{"SlotRelease", s.testSlotRelease},
 		{"SlotHolderDeath", s.testSlotHolderDeath},
+		{"RWExclusivityRace", s.testRWExclusivityRace},
 		{"ReplicaServesSession", s.testReplicaServesSession},
 		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
 		{"ReplicaUnknownSession", s.testReplicaUnknownSession},
