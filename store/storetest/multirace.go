@@ -109,7 +109,7 @@ func rwHoldOnce(ctx context.Context, st store.LockStore, id store.SessionID, key
 	// this one and are never a writer with anyone else.
 	info, _, err := st.Inspect(ctx, key)
 	if err != nil {
-		return fmt.Errorf("Inspect while %s holds: %w", id, err)
+		return fmt.Errorf("inspect while %s holds: %w", id, err)
 	}
 	mine := false
 	for _, ho := range info.Holders {
