@@ -64,7 +64,7 @@ func (q *batchQueue[T]) submit(ctx context.Context, key string, req T) (*job[T],
 // wait waits until j is answered or the caller's ctx ends. It returns
 // j.err, or nil with the result in j.req; or, when ctx ends first, the
 // context's error and whether j had already been sent (its batch may still
-// write it: the worker then undoes it, see run).
+// write it: the worker then settles it, see undo).
 func (q *batchQueue[T]) wait(ctx context.Context, j *job[T]) (sent bool, err error) {
 	select {
 	case <-j.done:

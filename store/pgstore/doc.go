@@ -56,8 +56,9 @@
 // and concurrent LocksOf reads one SELECT that starts after each was
 // called (a server reads the held set after every heartbeat). A request
 // whose caller gives up before it is sent is dropped; once sent, its caller
-// returns at once and the worker undoes what the batch did for it (a new
-// grant is released, a queued waiter leaves the queue). The batch size is
+// returns at once and the worker undoes a queue entry the batch made for it
+// (a grant is kept, as on etcd: a retry through any instance returns it;
+// see undo). The batch size is
 // lockd_backend_batch_size.
 //
 // # Waiting and watching

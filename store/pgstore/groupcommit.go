@@ -309,20 +309,17 @@ func opTitle(op lockOp) string {
 }
 
 // undo reverts what a request did for a caller that gave up while its batch
-// ran, so that a cancelled call leaves nothing behind: a new grant is
-// released, a waiter that was queued leaves the queue. Best effort, like
-// leaveQueue.
+// ran: a waiter that was queued leaves the queue. Best effort, like
+// leaveQueue. A grant is kept, as on etcd: the session holds the key and a
+// retry of the call — through any instance — returns it (TryInsert and
+// Acquire are idempotent for a key the session holds). Releasing it here
+// would race that retry: another instance could hand the grant back to the
+// client just before this release freed the key for someone else, leaving
+// the client trusting a lock nobody protects (parity rolling-restart saw
+// it). A grant nobody claims is released by the SDK from the heartbeat's
+// held set (C2 #ct2-keep-place) or ends with the session.
 func (s *Store) undo(r *lockReq) {
-	switch {
-	case r.err != nil:
-	case r.out == granted:
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		_ = s.inTx(ctx, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, s.q.release, r.key, string(r.id), int64(r.g.Token))
-			return err
-		})
-	case r.out == busy && r.op == opWait:
+	if r.err == nil && r.out == busy && r.op == opWait {
 		s.leaveQueue(r.id, r.key)
 	}
 }

@@ -387,8 +387,11 @@ func TestGroupCommitHeartbeats(t *testing.T) {
 }
 
 // TestGroupCommitCancelledInFlight cancels callers whose requests are in a
-// batch that is waiting: they return at once with their context's error,
-// and what the batch did for them is undone.
+// batch that is waiting: they return at once with their context's error;
+// a queue entry the batch made for them is left, and a grant it made is
+// kept, so that a retry through another instance gets it back and no
+// late undo frees the key under that retry (the old undo failed parity
+// rolling-restart: "Release: not owner").
 func TestGroupCommitCancelledInFlight(t *testing.T) {
 	t.Parallel()
 	s, rec, _ := gcStore(t)
@@ -414,13 +417,30 @@ func TestGroupCommitCancelledInFlight(t *testing.T) {
 		}
 	}
 	release()
-	testkit.Eventually(t, 30*time.Second, "the cancelled calls' writes are undone", func() error {
-		if _, found := inspectT(t, s, "cf/new"); found {
-			return errors.New("cf/new still held")
-		}
+	testkit.Eventually(t, 30*time.Second, "the cancelled wait's queue entry is left", func() error {
 		if n := count(t, s, "waiters"); n != 0 {
 			return fmt.Errorf("%d waiter rows", n)
 		}
 		return nil
 	})
+	// The worker settles a batch before it runs the next one: once a later
+	// grant through s is answered, the cancelled TryInsert's grant must
+	// stand, and a retry through another instance returns it.
+	mustTry(t, s, holder, "cf/after")
+	kept, found := inspectT(t, s, "cf/new")
+	if !found || kept.Session != a {
+		t.Fatalf("cf/new after its cancelled grant settled = %+v (found %v); want kept, held by the cancelled caller's session", kept, found)
+	}
+	other, err := New(testCtx(t), Options{Pool: s.pool, ReaperInterval: testReaperInterval})
+	if err != nil {
+		t.Fatalf("New on the same pool: %v", err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	g, acquired, err := other.TryInsert(testCtx(t), a, "cf/new")
+	if err != nil || !acquired || g.Session != a || g.Token != kept.Token {
+		t.Fatalf("retry of the cancelled TryInsert on another instance = %+v, %v, %v; want the kept grant (token %d)", g, acquired, err, kept.Token)
+	}
+	if info, found := inspectT(t, s, "cf/new"); !found || info.Session != a || info.Token != g.Token {
+		t.Fatalf("cf/new after the retry = %+v (found %v); want held by the retrying session with token %d", info, found, g.Token)
+	}
 }
