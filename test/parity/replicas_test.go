@@ -216,7 +216,10 @@ func printReplicaTable(results []result) {
 func heartbeatAfter(t *testing.T, s *client.Session, at time.Time, who string) {
 	t.Helper()
 	testkit.Eventually(t, 3*ttl+slack, who+"'s heartbeat answered after "+at.Format("15:04:05.000"), func() bool {
-		return s.Err() == nil && s.Deadline().After(at.Add(ttl-margin))
+		if err := s.Err(); err != nil {
+			t.Fatalf("%s ended (deadline %s): %v", who, s.Deadline().Format("15:04:05.000"), err)
+		}
+		return s.Deadline().After(at.Add(ttl - margin))
 	})
 }
 
