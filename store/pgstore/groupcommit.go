@@ -57,6 +57,7 @@ type lockReq struct {
 	id    store.SessionID
 	key   string
 	token uint64 // opRelease
+	keep  bool   // opWait: the caller's store.KeepPlace (a cut call keeps its queue place)
 
 	out   outcome       // grants: granted, held, busy, dead; releases: freed, notOwned
 	delay time.Duration // busy: a lock-delay keeps the free key this long (delay.go)
@@ -309,7 +310,8 @@ func opTitle(op lockOp) string {
 }
 
 // undo reverts what a request did for a caller that gave up while its batch
-// ran: a waiter that was queued leaves the queue. Best effort, like
+// ran: a waiter that was queued leaves the queue, unless the call keeps its
+// place (store.KeepPlace, C2 #ct2-keep-place). Best effort, like
 // leaveQueue. A grant is kept, as on etcd: the session holds the key and a
 // retry of the call — through any instance — returns it (TryInsert and
 // Acquire are idempotent for a key the session holds). Releasing it here
@@ -319,7 +321,7 @@ func opTitle(op lockOp) string {
 // it). A grant nobody claims is released by the SDK from the heartbeat's
 // held set (C2 #ct2-keep-place) or ends with the session.
 func (s *Store) undo(r *lockReq) {
-	if r.err == nil && r.out == busy && r.op == opWait {
+	if r.err == nil && r.out == busy && r.op == opWait && !r.keep {
 		s.leaveQueue(r.id, r.key)
 	}
 }

@@ -120,7 +120,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	recheck := time.NewTimer(recheckInterval)
 	defer recheck.Stop()
 	for {
-		r, err := s.attempt(ctx, id, key)
+		r, err := s.attempt(ctx, id, key, keep)
 		if err != nil {
 			leave()
 			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
@@ -152,9 +152,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 
 // attempt is one attempt of Acquire: the grant, or a place in the key's
 // queue. It is observed as one request.
-func (s *Store) attempt(ctx context.Context, id store.SessionID, key string) (_ *lockReq, err error) {
+func (s *Store) attempt(ctx context.Context, id store.SessionID, key string, keep bool) (_ *lockReq, err error) {
 	defer s.metrics.Observe(telemetry.OpAcquire)(&err)
-	return s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key})
+	return s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key, keep: keep})
 }
 
 // leaveQueue removes the session's waiter row for key, best effort, with a
