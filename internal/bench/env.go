@@ -397,3 +397,19 @@ func (b *bed) startLockdLabelled(st store.LockStore, maxLocks int) error {
 	b.systems[0].(*lockdSystem).c = c
 	return nil
 }
+
+// etcdWritable waits until etcd accepts a write of key (an empty value),
+// retrying its transient refusals, e.g. "too many requests" while it
+// applies a burst of revokes.
+func (b *bed) etcdWritable(ctx context.Context, key string) error {
+	var retry retrier
+	for {
+		_, err := b.etcd.Put(ctx, key, "")
+		if !retry.retried(ctx, err) {
+			if err != nil {
+				return fmt.Errorf("etcd not writable: %w", err)
+			}
+			return nil
+		}
+	}
+}

@@ -70,6 +70,13 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 			}
 		}
 	}()
+	if b.backend == BackendEtcd {
+		// lockd refuses to start while etcd refuses writes (its epoch is
+		// written at open): let etcd apply what the last scenario left.
+		if err := b.etcdWritable(ctx, etcdFailoverPrefix+b.run+"/ready"); err != nil {
+			return nil, fmt.Errorf("failover: %w", err)
+		}
+	}
 	for i := range kids {
 		k, err := startChild(ctx, cfg.LockdCommand, append(slices.Clone(args), "--listen", "127.0.0.1:0"), servingLine)
 		if err != nil {

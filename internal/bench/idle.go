@@ -249,10 +249,16 @@ func (r *runner) idleRawEtcd(ctx context.Context) (f idleFigures, err error) {
 		})
 	}()
 	opened := time.Now()
+	var retry retrier // etcd may still be applying the lockd sessions' revokes
 	err = parallel(ctx, n, setupWidth, func(ctx context.Context, i int) error {
-		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(sessionTTL/time.Second)))
-		sessions[i] = s
-		return err
+		for {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(sessionTTL/time.Second)))
+			if retry.retried(ctx, err) {
+				continue
+			}
+			sessions[i] = s
+			return err
+		}
 	})
 	if err != nil {
 		return f, fmt.Errorf("idle: open %d concurrency sessions: %w", n, err)

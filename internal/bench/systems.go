@@ -161,11 +161,15 @@ feed:
 const etcdRetryWait = 20 * time.Millisecond
 
 // etcdTransient reports whether err is a transient etcd error that a
-// user's code retries: the server timed out or was briefly unavailable
-// (overload, leader change), while the caller's ctx is still alive.
+// user's code retries: the server timed out, was briefly unavailable
+// (overload, leader change) or refused a proposal while its apply lags
+// ("too many requests"), while the caller's ctx is still alive.
 func etcdTransient(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil {
 		return false
+	}
+	if errors.Is(rpctypes.Error(err), rpctypes.ErrTooManyRequests) {
+		return true
 	}
 	var ee rpctypes.EtcdError
 	if errors.As(rpctypes.Error(err), &ee) {
