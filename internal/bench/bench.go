@@ -269,6 +269,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}()
 	rep.Settings.BackendVersion = b.version
 	rep.Settings.PGPoolMaxConns = b.maxConns
+	rep.Settings.LockdPGMaxConns = b.lockdConns
 	rep.Settings.BackendProcess = b.process
 	rep.Settings.Durability = b.durability
 	rep.Settings.DataDir = b.dataDir

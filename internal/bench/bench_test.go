@@ -214,7 +214,7 @@ func TestWriteTable(t *testing.T) {
 		Start:   time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		Took:    "1m0s",
 		Machine: Machine{Hostname: "h", NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26", OSArch: "linux/amd64"},
-		Settings: Settings{Backend: "pg", BackendVersion: "PostgreSQL 15", Duration: "5s", Rounds: 3, Scenarios: Scenarios, SessionTTL: "15s", PGPoolMaxConns: 4,
+		Settings: Settings{Backend: "pg", BackendVersion: "PostgreSQL 15", Duration: "5s", Rounds: 3, Scenarios: Scenarios, SessionTTL: "15s", PGPoolMaxConns: 4, LockdPGMaxConns: 16,
 			Durability: "pg fsync=on synchronous_commit=on wal_sync_method=fdatasync", DataDir: "/data", DataDirFS: "ext2/3/4 (statfs type 0xef53)"},
 	}
 	ceil := Value(4000)
@@ -239,7 +239,7 @@ func TestWriteTable(t *testing.T) {
 	for _, want := range []string{
 		"lockd bench  2026-01-02T03:04:05Z  (took 1m0s)\n",
 		"nproc 2, GOMAXPROCS 2, go1.26 linux/amd64\n",
-		"backend:   pg (PostgreSQL 15), pgxpool default 4 conns",
+		"backend:   pg (PostgreSQL 15), lockd's pool 16 conns (lock.pg.max-conns), pgxpool default 4 conns (pg-raw-defpool)",
 		"durable:   pg fsync=on synchronous_commit=on wal_sync_method=fdatasync\n",
 		"data dir:  /data on ext2/3/4 (statfs type 0xef53)\n",
 		"SCENARIO  C/N      METRIC           LOCKD  BASELINE      RAW   LOCKD/RAW  LOCKD%CEIL  RAW%CEIL  TARGET                     FLAGS\n",

@@ -80,6 +80,9 @@ type bed struct {
 	dsn      string
 	pool     *pgxpool.Pool // baselines, counting, cleanup
 	maxConns int
+	// lockdConns is the size of lockd's own pgstore pool (lock.pg.max-conns
+	// as `lockd serve` defaults it).
+	lockdConns int
 
 	// etcdProc is the etcd process the bench started (--backend etcd
 	// without endpoints), else nil.
@@ -312,6 +315,7 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 	// lockd's backend, as `lockd serve` opens it.
 	bcfg := backend.DefaultConfig()
 	bcfg.Kind, bcfg.PGDSN, bcfg.PGSchema = BackendPG, cfg.PGDSN, pgLockdSchema
+	b.lockdConns = bcfg.PGMaxConns
 	var lb *backend.Backend
 	withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
 	if err != nil {

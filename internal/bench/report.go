@@ -139,6 +139,7 @@ type Settings struct {
 	FailoverKills        int      `json:"failover_kills"`
 	SessionTTL           string   `json:"session_ttl"`
 	PGPoolMaxConns       int      `json:"pg_pool_max_conns,omitempty"`
+	LockdPGMaxConns      int      `json:"lockd_pg_max_conns,omitempty"`
 	// BackendProcess says where the backend ran, Durability how it
 	// commits (etcd's fsync; PostgreSQL's fsync, synchronous_commit,
 	// wal_sync_method …).
@@ -221,7 +222,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, " (%s)", s.BackendVersion)
 	}
 	if s.PGPoolMaxConns > 0 {
-		fmt.Fprintf(&b, ", pgxpool default %d conns (lockd's pool and pg-raw-defpool); pg-raw, pg-raw-min and pg-insert get c conns", s.PGPoolMaxConns)
+		fmt.Fprintf(&b, ", lockd's pool %d conns (lock.pg.max-conns), pgxpool default %d conns (pg-raw-defpool); pg-raw, pg-raw-min and pg-insert get c conns",
+			s.LockdPGMaxConns, s.PGPoolMaxConns)
 	}
 	if s.BackendProcess != "" {
 		fmt.Fprintf(&b, "\nprocess:   %s", s.BackendProcess)
