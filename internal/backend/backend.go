@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/pprof"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -129,7 +130,9 @@ func (b *Backend) openEtcd(ctx context.Context, cfg Config, logger *slog.Logger,
 	b.etcd = cli
 	dctx, cancel := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	defer cancel()
-	st, err := etcdstore.New(dctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Logger: logger, Metrics: metrics, Exclusive: cfg.Kind == Embedded})
+	st, err := openRetrying(dctx, func(ctx context.Context) (*etcdstore.Store, error) {
+		return etcdstore.New(ctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Logger: logger, Metrics: metrics, Exclusive: cfg.Kind == Embedded})
+	})
 	if err != nil {
 		return redact(fmt.Errorf("open etcd store at %v (lock.etcd.endpoints): %w", b.endpoints, err), password)
 	}
@@ -184,4 +187,26 @@ func (b *Backend) ListSessions(ctx context.Context, q store.SessionQuery) ([]sto
 		return nil, fmt.Errorf("backend: %s store cannot list sessions: %w", b.label, store.ErrInvalidArgument)
 	}
 	return sl.ListSessions(ctx, q)
+}
+
+// openRetrying calls open until it succeeds, fails for good, or ctx ends
+// (lock.etcd.dial-timeout, C5): a backend that answers with a transient
+// refusal at start — no leader yet, "too many requests" while it applies a
+// burst — is waited for rather than ending lockd. It returns the last error.
+func openRetrying[S any](ctx context.Context, open func(context.Context) (S, error)) (S, error) {
+	wait := 20 * time.Millisecond
+	for {
+		st, err := open(ctx)
+		if err == nil || !store.IsRetryable(err) {
+			return st, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }
