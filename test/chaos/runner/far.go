@@ -203,7 +203,21 @@ func (r *run) planFar(ws *workerSpec) {
 }
 
 // pauseFarHolder pauses worker 0 while it holds and none of its requests is
-// in flight.
+// in flight. The worker waits at its hold line for the runner's answer
+// (-hold-ack), sending only its SDK's heartbeats meanwhile, so the runner
+// waits there for the link's next quiet window (one comes every heartbeat
+// interval) instead of letting the hold go and hoping a later hold line
+// falls in one: a run skipped every hold for 45 s once.
 func (r *run) pauseFarHolder(ctx context.Context) error {
-	return r.pauseHolderWhen(ctx, func() bool { return r.far.act.since() >= farQuiet })
+	return r.pauseHolderWhen(ctx, func() bool {
+		for end := time.Now().Add(2 * farHeartbeat); ; {
+			if r.far.act.since() >= farQuiet {
+				return true
+			}
+			if time.Now().After(end) || ctx.Err() != nil {
+				return false
+			}
+			time.Sleep(10 * time.Millisecond) // polling the link's activity, not synchronising with it
+		}
+	})
 }
