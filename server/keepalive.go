@@ -173,7 +173,7 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 		return true, nil
 	}
 	lv, err := s.liveness(ctx, ss) // liveness.go
-	s.mu.Lock()
+	s.lockSettled(ss)
 	defer s.mu.Unlock()
 	switch {
 	case ctx.Err() != nil:
@@ -282,10 +282,11 @@ func (s *Server) attach(id store.SessionID, ks *kaStream, acks []uint64) (*sessi
 	return ss, nil
 }
 
+// isClosing reports whether ss is being ended for good (endingLocked).
 func (s *Server) isClosing(ss *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return ss.closing || ss.gone || s.closingAll
+	return s.endingLocked(ss)
 }
 
 // Heartbeat implements the Heartbeat RPC: one KeepAlive request as a unary

@@ -96,6 +96,35 @@ func silenceCloseSparesSessionKeptByReplica(t *testing.T, kind string) {
 		<-tick.C
 	}
 
+	// A heard nothing from the holder for over two TTLs: its silence close
+	// ran and the backend refused it (B keeps the session). The holder
+	// comes back to A (its proxy switched again): A must answer live and
+	// grant, as B did — the backend decides, not A's stale silence. Before
+	// the fix A kept its record closing and answered dead, so a client of
+	// several replicas lost its session on the first call through a
+	// replica it had left (parity rolling-restart).
+	streamA, err := apiA.KeepAlive(ctx)
+	if err != nil {
+		t.Fatalf("KeepAlive on A: %v", err)
+	}
+	sent := time.Now()
+	if err := streamA.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: 1}); err != nil {
+		t.Fatalf("heartbeat on A: %v", err)
+	}
+	if r := recvReply(t, streamA, 1); !r.Live {
+		t.Fatalf("heartbeat on A after the holder came back = %v; want live (B kept the session)", r)
+	} else {
+		trustedUntil = sent.Add(time.Duration(r.RemainingMs) * time.Millisecond)
+	}
+	sent = time.Now()
+	g2, err := apiA.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k2"})
+	if err != nil || !g2.Granted {
+		t.Fatalf("Acquire(k2) on A after the holder came back = %v, %v; want granted", g2, err)
+	}
+	if until := sent.Add(time.Duration(g2.RemainingMs) * time.Millisecond); until.After(trustedUntil) {
+		trustedUntil = until
+	}
+
 	// The holder falls silent everywhere: the key goes to the waiter, not
 	// before the holder's trust ran out.
 	var w grant

@@ -192,7 +192,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 			s.log.WarnContext(ctx, "lockd: acquire: the grant's value was not stored", "key", g.Key, "token", g.Token, "error", err)
 		}
 	}
-	s.mu.Lock()
+	s.lockSettled(ss)
 	ok := s.grantTrustLocked(ss, recv, g.Remaining)
 	if ok {
 		// Not tracked when the grant went away before this reply (a

@@ -48,15 +48,23 @@ type session struct {
 	// RPC pins it, and is not watched for silence.
 	known bool
 	// closing: the server decided to end the session (silence, CloseSession,
-	// shutdown). Every later trust-extending reply says dead.
+	// shutdown). Every later trust-extending reply says dead — except after
+	// a silence close the backend refused (reason set, expiring nil): a call
+	// that reaches this server then revives the record (reviveLocked).
 	closing bool
+	// expiring is non-nil while the silence loop's close of the session is
+	// in flight; it is closed once the outcome is recorded. A reply that
+	// would extend trust waits for it (lockSettled).
+	expiring chan struct{}
 	// gone: the store confirmed the session dead or closed.
 	gone bool
 	// closeAttempts counts failed silence-close attempts (backoff).
 	closeAttempts int
 	// reason is the session_lost reason of a close by the silence loop;
 	// empty for a close the client asked for (CloseSession) that the loop
-	// retries.
+	// retries. A silence close is the backend's decision (ExpireSession),
+	// so a record closing with a reason is revived by the next call that
+	// reaches this server while the backend keeps the session.
 	reason string
 	// closeBy and closeRule are who asked for a close that the silence
 	// loop retries (reason empty), for session_closed (C4 #ct4-audit);
@@ -187,14 +195,55 @@ func (s *Server) pin(id store.SessionID) *session {
 }
 
 // pinUse is pin for a request that may grant a lock: it also reports
-// whether the session is closing (as isClosing), under the same lock, and
+// whether the session is ending (endingLocked), under the same lock, and
 // begins a read (beginReadLocked) that the caller ends with endRead.
 func (s *Server) pinUse(id store.SessionID) (*session, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.pinLocked(id)
 	s.beginReadLocked(ss)
-	return ss, ss.closing || ss.gone || s.closingAll
+	return ss, s.endingLocked(ss)
+}
+
+// endingLocked reports whether ss is being ended for good (s.mu held): the
+// store said it is gone, its client or an operator closed it, or a
+// shutdown closes every session. A silence close is not final here: only
+// the backend ends a session a client fell silent on (ExpireSession, C2
+// #ct2-replicas), and a call that reaches this server shows its client is
+// not silent here any more (reviveLocked) — on several replicas the client
+// may have talked to another one all along.
+func (s *Server) endingLocked(ss *session) bool {
+	return ss.gone || s.closingAll || (ss.closing && ss.reason == "")
+}
+
+// lockSettled locks s.mu once no silence close of ss is in flight, and
+// revives ss if the backend refused that close; the caller unlocks. A
+// reply that extends trust takes the lock this way, so that it either
+// follows a close that ended the session (and says dead) or a refused one.
+// The wait is bounded by closeTimeout (and ends at Shutdown).
+func (s *Server) lockSettled(ss *session) {
+	for {
+		s.mu.Lock()
+		ch := ss.expiring
+		if ch == nil {
+			s.reviveLocked(ss)
+			return
+		}
+		s.mu.Unlock()
+		<-ch
+	}
+}
+
+// reviveLocked undoes the silence close of a session the backend still
+// keeps (ExpireSession ended nothing, or failed): the client reached this
+// server again, so it is not silent here (s.mu held, no close in flight).
+// Trust is granted afterwards only from the store's answer to that call
+// (grantTrustLocked), and the silence close is scheduled again from it.
+func (s *Server) reviveLocked(ss *session) {
+	if !ss.closing || ss.reason == "" || ss.gone || s.closingAll || ss.draining || ss.expiring != nil {
+		return
+	}
+	ss.closing, ss.reason, ss.closeAttempts = false, "", 0
 }
 
 // endRead ends the read pinUse began.
@@ -284,11 +333,12 @@ func (s *Server) markGoneLocked(ss *session) {
 	s.dropIfDone(ss)
 }
 
-// beginClose marks ss closing so that no later reply extends trust.
+// beginClose marks ss closing so that no later reply extends trust: its
+// client asked, which no later call revives.
 func (s *Server) beginClose(ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ss.closing = true
+	ss.closing, ss.reason = true, ""
 	s.unschedule(ss)
 }
 
@@ -323,6 +373,7 @@ func (s *Server) silenceLoop() {
 				ss.closing = true
 				ss.reason = telemetry.LostClientSilent
 			}
+			ss.expiring = make(chan struct{})
 			ss.pins++ // held by the close below
 			due = append(due, ss)
 		}
@@ -350,9 +401,11 @@ func (s *Server) silenceLoop() {
 }
 
 // closeSilent closes a session whose client fell silent (ss pinned and
-// closing). On failure it is rescheduled with backoff; the record stays
-// closing, so no reply extends trust meanwhile.
+// closing, its close in flight: expiring). On failure it is rescheduled
+// with backoff; the record stays closing, so no reply extends trust
+// meanwhile unless a call revives it (reviveLocked).
 func (s *Server) closeSilent(ss *session) {
+	defer s.settled(ss)
 	if s.ctx.Err() != nil {
 		s.unpin(ss)
 		return
@@ -412,6 +465,17 @@ func (s *Server) closeSilent(ss *session) {
 		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: false})
 	}
 	s.markGoneLocked(ss)
+}
+
+// settled ends the in-flight mark of a silence close: its outcome is
+// recorded, replies waiting in lockSettled go on.
+func (s *Server) settled(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss.expiring != nil {
+		close(ss.expiring)
+		ss.expiring = nil
+	}
 }
 
 // retrySilent files a silent session again for when the backend's expiry
