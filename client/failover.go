@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -255,8 +256,12 @@ func mapsEqual(a, b map[string]bool) bool {
 }
 
 // setAside avoids the replica at remote (a connection's remote address)
-// for asideFor, unless it is the only address left. It reports whether
-// the addresses changed: false means there is nowhere else to go.
+// for asideFor. When every other address is set aside already (the last
+// replica of a rolling restart drains; the others drained a moment ago and
+// are likely back) their asides are forgotten: a replica that drains or
+// stalls goes away, the others may answer again (C2 #ct2-failover). It
+// reports whether the addresses changed: false means there is no other
+// address at all.
 func (r *failoverResolver) setAside(remote net.Addr) bool {
 	if remote == nil {
 		return false
@@ -266,21 +271,27 @@ func (r *failoverResolver) setAside(remote net.Addr) bool {
 	if !ok {
 		addr = remote.String()
 	}
-	others := 0
 	known := false
-	now := r.now()
+	var others []string // every other address, aside or not
 	for _, a := range r.latest {
 		if a.Addr == addr {
 			known = true
 			continue
 		}
-		if until, ok := r.aside[a.Addr]; !ok || !now.Before(until) {
-			others++
-		}
+		others = append(others, a.Addr)
 	}
-	if !known || others == 0 {
+	if !known || len(others) == 0 {
 		r.mu.Unlock()
 		return false
+	}
+	now := r.now()
+	if !slices.ContainsFunc(others, func(a string) bool {
+		until, ok := r.aside[a]
+		return !ok || !now.Before(until)
+	}) {
+		for _, a := range others {
+			delete(r.aside, a)
+		}
 	}
 	r.aside[addr] = now.Add(asideFor)
 	r.mu.Unlock()

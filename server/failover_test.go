@@ -343,3 +343,90 @@ func TestFailoverStalledReplica(t *testing.T) {
 		}
 	})
 }
+
+// TestFailoverRollingRestartLastReplica: the last step of a rolling
+// restart. The holder talks to A; A drains (the client moves to B and sets
+// A aside) and comes back on its address; then B drains. The client must
+// move back to A although A is still set aside — the only other address
+// (C2 #ct2-failover). Before, it found nowhere else to go and stayed on the
+// draining B for B's whole drain, its calls refused (SHUTTING_DOWN) and its
+// stream cut at the drain's end (parity rolling-restart lost a lock that
+// way: not confirmed before its deadline).
+func TestFailoverRollingRestartLastReplica(t *testing.T) {
+	forReplicaBackends(t, func(t *testing.T, backend string) {
+		ns := lockdtest.NewNamespace(t, backend)
+		cfg := lockdtest.Config()
+		cfg.DrainTimeout = time.Minute // longer than Stop's 20 s: a client that stays holds the drain
+		start := func(listen string) (*lockdtest.Server, *lockdtest.Faulty) {
+			c := cfg
+			if listen != "" {
+				c.Listen = listen
+			}
+			var f *lockdtest.Faulty
+			srv := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &c,
+				Wrap: func(st store.LockStore) store.LockStore { f = lockdtest.NewFaulty(st); return f }})
+			return srv, f
+		}
+		a, fa := start("")
+		b, fb := start("")
+		ctx := testCtx(t, 90*time.Second)
+		c := failoverClient(t, a.Addr, b.Addr)
+		s, err := c.NewSession(ctx, client.WithSessionTTL(lockdtest.TTL))
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		keep, err := s.Acquire(ctx, "keep")
+		if err != nil {
+			t.Fatalf("Acquire(keep): %v", err)
+		}
+		if n := len(fa.Reported()); n < 2 {
+			t.Fatalf("replica A answered %d trust-extending calls; want the open and the grant (the client uses A first)", n)
+		}
+
+		// A drains: the client moves to B, and A comes back on its address.
+		if err := a.Stop(); err != nil {
+			t.Fatalf("Stop(A) (drain): %v", err)
+		}
+		testkit.Eventually(t, 2*lockdtest.TTL, "a heartbeat answered by B", func() error {
+			if len(fb.Reported()) == 0 {
+				return errors.New("B answered nothing yet")
+			}
+			return nil
+		})
+		a2, fa2 := start(a.Addr)
+
+		// B drains: the client must go back to A, set aside a moment ago.
+		stopped := make(chan error, 1)
+		go func() { stopped <- b.Stop() }() // ends when B's drain and stop are done
+		// B's drain ends when the client's stream leaves it (its timeout,
+		// a minute, is beyond Stop's 20 s bound, which would fail Stop).
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("Stop(B) (drain): %v; want the drain to end when the client left", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("B still draining 15s after its drain began: the client stayed on it")
+		}
+		testkit.Eventually(t, 2*lockdtest.TTL, "a heartbeat answered by the restarted A", func() error {
+			if len(fa2.Reported()) == 0 {
+				return errors.New("the restarted A answered nothing yet")
+			}
+			return nil
+		})
+		select {
+		case <-keep.Done():
+			t.Fatalf("the lock held through the restarts was lost: %v", keep.Err())
+		case <-s.Done():
+			t.Fatalf("the session was lost: %v", s.Err())
+		default:
+		}
+		info, err := a2.NewClient(t).Inspect(ctx, "keep")
+		if err != nil || !info.Held || info.Session != s.ID() || info.Token != keep.Token() {
+			t.Fatalf("Inspect(keep) on the restarted A = %+v, %v; want held by the session with token %d", info, err, keep.Token())
+		}
+		if err := keep.Release(ctx); err != nil {
+			t.Errorf("Release(keep) after the restarts: %v", err)
+		}
+	})
+}

@@ -141,7 +141,9 @@ func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Regis
 	if err != nil {
 		t.Fatalf("lockdtest: server.New: %v", err)
 	}
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	// cfg.Listen: 127.0.0.1:0 unless the test asks for an address (a
+	// replica restarted on the address it had).
+	inner, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
 		t.Fatalf("lockdtest: listen: %v", err)
