@@ -179,7 +179,7 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 	case ctx.Err() != nil:
 		return false, nil // the caller is gone: nobody to answer
 	case err == nil && lv.Live:
-		if s.grantTrustLocked(ss, recv, lv.Remaining) {
+		if s.grantTrustLocked(ss, recv, lv.Remaining, true) {
 			resp.Live = true
 			resp.RemainingMs = max(lv.Remaining, 0).Milliseconds()
 			resp.Held = s.heldLocked(ss)

@@ -520,3 +520,52 @@ func TestDrainTellsClientsToMove(t *testing.T) {
 		}
 	})
 }
+
+// TestAdoptedSessionNotClosedEarly: a replica whose first call for a
+// session it did not open is a grant that promised nothing (Remaining near
+// 0: on etcd a grant made before the adopter's first keepalive is
+// answered) must not close the session as silent while its client keeps
+// calling. Before, the adopter knew no TTL and filed the silence close at
+// the grant's receipt + Remaining: it ran at once, ended the adopter's
+// keepalive (etcd) and answered the next heartbeat dead (parity
+// rolling-restart: "session dead" a moment after a drain move).
+func TestAdoptedSessionNotClosedEarly(t *testing.T) {
+	forBackends(t, func(t *testing.T, kind string) {
+		ns := lockdtest.NewNamespace(t, kind)
+		a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+		var fb *lockdtest.Faulty
+		b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true,
+			Wrap: func(st store.LockStore) store.LockStore { fb = lockdtest.NewFaulty(st); return fb }})
+		ctx := testCtx(t, 90*time.Second)
+		apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
+
+		id := openRaw(t, ctx, apiA, 0).SessionId
+		fb.SetRemaining(time.Millisecond) // B's grant promises next to nothing
+		g, err := apiB.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k"})
+		if err != nil || !g.Granted {
+			t.Fatalf("Acquire(k) on B = %v, %v", g, err)
+		}
+		fb.SetRemaining(0)
+
+		// The client goes on through B, heartbeating every TTL/3 for two
+		// TTLs: B must answer live and never try to close the session.
+		stream, err := apiB.KeepAlive(ctx)
+		if err != nil {
+			t.Fatalf("KeepAlive on B: %v", err)
+		}
+		tick := time.NewTicker(lockdtest.TTL / 3)
+		defer tick.Stop()
+		for req := uint64(1); req <= 6; req++ {
+			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: req}); err != nil {
+				t.Fatalf("heartbeat #%d on B: %v", req, err)
+			}
+			if r := recvReply(t, stream, req); !r.Live {
+				t.Fatalf("heartbeat #%d on B = %v; want live (the client calls B every TTL/3)", req, r)
+			}
+			if n := fb.Expires(); n > 0 {
+				t.Fatalf("B tried to close the session as silent %d times by heartbeat #%d; its client calls it every TTL/3", n, req)
+			}
+			<-tick.C
+		}
+	})
+}

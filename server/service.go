@@ -193,7 +193,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 		}
 	}
 	s.lockSettled(ss)
-	ok := s.grantTrustLocked(ss, recv, g.Remaining)
+	ok := s.grantTrustLocked(ss, recv, g.Remaining, false)
 	if ok {
 		// Not tracked when the grant went away before this reply (a
 		// lock-lost notice is then on its way, and no answer confirms it).

@@ -74,6 +74,12 @@ type session struct {
 	// expireAt is the monotonic instant after which the client has been
 	// silent long enough to be closed.
 	expireAt time.Time
+	// adopted: the session was not opened here; ttl is then learned from
+	// heartbeat answers (a lower bound of the TTL), 0 until the first.
+	adopted bool
+	// expireGuess: expireAt rests on lock.session.max-ttl standing in for
+	// an adopted session's TTL not learned yet (grantTrustLocked).
+	expireGuess bool
 	// heapAt is where the record sits in the silence heap: never later
 	// than expireAt. An extension of expireAt leaves it in place; the
 	// silence loop files the record again when heapAt comes (schedule).
@@ -292,28 +298,52 @@ func (s *Server) dropIfDone(ss *session) {
 
 // grantTrustLocked records that the server is about to tell the client the
 // session is live for rem, counted from recv (the receipt of the request the
-// reply answers; s.mu held). It returns false, and the reply must then say
-// the session is dead, when the session is closing. When it returns true the
-// silence close cannot happen before recv + max(ttl, rem).
-func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration) bool {
+// reply answers; s.mu held); beat says the reply answers a heartbeat. It
+// returns false, and the reply must then say the session is dead, when the
+// session is closing. When it returns true the silence close cannot happen
+// before recv + max(ttl, rem).
+func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration, beat bool) bool {
 	if ss.closing || ss.gone || s.closingAll {
 		return false
 	}
 	if !ss.known {
-		// Adopted: a live session this server did not open (PostgreSQL
-		// sessions survive a lockd restart and are usable from any
-		// instance). Its TTL is unknown; Remaining after a heartbeat is
-		// the TTL, and expireAt never counts less than Remaining.
-		ss.known = true
+		// Adopted: a live session this server did not open (any replica
+		// can use any session, C2 #ct2-replicas). Its TTL is unknown here.
+		ss.known, ss.adopted = true, true
 	}
-	if at := recv.Add(max(ss.ttl, rem)); at.After(ss.expireAt) {
-		ss.expireAt = at
+	if ss.adopted && beat && rem > ss.ttl {
+		// A heartbeat's Remaining is the TTL (PostgreSQL extends by it;
+		// etcd proves it from a keepalive just answered), or less: a lower
+		// bound of the TTL. A grant's is not (etcd reports 0 for a session
+		// whose first keepalive here is still unanswered).
+		ss.ttl = rem
+	}
+	ttl, guess := ss.ttl, false
+	if ttl == 0 {
+		// No heartbeat answered here yet: the client may have any TTL up
+		// to lock.session.max-ttl. Closing it as silent after less could
+		// end a session whose client is calling (its first call here was
+		// a grant that promised nothing); the first heartbeat replaces
+		// this bound.
+		ttl, guess = s.cfg.MaxTTL, true
 	}
 	if at := recv.Add(rem); at.After(ss.trustUntil) {
 		ss.trustUntil = at
 	}
+	if at := recv.Add(max(ttl, rem)); at.After(ss.expireAt) || (ss.expireGuess && !guess) {
+		// Earlier than a guess only down to the trust granted so far.
+		ss.expireAt = later(at, ss.trustUntil)
+		ss.expireGuess = guess
+	}
 	s.schedule(ss)
 	return true
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // markGone records that the store reports the session dead or closed.

@@ -22,6 +22,7 @@ type Faulty struct {
 	remaining time.Duration     // > 0: reported instead of the store's Remaining
 	reported  []time.Duration   // Remaining values reported, in order
 	during    map[string]func() // by op: run inside its next call (During)
+	expires   int               // ExpireSession calls (silence closes)
 }
 
 type fault struct {
@@ -158,6 +159,23 @@ func (f *Faulty) CloseSession(ctx context.Context, id store.SessionID) (int, err
 	}
 	n, err := f.LockStore.CloseSession(ctx, id)
 	return n, firstErr(err, after)
+}
+
+// ExpireSession implements store.SessionRegistry: the call is counted
+// (Expires) and passed on.
+func (f *Faulty) ExpireSession(ctx context.Context, id store.SessionID) (store.Expiry, error) {
+	f.mu.Lock()
+	f.expires++
+	f.mu.Unlock()
+	return f.LockStore.ExpireSession(ctx, id)
+}
+
+// Expires returns how many ExpireSession calls (silence closes of this
+// server) reached the store.
+func (f *Faulty) Expires() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.expires
 }
 
 // LocksOf implements store.SessionRegistry.
