@@ -561,6 +561,9 @@ func (r *run) planWorkers() {
 		if r.replicaFault() {
 			ws.holdMin, ws.holdMax = r.replicaHolds()
 		}
+		if r.spec.Control == NoHeal {
+			ws.sessionTTL = r.noHealSessionTTL()
+		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
 		}

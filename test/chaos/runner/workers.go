@@ -24,6 +24,8 @@ type workerSpec struct {
 	keys              []string // the keys it takes; nil is every key of the run
 	limit             uint32   // semaphore limit (-limit), 0 for none
 	rw                bool     // read/write lock grants (-rw)
+	// sessionTTL is the TTL of the worker's sessions (-ttl); 0 is lockd's.
+	sessionTTL time.Duration
 }
 
 // workerProc is one incarnation of a worker slot. Its state follows the
@@ -104,6 +106,14 @@ func (w *workerProc) onLine(line string) (answer string) {
 	return ""
 }
 
+// waiting reports whether the worker's latest line is "wait": an acquire
+// of it is in flight.
+func (w *workerProc) waiting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state == "wait"
+}
+
 // holdMode returns the mode of the worker's latest hold line.
 func (w *workerProc) holdMode() string {
 	w.mu.Lock()
@@ -173,6 +183,7 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-clock-scale", strconv.FormatFloat(ws.clockScale, 'g', -1, 64),
 		"-trust", string(ws.trust),
 		"-heartbeat-interval", ws.heartbeatInterval.String(),
+		"-ttl", ws.sessionTTL.String(),
 		"-seed", strconv.FormatUint(r.seed+uint64(slot)*1000+uint64(n), 10),
 		"-hold-ack",
 	}
