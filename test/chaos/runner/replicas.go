@@ -119,7 +119,7 @@ func (r *run) replicaKill(ctx context.Context) error {
 	if victim == nil {
 		return fmt.Errorf("replica of %s (%q) not found or not running", w.proc, w.replica())
 	}
-	<-victim.proc().exited
+	victim.down()
 	r.countFault()
 	r.logf("killed replica %s (%s) while %s holds through it", victim.cfg.name, victim.Addr(), w.proc)
 	if err := sleep(ctx, ttl); err != nil {
@@ -175,6 +175,7 @@ func (r *run) rollingRestart(ctx context.Context) error {
 		if err := l.stop(); err != nil {
 			return err
 		}
+		l.holdAddr()
 		if err := l.restart(); err != nil {
 			return err
 		}
