@@ -158,7 +158,7 @@ func (r *run) staleOverlap(ctx context.Context, w *workerProc, key string, since
 			return err
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("control: %s not granted to another worker within %v of the kill while %s held it",
+			return fmt.Errorf("control: %s not granted to another worker within %v of the replica's restart while %s held it",
 				key, triggerTimeout, w.proc)
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
