@@ -57,14 +57,20 @@
 // lockd_recvtime_control, which counts a reply's Remaining from its receipt
 // instead of the send of its request (trusted overlap). The recovery checker
 // has control-no-heal-pg: a partition recorded as ended while the link
-// stays cut past the bound (keys not granted again in time); the pause
-// check's is the fencing-off control (no late write refused).
+// stays cut past the bound (keys not granted again in time); the end is
+// recorded once a worker is seen waiting in an acquire, and the control's
+// workers' sessions outlive the whole cut, so a key is certainly wanted
+// across the recorded end. The pause check's control is the fencing-off
+// control (no late write refused).
 // The replica scenarios (replica-kill, rolling-restart: three replicas,
 // sessions must survive, no grant lost) have control-stale-record-etcd:
 // replica-kill on lockd built with the server's tag lockd_stale_control, a
 // replica that answers the heartbeats of a session it adopted from the
 // record it read the first time (live, the same Remaining) without asking
-// the backend, which lets the session expire meanwhile (trusted overlap).
+// the backend, which lets the session expire meanwhile (trusted overlap);
+// the holder whose replica is killed keeps its key (the runner withholds the
+// answer to its hold line) until another worker is granted that key, so
+// every cycle ends with the overlap.
 //
 // The semaphore and read/write scenarios (multi-*, issue 15) have two:
 // control-sem-extra, whose semaphore workers ask lockd for one slot more

@@ -61,5 +61,8 @@
 // Every child gets Pdeathsig SIGKILL, so a harness that dies takes its
 // children along, and none of the harness's LOCKD_* environment (lockd
 // refuses unknown LOCKD_ variables). PostgreSQL runs as "nobody" when the
-// harness runs as root. Logs go to the scenario's directory.
+// harness runs as root. Logs go to the scenario's directory. A lockd that a
+// fault kills or stops is restarted on the same address; meanwhile the
+// harness holds that address (a socket bound to it, not listening), so that
+// no other socket on the machine takes the port.
 package runner

@@ -2,9 +2,11 @@ package runner
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -34,7 +36,9 @@ type lockdProc struct {
 	mu    sync.Mutex
 	addr  string // fixed after the first start
 	p     *process
-	start int // incarnations started
+	start int  // incarnations started
+	held  int  // a socket bound to addr while the server is down (holdAddr)
+	hold  bool // held is open
 }
 
 func (c lockdConfig) args(listen string) []string {
@@ -110,12 +114,66 @@ func (l *lockdProc) proc() *process {
 	return l.p
 }
 
-// kill SIGKILLs the server and waits for it to exit.
-func (l *lockdProc) kill() { l.proc().kill() }
+// kill SIGKILLs the server, waits for it to exit and holds its address
+// until restart.
+func (l *lockdProc) kill() {
+	l.proc().kill()
+	l.holdAddr()
+}
+
+// down waits for the server to exit (a SIGKILL the caller sent) and holds
+// its address until restart.
+func (l *lockdProc) down() {
+	<-l.proc().exited
+	l.holdAddr()
+}
+
+// holdAddr binds a socket to the address of the server, which has exited,
+// without listening on it, until restart has started the server again:
+// clients that dial it are refused as before, but the kernel hands the port
+// to no other socket meanwhile (no bind to port 0, no outgoing connection's
+// local port). Without it a restart failed once with "address already in
+// use" on the busy test machine, 5 s after the kill. Both sockets set
+// SO_REUSEADDR (Go's listeners do), so the new server can bind and listen
+// while the hold is still in place; restart releases it then. A hold that
+// fails is no error: the restart just runs without one, as it used to.
+func (l *lockdProc) holdAddr() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hold {
+		return
+	}
+	ap, err := net.ResolveTCPAddr("tcp4", l.addr)
+	if err != nil || ap.IP.To4() == nil {
+		return
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	sa := &syscall.SockaddrInet4{Port: ap.Port}
+	copy(sa.Addr[:], ap.IP.To4())
+	if syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) != nil || syscall.Bind(fd, sa) != nil {
+		_ = syscall.Close(fd)
+		return
+	}
+	l.held, l.hold = fd, true
+}
+
+// releaseAddr closes the socket holdAddr bound, if any.
+func (l *lockdProc) releaseAddr() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hold {
+		_ = syscall.Close(l.held)
+		l.hold = false
+	}
+}
 
 // restart starts the server again on its address, retrying while the port
-// is still being released.
+// is still being released, then releases the address's hold.
 func (l *lockdProc) restart() error {
+	defer l.releaseAddr()
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if err = l.launch(l.Addr()); err == nil {

@@ -27,12 +27,16 @@ type process struct {
 
 	mu      sync.Mutex
 	exitErr error
+
+	stdinMu sync.Mutex
+	stdin   io.Writer // closed by Wait
 }
 
 // startProcess starts bin with args and extra environment variables.
 // onLine, if not nil, is called for every stdout line, from one goroutine,
 // in order; a non-empty answer it returns is written to the process's
-// stdin as a line (the chaos worker's hold acknowledgement).
+// stdin as a line (the chaos worker's hold acknowledgement). A line handler
+// that answers later, from elsewhere, uses answer.
 func startProcess(name, bin string, args, env []string, logPath string, onLine func(string) (answer string)) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -55,7 +59,7 @@ func startProcess(name, bin string, args, env []string, logPath string, onLine f
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{}), stdin: stdin}
 	// This goroutine ends when the process has exited (its stdout closes
 	// then; a killed process's pipe closes with it).
 	go func() {
@@ -65,8 +69,7 @@ func startProcess(name, bin string, args, env []string, logPath string, onLine f
 				continue
 			}
 			if a := onLine(sc.Text()); a != "" {
-				// An error means the process is exiting: nobody waits.
-				_, _ = io.WriteString(stdin, a+"\n")
+				p.answer(a)
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -77,6 +80,14 @@ func startProcess(name, bin string, args, env []string, logPath string, onLine f
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// answer writes line to the process's stdin. An error means the process is
+// exiting: nobody waits for the line.
+func (p *process) answer(line string) {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	_, _ = io.WriteString(p.stdin, line+"\n")
 }
 
 // signal sends sig unless the process has exited.

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"lock.dev/lockd/test/chaos/check"
@@ -62,9 +63,23 @@ func (r *run) awaitRegrants(ctx context.Context) error {
 // as ended now, but the cut stays for the recovery bound and a second more,
 // so no key can be granted again within the bound of the recorded end, and
 // check.Recovery must say so. Then it heals for real.
+//
+// check.Recovery measures a key's delay from the fault's end only when an
+// acquire of it is in flight then (else from the first acquire invoked
+// later), so the end is recorded only once a worker is seen waiting in an
+// acquire: its session outlives the whole cut (noHealSessionTTL), so that
+// acquire stays in flight, or is retried, until the link heals, past the
+// bound. With lockd's TTL every session could die before the recorded end
+// (a CI run once found no key wanted between the end and the heal, and
+// the acquires after the heal granted at once).
 func (r *run) noHeal(ctx context.Context, start int64) error {
+	w, err := r.awaitWaiter(ctx)
+	if err != nil {
+		return err
+	}
 	r.faultWindow(start)
-	r.logf("control: fault recorded as ended, link kept cut for %v", r.livenessBound()+time.Second)
+	r.logf("control: fault recorded as ended while %s waits in an acquire, link kept cut for %v",
+		w.proc, r.livenessBound()+time.Second)
 	if err := sleep(ctx, r.livenessBound()+time.Second); err != nil {
 		return err
 	}
@@ -72,4 +87,34 @@ func (r *run) noHeal(ctx context.Context, start int64) error {
 		return err
 	}
 	return sleep(ctx, r.opts.TTL)
+}
+
+// noHealSessionTTL is the session TTL of the NoHeal control's workers: three
+// times the whole cut (the partition, then the bound and a second), so that
+// a session the cut finds live is still live when the link heals (its SDK
+// trusts it for two thirds of the TTL after its last heartbeat at the
+// least, the heartbeat interval being a third of it).
+func (r *run) noHealSessionTTL() time.Duration {
+	return (3 * (r.opts.TTL/2 + r.livenessBound() + time.Second)).Round(time.Millisecond)
+}
+
+// awaitWaiter waits, up to triggerTimeout, until a worker's latest state
+// line is "wait": an acquire of it is in flight.
+func (r *run) awaitWaiter(ctx context.Context) (*workerProc, error) {
+	for end := time.Now().Add(triggerTimeout); ; {
+		r.mu.Lock()
+		ws := append([]*workerProc(nil), r.workers...)
+		r.mu.Unlock()
+		for _, w := range ws {
+			if !w.p.done() && w.waiting() {
+				return w, nil
+			}
+		}
+		if time.Now().After(end) {
+			return nil, fmt.Errorf("control: no worker waited in an acquire within %v of the cut's end", triggerTimeout)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
 }

@@ -35,11 +35,15 @@ const (
 const replicaTTL = 5 * time.Second
 
 // StaleRecord runs ReplicaKill on lockd binaries built with the server's
-// test-only tag lockd_stale_control (server/control_stale.go): a replica
+// test-only tag lockd_stale_control (server/liveness_stale.go): a replica
 // answers every heartbeat of a session it adopted after the first from the
 // record it read then — live, the same Remaining, the same held set —
 // without asking the backend, which therefore lets the session expire while
-// the client keeps trusting. check.NoTrustedOverlap must find the overlap.
+// the client keeps trusting. The holder whose replica was killed keeps its
+// key until the backend has granted it to another worker (staleOverlap), so
+// every cycle makes the overlap check.NoTrustedOverlap must find. At
+// replicaTTL, as replica-kill: the holder's move must be answered before
+// its trust runs out.
 const StaleRecord Control = "stale-record"
 
 // replicaFault reports whether the scenario runs three replicas for an
@@ -56,16 +60,11 @@ func (s Spec) keepsSessions() bool {
 
 // replicaHolds bounds the holds of the replica faults: some shorter than a
 // heartbeat interval, some past the TTL, so that trust across the move is
-// kept by heartbeats through the new replica. The control holds longer than
-// an adopted session outlives its last call to the backend (the keeper drops
-// it after a TTL without a call, the lease expires a TTL later), so that the
-// backend frees the key while the holder still trusts it.
+// kept by heartbeats through the new replica. The StaleRecord control's
+// holder keeps its key past the move for as long as the control needs
+// (staleOverlap), not for a hold drawn from these bounds.
 func (r *run) replicaHolds() (lo, hi time.Duration) {
-	ttl := r.opts.TTL
-	if r.spec.Control == StaleRecord {
-		return 3 * ttl, 4 * ttl
-	}
-	return 300 * time.Millisecond, ttl * 3 / 2
+	return 300 * time.Millisecond, r.opts.TTL * 3 / 2
 }
 
 // lockdAt returns the replica listening on addr, nil if none.
@@ -90,27 +89,37 @@ func (r *run) cycle13(ctx context.Context) (handled bool, err error) {
 	return false, nil
 }
 
-// replicaKill is one ReplicaKill cycle.
+// replicaKill is one ReplicaKill cycle. Under the StaleRecord control the
+// holder keeps its key (its hold line unanswered) until another worker has
+// been granted that key (staleOverlap).
 func (r *run) replicaKill(ctx context.Context) error {
 	ttl := r.opts.TTL
 	var (
 		start  int64
 		victim *lockdProc
+		key    string
 	)
 	known := func(w *workerProc) bool { return r.lockdAt(w.replica()) != nil }
 	w, err := r.onNext(ctx, "hold", known, func(w *workerProc) {
 		if l := r.lockdAt(w.replica()); l != nil && !l.proc().done() {
 			victim, start = l, r.clock.Now()
 			l.proc().signal(syscall.SIGKILL)
+			if r.spec.Control == StaleRecord {
+				w.withholdAck()
+				w.mu.Lock()
+				key = w.key
+				w.mu.Unlock()
+			}
 		}
 	})
 	if err != nil {
 		return err
 	}
+	defer w.answerHold() // a no-op unless the hold was kept
 	if victim == nil {
 		return fmt.Errorf("replica of %s (%q) not found or not running", w.proc, w.replica())
 	}
-	<-victim.proc().exited
+	victim.down()
 	r.countFault()
 	r.logf("killed replica %s (%s) while %s holds through it", victim.cfg.name, victim.Addr(), w.proc)
 	if err := sleep(ctx, ttl); err != nil {
@@ -120,7 +129,42 @@ func (r *run) replicaKill(ctx context.Context) error {
 		return err
 	}
 	r.faultWindow(start)
+	if r.spec.Control == StaleRecord {
+		if err := r.staleOverlap(ctx, w, key, start); err != nil {
+			return err
+		}
+	}
 	return sleep(ctx, ttl)
+}
+
+// staleOverlap is the StaleRecord control's wait: w, whose replica was
+// killed at run time since while it held key, keeps holding (its hold line
+// unanswered, its SDK trusting the stale record's answers) until another
+// worker reports a grant of key — the backend, which nothing told of the
+// session, let it expire and handed the key on — and is let go only then,
+// so that every cycle has a trusted overlap for check.NoTrustedOverlap to
+// find, however long the move and the expiry take. Holds alone (3–4 TTLs)
+// once ended before the key was granted again in all 3 cycles of a CI run.
+func (r *run) staleOverlap(ctx context.Context, w *workerProc, key string, since int64) error {
+	for end := time.Now().Add(triggerTimeout); ; {
+		r.mu.Lock()
+		granted := r.lastHold[key] > since
+		r.mu.Unlock()
+		if granted {
+			r.logf("control: %s granted to another worker while %s still holds it", key, w.proc)
+			return nil
+		}
+		if err := r.checkAlive(); err != nil {
+			return err
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("control: %s not granted to another worker within %v of the replica's restart while %s held it",
+				key, triggerTimeout, w.proc)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // rollingRestart is one RollingRestart cycle: every replica in turn.
@@ -131,6 +175,7 @@ func (r *run) rollingRestart(ctx context.Context) error {
 		if err := l.stop(); err != nil {
 			return err
 		}
+		l.holdAddr()
 		if err := l.restart(); err != nil {
 			return err
 		}

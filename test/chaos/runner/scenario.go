@@ -561,6 +561,9 @@ func (r *run) planWorkers() {
 		if r.replicaFault() {
 			ws.holdMin, ws.holdMax = r.replicaHolds()
 		}
+		if r.spec.Control == NoHeal {
+			ws.sessionTTL = r.noHealSessionTTL()
+		}
 		for i := range addrs { // spread the workers over the replicas
 			ws.lockd = append(ws.lockd, addrs[(slot+i)%len(addrs)])
 		}
@@ -659,7 +662,7 @@ func (r *run) cycle(ctx context.Context, i int) error {
 			func(*workerProc) { start = r.clock.Now(); l.proc().signal(syscall.SIGKILL) }); err != nil {
 			return err
 		}
-		<-l.proc().exited
+		l.down()
 		r.countFault()
 		r.logf("killed lockd mid-acquire")
 		if err := sleep(ctx, 300*time.Millisecond); err != nil {
@@ -919,6 +922,7 @@ func (r *run) teardown() error {
 		if err := l.stop(); err != nil {
 			errs = append(errs, err)
 		}
+		l.releaseAddr() // held if a cycle failed between a kill and its restart
 	}
 	if r.proxy != nil {
 		r.proxy.close()

@@ -53,7 +53,7 @@ func Suite() []Spec {
 		{Name: "control-receive-ttl-pg", Backend: PG, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
 		{Name: "control-slow-clock-embedded", Backend: Embedded, Fault: PauseHolder, Control: SlowClock},
 		{Name: "control-recvtime-sdk-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK},
-		{Name: "control-stale-record-etcd", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord, Cycles: 3},
+		{Name: "control-stale-record-etcd", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord, Cycles: 3, TTL: replicaTTL},
 		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal, Cycles: 1},
 		{Name: "control-sem-extra-embedded", Backend: Embedded, Fault: MultiPauseKill, Control: SemExtra, Cycles: 1},
 		{Name: "control-ignore-done-pg", Backend: PG, Fault: MultiPauseKill, Control: IgnoreDone, Cycles: 2},

@@ -24,6 +24,8 @@ type workerSpec struct {
 	keys              []string // the keys it takes; nil is every key of the run
 	limit             uint32   // semaphore limit (-limit), 0 for none
 	rw                bool     // read/write lock grants (-rw)
+	// sessionTTL is the TTL of the worker's sessions (-ttl); 0 is lockd's.
+	sessionTTL time.Duration
 }
 
 // workerProc is one incarnation of a worker slot. Its state follows the
@@ -41,6 +43,8 @@ type workerProc struct {
 	peer     string // the lockd replica of the latest grant ("hold" line), "" if unknown
 	stopped  bool   // SIGSTOPped by the harness and not resumed yet
 	killed   bool   // SIGKILLed by the harness
+	holdBack bool   // withholdAck asked to keep the current hold line's answer
+	ackOwed  bool   // a hold line's answer was kept back: answerHold sends it
 
 	// trig, if set, fires on the next matching line (see trigger).
 	trig atomic.Pointer[trigger]
@@ -72,7 +76,8 @@ func (tr *trigger) fire(w *workerProc) {
 // every hold line with "go" (the worker runs with -hold-ack and waits for
 // it before the grant's second write), after the trigger's action: a pause
 // has then stopped the worker before it can read the answer, so the second
-// write always comes after the pause and never races it.
+// write always comes after the pause and never races it. An action that
+// called withholdAck answers later (answerHold).
 func (w *workerProc) onLine(line string) (answer string) {
 	f := strings.Fields(line)
 	if len(f) < 2 {
@@ -99,9 +104,46 @@ func (w *workerProc) onLine(line string) (answer string) {
 		tr.fire(w)
 	}
 	if state == "hold" {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.holdBack {
+			w.holdBack, w.ackOwed = false, true
+			return ""
+		}
 		return "go"
 	}
 	return ""
+}
+
+// withholdAck, called from a trigger's action on a hold line, keeps that
+// line's answer back: the worker keeps holding (its SDK heartbeating) until
+// answerHold.
+func (w *workerProc) withholdAck() {
+	w.mu.Lock()
+	w.holdBack = true
+	w.mu.Unlock()
+}
+
+// answerHold sends the answer withholdAck kept back (once; a no-op without
+// one), so that the worker goes on to its second write and its release.
+func (w *workerProc) answerHold() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.ackOwed:
+		w.ackOwed = false
+		w.p.answer("go")
+	case w.holdBack: // onLine has not decided yet: let it answer
+		w.holdBack = false
+	}
+}
+
+// waiting reports whether the worker's latest line is "wait": an acquire
+// of it is in flight.
+func (w *workerProc) waiting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state == "wait"
 }
 
 // holdMode returns the mode of the worker's latest hold line.
@@ -173,6 +215,7 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-clock-scale", strconv.FormatFloat(ws.clockScale, 'g', -1, 64),
 		"-trust", string(ws.trust),
 		"-heartbeat-interval", ws.heartbeatInterval.String(),
+		"-ttl", ws.sessionTTL.String(),
 		"-seed", strconv.FormatUint(r.seed+uint64(slot)*1000+uint64(n), 10),
 		"-hold-ack",
 	}
