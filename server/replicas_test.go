@@ -12,6 +12,7 @@ import (
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
@@ -566,6 +567,105 @@ func TestAdoptedSessionNotClosedEarly(t *testing.T) {
 				t.Fatalf("B tried to close the session as silent %d times by heartbeat #%d; its client calls it every TTL/3", n, req)
 			}
 			<-tick.C
+		}
+	})
+}
+
+// TestHeartbeatDuringSilenceClose: a heartbeat that reaches a replica
+// while that replica's silence close of the session is in flight (its
+// client talked to another replica for a TTL, then came back) waits for
+// the close's outcome: the backend refuses it (the other replica keeps the
+// session), so the heartbeat is answered live from the store's answer
+// (C2 #ct2-replicas). Before, the record was closing and the answer dead.
+func TestHeartbeatDuringSilenceClose(t *testing.T) {
+	forBackends(t, func(t *testing.T, kind string) {
+		ns := lockdtest.NewNamespace(t, kind)
+		var fa *lockdtest.Faulty
+		a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true,
+			Wrap: func(st store.LockStore) store.LockStore { fa = lockdtest.NewFaulty(st); return fa }})
+		b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+		ctx := testCtx(t, 90*time.Second)
+		apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
+
+		id := openRaw(t, ctx, apiA, 0).SessionId
+		entered, release := make(chan struct{}), make(chan struct{})
+		fa.During(lockdtest.OpExpireSession, func() { close(entered); <-release })
+		released := false
+		defer func() {
+			if !released {
+				close(release)
+			}
+		}()
+		heard := make(chan struct{})
+		fa.During(telemetry.OpHeartbeat, func() { close(heard) })
+
+		// The client heartbeats through B until A's silence close begins.
+		streamB, err := apiB.KeepAlive(ctx)
+		if err != nil {
+			t.Fatalf("KeepAlive on B: %v", err)
+		}
+		tick := time.NewTicker(lockdtest.TTL / 3)
+		defer tick.Stop()
+		for req := uint64(1); ; req++ {
+			if err := streamB.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: req}); err != nil {
+				t.Fatalf("heartbeat #%d on B: %v", req, err)
+			}
+			if r := recvReply(t, streamB, req); !r.Live {
+				t.Fatalf("heartbeat #%d on B = %v; want live", req, r)
+			}
+			select {
+			case <-entered:
+			case <-tick.C:
+				continue
+			case <-ctx.Done():
+				t.Fatal("A never began its silence close")
+			}
+			break
+		}
+
+		// The client comes back to A while A's close is in flight.
+		streamA, err := apiA.KeepAlive(ctx)
+		if err != nil {
+			t.Fatalf("KeepAlive on A: %v", err)
+		}
+		if err := streamA.Send(&lockdv1.KeepAliveRequest{SessionId: id, RequestId: 1}); err != nil {
+			t.Fatalf("heartbeat on A: %v", err)
+		}
+		select {
+		case <-heard: // the heartbeat is at A's store, the close still held
+		case <-ctx.Done():
+			t.Fatal("the heartbeat on A never reached A's store")
+		}
+		// No answer may come while the close is held: it would have to
+		// guess the close's outcome. The close is let go after a second
+		// (a bound, not a synchronisation: the answer must wait however
+		// long the close takes).
+		replies := make(chan *lockdv1.KeepAliveResponse, 1)
+		go func() { // ends with the reply or the stream
+			for {
+				r, err := streamA.Recv()
+				if err != nil {
+					replies <- &lockdv1.KeepAliveResponse{Error: &lockdv1.SessionError{Message: err.Error()}}
+					return
+				}
+				if r.RequestId == 1 {
+					replies <- r
+					return
+				}
+			}
+		}()
+		select {
+		case r := <-replies:
+			t.Fatalf("heartbeat on A answered while A's silence close was in flight: %v; want it to wait for the outcome", r)
+		case <-time.After(time.Second):
+		}
+		close(release)
+		released = true
+		if r := <-replies; !r.Live {
+			t.Fatalf("heartbeat on A during its silence close = %v; want live (B keeps the session)", r)
+		}
+		if n := fa.Expires(); n != 1 {
+			t.Errorf("A's silence closes: %d; want 1", n)
 		}
 	})
 }

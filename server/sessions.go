@@ -403,7 +403,6 @@ func (s *Server) silenceLoop() {
 				ss.closing = true
 				ss.reason = telemetry.LostClientSilent
 			}
-			ss.expiring = make(chan struct{})
 			ss.pins++ // held by the close below
 			due = append(due, ss)
 		}
@@ -435,6 +434,17 @@ func (s *Server) silenceLoop() {
 // with backoff; the record stays closing, so no reply extends trust
 // meanwhile unless a call revives it (reviveLocked).
 func (s *Server) closeSilent(ss *session) {
+	s.mu.Lock()
+	if !ss.closing {
+		// Revived since it was filed: a call reached this server and
+		// filed it again (reviveLocked, grantTrustLocked).
+		ss.pins--
+		s.dropIfDone(ss)
+		s.mu.Unlock()
+		return
+	}
+	ss.expiring = make(chan struct{})
+	s.mu.Unlock()
 	defer s.settled(ss)
 	if s.ctx.Err() != nil {
 		s.unpin(ss)

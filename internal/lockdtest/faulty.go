@@ -161,12 +161,16 @@ func (f *Faulty) CloseSession(ctx context.Context, id store.SessionID) (int, err
 	return n, firstErr(err, after)
 }
 
+// OpExpireSession names ExpireSession for During (no C4 op counts it).
+const OpExpireSession = "expire_session"
+
 // ExpireSession implements store.SessionRegistry: the call is counted
-// (Expires) and passed on.
+// (Expires), runs its During hook, and is passed on.
 func (f *Faulty) ExpireSession(ctx context.Context, id store.SessionID) (store.Expiry, error) {
 	f.mu.Lock()
 	f.expires++
 	f.mu.Unlock()
+	f.failure(OpExpireSession)
 	return f.LockStore.ExpireSession(ctx, id)
 }
 
