@@ -17,6 +17,12 @@
 //     with another), token order, liveness (hand-over
 //     after a holder's death, and recovery: every key granted again after
 //     every fault), pauses that hit holders;
+//   - what recovery counts as wanting a key after a fault: an acquire of it
+//     in flight at the fault's end or invoked after it, and likewise a
+//     session open the worker makes to acquire it next (the worker picks
+//     the key first and records the open as an open op naming it), so a
+//     lockd left unable to open sessions fails recovery although its
+//     workers then record no acquire; the other checkers ignore opens;
 //   - worker and cmd/chaos-worker: the client process (lockd SDK);
 //   - ../cmd/etcd (test/cmd/etcd, shared with the parity suite): an etcd
 //     member in its own process;

@@ -62,9 +62,13 @@
 //
 // Recovery: after every fault ends (the runner supplies the windows), each
 // key some process wanted was granted again within the same bound
-// (Regrants). Liveness alone sees only keys whose holder died; a fault that
-// leaves the service unable to grant anything passes it, and every safety
-// checker, with one acquisition in the whole run.
+// (Regrants). A process wants a key while its acquire of it is in flight,
+// and while it opens a session to acquire it next (history.Open), so a
+// service left unable to open sessions after a fault fails it too, although
+// its workers then record no acquire at all. Liveness alone sees only keys
+// whose holder died; a fault that leaves the service unable to grant
+// anything passes it, and every safety checker, with one acquisition in the
+// whole run.
 //
 // PausesHitHolders: every pause (SIGSTOP) the runner injected hit a process
 // holding a key, and a write of that grant after the pause was refused by
@@ -78,7 +82,9 @@
 //
 // The checkers are only as good as the history. Workers must record every
 // acquire, release and write with Recorder.Invoke/Complete (Unknown for any
-// error after which the effect is not known), record Lost when Done() closes
+// error after which the effect is not known), every session open as an Open
+// of the key they ask for once it is open (only Recovery reads it; the
+// others ignore it), record Lost when Done() closes
 // without a release, using the SDK's deadline when it has one, and release or
 // record lost before the run stops (an interval never ended runs forever).
 // The harness records a Crash for every SIGKILL and passes pause and kill

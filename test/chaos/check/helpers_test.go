@@ -41,6 +41,12 @@ func (b *hb) acquireFail(proc, key string, inv, comp int64) *hb {
 	return b.add(history.Op{Proc: proc, Kind: history.Acquire, Key: key, Invoke: inv, Complete: comp, Outcome: history.Fail})
 }
 
+// open: a session open made to acquire key next (OK: it opened; Unknown:
+// it failed, or never completed with comp = history.Never).
+func (b *hb) open(proc, key string, inv, comp int64, out history.Outcome) *hb {
+	return b.add(history.Op{Proc: proc, Kind: history.Open, Key: key, Invoke: inv, Complete: comp, Outcome: out})
+}
+
 func (b *hb) release(proc, key string, inv, comp int64, token uint64, out history.Outcome) *hb {
 	return b.add(history.Op{Proc: proc, Kind: history.Release, Key: key, Token: token, Invoke: inv, Complete: comp, Outcome: out})
 }

@@ -145,7 +145,8 @@ var lockModel = (&porcupine.NondeterministicModel{
 // order (package doc). It counts one violation per key that is not
 // linearizable, and marks the result Inconclusive if a key's search timed out.
 //
-// Operations that certainly had no effect (Fail) and writes are left out.
+// Operations that certainly had no effect (Fail), writes and session opens
+// are left out.
 // Unknown acquires and releases are possibly applied at any instant after
 // their invoke; a lost or crash op frees the key at some instant after its
 // invoke (the end of trust), because the backend frees it no earlier.
@@ -236,7 +237,7 @@ func linPartitions(h history.History) map[string][]porcupine.Operation {
 	}
 	for _, op := range h {
 		switch {
-		case op.Outcome == history.Fail, op.Kind == history.Write:
+		case op.Outcome == history.Fail, op.Kind == history.Write, op.Kind == history.Open:
 		case op.Kind == history.Crash:
 			for _, k := range procKeys[op.Proc] {
 				add(op, k)

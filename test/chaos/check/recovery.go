@@ -18,9 +18,10 @@ type Window struct {
 }
 
 // Regrant is what happened to one key after one fault ended: someone wanted
-// it from From (the fault's end, or the invoke of the first acquire of it
-// after the end) and it was granted again at To (Granted), or was not
-// granted before the history's end (To is the horizon).
+// it from From (the fault's end, or the invoke of the first acquire of it,
+// or of a session open made to acquire it, after the end) and it was granted
+// again at To (Granted), or was not granted before the history's end (To is
+// the horizon).
 type Regrant struct {
 	Key     string
 	Window  Window
@@ -36,10 +37,14 @@ type Regrant struct {
 func (rg Regrant) Delay() time.Duration { return time.Duration(rg.To - rg.From) }
 
 // Regrants derives, for every fault window and every key of h that some
-// process wanted after the window ended (an acquire of it in flight at the
-// end, or invoked after it), when the key was next granted: the first OK
-// acquire of the key, by any process, completed after the end. A key nobody
-// wanted after a fault (the run stopped first) is not listed.
+// process wanted after the window ended, when the key was next granted: the
+// first OK acquire of the key, by any process, completed after the end. A
+// process wants a key while an acquire of it is in flight, and while it
+// opens a session to acquire it next (history.Open: one that cannot open a
+// session records no acquire at all, yet wants the key); so a want after
+// the end is an acquire or open of the key in flight at the end, or invoked
+// after it. A key nobody wanted after a fault (the run stopped first) is
+// not listed.
 func Regrants(h history.History, windows []Window) []Regrant {
 	horizon := h.Horizon()
 	var out []Regrant
@@ -47,14 +52,14 @@ func Regrants(h history.History, windows []Window) []Regrant {
 		for _, key := range h.Keys() {
 			rg := Regrant{Key: key, Window: w, From: history.Never, To: history.Never}
 			for _, op := range h {
-				if op.Kind != history.Acquire || op.Key != key || op.Complete <= w.End {
+				if (op.Kind != history.Acquire && op.Kind != history.Open) || op.Key != key || op.Complete <= w.End {
 					continue
 				}
 				// Wanted from the end, or from the first later invoke.
 				if from := max(w.End, op.Invoke); from < rg.From {
 					rg.From, rg.Waiter = from, op.Proc
 				}
-				if op.Outcome == history.OK && (!rg.Granted || op.Complete < rg.To) {
+				if op.Kind == history.Acquire && op.Outcome == history.OK && (!rg.Granted || op.Complete < rg.To) {
 					rg.To, rg.Granted = op.Complete, true
 					rg.Waiter = op.Proc
 				}
@@ -89,7 +94,8 @@ func (r RecoveryResult) String() string {
 }
 
 // Recovery checks that the lock service comes back after every fault:
-// each key some process wanted after a fault ended was granted again within
+// each key some process wanted after a fault ended (Regrants: an acquire of
+// it, or a session open made to acquire it) was granted again within
 // bound (TTL + expiry interval + slack: the holders the fault cut off lose
 // their sessions within the TTL, the backend frees their keys within the
 // expiry interval). It counts a violation for every key granted later, and

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -74,6 +75,81 @@ func TestRecoveryKeyNeverRegranted(t *testing.T) {
 	u := Recovery(short, win, 5*time.Second)
 	if u.Violations != 0 || !u.Inconclusive || u.OK() {
 		t.Fatalf("a key not re-granted before a short history's end: want inconclusive, got %s", u)
+	}
+}
+
+// The control of the blind spot of wants without an acquire: after a fault,
+// a worker that cannot open a session records no acquire at all, only its
+// open attempts, each naming the key it would ask for next. Those attempts
+// are wants: the key is not granted again, and the checker must say so.
+// Before open attempts counted, this history passed (nobody "wanted" k or
+// j), as would a service left unable to open sessions.
+func TestRecoveryWantedThroughSessionOpens(t *testing.T) {
+	b := &hb{}
+	b.acquire("a", "k", 0, 10, 5).
+		release("a", "k", 100, 110, 5, history.OK).
+		acquire("c", "j", 0, 10, 2).
+		lost("c", "j", 2, 600, 700).
+		// b lost its session in the fault: from 1100 on, every open of a
+		// new one (to acquire k) fails, until the history's end.
+		open("b", "k", 1100, 1400, history.Unknown).
+		open("b", "k", 1450, 1750, history.Unknown).
+		open("b", "k", 1800, 8900, history.Unknown).
+		// c's open (to acquire j) is in flight across the fault's end and
+		// never completes: a want of j from the end.
+		open("c", "j", 800, history.Never, history.Unknown).
+		// e opened its session (for n) before the fault and was granted n:
+		// no want after the end.
+		open("e", "n", 0, 5, history.OK).
+		acquire("e", "n", 5, 10, 1).
+		// Other keys go on being granted: the history runs to 9000.
+		acquire("z", "other", 1000, 1010, 1).
+		release("z", "other", 1020, 1030, 1, history.OK).
+		acquire("y", "other", 1040, 9000, 2)
+	h := b.build(t)
+	win := []Window{{Fault: "partition", Start: 200 * ms, End: 1000 * ms}}
+	r := Recovery(h, win, 5*time.Second)
+	wantCaught(t, r.Result, 2,
+		`key "j": fault partition ended at 1.000000s; wanted by c from 1.000000s, not granted again in the 8s`,
+		`key "k": fault partition ended at 1.000000s; wanted by b from 1.100000s, not granted again in the 7.9s`)
+
+	// A want that began with failed opens is measured from the first of
+	// them, not from the acquire that finally went out: d wants m from
+	// 1100 and is granted it at 1600 (500ms), its acquire alone took 100ms.
+	g := (&hb{}).
+		acquire("d", "m", 0, 10, 1).
+		open("d", "m", 1100, 1400, history.Unknown).
+		open("d", "m", 1450, 1500, history.OK).
+		acquire("d", "m", 1500, 1600, 2).
+		build(t)
+	rgs := Regrants(g, win)
+	want := Regrant{Key: "m", Window: win[0], From: 1100 * ms, To: 1600 * ms, Granted: true, Waiter: "d"}
+	if len(rgs) != 1 || rgs[0] != want {
+		t.Fatalf("Regrants = %+v, want [%+v]", rgs, want)
+	}
+	wantOK(t, Recovery(g, win, 500*time.Millisecond).Result)
+	wantCaught(t, Recovery(g, win, 400*time.Millisecond).Result, 1, `key "m": fault partition ended at 1.000000s; wanted from 1.100000s, granted again to d only after 500ms`)
+}
+
+// An open grants and frees nothing: every other checker ignores it. The
+// good history with opens scattered over it (before acquires, failed, in
+// flight at the end) still passes them all.
+func TestOpensIgnoredBySafetyCheckers(t *testing.T) {
+	b := &hb{ops: append(history.History(nil), goodHistory(t)...), seq: 1000}
+	b.open("a", "k", 0, 0, history.OK).
+		open("b", "k", 20, 39, history.Unknown).
+		open("b", "k", 39, 40, history.OK).
+		open("d", "k", 100, 202, history.OK).
+		open("c", "j", 650, history.Never, history.Unknown).
+		open("f", "k", 300, 900, history.Unknown)
+	h := b.build(t)
+	wantOK(t, Linearizable(h, LinOptions{}))
+	wantOK(t, NoTrustedOverlap(h))
+	wantOK(t, TokensIncrease(h))
+	wantOK(t, TooManyTrusted(h, map[string]Kind{}))
+	good := goodHistory(t)
+	if got, want := HandOvers(h, DeathsOf(h)), HandOvers(good, DeathsOf(good)); !slices.Equal(got, want) {
+		t.Fatalf("HandOvers with opens = %+v, want the same as without: %+v", got, want)
 	}
 }
 

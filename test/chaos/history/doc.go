@@ -7,8 +7,11 @@
 // An [Op] is one operation of one process on one key: an acquire (the reply
 // carries the fencing token), a release (sent with the grant's token), a write
 // to the fenced resource (sent with the token), a lost (the SDK closed the
-// lock's Done channel: the process no longer trusts the lock) or a crash (the
-// harness killed the process; every lock it held is lost from that instant).
+// lock's Done channel: the process no longer trusts the lock), a crash (the
+// harness killed the process; every lock it held is lost from that instant),
+// or an open (the process opens a client session to acquire the key next: a
+// process that cannot open one records no acquire, yet wants the key, and
+// the recovery checker must see that want; [Open]).
 // Each has an invoke and a complete time and an outcome:
 //
 //   - [OK]: the operation took effect (the acquire was granted, the release

@@ -26,11 +26,19 @@ const (
 	// its operations still in flight become Unknown. It is written by the
 	// harness, on behalf of the killed process.
 	Crash Kind = "crash"
+	// Open records that the process opens a client session (a first one, or
+	// a new one after losing its last) in order to acquire Key next: Key is
+	// the key it asks for once the session is open. Its outcome is OK when
+	// the session opened, Unknown when the attempt failed (the server may
+	// have created a session nobody uses). It grants and frees nothing: only
+	// the recovery checker reads it, as a want of Key, like an acquire of it
+	// in flight (package check, Regrants); every other checker ignores it.
+	Open Kind = "open"
 )
 
 func (k Kind) valid() bool {
 	switch k {
-	case Acquire, Release, Write, Lost, Crash:
+	case Acquire, Release, Write, Lost, Crash, Open:
 		return true
 	}
 	return false

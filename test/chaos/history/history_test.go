@@ -327,3 +327,49 @@ func TestModeRoundTrip(t *testing.T) {
 		t.Fatalf("ops = %v (modes %q, %q), want the shared grant 42 and a plain one", f.Ops, f.Ops[0].Mode, f.Ops[1].Mode)
 	}
 }
+
+// A session open is recorded like any invoked operation: it names the key the
+// process asks for next, reads back with its outcome, and one cut short by a
+// kill reads as Unknown, completing Never (still a want of that key). Like
+// every kind but crash it needs a key.
+func TestOpenRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	rec, err := NewRecorder(&buf, "p", NewClock(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rec.Invoke(Open, "k", 0)
+	rec.Complete(c, Unknown, 0, errors.New("unavailable"))
+	c = rec.Invoke(Open, "k", 0)
+	rec.Complete(c, OK, 0, nil)
+	rec.Invoke(Open, "j", 0) // killed before completion
+	f, err := Read(&buf)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	want := []struct {
+		key     string
+		outcome Outcome
+		never   bool
+	}{{"k", Unknown, false}, {"k", OK, false}, {"j", Unknown, true}}
+	if len(f.Ops) != len(want) {
+		t.Fatalf("ops = %v, want %d opens", f.Ops, len(want))
+	}
+	for i, w := range want {
+		op := f.Ops[i]
+		if op.Kind != Open || op.Key != w.key || op.Outcome != w.outcome || (op.Complete == Never) != w.never {
+			t.Fatalf("op %d = %v, want open(%q) %s (never completed: %v)", i, op, w.key, w.outcome, w.never)
+		}
+	}
+	if f.Ops[0].Err != "unavailable" {
+		t.Fatalf("failed open's error text = %q, want kept", f.Ops[0].Err)
+	}
+	h := History(f.Ops)
+	if err := h.Validate(); err != nil {
+		t.Fatalf("Validate(opens) = %v, want nil", err)
+	}
+	keyless := Op{Proc: "p", Seq: 9, Kind: Open, Invoke: 1, Complete: 2, Outcome: OK}
+	if err := (History{keyless}).Validate(); err == nil {
+		t.Fatal("Validate(open without key) = nil, want an error")
+	}
+}

@@ -33,9 +33,10 @@
 // two workers trusted one key at once, tokens increased, every waiter got a
 // dead holder's key within TTL + reaper interval + slack, and after every
 // fault (each cycle records its window, from the fault's start to its end)
-// every key the workers wanted was granted again within that bound; the
-// workers run on after the last fault until every key has been granted
-// again or the bound has passed. The scenarios that pause holders must also
+// every key the workers wanted (an acquire of it, or a session open made to
+// acquire it, in flight at the end or invoked after) was granted again
+// within that bound; the workers run on after the last fault until every
+// key has been granted again or the bound has passed. The scenarios that pause holders must also
 // show that every pause hit a holder whose late write the fenced resource
 // refused, and at least as many refused writes as pauses. A control
 // (Spec.Control) passes only when its checker found the violation it was

@@ -65,9 +65,9 @@ func (r *run) awaitRegrants(ctx context.Context) error {
 // check.Recovery must say so. Then it heals for real.
 //
 // check.Recovery measures a key's delay from the fault's end only when an
-// acquire of it is in flight then (else from the first acquire invoked
-// later), so the end is recorded only once a worker is seen waiting in an
-// acquire: its session outlives the whole cut (noHealSessionTTL), so that
+// acquire of it (or a session open made to acquire it) is in flight then
+// (else from the first one invoked later), so the end is recorded only once
+// a worker is seen waiting in an acquire: its session outlives the whole cut (noHealSessionTTL), so that
 // acquire stays in flight, or is retried, until the link heals, past the
 // bound. With lockd's TTL every session could die before the recorded end
 // (a CI run once found no key wanted between the end and the heal, and

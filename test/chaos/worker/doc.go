@@ -15,6 +15,14 @@
 // trusting the grant, even if the process was stopped then and only noticed
 // later. A session that ended is replaced by a new one.
 //
+// The key of the next acquire is picked before its session is opened, and
+// every session open (the first, and each after a session ended) is
+// recorded as an open op naming that key (history.Open: OK when the
+// session opened, unknown when the attempt failed; a failed open is retried
+// for the same key). A worker that cannot open a session records no
+// acquire, yet it wants the key: the recovery checker counts the open as a
+// want, so a service left unable to open sessions after a fault fails it.
+//
 // The workers write regardless of Done: the writes model a holder that was
 // paused between checking its lock and writing, which is exactly what the
 // fenced resource's token check exists for. So with the check on every late

@@ -166,6 +166,10 @@ type worker struct {
 
 	sess    *session
 	sessTTL time.Duration
+	// next is the key of the next acquire, picked before its session is
+	// opened (the open is recorded as a want of it, history.Open) and kept
+	// across failed opens; "" once the acquire is sent.
+	next string
 	// lastPeer is the address of the lockd replica the latest successful
 	// unary call went to (peerRecorder): with pick-first, the replica the
 	// worker talks to.
@@ -286,8 +290,11 @@ func (w *worker) dropSession() {
 }
 
 // session returns a live session, opening one if needed; nil when ctx
-// ended or the server could not be reached for now.
-func (w *worker) session(ctx context.Context) *session {
+// ended or the server could not be reached for now. key is the key the
+// worker acquires next: an open is recorded as an Open of it, so that a
+// worker which cannot open a session after a fault still shows that it
+// wants the key (check.Regrants).
+func (w *worker) session(ctx context.Context, key string) *session {
 	if w.sess != nil && w.sess.Err() == nil {
 		return w.sess
 	}
@@ -296,11 +303,14 @@ func (w *worker) session(ctx context.Context) *session {
 	if w.cfg.SessionTTL > 0 {
 		opts = append(opts, client.WithSessionTTL(w.cfg.SessionTTL))
 	}
+	call := w.rec.Invoke(history.Open, key, 0)
 	s, err := w.c.NewSession(ctx, opts...)
 	if err != nil {
+		w.rec.Complete(call, history.Unknown, 0, err) // the server may have made a session nobody uses
 		pause(ctx, retryPause)
 		return nil
 	}
+	w.rec.Complete(call, history.OK, 0, nil)
 	w.sess = &session{Session: s}
 	w.sessTTL = s.TTL()
 	if w.cfg.Trust == TrustReceiveTTL {
@@ -319,11 +329,15 @@ func (w *worker) realTime(t time.Time) time.Time {
 
 // iteration runs one acquire–write–hold–write–release round.
 func (w *worker) iteration(ctx context.Context) {
-	sess := w.session(ctx)
-	if sess == nil {
-		return
+	if w.next == "" {
+		w.next = w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
 	}
-	key := w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
+	key := w.next
+	sess := w.session(ctx, key)
+	if sess == nil {
+		return // the next iteration tries again for the same key
+	}
+	w.next = ""
 	mode, opts := w.grantMode()
 	w.say("wait %s", key)
 	call := w.rec.InvokeMode(history.Acquire, key, mode, 0)

@@ -13,6 +13,9 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/store"
 	"lock.dev/lockd/test/chaos/check"
 	"lock.dev/lockd/test/chaos/fenced"
 	"lock.dev/lockd/test/chaos/history"
@@ -101,9 +104,26 @@ func TestWorkersAgainstRealServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			acquired := 0
+			first := map[string]history.Op{} // proc → its first op
 			for _, op := range h {
+				if _, ok := first[op.Proc]; !ok {
+					first[op.Proc] = op
+				}
 				if op.Kind == history.Acquire && op.Outcome == history.OK {
 					acquired++
+				}
+			}
+			// Each worker first opened its session, for the key of its
+			// first acquire (its second op).
+			for proc, op := range first {
+				var next history.Op
+				for _, o := range h {
+					if o.Proc == proc && o.Seq == op.Seq+1 {
+						next = o
+					}
+				}
+				if op.Kind != history.Open || op.Outcome != history.OK || next.Kind != history.Acquire || next.Key != op.Key {
+					t.Errorf("%s began with %v then %v; want an ok open of the key its first acquire asks for", proc, op, next)
 				}
 			}
 			if acquired < 3 {
@@ -120,6 +140,96 @@ func TestWorkersAgainstRealServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSessionOpensAreWants: a worker whose lockd cannot open sessions (its
+// store refuses every open as unavailable, the SDK retries) records no
+// acquire, only its open attempt, for the key it asks for next: the recovery
+// checker sees the want from that open, not granted. Once opens work
+// again it acquires that key, and its want dates from the open. With
+// opens unrecorded, the history held nothing here and the checker saw no
+// want.
+func TestSessionOpensAreWants(t *testing.T) {
+	var faulty *lockdtest.Faulty
+	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true,
+		Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+	faulty.Fail(telemetry.OpOpenSession, store.ErrUnavailable)
+	epoch := time.Now()
+	clock := history.NewClock(epoch)
+	fs, err := fenced.Start(fenced.Config{CheckTokens: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fs.Close() })
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w0.jsonl")
+	keys := []string{"wo/a", "wo/b"}
+	win := []check.Window{{Fault: "no-open", Start: 0, End: clock.Now()}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &lines{}
+	done := make(chan error, 1)
+	go func() { // returns when ctx ends and the worker has finished its grant
+		done <- Run(ctx, Config{Proc: "w0", Lockd: []string{srv.Addr}, FencedURL: fs.URL(), HistoryPath: path,
+			Epoch: epoch, Keys: keys, HoldMin: 5 * time.Millisecond, HoldMax: 5 * time.Millisecond, Seed: 7}, out)
+	}()
+
+	// Opens fail: the worker's history holds its open, in flight, and no
+	// acquire. The recovery checker sees the key wanted and not granted.
+	var cut history.History
+	testkit.Eventually(t, 10*time.Second, "an open recorded", func() bool {
+		cut, err = history.ReadFiles(path)
+		return err == nil && len(cut) > 0
+	})
+	for _, op := range cut {
+		if op.Kind != history.Open || op.Key != cut[0].Key || op.Outcome == history.OK {
+			t.Fatalf("while opens fail the worker recorded %v; want only failed or pending opens of one key, got %v", op, cut)
+		}
+	}
+	want, from := cut[0].Key, cut[0].Invoke // the worker started after the fault's end
+	rgs := check.Regrants(cut, win)
+	if len(rgs) != 1 || rgs[0].Key != want || rgs[0].Granted || rgs[0].Waiter != "w0" || rgs[0].From != from {
+		t.Fatalf("Regrants while opens fail = %+v; want %q wanted by w0 from its open at %s, not granted",
+			rgs, want, history.FormatTime(from))
+	}
+
+	// Opens work again: the session opens and the worker acquires the key
+	// its open named; its want dates from the (first) open, not from the
+	// acquire.
+	faulty.Fail(telemetry.OpOpenSession, nil)
+	testkit.Eventually(t, 10*time.Second, "a grant", func() bool { return strings.Contains(out.String(), "hold ") })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	h, err := history.ReadFiles(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acq history.Op
+	opened := false
+	for _, op := range h {
+		switch {
+		case op.Kind == history.Open && op.Outcome == history.OK && acq.Kind == "":
+			opened = op.Key == want
+		case op.Kind == history.Acquire && acq.Kind == "":
+			acq = op
+		}
+	}
+	if !opened || acq.Key != want || acq.Outcome != history.OK {
+		t.Fatalf("history %v: want an ok open of %q, then a granted acquire of it", h, want)
+	}
+	rgs = check.Regrants(h, win)
+	var rg check.Regrant
+	for _, r := range rgs {
+		if r.Key == want {
+			rg = r
+		}
+	}
+	if !rg.Granted || rg.From != from || rg.To != acq.Complete || rg.Delay() <= time.Duration(acq.Complete-acq.Invoke) {
+		t.Fatalf("Regrants = %+v; want %q wanted from its first open (%s), granted at %s, longer than the acquire alone",
+			rgs, want, history.FormatTime(from), history.FormatTime(acq.Complete))
 	}
 }
 
