@@ -67,7 +67,13 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 	ended, exists, err := s.endIfUnkept(ctx, id, keeperRev)
 	if err != nil {
 		if ss != nil && !errors.Is(err, store.ErrSessionDead) {
-			s.keepAgain(ss) // nothing decided: this Store keeps it as before
+			// Nothing known of the outcome: the transaction may have
+			// withdrawn this Store's keeper record. Keeping the lease
+			// without one would let another Store end the session under
+			// a client this one answers; forget it instead (its client
+			// fell silent here; a later call adopts it again, keeper
+			// record first).
+			s.forgetKept(ss)
 		}
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
 	}
@@ -99,16 +105,6 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 		}
 	}
 	return store.Expiry{Remaining: bound}, nil
-}
-
-// keepAgain resumes keeping a session ExpireSession stopped keeping when it
-// could not decide anything.
-func (s *Store) keepAgain(ss *session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !ss.dead && !s.closed && s.sessions[ss.id] == ss {
-		s.keep.resume(ss)
-	}
 }
 
 // forgetKept drops a session this Store stopped keeping while another
