@@ -172,9 +172,13 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 	if s.isClosing(ss) {
 		return true, nil
 	}
+	mark := s.closeMark(ss)
 	lv, err := s.liveness(ctx, ss) // liveness.go
-	s.lockSettled(ss)
+	fresh := s.lockSettled(ss, mark)
 	defer s.mu.Unlock()
+	if !fresh && err == nil && lv.Live && !ss.gone {
+		err = errCloseOverlap // the answer may predate the close: extends nothing
+	}
 	switch {
 	case ctx.Err() != nil:
 		return false, nil // the caller is gone: nobody to answer

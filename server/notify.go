@@ -185,8 +185,10 @@ func (s *Server) noticeLocked(ss *session, key string, token uint64, reason lock
 		ss.notices = ss.notices[over:]
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "lock-loss notices dropped", slog.Int("dropped", over))
 	}
+	// A silence close the backend may still refuse is not an end
+	// (endingLocked): a push never extends trust, so live is safe to say.
 	live := reason != lockdv1.LockLostReason_LOCK_LOST_REASON_EXPIRED && !ss.gone &&
-		(!ss.closing || ss.draining)
+		(ss.draining || !s.endingLocked(ss))
 	if ss.stream != nil {
 		ss.stream.push(&lockdv1.KeepAliveResponse{SessionId: string(ss.id), Live: live,
 			Lost: []*lockdv1.LockLost{notice}})

@@ -156,6 +156,8 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	if closing {
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
+	// Taken before the store is asked (lockSettled).
+	mark := s.closeMark(ss)
 	release, err := s.admitAcquire(ss, req.Key, req.Wait) // limits.go
 	if err != nil {
 		return nil, err
@@ -192,14 +194,20 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 			s.log.WarnContext(ctx, "lockd: acquire: the grant's value was not stored", "key", g.Key, "token", g.Token, "error", err)
 		}
 	}
-	s.lockSettled(ss)
-	ok := s.grantTrustLocked(ss, recv, g.Remaining, false)
+	fresh := s.lockSettled(ss, mark)
+	stale := !fresh && !ss.gone // a grant that overlapped a silence close
+	ok := !stale && s.grantTrustLocked(ss, recv, g.Remaining, false)
 	if ok {
 		// Not tracked when the grant went away before this reply (a
 		// lock-lost notice is then on its way, and no answer confirms it).
 		s.trackLocked(ss, g.Key, g.Token)
 	}
 	s.mu.Unlock()
+	if stale {
+		// Retryable: the retry (Acquire is idempotent for a key the
+		// session holds) is answered from a fresh store answer.
+		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", errCloseOverlap))
+	}
 	if !ok {
 		// The session is being closed, which takes this grant with it.
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"lock.dev/lockd/internal/telemetry"
@@ -56,6 +57,9 @@ type session struct {
 	// in flight; it is closed once the outcome is recorded. A reply that
 	// would extend trust waits for it (lockSettled).
 	expiring chan struct{}
+	// closeGen counts the silence closes begun (closeSilent): a call whose
+	// store answer overlapped one extends nothing (closeMark, lockSettled).
+	closeGen uint64
 	// gone: the store confirmed the session dead or closed.
 	gone bool
 	// closeAttempts counts failed silence-close attempts (backoff).
@@ -222,18 +226,37 @@ func (s *Server) endingLocked(ss *session) bool {
 	return ss.gone || s.closingAll || (ss.closing && ss.reason == "")
 }
 
+// closeMark is taken before a call asks the store about ss: the silence
+// closes of ss begun so far, one fewer when one is in flight (its
+// withdrawal may come after the store's answer).
+func (s *Server) closeMark(ss *session) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss.expiring != nil {
+		return ss.closeGen - 1
+	}
+	return ss.closeGen
+}
+
+// errCloseOverlap answers a call whose store answer overlapped a silence
+// close of its session on this replica (C2 #ct2-replicas): retryable, it
+// extends nothing; the retry adopts the session again.
+var errCloseOverlap = fmt.Errorf("%w: the session's silence close on this replica overlapped the call; retry", store.ErrContention)
+
 // lockSettled locks s.mu once no silence close of ss is in flight, and
 // revives ss if the backend refused that close; the caller unlocks. A
 // reply that extends trust takes the lock this way, so that it either
 // follows a close that ended the session (and says dead) or a refused one.
+// It reports whether the store answer the call got is still good: no
+// silence close began since mark (closeMark, taken before the store call).
 // The wait is bounded by closeTimeout (and ends at Shutdown).
-func (s *Server) lockSettled(ss *session) {
+func (s *Server) lockSettled(ss *session, mark uint64) (fresh bool) {
 	for {
 		s.mu.Lock()
 		ch := ss.expiring
 		if ch == nil {
 			s.reviveLocked(ss)
-			return
+			return ss.closeGen == mark
 		}
 		s.mu.Unlock()
 		<-ch
@@ -244,12 +267,22 @@ func (s *Server) lockSettled(ss *session) {
 // keeps (ExpireSession ended nothing, or failed): the client reached this
 // server again, so it is not silent here (s.mu held, no close in flight).
 // Trust is granted afterwards only from the store's answer to that call
-// (grantTrustLocked), and the silence close is scheduled again from it.
+// (grantTrustLocked). The record is watched for silence again from now, a
+// TTL on (lock.session.max-ttl while an adopted session's TTL is unknown),
+// also when the call extends nothing.
 func (s *Server) reviveLocked(ss *session) {
 	if !ss.closing || ss.reason == "" || ss.gone || s.closingAll || ss.draining || ss.expiring != nil {
 		return
 	}
 	ss.closing, ss.reason, ss.closeAttempts = false, "", 0
+	ttl, guess := ss.ttl, false
+	if ttl == 0 {
+		ttl, guess = s.cfg.MaxTTL, true
+	}
+	if at := time.Now().Add(ttl); at.After(ss.expireAt) {
+		ss.expireAt, ss.expireGuess = at, guess
+	}
+	s.schedule(ss)
 }
 
 // endRead ends the read pinUse began.
@@ -444,6 +477,8 @@ func (s *Server) closeSilent(ss *session) {
 		return
 	}
 	ss.expiring = make(chan struct{})
+	ss.closeGen++
+	reason := ss.reason // read under s.mu: CloseSession may clear it meanwhile
 	s.mu.Unlock()
 	defer s.settled(ss)
 	if s.ctx.Err() != nil {
@@ -456,7 +491,7 @@ func (s *Server) closeSilent(ss *session) {
 		err     error
 		already bool // the session was gone before: whoever ended it counted the loss
 	)
-	if ss.reason == "" {
+	if reason == "" {
 		// The client asked: unconditional, recorded as the caller's close.
 		cctx := telemetry.WithServerClose(ctx)
 		s.mu.Lock()
@@ -496,9 +531,9 @@ func (s *Server) closeSilent(ss *session) {
 		s.schedule(ss)
 		return
 	}
-	if ss.reason != "" && !already {
-		s.tlog.SessionLost(ss.id, ss.reason)
-		s.metrics.SessionLost(ss.reason)
+	if reason != "" && !already {
+		s.tlog.SessionLost(ss.id, reason)
+		s.metrics.SessionLost(reason)
 	}
 	_ = n // the store logs and counts the released locks
 	if ss.stream != nil {
