@@ -256,13 +256,15 @@ func mapsEqual(a, b map[string]bool) bool {
 }
 
 // setAside avoids the replica at remote (a connection's remote address)
-// for asideFor. When every other address is set aside already (the last
-// replica of a rolling restart drains; the others drained a moment ago and
-// are likely back) their asides are forgotten: a replica that drains or
-// stalls goes away, the others may answer again (C2 #ct2-failover). It
-// reports whether the addresses changed: false means there is no other
-// address at all.
-func (r *failoverResolver) setAside(remote net.Addr) bool {
+// for asideFor; draining says it shuts down (a draining reply or a
+// SHUTTING_DOWN refusal), else it stalled. When every other address is set
+// aside already, a draining replica is left all the same and the others'
+// asides are forgotten (the last replica of a rolling restart drains; the
+// others drained a moment ago and are likely back; C2 #ct2-failover); a
+// stalled one is kept (every replica slow must not make the client hop).
+// It reports whether the addresses changed: false means there is nowhere
+// else to go.
+func (r *failoverResolver) setAside(remote net.Addr, draining bool) bool {
 	if remote == nil {
 		return false
 	}
@@ -289,6 +291,10 @@ func (r *failoverResolver) setAside(remote net.Addr) bool {
 		until, ok := r.aside[a]
 		return !ok || !now.Before(until)
 	}) {
+		if !draining {
+			r.mu.Unlock()
+			return false
+		}
 		for _, a := range others {
 			delete(r.aside, a)
 		}
@@ -347,7 +353,7 @@ func (r *failoverResolver) asideOnShutdown(ctx context.Context, method string, r
 	var p peer.Peer
 	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
 	if err != nil && isShuttingDown(err) {
-		r.setAside(p.Addr)
+		r.setAside(p.Addr, true)
 	}
 	return err
 }

@@ -261,7 +261,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 				quiet = lastRecv
 			}
 			if at := quiet.Add(stall); !now.Before(at) {
-				if k.setAside(stream, "keepalive stream stalled") {
+				if k.setAside(stream, "keepalive stream stalled", false) {
 					return false, true
 				}
 				stallDone = true
@@ -288,7 +288,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			// The replica drains (C2 #ct2-drain): go elsewhere if there is
 			// somewhere else, else keep heartbeating here.
 			drain = nil
-			if k.c.failover != nil && k.setAside(stream, "replica draining") {
+			if k.c.failover != nil && k.setAside(stream, "replica draining", true) {
 				return false, true
 			}
 		case err := <-broken:
@@ -308,9 +308,9 @@ const minStall = 250 * time.Millisecond
 
 // setAside sets the stream's replica aside; false when there is nowhere
 // else to go.
-func (k *keepaliver) setAside(stream lockdv1.LockService_KeepAliveClient, why string) bool {
+func (k *keepaliver) setAside(stream lockdv1.LockService_KeepAliveClient, why string, draining bool) bool {
 	p, ok := peer.FromContext(stream.Context())
-	if !ok || !k.c.failover.setAside(p.Addr) {
+	if !ok || !k.c.failover.setAside(p.Addr, draining) {
 		return false
 	}
 	k.c.log.LogAttrs(context.Background(), slog.LevelDebug, "moving to another replica",

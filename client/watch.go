@@ -178,6 +178,6 @@ func (w *watcher) asideIfDraining(stream lockdv1.LockService_WatchClient, err er
 		return
 	}
 	if p, ok := peer.FromContext(stream.Context()); ok {
-		w.c.failover.setAside(p.Addr)
+		w.c.failover.setAside(p.Addr, true)
 	}
 }
