@@ -159,16 +159,6 @@ func (k *keeper) adopt(ss *session, now time.Time) {
 	k.poke()
 }
 
-// resume keeps ss's lease again after remove (ExpireSession decided
-// nothing).
-func (k *keeper) resume(ss *session) {
-	k.mu.Lock()
-	k.leases[ss.lease] = ss
-	k.scheduleLocked(ss, time.Now())
-	k.mu.Unlock()
-	k.poke()
-}
-
 // touch records a call for ss starting at now.
 func (k *keeper) touch(ss *session, now time.Time) {
 	k.mu.Lock()
