@@ -275,10 +275,7 @@ func (s *Server) reviveLocked(ss *session) {
 		return
 	}
 	ss.closing, ss.reason, ss.closeAttempts = false, "", 0
-	ttl, guess := ss.ttl, false
-	if ttl == 0 {
-		ttl, guess = s.cfg.MaxTTL, true
-	}
+	ttl, guess := s.silenceTTL(ss)
 	if at := time.Now().Add(ttl); at.After(ss.expireAt) {
 		ss.expireAt, ss.expireGuess = at, guess
 	}
@@ -351,15 +348,7 @@ func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration
 		// whose first keepalive here is still unanswered).
 		ss.ttl = rem
 	}
-	ttl, guess := ss.ttl, false
-	if ttl == 0 {
-		// No heartbeat answered here yet: the client may have any TTL up
-		// to lock.session.max-ttl. Closing it as silent after less could
-		// end a session whose client is calling (its first call here was
-		// a grant that promised nothing); the first heartbeat replaces
-		// this bound.
-		ttl, guess = s.cfg.MaxTTL, true
-	}
+	ttl, guess := s.silenceTTL(ss)
 	if at := recv.Add(rem); at.After(ss.trustUntil) {
 		ss.trustUntil = at
 	}
@@ -370,6 +359,19 @@ func (s *Server) grantTrustLocked(ss *session, recv time.Time, rem time.Duration
 	}
 	s.schedule(ss)
 	return true
+}
+
+// silenceTTL is how long ss's client may stay silent here before its
+// silence close: its TTL, or, while no heartbeat answered here has taught
+// an adopted session's TTL, lock.session.max-ttl (guess): the client may
+// have any TTL up to it, and closing it as silent after less could end a
+// session whose client is calling (its first call here was a grant that
+// promised nothing). The first heartbeat replaces the guess.
+func (s *Server) silenceTTL(ss *session) (ttl time.Duration, guess bool) {
+	if ss.ttl == 0 {
+		return s.cfg.MaxTTL, true
+	}
+	return ss.ttl, false
 }
 
 func later(a, b time.Time) time.Time {
