@@ -247,3 +247,47 @@ func TestDoneWhileServerUnreachable(t *testing.T) {
 			done.Sub(stoppedAt).Round(time.Millisecond), freeAt.Sub(stoppedAt).Round(time.Millisecond))
 	})
 }
+
+// TestHeartbeatBeforeShortDeadline checks the heartbeat schedule of C2
+// #ct2-deadline: an answer whose Remaining leaves less than an interval
+// brings the next heartbeat forward to halfway to the earliest deadline,
+// so a lock outlives many such windows. Before the rule the next heartbeat
+// went a jittered interval later (0.8–1 s) and the lock's deadline (0.7 s
+// after each send) passed first — how parity rolling-restart on a
+// three-member etcd lost a lock.
+func TestHeartbeatBeforeShortDeadline(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		var faulty *lockdtest.Faulty
+		clock := newFakeClock()
+		const interval = time.Second
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
+			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
+				client.WithTTL(time.Minute)},
+			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+		ctx := testCtx(t, 60*time.Second)
+		const rem = 1200 * time.Millisecond
+		window := rem - lockdtest.SafetyMargin // 700 ms of trust per answer
+		faulty.SetRemaining(rem)
+		s := newSession(t, ctx, srv.Client)
+		l, err := s.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		for i := range 8 { // 8 × 350 ms: four windows
+			now := clock.Now()
+			if testkit.Poll(10*time.Second, func() bool { return clock.pending(now, now.Add(window/2)) }) != nil {
+				t.Fatalf("step %d: no heartbeat due within %v of an answer that left a %v window (deadline now%+v)",
+					i, window/2, window, l.Deadline().Sub(now))
+			}
+			clock.Advance(window / 2)
+			sent := clock.Now()
+			if testkit.Poll(10*time.Second, func() bool { return l.Deadline().Equal(sent.Add(window)) }) != nil {
+				t.Fatalf("step %d: lock deadline sent%+v; want sent+%v (the heartbeat sent at the step's end answered)",
+					i, l.Deadline().Sub(sent), window)
+			}
+			if closed(l.Done()) {
+				t.Fatalf("step %d: lock lost: %v", i, l.Err())
+			}
+		}
+	})
+}

@@ -379,22 +379,40 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 				s.answer(b.sent, b.seq, false, 0, r.GetHeld())
 			}
 			k.beatSoon(s, min(s.interval/2, time.Second))
+			k.beatBeforeDeadline(s)
 		}
 	case !r.GetLive(): // dead is terminal, whichever request this answers
 		s.end(ErrSessionDead)
 	case answered:
 		s.answer(b.sent, b.seq, true, ms(r.GetRemainingMs()), r.GetHeld())
+		k.beatBeforeDeadline(s)
 	}
 }
 
-// beatSoon moves the session's next heartbeat to at most after from now.
+// beatBeforeDeadline brings the session's next heartbeat forward to
+// halfway from now to the earliest deadline it holds, its own or a lock's,
+// and no sooner than beatSlack (C2 #ct2-deadline): Remaining can leave less
+// than an interval (etcd proves a lease from its last keepalive; a replica
+// that adopts a session knows only whole seconds at first), and an answer
+// must still have room to arrive before the deadline passes.
+func (k *keepaliver) beatBeforeDeadline(s *Session) {
+	if at, ok := s.earliestDeadline(); ok {
+		k.beatSoon(s, max(at.Sub(k.c.clock.Now())/2, beatSlack(s.interval)))
+	}
+}
+
+// beatSoon moves the session's next heartbeat to at most after from now,
+// and wakes the sender if it moved.
 func (k *keepaliver) beatSoon(s *Session, after time.Duration) {
+	moved := false
 	k.mu.Lock()
 	if e := k.sessions[s.id]; e != nil && e.s == s {
 		if soon := k.c.clock.Now().Add(after); soon.Before(e.next) {
-			e.next = soon
+			e.next, moved = soon, true
 		}
 	}
 	k.mu.Unlock()
-	k.poke()
+	if moved {
+		k.poke()
+	}
 }

@@ -197,16 +197,34 @@ func (s *Session) armLocked() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	at := s.earliestLocked()
+	s.timerGen++
+	gen := s.timerGen
+	s.timerAt = at
+	s.timer = s.c.clock.AfterFunc(at.Sub(s.c.clock.Now()), func() { s.deadlineReached(gen) })
+}
+
+// earliestLocked is the earliest of the session's and its locks'
+// deadlines (s.mu held).
+func (s *Session) earliestLocked() time.Time {
 	at := s.deadline
 	for _, l := range s.locks {
 		if l.deadline.Before(at) {
 			at = l.deadline
 		}
 	}
-	s.timerGen++
-	gen := s.timerGen
-	s.timerAt = at
-	s.timer = s.c.clock.AfterFunc(at.Sub(s.c.clock.Now()), func() { s.deadlineReached(gen) })
+	return at
+}
+
+// earliestDeadline is earliestLocked for a session that has not ended;
+// ok is false once it has.
+func (s *Session) earliestDeadline() (at time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return time.Time{}, false
+	}
+	return s.earliestLocked(), true
 }
 
 func (s *Session) deadlineReached(gen uint64) {
