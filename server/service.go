@@ -326,18 +326,24 @@ func (s service) LeaveQueue(ctx context.Context, req *lockdv1.LeaveQueueRequest)
 	return &lockdv1.LeaveQueueResponse{}, nil
 }
 
+// validGrantRef checks the fields that name one grant of a session: its
+// id, key and token.
+func validGrantRef(id store.SessionID, key string, token uint64) error {
+	switch {
+	case store.ValidateSessionID(id) != nil:
+		return invalid("session_id", store.ValidateSessionID(id))
+	case store.ValidateKey(key) != nil:
+		return invalid("key", store.ValidateKey(key))
+	case token == 0:
+		return invalidf("token", "must be non-zero")
+	}
+	return nil
+}
+
 // Release implements the Release RPC.
 func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*lockdv1.ReleaseResponse, error) {
 	id := store.SessionID(req.SessionId)
-	var err error
-	switch {
-	case store.ValidateSessionID(id) != nil:
-		err = invalid("session_id", store.ValidateSessionID(id))
-	case store.ValidateKey(req.Key) != nil:
-		err = invalid("key", store.ValidateKey(req.Key))
-	case req.Token == 0:
-		err = invalidf("token", "must be non-zero")
-	}
+	err := validGrantRef(id, req.Key, req.Token)
 	if err == nil {
 		err = s.checkSecret(ctx, "Release", id, req.SessionSecret)
 	}
@@ -536,15 +542,8 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 // value (C2 #ct2-holder). The grant and its token never change.
 func (s service) SetValue(ctx context.Context, req *lockdv1.SetValueRequest) (*lockdv1.SetValueResponse, error) {
 	id := store.SessionID(req.SessionId)
-	var err error
-	switch {
-	case store.ValidateSessionID(id) != nil:
-		err = invalid("session_id", store.ValidateSessionID(id))
-	case store.ValidateKey(req.Key) != nil:
-		err = invalid("key", store.ValidateKey(req.Key))
-	case req.Token == 0:
-		err = invalidf("token", "must be non-zero")
-	case store.ValidateValue(req.Value) != nil:
+	err := validGrantRef(id, req.Key, req.Token)
+	if err == nil && store.ValidateValue(req.Value) != nil {
 		err = invalid("value", store.ValidateValue(req.Value))
 	}
 	if err == nil {

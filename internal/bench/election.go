@@ -181,28 +181,34 @@ func openClients[T interface{ close(context.Context) error }](ctx context.Contex
 
 // measureElection opens c candidates of el, runs the election load on them
 // with an observer, closes them and returns the result.
-func measureElection(ctx context.Context, el elector, c int, dur time.Duration, tag string) (res loadResult, err error) {
-	if p, ok := el.(preparer); ok {
+func measureElection(ctx context.Context, el elector, c int, dur time.Duration, tag string) (loadResult, error) {
+	return measureClients(ctx, el, c, "candidates", el.candidate, func(ctx context.Context, cands []candidate) (loadResult, error) {
+		return electionLoad(ctx, el, cands, warmupFor(dur), dur, tag)
+	})
+}
+
+// measureClients prepares sys (a preparer), opens c clients of it with
+// open (what names them in errors), runs load on them under sys's
+// profiling label, closes them and returns the result.
+func measureClients[T interface{ close(context.Context) error }](ctx context.Context, sys interface{ name() string }, c int, what string,
+	open func(context.Context) (T, error), load func(context.Context, []T) (loadResult, error)) (res loadResult, err error) {
+	name := sys.name()
+	if p, ok := sys.(preparer); ok {
 		done, err := p.prepare(ctx, c)
 		if err != nil {
 			return loadResult{}, err
 		}
-		defer done() // after the candidates closed
+		defer done() // after the clients closed
 	}
-	pprof.Do(ctx, pprof.Labels(labelSystem, el.name()), func(ctx context.Context) {
-		var (
-			cands    []candidate
-			closeAll func()
-		)
-		cands, closeAll, err = openClients(ctx, c, el.candidate)
-		if err != nil {
-			err = fmt.Errorf("%s: open %d candidates: %w", el.name(), c, err)
+	pprof.Do(ctx, pprof.Labels(labelSystem, name), func(ctx context.Context) {
+		clients, closeAll, oerr := openClients(ctx, c, open)
+		if oerr != nil {
+			err = fmt.Errorf("%s: open %d %s: %w", name, c, what, oerr)
 			return
 		}
 		defer closeAll()
-		res, err = electionLoad(ctx, el, cands, warmupFor(dur), dur, tag)
-		if err != nil {
-			err = fmt.Errorf("%s: %w", el.name(), err)
+		if res, err = load(ctx, clients); err != nil {
+			err = fmt.Errorf("%s: %w", name, err)
 		}
 	})
 	return res, err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -121,32 +120,11 @@ func mosts(rs []loadResult) []Value {
 
 // measureSemaphore opens c clients of sm, runs the semaphore load on them,
 // closes them and returns the result.
-func measureSemaphore(ctx context.Context, sm semaphorer, c, n int, dur time.Duration, tag string) (res loadResult, err error) {
-	if p, ok := sm.(preparer); ok {
-		done, err := p.prepare(ctx, c)
-		if err != nil {
-			return loadResult{}, err
-		}
-		defer done() // after the clients closed
-	}
-	pprof.Do(ctx, pprof.Labels(labelSystem, sm.name()), func(ctx context.Context) {
-		var (
-			holders  []slotHolder
-			closeAll func()
-		)
-		holders, closeAll, err = openClients(ctx, c, sm.slotHolder)
-		if err != nil {
-			err = fmt.Errorf("%s: open %d clients: %w", sm.name(), c, err)
-			return
-		}
-		defer closeAll()
+func measureSemaphore(ctx context.Context, sm semaphorer, c, n int, dur time.Duration, tag string) (loadResult, error) {
+	return measureClients(ctx, sm, c, "clients", sm.slotHolder, func(ctx context.Context, holders []slotHolder) (loadResult, error) {
 		hold := func(ctx context.Context) error { return sleep(ctx, semHold) }
-		res, err = semaphoreLoad(ctx, holders, n, hold, warmupFor(dur), dur, tag)
-		if err != nil {
-			err = fmt.Errorf("%s: %w", sm.name(), err)
-		}
+		return semaphoreLoad(ctx, holders, n, hold, warmupFor(dur), dur, tag)
 	})
-	return res, err
 }
 
 // slotGrant is one slot a client got.
