@@ -379,7 +379,6 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 				s.answer(b.sent, b.seq, false, 0, r.GetHeld())
 			}
 			k.beatSoon(s, min(s.interval/2, time.Second))
-			k.beatBeforeDeadline(s)
 		}
 	case !r.GetLive(): // dead is terminal, whichever request this answers
 		s.end(ErrSessionDead)
@@ -389,12 +388,14 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	}
 }
 
-// beatBeforeDeadline brings the session's next heartbeat forward to
-// halfway from now to the earliest deadline it holds, its own or a lock's,
-// and no sooner than beatSlack (C2 #ct2-deadline): Remaining can leave less
-// than an interval (etcd proves a lease from its last keepalive; a replica
-// that adopts a session knows only whole seconds at first), and an answer
-// must still have room to arrive before the deadline passes.
+// beatBeforeDeadline, after a live answer, brings the session's next
+// heartbeat forward to halfway from now to the earliest deadline it holds,
+// its own or a lock's, and no sooner than beatSlack (C2 #ct2-deadline):
+// Remaining can leave less than an interval (etcd proves a lease from its
+// last keepalive; a replica that adopts a session knows only whole seconds
+// at first), and an answer must still have room to arrive before the
+// deadline passes. Not after an error answer: heartbeats must not multiply
+// while the backend fails.
 func (k *keepaliver) beatBeforeDeadline(s *Session) {
 	if at, ok := s.earliestDeadline(); ok {
 		k.beatSoon(s, max(at.Sub(k.c.clock.Now())/2, beatSlack(s.interval)))
