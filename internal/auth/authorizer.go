@@ -8,10 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"lock.dev/lockd/internal/telemetry"
@@ -50,13 +48,11 @@ type Options struct {
 	// ReloadInterval is how often the files are checked for changes: 0
 	// means DefaultReloadInterval, negative never (Reload only).
 	ReloadInterval time.Duration
-	// ReloadOnSIGHUP also reloads when the process receives SIGHUP.
-	ReloadOnSIGHUP bool
 }
 
 // Authorizer resolves callers' principals and decides their calls against
 // the current policy. The files are re-read when their content changes and
-// on Reload (or SIGHUP); a version that fails to parse is refused and the
+// on Reload (lockd serve calls it on SIGHUP); a version that fails to parse is refused and the
 // previous one stays in force.
 //
 // A nil *Authorizer, or one without a policy file, allows everything
@@ -94,22 +90,14 @@ func New(cfg Config, opts Options) (*Authorizer, error) {
 	if interval == 0 {
 		interval = DefaultReloadInterval
 	}
-	var hup chan os.Signal
-	if opts.ReloadOnSIGHUP {
-		hup = make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-	}
-	go a.loop(interval, hup) // exits when Close closes a.stop
+	go a.loop(interval) // exits when Close closes a.stop
 	return a, nil
 }
 
-// loop reloads changed files every interval (never when interval < 0) and
-// on every SIGHUP, until Close.
-func (a *Authorizer) loop(interval time.Duration, hup chan os.Signal) {
+// loop reloads changed files every interval (never when interval < 0)
+// until Close.
+func (a *Authorizer) loop(interval time.Duration) {
 	defer close(a.done)
-	if hup != nil {
-		defer signal.Stop(hup)
-	}
 	var tick <-chan time.Time
 	if interval > 0 {
 		t := time.NewTicker(interval)
@@ -122,8 +110,6 @@ func (a *Authorizer) loop(interval time.Duration, hup chan os.Signal) {
 			return
 		case <-tick:
 			_ = a.load(false)
-		case <-hup:
-			_ = a.Reload()
 		}
 	}
 }

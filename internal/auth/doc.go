@@ -25,7 +25,7 @@
 //
 // Authorizer holds the policy and tokens in force, re-reads the files when
 // they change (checked every second by a goroutine that Close stops) and on
-// SIGHUP, and keeps the previous version when a new one is malformed
+// Reload (lockd serve's SIGHUP), and keeps the previous version when a new one is malformed
 // (ParseError names the line and the reason; C4 auth_reload_failed). The
 // server's interceptor (server/auth.go) is its only caller on the RPC path.
 package auth

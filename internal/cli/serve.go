@@ -82,8 +82,8 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	}
 
 	// Access rules (C5 #ct5-auth): read before the backend opens, so a bad
-	// policy fails the start at once; re-read on change and SIGHUP.
-	az, err := auth.New(cfg.Auth, auth.Options{Logger: logger, ReloadOnSIGHUP: true})
+	// policy fails the start at once; re-read on change and SIGHUP (below).
+	az, err := auth.New(cfg.Auth, auth.Options{Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -140,22 +140,15 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		}
 	}
 
-	// SIGHUP re-reads the TLS certificates, keys and client CAs (they are
-	// also re-read when they change on disk); the reloader logs the outcome.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	hupDone := make(chan struct{})
-	defer func() { signal.Stop(hup); close(hupDone) }()
-	go func() { // exits when serve returns (hupDone)
-		for {
-			select {
-			case <-hup:
-				_ = srv.ReloadTLS()
-			case <-hupDone:
-				return
-			}
-		}
-	}()
+	// SIGHUP re-reads the TLS certificates, keys and client CAs and the
+	// access policy and tokens (all also re-read when they change on disk);
+	// the reloaders log the outcome (C4 tls_reloaded, auth_reloaded and
+	// their _failed events).
+	stopHUP := onSIGHUP(func() {
+		_ = srv.ReloadTLS()
+		_ = az.Reload()
+	})
+	defer stopHUP()
 
 	// The serve goroutines end at shutdown below; errc holds their results.
 	errc := make(chan error, 3)
@@ -210,4 +203,29 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// onSIGHUP calls reload on every SIGHUP the process receives until the
+// returned function is called; that function stops the goroutine and waits
+// for it (and a reload in progress) to end.
+func onSIGHUP(reload func()) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() { // exits when stop closes done
+		defer close(exited)
+		for {
+			select {
+			case <-hup:
+				reload()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-exited
+	}
 }

@@ -4,8 +4,10 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,5 +95,36 @@ func TestServeRefusesRemotePlaintext(t *testing.T) {
 	srv.serving(t)
 	if !strings.Contains(srv.stderr.String(), `"msg":"insecure_listener"`) {
 		t.Errorf("serve --insecure-allow-remote did not log insecure_listener:\n%s", srv.stderr)
+	}
+}
+
+// TestServeSIGHUPReloads: one SIGHUP makes `lockd serve` re-read both the
+// TLS files of every listener and the access policy (C4 tls_reloaded,
+// auth_reloaded), with nothing changed on disk: polling alone reloads
+// neither.
+func TestServeSIGHUPReloads(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, "lockd-ca")
+	caFile := ca.WriteCA(t, dir, "ca.pem")
+	srvCert, srvKey := ca.Issue(t, testkit.CertOptions{}).Write(t, dir, "server")
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte("rules:\n  - name: all\n    principals: [\"*\"]\n    prefixes: [\"*\"]\n    allow: [read, lock, admin]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := start(t, nil, "serve", "--data-dir", filepath.Join(dir, "data"),
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--tls-cert-file", srvCert, "--tls-key-file", srvKey, "--tls-client-ca-file", caFile,
+		"--metrics-tls-cert-file", srvCert, "--metrics-tls-key-file", srvKey, "--auth-policy-file", policy)
+	srv.serving(t) // the SIGHUP handler is in place before the line
+	count := func(event string) int { return strings.Count(srv.stderr.String(), `"msg":"`+event+`"`) }
+	tlsBefore, authBefore := count("tls_reloaded"), count("auth_reloaded")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "tls_reloaded for both listeners and auth_reloaded after SIGHUP", func() bool {
+		return count("tls_reloaded") >= tlsBefore+2 && count("auth_reloaded") > authBefore
+	})
+	if strings.Contains(srv.stderr.String(), "reload_failed") {
+		t.Errorf("a reload failed:\n%s", srv.stderr)
 	}
 }
