@@ -53,7 +53,9 @@ func (r *run) cycle11(ctx context.Context, i int) (handled bool, err error) {
 	case LockdPause:
 		l := r.lockds[i%len(r.lockds)]
 		start := r.clock.Now()
-		l.proc().signal(syscall.SIGSTOP)
+		if !l.proc().pause() {
+			r.logf("replica %s: not every thread stopped within %v of SIGSTOP", l.cfg.name, pauseWait)
+		}
 		r.countFault()
 		r.logf("paused replica %s", l.cfg.name)
 		serr := sleep(ctx, 2*ttl)

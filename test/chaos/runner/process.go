@@ -100,6 +100,58 @@ func (p *process) signal(sig syscall.Signal) {
 	_ = p.cmd.Process.Signal(sig)
 }
 
+// pauseWait bounds how long pause waits for every thread to stop.
+const pauseWait = 2 * time.Second
+
+// pause SIGSTOPs the process and returns once every one of its threads is
+// stopped, or false after pauseWait. kill(2) returns once the signal is
+// queued: a thread running on another core goes on for a moment, on a
+// loaded machine long enough to read an answer written right after and act
+// on it (a far-holder pause raced its worker's second write that way once,
+// the write invoked 63 µs after the SIGSTOP and accepted 1.2 ms later).
+func (p *process) pause() bool {
+	p.signal(syscall.SIGSTOP)
+	for end := time.Now().Add(pauseWait); ; {
+		if stopped, gone := threadsStopped(p.cmd.Process.Pid); stopped || gone {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(time.Millisecond) // polling the kernel's view of the threads, not synchronising with them
+	}
+}
+
+// threadsStopped reports whether every thread of process pid is stopped
+// (state T or t in /proc/PID/task/TID/stat), or whether the process is
+// gone.
+func threadsStopped(pid int) (stopped, gone bool) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false, true
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself contain any character.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, false
+		}
+		switch b[i+2] {
+		case 'T', 't':
+		case 'Z', 'X':
+			return false, true
+		default:
+			return false, false
+		}
+	}
+	return true, false
+}
+
 // kill sends SIGKILL and waits for the exit.
 func (p *process) kill() {
 	p.signal(syscall.SIGCONT) // harmless; a stopped process dies of SIGKILL anyway

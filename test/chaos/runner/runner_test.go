@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -250,5 +251,36 @@ func TestVerdictAndTable(t *testing.T) {
 	if !strings.Contains(totals, "total etcd: 2 scenarios, 20 fenced acquisitions, 4 faults, 1 violations") ||
 		!strings.Contains(totals, "total pg: 1 scenarios, 10 fenced acquisitions") {
 		t.Errorf("totals:\n%s", totals)
+	}
+}
+
+// TestPauseStopsEveryThread: pause returns only once the kernel shows every
+// thread of the process stopped, and the check it relies on sees a running
+// process as running (its control).
+func TestPauseStopsEveryThread(t *testing.T) {
+	p, err := startProcess("busy", "/bin/sh", []string{"-c", "echo up; while :; do :; done"}, nil,
+		filepath.Join(t.TempDir(), "busy.log"), noAnswer(func(string) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.kill()
+	pid := p.cmd.Process.Pid
+	if stopped, gone := threadsStopped(pid); stopped || gone {
+		t.Fatalf("a busy process: stopped=%v gone=%v; want running", stopped, gone)
+	}
+	if !p.pause() {
+		t.Fatalf("pause: not every thread stopped within %v", pauseWait)
+	}
+	if stopped, gone := threadsStopped(pid); !stopped || gone {
+		t.Fatalf("right after pause: stopped=%v gone=%v; want stopped", stopped, gone)
+	}
+	p.signal(syscall.SIGCONT)
+	testkit.Eventually(t, 10*time.Second, "running again after SIGCONT", func() bool {
+		stopped, _ := threadsStopped(pid)
+		return !stopped
+	})
+	p.kill()
+	if _, gone := threadsStopped(pid); !gone {
+		t.Error("after kill: the process is not reported gone")
 	}
 }

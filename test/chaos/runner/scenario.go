@@ -804,7 +804,9 @@ func (r *run) pauseHolderWhere(ctx context.Context, filter, when func(*workerPro
 			paused = true
 			at = r.clock.Now()
 			w.markStopped(true)
-			w.p.signal(syscall.SIGSTOP)
+			if !w.p.pause() { // before onLine answers the hold line
+				r.logf("%s: not every thread stopped within %v of SIGSTOP", w.proc, pauseWait)
+			}
 		})
 		if err != nil {
 			return err
