@@ -363,7 +363,7 @@ func (b *bed) pgFsyncDir(ctx context.Context, pool *pgxpool.Pool) (dir, note str
 
 // startLockd starts the lockd server over st on 127.0.0.1 and connects the
 // SDK client to it. Its lock.server.max-locks-per-session admits the largest
-// death scenario (maxLocks locks in one session).
+// death scenario (maxLocks locks in one session, taken setupWidth at once).
 func (b *bed) startLockd(st store.LockStore, maxLocks int) (err error) {
 	withLabel(sysLockd, func() { err = b.startLockdLabelled(st, maxLocks) })
 	return err
@@ -371,7 +371,11 @@ func (b *bed) startLockd(st store.LockStore, maxLocks int) (err error) {
 
 func (b *bed) startLockdLabelled(st store.LockStore, maxLocks int) error {
 	cfg := server.DefaultConfig()
-	cfg.MaxLocksPerSession = max(cfg.MaxLocksPerSession, maxLocks)
+	// Headroom of the death scenario's acquire width: the server counts a
+	// granted Acquire both as held and as in progress until the call
+	// returns, so at the limit a concurrent acquire can be refused (a run
+	// of TestBenchSmoke was, at 1030 of 1030).
+	cfg.MaxLocksPerSession = max(cfg.MaxLocksPerSession, maxLocks+setupWidth)
 	cfg.Listen = "127.0.0.1:0"
 	cfg.MetricsListen = "off"
 	cfg.SessionTTL = sessionTTL
