@@ -104,21 +104,29 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
+// startFakeClock starts lockd over backend with its store wrapped in a
+// Faulty and a client on a fake clock heartbeating every interval.
+// Heartbeats follow the fake clock, so the session gets a long real TTL;
+// the Remaining values are set through the Faulty.
+func startFakeClock(t *testing.T, backend string, interval time.Duration) (*lockdtest.Server, *fakeClock, *lockdtest.Faulty) {
+	t.Helper()
+	var faulty *lockdtest.Faulty
+	clock := newFakeClock()
+	srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
+		ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
+			client.WithTTL(time.Minute)},
+		Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+	return srv, clock, faulty
+}
+
 // TestDeadlineMath checks C2 #ct2-deadline with an injected clock: the
 // deadline is exactly send + Remaining − margin, only ever moves later,
 // grants extend it like heartbeats, and Done, Lock.Done and Lock.Context
 // end exactly at it when nothing extends it.
 func TestDeadlineMath(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
-		var faulty *lockdtest.Faulty
-		clock := newFakeClock()
 		const interval = time.Second
-		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
-			// Heartbeats follow the fake clock, so the session gets a long
-			// real TTL; the Remaining values are set through faulty.
-			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
-				client.WithTTL(time.Minute)},
-			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+		srv, clock, faulty := startFakeClock(t, backend, interval)
 		ctx := testCtx(t, 60*time.Second)
 		margin := lockdtest.SafetyMargin
 		faulty.SetRemaining(2500 * time.Millisecond)
@@ -257,13 +265,8 @@ func TestDoneWhileServerUnreachable(t *testing.T) {
 // three-member etcd lost a lock.
 func TestHeartbeatBeforeShortDeadline(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
-		var faulty *lockdtest.Faulty
-		clock := newFakeClock()
 		const interval = time.Second
-		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
-			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
-				client.WithTTL(time.Minute)},
-			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+		srv, clock, faulty := startFakeClock(t, backend, interval)
 		ctx := testCtx(t, 60*time.Second)
 		const rem = 1200 * time.Millisecond
 		window := rem - lockdtest.SafetyMargin // 700 ms of trust per answer
