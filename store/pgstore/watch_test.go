@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -25,6 +26,13 @@ func TestWatchSlowConsumerBreaks(t *testing.T) {
 			t.Fatalf("DeleteIfOwner: %v", err)
 		}
 	}
+	// The dispatcher delivers NOTIFYs behind the writes, later still on a
+	// loaded machine: reading now could keep the consumer within the
+	// buffer. Wait until nobody reading has filled it and the final error
+	// is queued behind it (the window the test is about, made on purpose).
+	testkit.Eventually(t, 30*time.Second, "watchBuffer events and the final error queued", func() bool {
+		return len(ch) == watchBuffer+1
+	})
 	n := 0
 	timeout := time.After(30 * time.Second)
 	for {
