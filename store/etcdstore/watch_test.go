@@ -86,6 +86,12 @@ func TestWatchSlowConsumer(t *testing.T) {
 			t.Fatalf("DeleteIfOwner #%d: %v", i, err)
 		}
 	}
+	// etcd delivers the watch behind the writes, later still on a loaded
+	// machine: wait until the buffer and the final error are queued
+	// (nobody reads meanwhile), so the consumer is behind on purpose.
+	testkit.Eventually(t, 30*time.Second, "watchBuffer events and the final error queued", func() bool {
+		return len(ch) == watchBuffer+1
+	})
 	var last store.Event
 	n := 0
 	deadline := time.After(10 * time.Second)
