@@ -23,6 +23,9 @@ type StoreOptions struct {
 // sessions go within a fraction of TTL.
 const pgReaperInterval = 200 * time.Millisecond
 
+// storeOpenTimeout bounds opening a test store (OpenStore).
+const storeOpenTimeout = 30 * time.Second
+
 // Namespace is an isolated namespace on a backend (an etcd key prefix, a
 // PostgreSQL database) on which OpenStore opens independent store
 // instances, standing in for lockd replicas sharing the backend.
@@ -55,7 +58,7 @@ func (ns *Namespace) OpenStore(t testing.TB, opts StoreOptions) store.LockStore 
 	if ns.backend == backend.Etcd {
 		eps = etcdtest.Endpoints(t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
 	defer cancel()
 	b, err := backend.Open(ctx, ns.config(eps), opts.Logger, opts.Metrics)
 	if err != nil {
@@ -77,6 +80,12 @@ func (ns *Namespace) config(eps []string) backend.Config {
 	switch ns.backend {
 	case backend.Etcd:
 		cfg.EtcdEndpoints, cfg.EtcdPrefix = eps, ns.etcdNS
+		// Opening the store is set-up, not the behaviour under test: bound
+		// it like OpenStore's ctx. lock.etcd.dial-timeout's 5 s default
+		// also bounds the epoch write, which the shared etcd of a loaded
+		// 2-core test run once took longer than that to apply (clean-clone
+		// CI, server.TestSessionPrincipalBinding/etcd).
+		cfg.EtcdDialTimeout = storeOpenTimeout
 	case backend.PG:
 		cfg.PGDSN, cfg.PGReaperInterval = ns.pgDSN, pgReaperInterval
 	}
