@@ -330,7 +330,10 @@ func TestMultiWorkersAgainstRealServer(t *testing.T) {
 			t.Cleanup(func() { _ = fs.Close() })
 			dir := t.TempDir()
 			sem, rw := "mwt/"+backend+"/sem", "mwt/"+backend+"/rw"
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			// The workers run until the fenced resource has seen the grants
+			// the checks below need (a loaded machine makes fewer in a
+			// fixed time), within a bound far above the quiet ~1 s.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			errs := make([]error, 6)
 			var wg sync.WaitGroup
@@ -356,6 +359,17 @@ func TestMultiWorkersAgainstRealServer(t *testing.T) {
 					errs[i] = Run(ctx, cfg, io.Discard)
 				}()
 			}
+			testkit.Eventually(t, time.Minute, "writes under 3 slot, 3 shared and 1 exclusive grants", func() bool {
+				grants := map[string]map[uint64]bool{}
+				for _, w := range fs.Writes() {
+					if grants[w.Mode] == nil {
+						grants[w.Mode] = map[uint64]bool{}
+					}
+					grants[w.Mode][w.Token] = true
+				}
+				return len(grants[fenced.ModeSlot]) >= 3 && len(grants[fenced.ModeShared]) >= 3 && len(grants[fenced.ModeExclusive]) >= 1
+			})
+			cancel()
 			wg.Wait()
 			if err := errors.Join(errs...); err != nil {
 				t.Fatalf("Run: %v", err)
