@@ -87,12 +87,57 @@ func (s *Server) admitOpen() (release func(), err error) {
 	}, nil
 }
 
+// acquireSlot is one admitted Acquire call's place in the counts of
+// admitAcquire.
+type acquireSlot struct {
+	s         *Server
+	id        store.SessionID
+	key       string
+	wait      bool
+	acquiring bool // still counted in limits.acquiring (Server.mu)
+}
+
+// heldLocked ends the call's in-progress count (Server.mu held): the
+// Acquire calls it in the critical section that records its grant in the
+// session's locks, so a grant counts once — as held — from that instant,
+// not also as in progress until the call returns (C2 #ct2-limits, LIM-1).
+func (a *acquireSlot) heldLocked() {
+	if !a.acquiring {
+		return
+	}
+	a.acquiring = false
+	l := a.s.lim
+	if l.acquiring[a.id]--; l.acquiring[a.id] <= 0 {
+		delete(l.acquiring, a.id)
+	}
+}
+
+// release ends what admitAcquire counted and heldLocked did not: called
+// once, when the call returns.
+func (a *acquireSlot) release() {
+	a.s.mu.Lock()
+	a.heldLocked()
+	a.s.mu.Unlock()
+	if !a.wait {
+		return
+	}
+	l := a.s.lim
+	l.mu.Lock()
+	l.waiters--
+	if l.perKey[a.key]--; l.perKey[a.key] <= 0 {
+		delete(l.perKey, a.key)
+	}
+	l.mu.Unlock()
+}
+
 // admitAcquire admits one Acquire call of the session ss (pinned), or
 // refuses it when it would take the session past max-locks-per-session or,
 // for a waiting acquire, the server past max-waiters or the key past
 // max-waiters-per-key. Asking again for a key the session holds is always
-// admitted. The returned release must be called when the call returns.
-func (s *Server) admitAcquire(ss *session, key string, wait bool) (release func(), err error) {
+// admitted. The call counts as in progress until its grant is recorded
+// (acquireSlot.heldLocked) or it returns; the slot's release must be
+// called when the call returns.
+func (s *Server) admitAcquire(ss *session, key string, wait bool) (*acquireSlot, error) {
 	l := s.lim
 	s.mu.Lock()
 	_, holds := ss.locks[key]
@@ -102,16 +147,11 @@ func (s *Server) admitAcquire(ss *session, key string, wait bool) (release func(
 	}
 	l.acquiring[ss.id]++
 	s.mu.Unlock()
-	done := func() {
-		s.mu.Lock()
-		if l.acquiring[ss.id]--; l.acquiring[ss.id] <= 0 {
-			delete(l.acquiring, ss.id)
-		}
-		s.mu.Unlock()
-	}
+	a := &acquireSlot{s: s, id: ss.id, key: key, acquiring: true}
 	if !wait {
-		return done, nil
+		return a, nil
 	}
+	var err error
 	l.mu.Lock()
 	switch {
 	case l.waiters >= l.cfg.MaxWaiters:
@@ -121,21 +161,14 @@ func (s *Server) admitAcquire(ss *session, key string, wait bool) (release func(
 	default:
 		l.waiters++
 		l.perKey[key]++
+		a.wait = true
 	}
 	l.mu.Unlock()
 	if err != nil {
-		done()
+		a.release()
 		return nil, err
 	}
-	return func() {
-		l.mu.Lock()
-		l.waiters--
-		if l.perKey[key]--; l.perKey[key] <= 0 {
-			delete(l.perKey, key)
-		}
-		l.mu.Unlock()
-		done()
-	}, nil
+	return a, nil
 }
 
 // lockdMethod reports whether a full gRPC method name is one of

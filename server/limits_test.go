@@ -482,6 +482,75 @@ func TestLimitLocksPerSession(t *testing.T) {
 	}
 }
 
+// TestLimitLocksPerSessionCountsGrantOnce (LIM-1): a granted Acquire
+// counts once toward max-locks-per-session — as held from the moment its
+// grant is recorded, not also as in progress until its reply is sent. With
+// a limit of 2, the session holds a; the Acquire of b is held by a hook
+// after its grant is recorded and before it replies; a is released. The
+// session then holds one key (b) and acquires nothing, so c is admitted.
+// Counted twice (held and in progress), b filled both places and c was
+// refused LIMIT. Once b has replied, the session holds b and c: d is
+// refused, so the limit still holds.
+func TestLimitLocksPerSessionCountsGrantOnce(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true,
+			Config: limitConfig(func(c *server.Config) { c.MaxLocksPerSession = 2 })})
+		api := dial(t, srv.Addr)
+		ctx := testCtx(t, 30*time.Second)
+		id, err := tryOpen(t, api, longTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "a"})
+		if err != nil || !a.Granted {
+			t.Fatalf("Acquire(a) = %v, %v; want granted", a, err)
+		}
+
+		// The hook holds b's Acquire between recording its grant and
+		// replying until the test has tried c.
+		inWindow, leave := make(chan struct{}), make(chan struct{})
+		var leaveOnce sync.Once
+		open := func() { leaveOnce.Do(func() { close(leave) }) }
+		t.Cleanup(open) // a failing test never leaves b's handler blocked
+		server.SetAfterAcquireTrack(srv.Server, func(key string) {
+			if key == "b" {
+				close(inWindow)
+				<-leave
+			}
+		})
+		t.Cleanup(func() { server.SetAfterAcquireTrack(srv.Server, nil) })
+		type reply struct {
+			r   *lockdv1.AcquireResponse
+			err error
+		}
+		bDone := make(chan reply, 1)
+		go func() { // ends when b's Acquire returns (the hook is opened at the latest by Cleanup)
+			r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "b"})
+			bDone <- reply{r, err}
+		}()
+		select {
+		case <-inWindow:
+		case r := <-bDone:
+			t.Fatalf("Acquire(b) returned (%v, %v) without passing the hook", r.r, r.err)
+		case <-ctx.Done():
+			t.Fatal("Acquire(b) never reached the window after its grant was recorded")
+		}
+
+		if _, err := api.Release(ctx, &lockdv1.ReleaseRequest{SessionId: id, Key: "a", Token: a.Token}); err != nil {
+			t.Fatalf("Release(a): %v", err)
+		}
+		if r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "c"}); err != nil || !r.Granted {
+			t.Fatalf("Acquire(c) while b's granted Acquire has not replied, the session holding b only = %v, %v; want granted (b counted once)", r, err)
+		}
+		open()
+		if r := <-bDone; r.err != nil || !r.r.Granted {
+			t.Fatalf("Acquire(b) = %v, %v; want granted", r.r, r.err)
+		}
+		_, err = api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "d"})
+		wantLimit(t, "Acquire(d) with b and c held", err, wireerr.LimitLocksPerSession)
+	})
+}
+
 // TestLimitSDK: the SDK reports a refusal as client.ErrLimit.
 func TestLimitSDK(t *testing.T) {
 	srv := lockdtest.StartBackend(t, backend.Etcd, lockdtest.Options{

@@ -113,6 +113,11 @@ type Server struct {
 	// shorten it while the server runs: export_test.go).
 	maxWait atomic.Int64
 
+	// afterAcquireTrack, set by tests (export_test.go), runs in Acquire
+	// after the grant's tracking critical section and before the reply,
+	// with the granted key: it holds that window open.
+	afterAcquireTrack atomic.Pointer[func(key string)]
+
 	noticeSeq uint64        // the last lock-lost notice id (notify.go; s.mu)
 	drainWake chan struct{} // set by closeAll (s.mu): an acknowledgement arrived (drain.go)
 

@@ -158,11 +158,11 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	}
 	// Taken before the store is asked (lockSettled).
 	mark := s.closeMark(ss)
-	release, err := s.admitAcquire(ss, req.Key, req.Wait) // limits.go
+	slot, err := s.admitAcquire(ss, req.Key, req.Wait) // limits.go
 	if err != nil {
 		return nil, err
 	}
-	defer release()
+	defer slot.release()
 
 	var (
 		g       store.Grant
@@ -200,9 +200,14 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	if ok {
 		// Not tracked when the grant went away before this reply (a
 		// lock-lost notice is then on its way, and no answer confirms it).
-		s.trackLocked(ss, g.Key, g.Token)
+		if s.trackLocked(ss, g.Key, g.Token) {
+			slot.heldLocked() // counted as held from here, no longer in progress
+		}
 	}
 	s.mu.Unlock()
+	if h := s.afterAcquireTrack.Load(); h != nil {
+		(*h)(g.Key) // tests hold the window between tracking and reply open
+	}
 	if stale {
 		// Retryable: the retry (Acquire is idempotent for a key the
 		// session holds) is answered from a fresh store answer.

@@ -27,6 +27,16 @@ import (
 // A session this Store kept whose record is gone already (closed through
 // another Store, or its lease ended) is recorded lost here (lease_expired)
 // and is ErrSessionDead.
+//
+// When the transaction's outcome is unknown (its reply lost: it may have
+// withdrawn the keeper record, or ended the session), the session is
+// forgotten as if another Store kept it, and remembered as unsure: the
+// caller's retry settles it. A session record gone by then was ended by the
+// earlier transaction (or by the lease's expiry, which that call let happen
+// by no longer keeping it), so the retry reports it Ended, revoking the
+// lease if it is still there: its caller records the loss, once. Returning
+// ErrSessionDead instead would say that whoever ended it recorded it, and
+// nobody had.
 func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.Expiry, err error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
@@ -49,11 +59,17 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 		lease     clientv3.LeaseID
 		keeperRev int64
 		bound     time.Duration
+		settling  bool // ss is an unsure session: an earlier call may have ended it
 	)
 	if ss != nil {
 		// Stop keeping it first: from now on only other Stores can.
 		s.keep.remove(ss)
 		lease, keeperRev, bound = ss.lease, ss.keeperRev, s.keep.remaining(ss, now)
+	} else if u, ok := s.unsure[id]; ok {
+		// Kept by nobody here since the earlier call: no bound of ours.
+		delete(s.unsure, id)
+		ss, settling = u.ss, true
+		lease, keeperRev = ss.lease, ss.keeperRev
 	}
 	s.mu.Unlock()
 	if ss == nil {
@@ -68,17 +84,22 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 	if err != nil {
 		if ss != nil && !errors.Is(err, store.ErrSessionDead) {
 			// Nothing known of the outcome: the transaction may have
-			// withdrawn this Store's keeper record. Keeping the lease
-			// without one would let another Store end the session under
-			// a client this one answers; forget it instead (its client
-			// fell silent here; a later call adopts it again, keeper
-			// record first).
+			// withdrawn this Store's keeper record, or ended the session.
+			// Keeping the lease without a keeper record would let another
+			// Store end the session under a client this one answers;
+			// forget it instead (its client fell silent here; a later
+			// call adopts it again, keeper record first), and remember
+			// it until the retry settles the outcome.
+			s.forgetUnsure(ss)
+		} else if settling {
 			s.forgetKept(ss)
 		}
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
 	}
 	switch {
-	case ended:
+	case ended, settling && !exists:
+		// Ended by this call or, settling, by the earlier one whose
+		// reply was lost: finished here either way.
 		n, err := s.attachedGrants(ctx, lease)
 		if err == nil {
 			_, _ = s.cli.Revoke(ctx, lease)
@@ -105,6 +126,49 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 		}
 	}
 	return store.Expiry{Remaining: bound}, nil
+}
+
+// unsureExpiry is a session ExpireSession forgot with its outcome unknown
+// (Store.unsure), and since when.
+type unsureExpiry struct {
+	ss    *session
+	since time.Time
+}
+
+// forgetUnsure forgets a session whose ExpireSession transaction has an
+// unknown outcome and remembers it in Store.unsure, still counted as one of
+// this Store's sessions until the outcome is settled: by a later
+// ExpireSession, by an adoption (the record was still there), or by
+// pruneDead after deadRetention.
+func (s *Store) forgetUnsure(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.sessions[ss.id]
+	if cur == ss {
+		delete(s.sessions, ss.id)
+	}
+	if s.closed || ss.dead || cur != nil && cur != ss {
+		// Nothing to settle: Close forgets everything, and a session
+		// adopted again meanwhile was not ended.
+		if !ss.adopted && !ss.dead {
+			s.met.SessionEnded("")
+		}
+		return
+	}
+	s.unsure[ss.id] = unsureExpiry{ss: ss, since: time.Now()}
+}
+
+// dropUnsureLocked forgets the unsure session id, if any, as forgetKept
+// would have (s.mu held).
+func (s *Store) dropUnsureLocked(id store.SessionID) {
+	u, ok := s.unsure[id]
+	if !ok {
+		return
+	}
+	delete(s.unsure, id)
+	if !u.ss.adopted && !u.ss.dead {
+		s.met.SessionEnded("") // no longer one of this Store's sessions
+	}
 }
 
 // forgetKept drops a session this Store stopped keeping while another

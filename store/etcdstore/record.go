@@ -165,6 +165,9 @@ func (s *Store) adopt(ctx context.Context, id store.SessionID) (*session, error)
 	}
 	s.sessions[id] = ss
 	s.keep.adopt(ss, time.Now())
+	// The session record was there to adopt: an ExpireSession of it with
+	// an unknown outcome did not end it (expire.go).
+	s.dropUnsureLocked(id)
 	return ss, nil
 }
 

@@ -442,6 +442,11 @@ func (s *Store) pruneDead(now time.Time) {
 			delete(s.sessions, id)
 		}
 	}
+	for id, u := range s.unsure {
+		if now.Sub(u.since) > deadRetention {
+			s.dropUnsureLocked(id) // never asked again: no longer this Store's
+		}
+	}
 }
 
 // markDead makes a live session dead for reason (see markDeadLocked). The

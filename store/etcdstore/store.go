@@ -89,7 +89,10 @@ type Store struct {
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
-	closed   bool
+	// unsure are the sessions an ExpireSession forgot with its outcome
+	// unknown, until a later ExpireSession settles it (expire.go).
+	unsure map[store.SessionID]unsureExpiry
+	closed bool
 }
 
 var _ store.LockStore = (*Store)(nil)
@@ -123,6 +126,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		log:       telemetry.Log{L: opts.Logger, Backend: Backend},
 		met:       opts.Metrics,
 		sessions:  make(map[store.SessionID]*session),
+		unsure:    make(map[store.SessionID]unsureExpiry),
 		batch:     newBatcher(),
 		waiters:   localQueues{byKey: make(map[string][]*localWaiter)},
 		marks:     newMarkerLeases(cli, opts.MarkerTTL),
