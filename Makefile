@@ -125,6 +125,19 @@ check-generate: generate
 parity:
 	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas)?$$' -v ./test/parity/
 
+## stress: issue 21 §1: the timing-sensitive packages (chaos short suite,
+## test/parity, server, client, internal/cli) STRESS_N times each, one
+## package at a time with -race, beside a CPU burner of one spinning
+## goroutine per core; prints pass/fail counts per package and per test,
+## the longest streak of passes, and keeps failed runs' output
+## (test/cmd/stress). STRESS_PKGS picks packages (PKG or PKG:RUN).
+STRESS_N    ?= 20
+STRESS_PKGS ?=
+STRESS_FLAGS ?=
+.PHONY: stress
+stress:
+	$(GO) run ./test/cmd/stress -n $(STRESS_N) $(STRESS_FLAGS) $(STRESS_PKGS)
+
 ## brute: issue 12's brute force against a live session: 10^6 random
 ## session secrets per backend on a KeepAlive stream, every one refused
 ## (TestSessionSecretBruteForce; `make test` runs it with 1000).
