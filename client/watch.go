@@ -131,10 +131,10 @@ func (w *watcher) open(ctx context.Context) error {
 			cancel(nil)
 			return w.streamErr(ctx, sctx, err)
 		}
+		// The stream's own guard starts with its first progress (sent
+		// with the headers by a server that sends them): a server that
+		// sends none, an older lockd, is never judged silent.
 		w.stream, w.sctx, w.cancel = stream, sctx, cancel
-		if w.bound > 0 {
-			w.guard()
-		}
 		start := md.Get(watchCursorHeader)
 		switch {
 		case resume == "":
@@ -267,7 +267,7 @@ func (w *watcher) progress(r *lockdv1.WatchResponse) {
 	}
 	w.bound = silenceBound(time.Duration(ms) * time.Millisecond)
 	if w.quiet == nil {
-		w.guard()
+		w.guard() // the stream's first progress
 	} else {
 		w.quiet.setBound(w.bound)
 	}
