@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,9 @@ import (
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(childEnv); addr != "" {
 		os.Exit(runChild(addr)) // the SIGKILL test's client process
+	}
+	if args := os.Getenv(replicaEnv); args != "" {
+		os.Exit(runReplica(strings.Split(args, "\n"))) // a replica of TestWatchMovesFromStalledReplica
 	}
 	lockdtest.Main(m)
 }

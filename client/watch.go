@@ -2,9 +2,12 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
@@ -31,6 +34,13 @@ const watchCursorHeader = "lockd-watch-cursor"
 // (e.g. ErrUnavailable) and why it was not re-opened (ctx's error): a
 // consumer can tell a watch that ended disconnected from one it cancelled
 // while it was connected.
+//
+// The server sends progress messages on a quiet stream (C2
+// #ct2-watch-progress); they never reach the channel. A stream silent for
+// three of the server's progress intervals (at least 1 s) while Watch waits
+// for it has lost its replica (stopped, hung, a path that drops packets):
+// with several addresses that replica is set aside and the stream
+// re-opened through another one, as for a broken stream.
 func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) (<-chan Event, error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("watch %q: %w", prefix, invalidInput("prefix", err))
@@ -53,6 +63,7 @@ func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) 
 		defer close(ch)
 		defer cancel()
 		defer stop()
+		defer w.end()
 		w.run(wctx, ch)
 	}()
 	return ch, nil
@@ -66,6 +77,16 @@ type watcher struct {
 	opts   watchOptions
 
 	stream lockdv1.LockService_WatchClient
+	// sctx is the stream's context; cancel ends it, with errSilent when
+	// its silence guard found it silent.
+	sctx   context.Context
+	cancel context.CancelCauseFunc
+	// quiet is the stream's silence guard; nil until a server told its
+	// progress interval.
+	quiet *silence
+	// bound is the silence bound of the last progress interval a server
+	// told (C2 #ct2-watch-progress); 0: none yet.
+	bound time.Duration
 	// cursor is where a re-opened stream resumes: the cursor of the last
 	// event delivered, or the first stream's start; "" when the server
 	// sends none (then a break ends the watch).
@@ -75,25 +96,45 @@ type watcher struct {
 	resync bool
 }
 
+// errSilent is the cause that ends a stream silent for its silence bound.
+var errSilent = errors.New("client: watch stream silent")
+
 // open opens a stream from w.cursor, retrying with backoff until it is
-// established, ctx ends or a refusal.
+// established, ctx ends or a refusal. Once a server has told its progress
+// interval, an attempt whose headers do not come within the silence bound
+// is abandoned (its replica set aside) and retried.
 func (w *watcher) open(ctx context.Context) error {
 	resume := w.cursor
 	return w.c.retry(ctx, func(ctx context.Context) error {
-		stream, err := w.c.api.Watch(ctx, &lockdv1.WatchRequest{Prefix: w.prefix, Holder: w.opts.holders, ResumeAfter: resume})
-		if err != nil {
-			return fromStatus(ctx, err)
+		sctx, cancel := context.WithCancelCause(ctx)
+		var wait *silence
+		if w.bound > 0 {
+			wait = newSilence(w.c.clock, w.bound, func() bool { cancel(errSilent); return true })
+			wait.waiting(true)
 		}
-		// Headers arrive once the server's watch is established.
-		md, err := stream.Header()
-		if err == nil && md == nil {
-			_, err = stream.Recv() // ended without headers: the status says why
+		stream, err := w.c.api.Watch(sctx, &lockdv1.WatchRequest{Prefix: w.prefix, Holder: w.opts.holders,
+			ResumeAfter: resume, Progress: true})
+		var md metadata.MD
+		if err == nil {
+			// Headers arrive once the server's watch is established.
+			md, err = stream.Header()
+			if err == nil && md == nil {
+				_, err = stream.Recv() // ended without headers: the status says why
+			}
 		}
+		wait.stop()
 		if err != nil {
+			if stream != nil && errors.Is(context.Cause(sctx), errSilent) {
+				w.asideSilent(stream)
+			}
 			w.asideIfDraining(stream, err)
-			return fromStatus(ctx, err)
+			cancel(nil)
+			return w.streamErr(ctx, sctx, err)
 		}
-		w.stream = stream
+		// The stream's own guard starts with its first progress (sent
+		// with the headers by a server that sends them): a server that
+		// sends none, an older lockd, is never judged silent.
+		w.stream, w.sctx, w.cancel = stream, sctx, cancel
 		start := md.Get(watchCursorHeader)
 		switch {
 		case resume == "":
@@ -109,6 +150,49 @@ func (w *watcher) open(ctx context.Context) error {
 	})
 }
 
+// guard starts the current stream's silence guard: a stream silent for
+// the bound is ended (errSilent) if its replica can be set aside, and kept
+// otherwise (one address, or every other one set aside: nowhere better to
+// go; C2 #ct2-watch-progress).
+func (w *watcher) guard() {
+	stream, cancel := w.stream, w.cancel
+	w.quiet = newSilence(w.c.clock, w.bound, func() bool {
+		if !w.asideSilent(stream) {
+			return false
+		}
+		cancel(errSilent)
+		return true
+	})
+}
+
+// asideSilent sets aside the replica of a silent stream as stalled (C2
+// #ct2-failover); false when there is nowhere else to go.
+func (w *watcher) asideSilent(stream lockdv1.LockService_WatchClient) bool {
+	if w.c.failover == nil {
+		return false
+	}
+	p, ok := peer.FromContext(stream.Context())
+	return ok && w.c.failover.setAside(p.Addr, false)
+}
+
+// streamErr maps the error that ended a stream, or an attempt to open one:
+// ErrUnavailable when its silence guard ended it.
+func (w *watcher) streamErr(ctx, sctx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(context.Cause(sctx), errSilent) {
+		return fmt.Errorf("%w: watch stream silent for %v (its replica stalled)", ErrUnavailable, w.bound)
+	}
+	return fromStatus(ctx, err)
+}
+
+// end ends the current stream and its silence guard.
+func (w *watcher) end() {
+	w.quiet.stop()
+	w.quiet = nil
+	if w.cancel != nil {
+		w.cancel(nil)
+	}
+}
+
 // run delivers the events of w's streams to ch, re-opening a stream that
 // broke from the last cursor delivered.
 func (w *watcher) run(ctx context.Context, ch chan<- Event) {
@@ -119,10 +203,15 @@ func (w *watcher) run(ctx context.Context, ch chan<- Event) {
 				return
 			}
 		}
+		// Silence counts only while waiting here: a consumer slow to read
+		// ch does not make the stream look silent.
+		w.quiet.waiting(true)
 		r, err := w.stream.Recv()
+		w.quiet.waiting(false)
 		if err != nil && w.cursor != "" && ctx.Err() == nil {
-			if rerr := fromStatus(ctx, err); retryable(rerr) {
+			if rerr := w.streamErr(ctx, w.sctx, err); retryable(rerr) {
 				w.asideIfDraining(w.stream, err)
+				w.end()
 				w.c.log.LogAttrs(ctx, slog.LevelDebug, "watch resuming", slog.String("error", rerr.Error()))
 				oerr := w.open(ctx)
 				if oerr == nil {
@@ -142,9 +231,13 @@ func (w *watcher) run(ctx context.Context, ch chan<- Event) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				w.deliver(ctx, ch, Event{Err: fmt.Errorf("watch %q: %w", w.prefix, fromStatus(ctx, err))})
+				w.deliver(ctx, ch, Event{Err: fmt.Errorf("watch %q: %w", w.prefix, w.streamErr(ctx, w.sctx, err))})
 			}
 			return
+		}
+		if r.GetKind() == lockdv1.EventKind_EVENT_KIND_PROGRESS {
+			w.progress(r)
+			continue
 		}
 		// The proto's EventKind numbers the kinds as EventKind does.
 		ev := Event{Kind: EventKind(r.GetKind()), Key: r.GetKey(), Session: r.GetSessionId(), Token: r.GetToken(),
@@ -159,6 +252,35 @@ func (w *watcher) run(ctx context.Context, ch chan<- Event) {
 		}
 	}
 }
+
+// progress takes a progress message (C2 #ct2-watch-progress). It is no
+// event: it moves the cursor (every event sent before it has been
+// delivered, in order, by this goroutine) and tells the progress interval,
+// hence the silence bound, which starts the stream's silence guard.
+func (w *watcher) progress(r *lockdv1.WatchResponse) {
+	if c := r.GetCursor(); c != "" {
+		w.cursor = c
+	}
+	ms := r.GetProgressIntervalMs()
+	if ms <= 0 {
+		return
+	}
+	w.bound = silenceBound(time.Duration(ms) * time.Millisecond)
+	if w.quiet == nil {
+		w.guard() // the stream's first progress
+	} else {
+		w.quiet.setBound(w.bound)
+	}
+}
+
+// silenceBound is how long a watch stream may stay silent before it counts
+// as broken: three progress intervals, at least minSilence (C2
+// #ct2-watch-progress). The server sends a progress after one interval of
+// silence; the other two absorb a progress late on a loaded machine.
+func silenceBound(interval time.Duration) time.Duration { return max(3*interval, minSilence) }
+
+// minSilence is the shortest silence bound.
+const minSilence = time.Second
 
 // deliver sends ev on ch unless ctx ends first.
 func (w *watcher) deliver(ctx context.Context, ch chan<- Event, ev Event) bool {

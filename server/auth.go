@@ -231,13 +231,25 @@ func (w *watchStream) RecvMsg(m any) error {
 	return err
 }
 
+// errWatchDropped is what SendMsg answers for an event it dropped: the
+// handler knows the caller got nothing (a progress is due after an
+// interval of what the caller got, and its cursor moves only with an event
+// sent, C2 #ct2-watch-progress). It never leaves the handler.
+var errWatchDropped = errors.New("server: watch event dropped by the access filter")
+
 func (w *watchStream) SendMsg(m any) error {
-	// A resync names no key and must never be dropped: the client would
-	// miss that it has to re-read (C2 #ct2-watch-resume).
-	if ev, ok := m.(*lockdv1.WatchResponse); ok && w.filter && ev.Kind != lockdv1.EventKind_EVENT_KIND_RESYNC {
+	// A resync or a progress names no key and must never be dropped: the
+	// client would miss that it has to re-read (C2 #ct2-watch-resume), or
+	// take a live stream for a silent one (#ct2-watch-progress).
+	if ev, ok := m.(*lockdv1.WatchResponse); ok && w.filter && !keyless(ev.Kind) {
 		if allowed, _ := w.az.Decide(w.principal, auth.ActionRead, ev.Key); !allowed {
-			return nil
+			return errWatchDropped
 		}
 	}
 	return w.ServerStream.SendMsg(m)
+}
+
+// keyless reports whether a watch message kind names no key.
+func keyless(k lockdv1.EventKind) bool {
+	return k == lockdv1.EventKind_EVENT_KIND_RESYNC || k == lockdv1.EventKind_EVENT_KIND_PROGRESS
 }

@@ -496,13 +496,36 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 	if err := stream.SendHeader(metadata.Pairs(watchCursorHeader, start)); err != nil {
 		return err
 	}
+	// Progress (C2 #ct2-watch-progress): one now, then one whenever the
+	// caller got nothing for an interval. pos is the stream's position: a
+	// resumed stream's stays the caller's own cursor until an event is sent
+	// (its first may be a resync it has not had).
+	pg := progress{on: req.Progress, pos: start}
+	if req.ResumeAfter != "" {
+		pg.pos = req.ResumeAfter
+	}
+	if pg.on {
+		pg.interval = s.progressInterval()
+		if err := pg.send(stream); err != nil {
+			return err
+		}
+		pg.timer = time.NewTimer(pg.interval)
+		defer pg.timer.Stop()
+	}
 	// Events are taken in batches of what is already queued, so that with
 	// holder one read of a key serves all of its queued events (C2
 	// #ct2-holder): the stream keeps up however slow one read is.
 	var batch []store.Event
 	for {
 		var open bool
-		batch, open = nextBatch(ch, batch[:0])
+		batch, open = nextBatch(ch, batch[:0], pg.idle())
+		if len(batch) == 0 && open {
+			// The caller got nothing for an interval.
+			if err := pg.send(stream); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(batch) == 0 && !open {
 			break
 		}
@@ -531,9 +554,12 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 					continue // the grant is gone: its value is nobody's
 				}
 			}
-			if err := stream.Send(resp); err != nil {
+			if err := stream.Send(resp); errors.Is(err, errWatchDropped) {
+				continue // the caller may not read the key: it got nothing
+			} else if err != nil {
 				return err
 			}
+			pg.sent(resp.Cursor)
 		}
 		if !open {
 			break

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sync"
+	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
@@ -18,9 +19,16 @@ const holderReadWidth = 8
 
 // nextBatch appends to batch the next event of ch, waiting for it, and then
 // every event already queued, up to maxWatchBatch or an event with Err. open
-// is false once ch is closed.
-func nextBatch(ch <-chan store.Event, batch []store.Event) (_ []store.Event, open bool) {
-	ev, ok := <-ch
+// is false once ch is closed. When idle fires first (nil: never) it returns
+// nothing, open.
+func nextBatch(ch <-chan store.Event, batch []store.Event, idle <-chan time.Time) (_ []store.Event, open bool) {
+	var ev store.Event
+	var ok bool
+	select {
+	case ev, ok = <-ch:
+	case <-idle:
+		return batch, true
+	}
 	if !ok {
 		return batch, false
 	}

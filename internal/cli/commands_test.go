@@ -95,7 +95,9 @@ func TestInspectLsRevoke(t *testing.T) {
 
 func itoa(u uint64) string { return strconv.FormatUint(u, 10) }
 
-// TestWatch prints one line per event, in text and JSON.
+// TestWatch prints one line per event, in text and JSON; the server's
+// progress messages (one at the start of every stream, C2
+// #ct2-watch-progress) are not events and print nothing.
 func TestWatch(t *testing.T) {
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		text := start(t, environ, "watch", "w/")

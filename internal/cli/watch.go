@@ -32,7 +32,14 @@ func newWatchCmd(e *env) *cobra.Command {
 without one), in commit order, until interrupted. Once the watch is
 established it says so on stderr; every change after that is printed.
 Acquired and value events (a holder set its value) show the holder's owner
-and value as the server read them when it sent the event.`,
+and value as the server read them when it sent the event.
+
+With several --server addresses the watch moves to another replica when
+its replica dies, drains or goes silent (no event and no progress message
+for three of the server's heartbeat intervals), and goes on right after the
+last event printed; a "resync" line says the server could not tell what
+happened meanwhile (PostgreSQL, compacted etcd history): events may have
+been missed.`,
 		Args: maxArgs(1, "at most a PREFIX"),
 	}
 	cf := addClientFlags(cmd, e)

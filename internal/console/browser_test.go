@@ -23,6 +23,7 @@ import (
 	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/lockdtest"
 	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/server"
 )
 
 func TestMain(m *testing.M) { lockdtest.Main(m) }
@@ -49,6 +50,28 @@ const consolePolicy = `rules:
 // per principal; its Client takes locks as worker.
 func startConsole(t *testing.T) (*lockdtest.Server, map[string]string) {
 	t.Helper()
+	az, tokens := consoleAuth(t)
+	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{Config: consoleConfig(""), Auth: az,
+		ClientOptions: []client.Option{client.WithBearerToken(tokens["worker"])}})
+	return srv, tokens
+}
+
+// consoleConfig is a server configuration with the HTTP API and the
+// console on httpAddr ("": a free port).
+func consoleConfig(httpAddr string) *server.Config {
+	cfg := lockdtest.Config()
+	cfg.HTTPListen = "127.0.0.1:0"
+	if httpAddr != "" {
+		cfg.HTTPListen = httpAddr
+	}
+	cfg.HTTPConsole = true
+	return &cfg
+}
+
+// consoleAuth returns an Authorizer of the policy above with a fresh
+// random bearer token per principal.
+func consoleAuth(t *testing.T) (*auth.Authorizer, map[string]string) {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := map[string]string{}
 	var file strings.Builder
@@ -68,12 +91,7 @@ func startConsole(t *testing.T) (*lockdtest.Server, map[string]string) {
 		t.Fatalf("auth.New: %v", err)
 	}
 	t.Cleanup(func() { _ = az.Close() })
-	cfg := lockdtest.Config()
-	cfg.HTTPListen = "127.0.0.1:0"
-	cfg.HTTPConsole = true
-	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{Config: &cfg, Auth: az,
-		ClientOptions: []client.Option{client.WithBearerToken(tokens["worker"])}})
-	return srv, tokens
+	return az, tokens
 }
 
 // newBrowser starts headless Chromium (the Debian package) and returns the
@@ -429,5 +447,136 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, admin, "pool/one's event is shown", eventShown("acquired", "pool/one", tokenOf(one)))
 	if shown := eval[bool](t, admin, `[...document.querySelectorAll('#locks-body td.key, #events .key')].some(e => e.textContent.startsWith('jobs/'))`); shown {
 		t.Errorf("a jobs/ key is shown under the filter pool/ (held: %s)", tokenOf(other))
+	}
+}
+
+// eventCount is an expression: how many events of kind for key the list
+// shows.
+func eventCount(kind, key string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll('#events li')].filter(li => li.dataset.kind === %s &&
+		li.querySelector('.key') !== null && li.querySelector('.key').textContent === %s).length`, js(kind), js(key))
+}
+
+// TestConsoleResumesWatch (issue #21 §2): the console's watch survives a
+// restart of its server on the same address, from the last cursor it saw
+// (C2 #ct2-watch-resume, #ct2-watch-progress), as the Go SDK does. A key
+// taken while the server is down (through another replica) and one taken
+// after the restart both show up; on etcd the resume is exact: those
+// events appear, nothing before the restart appears twice, and no resync
+// is shown; on PostgreSQL (no event history) the console shows a resync,
+// re-reads the held keys (the key taken meanwhile is listed) and shows the
+// events after it. Before, the console re-opened its watch from now: the
+// event committed while it was away was never shown, and nothing said so.
+func TestConsoleResumesWatch(t *testing.T) {
+	browser := newBrowser(t)
+	for _, kind := range lockdtest.Backends {
+		t.Run(kind, func(t *testing.T) { consoleResumesWatch(t, browser, kind) })
+	}
+}
+
+func consoleResumesWatch(t *testing.T, browser context.Context, kind string) {
+	ctx := testkit.Context(t, 2*time.Minute)
+	az, tokens := consoleAuth(t)
+	ns := lockdtest.NewNamespace(t, kind)
+	first := lockdtest.StartOn(t, ns, lockdtest.Options{Config: consoleConfig(""), Auth: az, NoClient: true})
+	// Another replica takes the locks: its session is not the one restarted.
+	other := lockdtest.StartOn(t, ns, lockdtest.Options{Auth: az,
+		ClientOptions: []client.Option{client.WithBearerToken(tokens["worker"])}})
+	page, _ := tab(t, browser, true)
+	run(t, page, "open the console", chromedp.Navigate("http://"+first.HTTPAddr+"/console/"))
+	setToken(t, page, tokens["admin"])
+	sess, err := other.Client.NewSession(ctx, client.WithOwner("resume-job", nil))
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	defer func() { _ = sess.Close(context.Background()) }()
+	take := func(key string) *client.Lock {
+		t.Helper()
+		l, err := sess.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatalf("TryAcquire(%s): %v", key, err)
+		}
+		return l
+	}
+	before := take("resume/before")
+	waitFor(t, page, "the event before the restart", eventShown("acquired", "resume/before", tokenOf(before)))
+
+	if err := first.Stop(); err != nil {
+		t.Fatalf("stop the console's server: %v", err)
+	}
+	waitFor(t, page, "the watch noticed", `document.getElementById('watch-state').textContent === 'reconnecting'`)
+	away := take("resume/away") // while the console has no watch
+	restarted := lockdtest.StartOn(t, ns, lockdtest.Options{Config: consoleConfig(first.HTTPAddr), Auth: az, NoClient: true})
+	if restarted.HTTPAddr != first.HTTPAddr {
+		t.Fatalf("restarted on %s; want the page's address %s", restarted.HTTPAddr, first.HTTPAddr)
+	}
+	waitFor(t, page, "the watch is live again", `document.getElementById('watch-state').textContent === 'live'`)
+	after := take("resume/after")
+	waitFor(t, page, "the event after the restart", eventShown("acquired", "resume/after", tokenOf(after)))
+	switch kind {
+	case "etcd":
+		waitFor(t, page, "the event committed while the console was away", eventShown("acquired", "resume/away", tokenOf(away)))
+		if n := eval[int](t, page, `document.querySelectorAll('#events li[data-kind="resync"]').length`); n != 0 {
+			t.Errorf("etcd: %d resyncs shown; want 0 (the resume is exact)\npage:\n%s", n, pageText(page))
+		}
+	case "pg":
+		waitFor(t, page, "a resync (PostgreSQL keeps no event history)", `document.querySelectorAll('#events li[data-kind="resync"]').length === 1`)
+		waitFor(t, page, "the key taken while away, re-read", rowIs("resume/away", "resume-job", sess.ID(), tokenOf(away), ""))
+	}
+	for _, key := range []string{"resume/before", "resume/away", "resume/after"} {
+		if n := eval[int](t, page, eventCount("acquired", key)); n > 1 {
+			t.Errorf("the acquired event of %s is shown %d times; want once\npage:\n%s", key, n, pageText(page))
+		}
+	}
+}
+
+// TestConsoleLeavesSilentWatch (issue #21 §2): a watch stream whose path
+// stops carrying anything — a paused proxy: no reset, no close, as a
+// stopped server — is given up after the silence bound, three progress
+// intervals (C2 #ct2-watch-progress), shown as reconnecting, and resumed
+// from its cursor once the path is back: the event committed while it was
+// silent is shown, once. Before, the console showed "live" forever.
+func TestConsoleLeavesSilentWatch(t *testing.T) {
+	srv, tokens := startConsole(t) // etcd: the resume is exact
+	ctx := testkit.Context(t, 2*time.Minute)
+	proxy := testkit.NewProxy(t, srv.HTTPAddr)
+	page, _ := tab(t, newBrowser(t), true)
+	run(t, page, "open the console through the proxy", chromedp.Navigate("http://"+proxy.Addr()+"/console/"))
+	setToken(t, page, tokens["admin"])
+	sess, err := srv.Client.NewSession(ctx, client.WithOwner("silent-job", nil))
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	defer func() { _ = sess.Close(context.Background()) }()
+	before, err := sess.TryAcquire(ctx, "silent/before")
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	// The stream's first line, a progress telling the interval, came
+	// before this event.
+	waitFor(t, page, "the event before the silence", eventShown("acquired", "silent/before", tokenOf(before)))
+
+	proxy.Pause()
+	paused := time.Now()
+	waitFor(t, page, "the silent watch given up", `document.getElementById('watch-state').textContent === 'reconnecting'`)
+	// The progress interval is lockdtest's TTL/3; the bound is three of
+	// it. The page's timers and this poll (every 100 ms) may lag on a
+	// loaded two-core machine: one more bound is ample.
+	bound := 3 * (lockdtest.TTL / 3)
+	if took := time.Since(paused); took > 2*bound {
+		t.Errorf("the console gave up its silent watch %v after the pause; want within %v (bound %v)", took, 2*bound, bound)
+	}
+	t.Logf("gave up the silent watch %v after the pause", time.Since(paused).Round(time.Millisecond))
+	away, err := sess.TryAcquire(ctx, "silent/away")
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	proxy.Restore()
+	waitFor(t, page, "the watch is live again", `document.getElementById('watch-state').textContent === 'live'`)
+	waitFor(t, page, "the event committed while the watch was silent", eventShown("acquired", "silent/away", tokenOf(away)))
+	for _, key := range []string{"silent/before", "silent/away"} {
+		if n := eval[int](t, page, eventCount("acquired", key)); n != 1 {
+			t.Errorf("the acquired event of %s is shown %d times; want once\npage:\n%s", key, n, pageText(page))
+		}
 	}
 }

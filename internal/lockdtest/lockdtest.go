@@ -153,7 +153,9 @@ func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Regis
 	go func() { s.served <- srv.Serve(lis) }() // exits after Shutdown (Stop)
 	s.serving = 1
 	if cfg.HTTPListen != "" {
-		hlis, err := net.Listen("tcp", "127.0.0.1:0")
+		// cfg.HTTPListen: 127.0.0.1:0 unless the test asks for an
+		// address (a server restarted under a browser page).
+		hlis, err := net.Listen("tcp", cfg.HTTPListen)
 		if err != nil {
 			_ = srv.Shutdown(context.Background())
 			t.Fatalf("lockdtest: listen (HTTP): %v", err)

@@ -318,16 +318,46 @@
     scheduleRefresh(100);
   }
 
+  // onResync: the server could not tell what happened since the cursor the
+  // watch resumed from (PostgreSQL, compacted etcd history): events may be
+  // missing from the list. Say so, and re-read the tables.
+  function onResync() {
+    const li = el('li', 'event');
+    li.dataset.kind = 'resync';
+    li.append(el('span', 'time', new Date().toLocaleTimeString()), el('span', 'kind kind-resync', 'resync'),
+      el('span', 'note', 'events may have been missed while the watch was away; the tables were re-read'));
+    const list = $('events');
+    list.prepend(li);
+    while (list.children.length > MAX_EVENTS) list.lastChild.remove();
+    scheduleRefresh(0);
+  }
+
   const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+  // The watch asks for progress lines (C2 #ct2-watch-progress): the first
+  // carries the stream's start cursor, and a stream silent for three of
+  // their interval (at least 1 s) has lost its server. A broken stream is
+  // re-opened right after the last line handled (resume_after), as the Go
+  // SDK does (#ct2-watch-resume): on etcd nothing is lost or repeated;
+  // otherwise the server says resync first.
   async function watch(gen) {
     let backoff = 500;
+    let cursor = ''; // the position after the last line handled; per Apply (prefix)
+    let silentMs = 0; // the silence bound, once a progress line told the interval
+    let lostCursor = false; // the server refused the cursor: say resync once live again
     while (gen === state.gen) {
       const ctl = new AbortController();
       state.watchAbort = ctl;
+      let silentTimer = 0;
+      const heard = () => {
+        clearTimeout(silentTimer);
+        if (silentMs > 0) silentTimer = setTimeout(() => ctl.abort(new Error('the watch stream went silent')), silentMs);
+      };
       try {
         // holder: owners in acquired events, and value events.
-        const q = new URLSearchParams({ prefix: state.prefix, holder: 'true' });
+        const q = new URLSearchParams({ prefix: state.prefix, holder: 'true', progress: 'true' });
+        if (cursor) q.set('resume_after', cursor);
+        heard(); // the wait for the headers is bounded too, once the interval is known
         const resp = await fetch(base + '/v1/watch?' + q.toString(), {
           headers: headers({ Accept: 'application/x-ndjson' }), credentials: 'same-origin', cache: 'no-store', signal: ctl.signal,
         });
@@ -343,11 +373,14 @@
         showError('watch-error', null);
         backoff = 500;
         scheduleRefresh(0);
+        if (lostCursor) { lostCursor = false; onResync(); }
+        heard();
         const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = '';
         for (;;) {
           const { value, done } = await reader.read();
           if (done) break;
+          heard();
           buf += value;
           let nl;
           while ((nl = buf.indexOf('\n')) >= 0) {
@@ -355,17 +388,38 @@
             buf = buf.slice(nl + 1);
             if (!line) continue;
             const msg = JSON.parse(line);
-            if (msg.result) onEvent(msg.result);
-            else if (msg.error) throw new APIError(200, msg);
+            if (msg.error) throw new APIError(200, msg);
+            const r = msg.result;
+            if (!r) continue;
+            if (r.kind === 'EVENT_KIND_PROGRESS') {
+              // Not an event: the stream is alive, and every event up
+              // to its cursor was handled.
+              const ms = Number(r.progress_interval_ms);
+              if (ms > 0) silentMs = Math.max(3 * ms, 1000);
+              heard();
+            } else if (r.kind === 'EVENT_KIND_RESYNC') {
+              onResync();
+            } else {
+              onEvent(r);
+            }
+            if (r.cursor) cursor = r.cursor;
           }
         }
         throw new Error('the watch ended');
       } catch (e) {
         if (gen !== state.gen) return; // replaced by Apply
+        if (e instanceof APIError && e.httpStatus === 400 && cursor) {
+          // A cursor the server will not take (invalid input) would be
+          // refused forever: start from now, and say so.
+          cursor = '';
+          lostCursor = true;
+        }
         setWatchState('reconnecting', 'down');
-        showError('watch-error', e);
+        showError('watch-error', ctl.signal.aborted && ctl.signal.reason instanceof Error ? ctl.signal.reason : e);
         await delay(backoff);
         backoff = Math.min(backoff * 2, 15000);
+      } finally {
+        clearTimeout(silentTimer);
       }
     }
   }

@@ -226,6 +226,13 @@ const (
 	// resume_after (events may have been missed); re-read the state. Sent
 	// only to a request with resume_after, carries only the cursor.
 	EventKind_EVENT_KIND_RESYNC EventKind = 7
+	// EVENT_KIND_PROGRESS: no change; the stream is alive and the caller has
+	// every event up to cursor (the cursor of the last event sent on this
+	// stream, or its start, or for a resumed request its resume_after until
+	// an event is sent). Carries only cursor and progress_interval_ms. Sent
+	// only to a request with progress (docs/contracts/C2.md
+	// #ct2-watch-progress).
+	EventKind_EVENT_KIND_PROGRESS EventKind = 8
 )
 
 // Enum value maps for EventKind.
@@ -239,6 +246,7 @@ var (
 		5: "EVENT_KIND_VALUE",
 		6: "EVENT_KIND_MAX_HOLD",
 		7: "EVENT_KIND_RESYNC",
+		8: "EVENT_KIND_PROGRESS",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED": 0,
@@ -249,6 +257,7 @@ var (
 		"EVENT_KIND_VALUE":       5,
 		"EVENT_KIND_MAX_HOLD":    6,
 		"EVENT_KIND_RESYNC":      7,
+		"EVENT_KIND_PROGRESS":    8,
 	}
 )
 
@@ -2220,7 +2229,13 @@ type WatchRequest struct {
 	// #ct2-watch-resume). When the events since are not known (PostgreSQL,
 	// compacted etcd history, a cursor of another backend) the first
 	// response is EVENT_KIND_RESYNC. Empty: start now.
-	ResumeAfter   string `protobuf:"bytes,3,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
+	ResumeAfter string `protobuf:"bytes,3,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
+	// progress asks for EVENT_KIND_PROGRESS messages (docs/contracts/C2.md
+	// #ct2-watch-progress): one as soon as the watch is established, then
+	// one whenever the stream has sent nothing for progress_interval_ms. A
+	// stream silent for three intervals (at least 1 s) has lost its server:
+	// resume it elsewhere from the last cursor.
+	Progress      bool `protobuf:"varint,4,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2276,6 +2291,13 @@ func (x *WatchRequest) GetResumeAfter() string {
 	return ""
 }
 
+func (x *WatchRequest) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
+}
+
 // WatchResponse is one change to one key.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2296,9 +2318,13 @@ type WatchResponse struct {
 	// cursor is the opaque position right after this event, for
 	// WatchRequest.resume_after. The stream's start position is sent in the
 	// response header lockd-watch-cursor.
-	Cursor        string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cursor string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// progress_interval_ms is set on EVENT_KIND_PROGRESS only: the longest
+	// the server leaves the stream silent (docs/contracts/C2.md
+	// #ct2-watch-progress).
+	ProgressIntervalMs int64 `protobuf:"varint,9,opt,name=progress_interval_ms,json=progressIntervalMs,proto3" json:"progress_interval_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -2385,6 +2411,13 @@ func (x *WatchResponse) GetCursor() string {
 		return x.Cursor
 	}
 	return ""
+}
+
+func (x *WatchResponse) GetProgressIntervalMs() int64 {
+	if x != nil {
+		return x.ProgressIntervalMs
+	}
+	return 0
 }
 
 // SetValueRequest names a grant of the caller's session and its new value.
@@ -2885,11 +2918,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\arevoked\x18\x01 \x01(\bR\arevoked\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"a\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"}\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\bR\x06holder\x12!\n" +
-	"\fresume_after\x18\x03 \x01(\tR\vresumeAfter\"\xbb\x02\n" +
+	"\fresume_after\x18\x03 \x01(\tR\vresumeAfter\x12\x1a\n" +
+	"\bprogress\x18\x04 \x01(\bR\bprogress\"\xed\x02\n" +
 	"\rWatchResponse\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.lockd.v1.EventKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -2899,7 +2933,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05owner\x18\x05 \x01(\tR\x05owner\x12;\n" +
 	"\x06labels\x18\x06 \x03(\v2#.lockd.v1.WatchResponse.LabelsEntryR\x06labels\x12\x14\n" +
 	"\x05value\x18\a \x01(\fR\x05value\x12\x16\n" +
-	"\x06cursor\x18\b \x01(\tR\x06cursor\x1a9\n" +
+	"\x06cursor\x18\b \x01(\tR\x06cursor\x120\n" +
+	"\x14progress_interval_ms\x18\t \x01(\x03R\x12progressIntervalMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -2940,7 +2975,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\bLockMode\x12\x19\n" +
 	"\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LOCK_MODE_EXCLUSIVE\x10\x01\x12\x14\n" +
-	"\x10LOCK_MODE_SHARED\x10\x02*\xcf\x01\n" +
+	"\x10LOCK_MODE_SHARED\x10\x02*\xe8\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
@@ -2949,7 +2984,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x12EVENT_KIND_REVOKED\x10\x04\x12\x14\n" +
 	"\x10EVENT_KIND_VALUE\x10\x05\x12\x17\n" +
 	"\x13EVENT_KIND_MAX_HOLD\x10\x06\x12\x15\n" +
-	"\x11EVENT_KIND_RESYNC\x10\a2\x83\a\n" +
+	"\x11EVENT_KIND_RESYNC\x10\a\x12\x17\n" +
+	"\x13EVENT_KIND_PROGRESS\x10\b2\x83\a\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +

@@ -165,6 +165,8 @@ type LockServiceClient interface {
 	// watch ends the stream with UNAVAILABLE; events may have been missed.
 	// A resumable watch sends its start cursor in the response header
 	// lockd-watch-cursor (docs/contracts/C2.md #ct2-watch-resume).
+	// A watch that asks for progress hears from the server at least every
+	// progress interval (EVENT_KIND_PROGRESS, #ct2-watch-progress).
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// SetValue replaces the value of a grant the caller's session holds
 	// (docs/contracts/C2.md #ct2-holder), without changing the grant or its
@@ -404,6 +406,8 @@ type LockServiceServer interface {
 	// watch ends the stream with UNAVAILABLE; events may have been missed.
 	// A resumable watch sends its start cursor in the response header
 	// lockd-watch-cursor (docs/contracts/C2.md #ct2-watch-resume).
+	// A watch that asks for progress hears from the server at least every
+	// progress interval (EVENT_KIND_PROGRESS, #ct2-watch-progress).
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// SetValue replaces the value of a grant the caller's session holds
 	// (docs/contracts/C2.md #ct2-holder), without changing the grant or its
