@@ -9,14 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/tlsreload"
 )
 
 // Values of lock.server.tls.client-auth and lock.server.metrics-tls.client-auth
@@ -140,24 +139,13 @@ func IsLoopback(hostport string) bool {
 // time and size) or when Reload is called (SIGHUP). A change that fails to
 // load keeps the previous certificate and CA and logs tls_reload_failed
 // once; connections already open are never touched. It is safe for
-// concurrent use.
+// concurrent use. The reloading itself is internal/tlsreload's, shared
+// with the etcd client's files (internal/backend).
 type TLSReloader struct {
 	files      TLSFiles
 	listener   string // C4 listener label
 	nextProtos []string
-	log        *slog.Logger
-
-	mu     sync.Mutex
-	cur    *tls.Config
-	loaded stamp // of the files in cur
-	failed stamp // of the last files that failed to load
-}
-
-// stamp identifies a version of the files: the modification time and size
-// of each (zero for an unset or unreadable one).
-type stamp [3]struct {
-	mod  time.Time
-	size int64
+	cur        *tlsreload.Reloader[*tls.Config] // of load's configs
 }
 
 // NewTLSReloader loads files (an error names the key of the file that
@@ -165,13 +153,12 @@ type stamp [3]struct {
 // (telemetry.ListenerGRPC or ListenerMetrics); nextProtos the ALPN
 // protocols the listener speaks.
 func NewTLSReloader(files TLSFiles, listener string, nextProtos []string, logger *slog.Logger) (*TLSReloader, error) {
-	r := &TLSReloader{files: files, listener: listener, nextProtos: nextProtos, log: telemetry.OrDiscard(logger)}
-	st := r.stat()
-	cfg, err := r.load()
+	r := &TLSReloader{files: files, listener: listener, nextProtos: nextProtos}
+	var err error
+	r.cur, err = tlsreload.New(listener, []string{files.CertFile, files.KeyFile, files.ClientCAFile}, r.load, logger)
 	if err != nil {
 		return nil, err
 	}
-	r.cur, r.loaded = cfg, st
 	return r, nil
 }
 
@@ -181,55 +168,14 @@ func (r *TLSReloader) Config() *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		NextProtos:         r.nextProtos,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.current(), nil },
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.cur.Current(), nil },
 	}
 }
 
 // Reload re-reads the files now, changed or not. On error the previous
 // certificate and CA stay in force (and the error is logged as
 // tls_reload_failed).
-func (r *TLSReloader) Reload() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.reloadLocked(r.stat())
-}
-
-func (r *TLSReloader) current() *tls.Config {
-	st := r.stat()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st != r.loaded && st != r.failed {
-		_ = r.reloadLocked(st)
-	}
-	return r.cur
-}
-
-func (r *TLSReloader) reloadLocked(st stamp) error {
-	cfg, err := r.load()
-	if err != nil {
-		if st != r.failed {
-			telemetry.TLSReloadFailed(r.log, r.listener, err)
-		}
-		r.failed = st
-		return err
-	}
-	r.cur, r.loaded, r.failed = cfg, st, stamp{}
-	telemetry.TLSReloaded(r.log, r.listener)
-	return nil
-}
-
-func (r *TLSReloader) stat() stamp {
-	var st stamp
-	for i, name := range []string{r.files.CertFile, r.files.KeyFile, r.files.ClientCAFile} {
-		if name == "" {
-			continue
-		}
-		if fi, err := os.Stat(name); err == nil {
-			st[i].mod, st[i].size = fi.ModTime(), fi.Size()
-		}
-	}
-	return st
-}
+func (r *TLSReloader) Reload() error { return r.cur.Reload() }
 
 // load reads the files into the config one handshake uses.
 func (r *TLSReloader) load() (*tls.Config, error) {

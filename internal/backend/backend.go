@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,9 +11,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"lock.dev/lockd/internal/embedetcd"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/tlsreload"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/etcdstore"
 	"lock.dev/lockd/store/pgstore"
@@ -33,8 +36,9 @@ type Backend struct {
 
 	label     string
 	endpoints []string
-	embedded  *embedetcd.Server // backend embedded
-	etcd      *clientv3.Client  // backends embedded and etcd
+	embedded  *embedetcd.Server                // backend embedded
+	etcd      *clientv3.Client                 // backends embedded and etcd
+	etcdTLS   *tlsreload.Reloader[*tls.Config] // lock.etcd.tls.*; nil when unset
 
 	closeOnce sync.Once
 	closeErr  error
@@ -111,11 +115,18 @@ func startEmbedded(ctx context.Context, cfg embedetcd.Config) (s *embedetcd.Serv
 func (b *Backend) openEtcd(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemetry.Metrics) error {
 	ccfg := etcdstore.ClientConfig(b.endpoints, cfg.EtcdDialTimeout)
 	ccfg.Logger = embedetcd.ZapLogger(logger)
-	tlsCfg, err := cfg.etcdTLS()
-	if err != nil {
+	var err error
+	if b.etcdTLS, err = cfg.etcdTLS(logger); err != nil {
 		return fmt.Errorf("backend: %w", err)
 	}
-	ccfg.TLS = tlsCfg
+	if b.etcdTLS != nil {
+		// TLS makes clientv3 treat the endpoints as TLS ones; the dial
+		// option, applied after clientv3's own credentials (clientv3
+		// appends Config.DialOptions last), makes every handshake use the
+		// files in force (etcdCreds).
+		ccfg.TLS = b.etcdTLS.Current()
+		ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithTransportCredentials(etcdCreds{files: b.etcdTLS}))
+	}
 	var password string
 	if cfg.EtcdUsername != "" {
 		if password, err = readSecret("lock.etcd.password-file", cfg.EtcdPasswordFile); err != nil {
@@ -138,6 +149,17 @@ func (b *Backend) openEtcd(ctx context.Context, cfg Config, logger *slog.Logger,
 	}
 	b.LockStore = st
 	return nil
+}
+
+// ReloadTLS re-reads the lock.etcd.tls.* files now, changed or not
+// (SIGHUP); the next new connection to etcd uses them. It is nil when the
+// backend has no such files. On error the previous files stay in force
+// (and it is logged as tls_reload_failed, C4).
+func (b *Backend) ReloadTLS() error {
+	if b.etcdTLS == nil {
+		return nil
+	}
+	return b.etcdTLS.Reload()
 }
 
 // Label is the C4 backend label: "etcd" or "pg".

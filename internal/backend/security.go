@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -13,8 +14,10 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc/credentials"
 
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/tlsreload"
 )
 
 // validateSecurity checks the transport security keys (C5 #ct5-tls).
@@ -53,12 +56,9 @@ func (c Config) validatePGSecrets(bad func(key, format string, args ...any)) {
 	}
 }
 
-// etcdTLS returns the etcd client's TLS config, or nil when
-// lock.etcd.tls.* is unset.
-func (c Config) etcdTLS() (*tls.Config, error) {
-	if c.EtcdTLSCAFile == "" && c.EtcdTLSCertFile == "" {
-		return nil, nil
-	}
+// loadEtcdTLS reads the lock.etcd.tls.* files into the TLS config of one
+// handshake with etcd; an error names the key.
+func (c Config) loadEtcdTLS() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.EtcdTLSCAFile != "" {
 		pem, err := os.ReadFile(c.EtcdTLSCAFile)
@@ -79,6 +79,49 @@ func (c Config) etcdTLS() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// etcdTLS returns the reloader of the lock.etcd.tls.* files (C5 #ct5-tls:
+// re-read when they change, checked at each new handshake, and on
+// Backend.ReloadTLS), or nil when they are unset. logger receives the
+// reload events (listener etcd, C4).
+func (c Config) etcdTLS(logger *slog.Logger) (*tlsreload.Reloader[*tls.Config], error) {
+	if c.EtcdTLSCAFile == "" && c.EtcdTLSCertFile == "" {
+		return nil, nil
+	}
+	return tlsreload.New(telemetry.ListenerEtcd, []string{c.EtcdTLSCertFile, c.EtcdTLSKeyFile, c.EtcdTLSCAFile},
+		c.loadEtcdTLS, logger)
+}
+
+// etcdCreds are the etcd client's gRPC transport credentials: TLS whose
+// every handshake uses the lock.etcd.tls.* files in force (client
+// certificate and CA bundle alike). crypto/tls has no per-handshake hook
+// for a client's roots, so each handshake gets a TLS config of its own and
+// crypto/tls's usual verification (chain, server name, usage).
+type etcdCreds struct {
+	files *tlsreload.Reloader[*tls.Config]
+}
+
+var _ credentials.TransportCredentials = etcdCreds{}
+
+// ClientHandshake makes a TLS handshake with the files in force now.
+func (c etcdCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return credentials.NewTLS(c.files.Current()).ClientHandshake(ctx, authority, conn)
+}
+
+// ServerHandshake is not used: these credentials only dial.
+func (etcdCreds) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("backend: etcd client credentials cannot serve")
+}
+
+// Info is TLS's, with no server name override (lock.etcd.tls.* sets
+// none). It does not look at the files: only a handshake reloads them.
+func (etcdCreds) Info() credentials.ProtocolInfo { return credentials.NewTLS(nil).Info() }
+
+// Clone returns c: it holds nothing but the shared reloader.
+func (c etcdCreds) Clone() credentials.TransportCredentials { return c }
+
+// OverrideServerName is deprecated in gRPC and unused by clientv3.
+func (etcdCreds) OverrideServerName(string) error { return nil }
 
 // readSecret reads a secret file (one trailing newline dropped). Errors name
 // the key and the file, never the content.

@@ -14,6 +14,7 @@ import (
 
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/embedetcd"
+	"lock.dev/lockd/internal/etcdtest"
 	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/testkit"
 )
@@ -275,4 +276,67 @@ func cfgTLS(cfg backend.Config) (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}, nil
+}
+
+// TestEtcdTLSRotation: the client certificate and CA bundle lockd uses for
+// an external etcd are re-read when the files change (C5 #ct5-tls), without
+// reopening the backend. etcd restarts with a certificate of another CA and
+// trusts only that CA's clients, so neither the old certificate nor the old
+// CA bundle can make a connection any more: a store call succeeds again only
+// through a new handshake with the rotated files.
+func TestEtcdTLSRotation(t *testing.T) {
+	ca1, ca2 := testkit.NewCA(t, "etcd-ca-1"), testkit.NewCA(t, "etcd-ca-2")
+	etcd := etcdtest.StartMTLS(t, ca1)
+	dir := t.TempDir()
+	cfg := backend.DefaultConfig()
+	cfg.Kind, cfg.EtcdEndpoints, cfg.EtcdDialTimeout = backend.Etcd, etcd.Endpoints(), 10*time.Second
+	cfg.EtcdTLSCAFile = ca1.WriteCA(t, dir, "ca.pem")
+	cfg.EtcdTLSCertFile, cfg.EtcdTLSKeyFile = ca1.Issue(t, testkit.CertOptions{CommonName: "lockd-a"}).Write(t, dir, "lockd")
+	logger, logs := testkit.NewLogger()
+	b, err := backend.Open(testkit.Context(t, time.Minute), cfg, logger, nil)
+	if err != nil {
+		t.Fatalf("Open(etcd over mTLS): %v", err)
+	}
+	defer b.Close()
+	roundTrip(t, b)
+
+	// Rotate while etcd is down, so no handshake reads a half-written set
+	// (each file is replaced by a rename, but the three not at once).
+	etcd.Stop()
+	ca2.WriteCA(t, dir, "ca.pem")
+	ca2.Issue(t, testkit.CertOptions{CommonName: "lockd-b"}).Write(t, dir, "lockd")
+	etcd.Start(t, ca2)
+	// Bound: the client redials within its reconnect backoff (at most 1 s,
+	// etcdstore.ClientConfig) and a single-node etcd elects itself within
+	// its election timeout (1 s); 30 s leaves room for a loaded 2-core
+	// machine running -race. The old code presents certificate A for ever.
+	testkit.Eventually(t, 30*time.Second, "a store call through a new connection with the rotated files", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := b.OpenSession(ctx, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		_, err = b.CloseSession(ctx, s.ID)
+		return err
+	})
+	reloaded := logs.Events("tls_reloaded")
+	if len(reloaded) != 1 || reloaded[0]["listener"] != "etcd" {
+		t.Errorf("tls_reloaded = %v, want one with listener etcd:\n%s", reloaded, logs)
+	}
+
+	// A broken certificate file: the rotated files stay in force, the error
+	// names the key, and the failure is logged once.
+	if err := os.WriteFile(cfg.EtcdTLSCertFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.ReloadTLS(); err == nil || !strings.Contains(err.Error(), "lock.etcd.tls.cert-file") {
+			t.Errorf("ReloadTLS with a broken file = %v, want an error naming lock.etcd.tls.cert-file", err)
+		}
+	}
+	if failed := logs.Events("tls_reload_failed"); len(failed) != 1 || failed[0]["listener"] != "etcd" {
+		t.Errorf("tls_reload_failed = %v, want one with listener etcd:\n%s", failed, logs)
+	}
+	roundTrip(t, b)
 }

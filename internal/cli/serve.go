@@ -55,8 +55,8 @@ sessions are left to expire unless --close-sessions-on-shutdown.
 
 TLS: --tls-cert-file and --tls-key-file serve the gRPC API over TLS; add
 --tls-client-ca-file to require client certificates (mTLS). The metrics
-listener has its own --metrics-tls-* flags. Certificate files are re-read
-when they change and on SIGHUP. A listen address that is not loopback needs
+listener has its own --metrics-tls-* flags. Certificate files, the
+--etcd-tls-* ones included, are re-read when they change and on SIGHUP. A listen address that is not loopback needs
 TLS, or --insecure-allow-remote (docs/contracts/C5.md #ct5-tls).`,
 		Args: exactArgs(0, "no arguments"),
 	}
@@ -140,12 +140,14 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		}
 	}
 
-	// SIGHUP re-reads the TLS certificates, keys and client CAs and the
-	// access policy and tokens (all also re-read when they change on disk);
-	// the reloaders log the outcome (C4 tls_reloaded, auth_reloaded and
-	// their _failed events).
+	// SIGHUP re-reads the TLS certificates, keys and client CAs of the
+	// listeners and of the etcd client (lock.etcd.tls.*) and the access
+	// policy and tokens (all also re-read when they change on disk); the
+	// reloaders log the outcome (C4 tls_reloaded, auth_reloaded and their
+	// _failed events).
 	stopHUP := onSIGHUP(func() {
 		_ = srv.ReloadTLS()
+		_ = b.ReloadTLS()
 		_ = az.Reload()
 	})
 	defer stopHUP()

@@ -15,6 +15,7 @@ const (
 	ListenerGRPC          = "grpc"    // listener label: lock.server.listen
 	ListenerMetrics       = "metrics" // listener label: lock.server.metrics-listen
 	ListenerHTTP          = "http"    // listener label: lock.server.http.listen (C5 #ct5-http)
+	ListenerEtcd          = "etcd"    // not a listener: the etcd client's lock.etcd.tls.* files (C5 #ct5-tls)
 	PGTLSOptional         = "optional"
 	PGTLSUnverified       = "unverified"
 )
