@@ -27,10 +27,11 @@
 // since no reply is needed to stop trusting. Because t_send precedes the
 // server's receipt, the client stops trusting at least the safety margin
 // before the backend could give the key to anyone else
-// (docs/contracts/C2.md #ct2-deadline, shared/SAFETY.md). A reply saying the
-// session is dead ends it; a lock-lost notice (an admin revoke) ends that
-// lock only. Revocation breaks the promise on purpose: pass Lock.Token to
-// the resource so that it rejects a superseded holder.
+// (docs/contracts/C2.md #ct2-deadline; the argument and what every SDK must
+// do: docs/safety.md). A reply saying the session is dead ends it; a lock-lost
+// notice (an admin revoke) ends that lock only. Revocation breaks the promise
+// on purpose: pass Lock.Token to the resource so that it rejects a superseded
+// holder.
 //
 // All sessions of a Client send their heartbeats over one shared KeepAlive
 // stream, every heartbeat interval (advertised by the server, default

@@ -14,13 +14,13 @@
 // The server owns client liveness. A session whose client sends no
 // KeepAlive request is closed by the server (C4 session_lost, reason
 // client_silent), releasing its locks so that waiters get them. Following
-// shared/SAFETY.md, the server never closes a session before the Remaining
-// it last granted has run out counted from when it received the request the
-// grant answered: it closes after max(TTL, last granted Remaining) of
-// silence. One goroutine with a timer heap does this for all sessions.
-// Together with the backend's own expiry (lockd itself dies: etcd leases
-// and PostgreSQL rows expire after the TTL), every way a holder can die
-// releases its locks.
+// docs/safety.md ("What the server may and may not do"), the server never
+// closes a session before the Remaining it last granted has run out counted
+// from when it received the request the grant answered: it closes after
+// max(TTL, last granted Remaining) of silence. One goroutine with a timer heap
+// does this for all sessions. Together with the backend's own expiry (lockd
+// itself dies: etcd leases and PostgreSQL rows expire after the TTL), every
+// way a holder can die releases its locks.
 //
 // KeepAlive answers pass the store's Remaining through unchanged: the store
 // measures it from its own receipt of the heartbeat, which is later than the

@@ -12,15 +12,15 @@ import (
 // This file exists only in a build with the tag lockd_stale_control: the
 // stale-record control of the chaos suite (test/chaos, control
 // stale-record). It breaks the rule that every answer's Remaining comes from
-// the backend (SAFETY.md, C2 #ct2-deadline) on purpose: a replica answers
-// every heartbeat of a session it adopted (one it did not open), after the
-// first, from what the store said then — live, the same Remaining — without
-// asking the store again and without reading its grants again. The backend
-// meanwhile lets the session expire (nothing keeps it alive) and grants its
-// keys to others while the client, told "live" again and again, keeps
-// trusting them; the lock-lost notices of such a session are dropped too
-// (quiet), as a record that never changes would. The trusted-overlap
-// checker must catch it. Never in a release build.
+// the backend (docs/safety.md, "Replicas over one backend"; C2 #ct2-deadline,
+// #ct2-replicas) on purpose: a replica answers every heartbeat of a session it
+// adopted (one it did not open), after the first, from what the store said
+// then — live, the same Remaining — without asking the store again and without
+// reading its grants again. The backend meanwhile lets the session expire
+// (nothing keeps it alive) and grants its keys to others while the client,
+// told "live" again and again, keeps trusting them; the lock-lost notices of
+// such a session are dropped too (quiet), as a record that never changes
+// would. The trusted-overlap checker must catch it. Never in a release build.
 
 var (
 	staleMu sync.Mutex

@@ -133,7 +133,8 @@ func TestClientSilence(t *testing.T) {
 
 // TestSilenceWaitsForGrantedRemaining: when the store grants a Remaining
 // longer than the TTL, the server waits that long before closing a silent
-// client (SAFETY.md: never before the last granted Remaining has run out).
+// client (docs/safety.md, "What the server may and may not do": never before
+// the last granted Remaining has run out).
 func TestSilenceWaitsForGrantedRemaining(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		logs := &lockdtest.Logs{}

@@ -33,14 +33,15 @@ const (
 // session is the server's record of one session. All fields are guarded by
 // Server.mu.
 //
-// The record enforces SAFETY.md's rule for closing a silent client: every
-// reply that extends the client's trust (open, heartbeat, grant) is sent only
-// after grantTrust moved expireAt to at least (receipt of the request) +
-// max(ttl, Remaining granted), and only if the record is not closing. The
-// silence closer closes a session only when expireAt has passed, and marks
-// it closing first, under the same mutex. So the server never closes a
-// session whose client may still trust it, and never tells a client "live"
-// about a session it is closing.
+// The record enforces the rule for closing a silent client (docs/safety.md,
+// "What the server may and may not do"; C2 #ct2-deadline): every reply that
+// extends the client's trust (open, heartbeat, grant) is sent only after
+// grantTrust moved expireAt to at least (receipt of the request) + max(ttl,
+// Remaining granted), and only if the record is not closing. The silence
+// closer closes a session only when expireAt has passed, and marks it closing
+// first, under the same mutex. So the server never closes a session whose
+// client may still trust it, and never tells a client "live" about a session
+// it is closing.
 type session struct {
 	id  store.SessionID
 	ttl time.Duration

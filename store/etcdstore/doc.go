@@ -29,7 +29,8 @@
 // the call was received), on the monotonic clock. clientv3's Lease.KeepAlive
 // is not used: its channel reports an answer's TTL but not when the answered
 // request was sent, and it re-sends while an answer is late, so no such bound
-// can be derived from it (SAFETY.md, the timing argument: "Server grant").
+// can be derived from it (docs/safety.md, "Three lifetimes of one session":
+// the server grant).
 //
 // The keepalive of a lease goes out a third of its TTL (at most three
 // seconds) after the previous one was sent, so a lease revoked behind
@@ -54,19 +55,18 @@
 // Every keepalive costs etcd and lockd a message each way, so the interval,
 // min(TTL/3, 3 s), is what idle sessions cost (the figures are in
 // docs/backends.md). The interval does not weaken the timing argument
-// (SAFETY.md). Remaining is still the send time of the last ANSWERED
-// keepalive plus the TTL in its answer, minus now: a longer interval only
-// lets that bound run lower before it is refreshed, so the client is
-// promised less, never more. An unanswered keepalive still extends nothing,
-// an answer overdue by TTL/3 still replaces the stream, and a bound that
-// runs out still leads to a probe and, without an answer, to not-live. What
-// the interval does set is how soon an out-of-band revoke of the lease is
+// (docs/safety.md, "The timing chain"). Remaining is still the send time of
+// the last ANSWERED keepalive plus the TTL in its answer, minus now: a longer
+// interval only lets that bound run lower before it is refreshed, so the
+// client is promised less, never more. An unanswered keepalive still extends
+// nothing, an answer overdue by TTL/3 still replaces the stream, and a bound
+// that runs out still leads to a probe and, without an answer, to not-live.
+// What the interval does set is how soon an out-of-band revoke of the lease is
 // noticed (the next answer says the lease is gone): within about three
-// seconds. Sends are also aligned to a 100 ms grid (a send is due at the
-// first tick after its interval): the keepalive owner then wakes at most ten
-// times a second and sends what is due together, instead of once per lease.
-// That delays a send by under a tick, which again only lets the bound run
-// lower.
+// seconds. Sends are also aligned to a 100 ms grid (a send is due at the first
+// tick after its interval): the keepalive owner then wakes at most ten times a
+// second and sends what is due together, instead of once per lease. That
+// delays a send by under a tick, which again only lets the bound run lower.
 //
 // # Ownership and locks
 //

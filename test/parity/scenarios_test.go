@@ -482,8 +482,9 @@ func watchOrder(t *testing.T, e *env) string {
 
 // clientSilence: a raw client opens a session, takes a lock, heartbeats
 // once and then stays silent on its open stream. The server must close the
-// session — not before the trust it granted has run out (SAFETY.md), and
-// within TTL + slack of the last heartbeat — and the waiter gets the key.
+// session — not before the trust it granted has run out (docs/safety.md, "What
+// the server may and may not do"), and within TTL + slack of the last
+// heartbeat — and the waiter gets the key.
 func clientSilence(t *testing.T, e *env) string {
 	ctx := testCtx(t)
 	const key = "silence/k"

@@ -27,18 +27,18 @@
 // linearization order); release(p, t) succeeds only if p holds t. A lost
 // (p's SDK stopped trusting) or crash (p was killed) frees p's grant at some
 // instant after the end of trust, because the backend frees it no earlier
-// (shared/SAFETY.md). So a grant to q that completed before p stopped
-// trusting is not linearizable. Ambiguous (Unknown) acquires and releases are
-// possibly applied: the model is nondeterministic (porcupine's
-// NondeterministicModel) and may apply them or not, at any instant after
-// their invoke. Definite failures and writes are left out.
+// (docs/safety.md, "Why the chain holds"). So a grant to q that completed
+// before p stopped trusting is not linearizable. Ambiguous (Unknown) acquires
+// and releases are possibly applied: the model is nondeterministic
+// (porcupine's NondeterministicModel) and may apply them or not, at any
+// instant after their invoke. Definite failures and writes are left out.
 //
 // NoTrustedOverlap: per key, the intervals in which different processes
 // trusted a grant, [acquire reply received, release sent / SDK deadline /
 // kill], never overlap (TrustIntervals). This is the timing argument of
-// shared/SAFETY.md made observable; it is the property that fails when the
-// server grants a full TTL on every heartbeat or the SDK measures its deadline
-// from receive time.
+// docs/safety.md made observable ("How the tests show it"); it is the property
+// that fails when the server grants a full TTL on every heartbeat or the SDK
+// measures its deadline from receive time.
 //
 // TooManyTrusted and TooManyWriters: NoTrustedOverlap and OverlappingWriters
 // for semaphores and read/write locks (C2 #ct2-multi), given each key's Kind:

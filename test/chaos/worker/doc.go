@@ -68,13 +68,13 @@
 // to real time before it is recorded.
 //
 // Config.Trust = TrustReceiveTTL is a control that breaks the timing rule of
-// shared/SAFETY.md on purpose: the worker trusts each grant for a full TTL
-// from the moment it RECEIVED the acquire reply and ignores Done; it records
-// that belief (a lost op at receive + TTL) instead of the SDK's deadline. It
-// marks a hold pausable only when the grant arrived well after both the
-// session's latest heartbeat reply and the sending of the acquire (it waited
-// in the queue), the two moments the server pushes a session's silence
-// deadline from, so that a pause right then lets the server free the key
-// before receive + TTL: the trusted-overlap checker must then report the
-// overlap.
+// docs/safety.md ("The timing chain", C2 #ct2-deadline) on purpose: the worker
+// trusts each grant for a full TTL from the moment it RECEIVED the acquire
+// reply and ignores Done; it records that belief (a lost op at receive + TTL)
+// instead of the SDK's deadline. It marks a hold pausable only when the grant
+// arrived well after both the session's latest heartbeat reply and the sending
+// of the acquire (it waited in the queue), the two moments the server pushes a
+// session's silence deadline from, so that a pause right then lets the server
+// free the key before receive + TTL: the trusted-overlap checker must then
+// report the overlap.
 package worker
