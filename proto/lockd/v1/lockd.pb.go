@@ -1,11 +1,11 @@
 // lockd's public API: sessions with a TTL, named locks with fencing tokens,
 // administration and watches.
 //
-// Timing rule (docs/contracts/C2.md #ct2-deadline, shared/SAFETY.md): every
-// reply that extends trust carries remaining_ms, a lower bound of how long the
-// backend keeps the session (and its locks) alive, measured from when the
-// server received the request. A client trusts its session and every lock in
-// it until
+// Timing rule (docs/contracts/C2.md #ct2-deadline; the argument and what
+// every client must do: docs/safety.md): every reply that extends trust
+// carries remaining_ms, a lower bound of how long the backend keeps the
+// session (and its locks) alive, measured from when the server received the
+// request. A client trusts its session and every lock in it until
 //
 //   (its own monotonic time when it SENT the request) + remaining_ms
 //     - safety_margin_ms
