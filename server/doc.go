@@ -38,12 +38,18 @@
 //
 // # Replicas
 //
-// Several lockd servers may share one backend, but a client sends every
-// request of a session, heartbeats included, to the server that opened it.
-// On etcd another server does not know the session at all (it answers
-// SESSION_DEAD); on PostgreSQL another server can use it, but the server
-// that opened it closes it once the client is silent towards that server.
-// Lock-loss notices do cross servers: each server watches the backend.
+// Several lockd servers may share one backend (C2 #ct2-replicas), and a
+// client may send any request of a session to any of them: a server that
+// gets a call for a session it does not know adopts it from the store (etcd:
+// from the session record on the session's lease, which it then keeps alive
+// too; PostgreSQL: the session is a row). A server whose client fell silent
+// ends the session only through the store's ExpireSession, which ends
+// nothing the backend still keeps alive, so a client that moved to another
+// server keeps its session and locks. A server told to stop drains (C2
+// #ct2-drain): it tells its clients to move and ends no session. Each server
+// watches the backend, so a lock-loss notice is pushed by whichever server
+// the holder's stream is attached to. The argument: docs/safety.md,
+// "Replicas over one backend".
 //
 // # Errors
 //
