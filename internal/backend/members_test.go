@@ -1,12 +1,10 @@
 package backend_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -30,7 +28,7 @@ import (
 func TestEtcdFollowsMembers(t *testing.T) {
 	ctx := testkit.Context(t, 2*time.Minute)
 	dir := t.TempDir()
-	awaitPeerConns(t)
+	testkit.AwaitGone(t, 15*time.Second, testkit.PeerConnFrames...) // etcd members in this process
 	a := startMember(t, ctx, embedetcd.Config{DataDir: filepath.Join(dir, "a"), Name: "a"})
 	aPeer := "http://" + a.PeerAddrs()[0].String()
 
@@ -121,31 +119,6 @@ func TestEtcdFollowsMembers(t *testing.T) {
 	if _, ok, err := b.TryInsert(ctx, s3.ID, "k"); err != nil || ok {
 		t.Errorf("TryInsert(k) by another session = %v, %v; want refused (the first session still holds k)", ok, err)
 	}
-}
-
-// awaitPeerConns waits, when the test ends (after its members stopped),
-// until the HTTP connections between in-process etcd members are gone: a
-// member's peer server can stay blocked in a read for up to etcd's peer
-// read timeout (5 s) after it stopped, and the other member's idle client
-// connection with it, which the leak check at the end of the package would
-// report.
-func awaitPeerConns(t *testing.T) {
-	t.Helper()
-	t.Cleanup(func() { // registered first: runs after the members stop
-		err := testkit.Poll(15*time.Second, func() error {
-			buf := make([]byte, 1<<20)
-			stacks := buf[:runtime.Stack(buf, true)]
-			for _, f := range []string{"net/http.(*persistConn).readLoop", "net/http.(*connReader).backgroundRead"} {
-				if bytes.Contains(stacks, []byte(f)) {
-					return fmt.Errorf("a goroutine still runs %s", f)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Errorf("etcd peer connections still open 15 s after the members stopped: %v", err)
-		}
-	})
 }
 
 // startMember starts an etcd member that the test stops at its end.
