@@ -23,7 +23,11 @@
 //
 // etcd's warnings go to stderr as JSON lines. SIGINT or SIGTERM stops the
 // server cleanly (exit 0); the data directory stays, so a restart on it keeps
-// etcd's revision (lockd's fencing tokens). A command-line error exits with
+// etcd's revision (lockd's fencing tokens). A member removed from its cluster
+// (etcdctl member remove, clientv3's MemberRemove) stops by itself and exits
+// 0, as etcd does; a member added to a running cluster is started with
+// --initial-cluster-state existing, an empty data directory and the
+// --initial-cluster the member add answered. A command-line error exits with
 // status 2, any other failure with 1.
 package main
 
@@ -117,5 +121,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return srv.Close()
 	case err := <-srv.Err():
 		return errors.Join(fmt.Errorf("serve: %w", err), srv.Close())
+	case <-srv.Stopped(): // removed from the cluster: etcd's own main exits 0 too
+		fmt.Fprintln(stderr, "etcd: server stopped (removed from the cluster?)")
+		return srv.Close()
 	}
 }
