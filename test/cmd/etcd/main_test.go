@@ -164,21 +164,21 @@ func TestRunTLS(t *testing.T) {
 
 // TestRunExitsWhenRemoved: a member added to a running cluster (a learner,
 // --initial-cluster-state existing, an empty data directory) serves, and
-// once removed from the cluster it stops and run returns nil, as etcd's own
-// main exits 0.
+// once removed from the cluster it stops: run calls the hook where main
+// exits 0 at once, as etcd's own main does, and returns nil.
 func TestRunExitsWhenRemoved(t *testing.T) {
 	testkit.AwaitGone(t, 15*time.Second, testkit.PeerConnFrames...) // two etcd members in this process
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	aPeer, bPeer := "http://"+freeAddr(t), "http://"+freeAddr(t)
-	start := func(args ...string) (ep string, done <-chan error, stderr *lineWriter) {
+	start := func(removed func(), args ...string) (ep string, done <-chan error, stderr *lineWriter) {
 		t.Helper()
 		out := &lineWriter{lines: make(chan string, 1)}
 		lines := out.lines
 		errw := &lineWriter{}
 		ch := make(chan error, 1)
-		go func() { ch <- run(ctx, args, out, errw) }()
+		go func() { ch <- runWith(ctx, args, out, errw, removed) }()
 		select {
 		case line := <-lines:
 			ep, _ = strings.CutPrefix(line, "etcd serving endpoints=")
@@ -189,7 +189,7 @@ func TestRunExitsWhenRemoved(t *testing.T) {
 		}
 		return ep, ch, errw
 	}
-	aEP, aDone, _ := start("--data-dir", filepath.Join(dir, "a"), "--name", "a", "--peer-url", aPeer,
+	aEP, aDone, _ := start(func() { t.Error("member a reported removed") }, "--data-dir", filepath.Join(dir, "a"), "--name", "a", "--peer-url", aPeer,
 		"--initial-cluster", "a="+aPeer)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{aEP}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -200,7 +200,8 @@ func TestRunExitsWhenRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatalf("MemberAddAsLearner(%s): %v", bPeer, err)
 	}
-	_, bDone, bErr := start("--data-dir", filepath.Join(dir, "b"), "--name", "b", "--peer-url", bPeer,
+	hooked := make(chan struct{})
+	_, bDone, bErr := start(func() { close(hooked) }, "--data-dir", filepath.Join(dir, "b"), "--name", "b", "--peer-url", bPeer,
 		"--initial-cluster", "a="+aPeer+",b="+bPeer, "--initial-cluster-state", "existing")
 	if _, err := cli.MemberRemove(ctx, add.Member.ID); err != nil {
 		t.Fatalf("MemberRemove(b): %v", err)
@@ -209,6 +210,11 @@ func TestRunExitsWhenRemoved(t *testing.T) {
 	case err := <-bDone:
 		if err != nil {
 			t.Fatalf("run of the removed member = %v; want nil", err)
+		}
+		select {
+		case <-hooked:
+		default:
+			t.Error("run of the removed member returned without calling its removed hook (main's exit)")
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the removed member's run did not return within 30s")
