@@ -27,6 +27,7 @@ type etcdNode struct {
 	peerURL   string
 	advertise string // the peer URL the others dial, if not peerURL (peers.go)
 	cluster   string // initial cluster, NAME=PEERURL,...
+	state     string // initial cluster state: "" (new) or "existing" (a member added, members.go)
 
 	mu    sync.Mutex
 	p     *process
@@ -125,6 +126,9 @@ func (e *etcdNode) launch() error {
 	}
 	if e.advertise != "" {
 		args = append(args, "-advertise-peer-url", e.advertise)
+	}
+	if e.state != "" {
+		args = append(args, "-initial-cluster-state", e.state)
 	}
 	p, err := startProcess(fmt.Sprintf("%s.%d", e.name, n), e.bin, args, nil,
 		filepath.Join(e.dir, e.name+".log"), noAnswer(onLine))
