@@ -157,23 +157,11 @@ func (r *run) replaceMember(ctx context.Context, i int) error {
 		rm.fd, rm.held = bindHold(u.Host)
 	}
 
-	m.added++
-	nd := &etcdNode{name: fmt.Sprintf("etcd%d", len(m.original)-1+m.added), bin: victim.bin, dir: victim.dir,
-		state: "existing"}
-	var err error
-	if nd.clientURL, err = m.freshURL(); err != nil {
+	nd, err := r.addAndStart(ctx, m, victim)
+	if err != nil {
 		return err
 	}
-	if nd.peerURL, err = m.freshURL(); err != nil {
-		return err
-	}
-	if nd.cluster, err = r.addMember(ctx, nd, victim); err != nil {
-		return err
-	}
-	added := time.Since(t0)
-	if err := nd.launch(); err != nil {
-		return fmt.Errorf("start added etcd member %s: %w", nd.name, err)
-	}
+	added := nd.addedAt.Sub(t0)
 	r.etcd[slot] = nd
 	r.faultWindow(start)
 	r.countFault()
@@ -198,6 +186,41 @@ func (r *run) replaceMember(ctx context.Context, i int) error {
 	return sleep(ctx, wait)
 }
 
+// addAndStart adds a member with new ports and an empty data directory,
+// through the members but removed, and starts it. If another process took
+// one of its ports before it bound them, the unstarted member is removed
+// again and the next one gets other ports.
+func (r *run) addAndStart(ctx context.Context, m *members, removed *etcdNode) (*etcdNode, error) {
+	for attempt := 1; ; attempt++ {
+		m.added++
+		nd := &etcdNode{name: fmt.Sprintf("etcd%d", len(m.original)-1+m.added), bin: removed.bin, dir: removed.dir,
+			state: "existing"}
+		var err error
+		if nd.clientURL, err = m.freshURL(); err != nil {
+			return nil, err
+		}
+		if nd.peerURL, err = m.freshURL(); err != nil {
+			return nil, err
+		}
+		var id uint64
+		if nd.cluster, id, err = r.addMember(ctx, nd, removed); err != nil {
+			return nil, err
+		}
+		nd.addedAt = time.Now()
+		err = nd.launch()
+		if err == nil {
+			return nd, nil
+		}
+		if !addrInUse(err) || attempt == etcdStartAttempts {
+			return nil, fmt.Errorf("start added etcd member %s: %w", nd.name, err)
+		}
+		r.logf("added etcd member %s could not bind its ports; removing it and adding another", nd.name)
+		if err := r.removeMemberID(ctx, nd.name, id, removed); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // endpointsBut returns the client URLs of every member but one.
 func (r *run) endpointsBut(but *etcdNode) []string {
 	var eps []string
@@ -211,15 +234,20 @@ func (r *run) endpointsBut(but *etcdNode) []string {
 
 // removeMember removes victim from the cluster through the other members.
 func (r *run) removeMember(ctx context.Context, victim *etcdNode) error {
-	var id uint64
-	return retryMember(ctx, "remove etcd member "+victim.name, r.endpointsBut(victim), func(ctx context.Context, cli *clientv3.Client) error {
+	return r.removeMemberID(ctx, victim.name, 0, victim)
+}
+
+// removeMemberID removes the member named name (its id, or 0 to look it up)
+// through the members but skip.
+func (r *run) removeMemberID(ctx context.Context, name string, id uint64, skip *etcdNode) error {
+	return retryMember(ctx, "remove etcd member "+name, r.endpointsBut(skip), func(ctx context.Context, cli *clientv3.Client) error {
 		if id == 0 {
 			list, err := cli.MemberList(ctx)
 			if err != nil {
 				return err
 			}
 			for _, mem := range list.Members {
-				if mem.Name == victim.name {
+				if mem.Name == name {
 					id = mem.ID
 				}
 			}
@@ -236,12 +264,11 @@ func (r *run) removeMember(ctx context.Context, victim *etcdNode) error {
 }
 
 // addMember adds nd (not started) to the cluster, through the members but
-// the removed one, and returns its --initial-cluster: every member the
-// cluster has then, nd included.
-func (r *run) addMember(ctx context.Context, nd, removed *etcdNode) (cluster string, err error) {
+// the removed one, and returns its id and its --initial-cluster: every
+// member the cluster has then, nd included.
+func (r *run) addMember(ctx context.Context, nd, removed *etcdNode) (cluster string, id uint64, err error) {
 	err = retryMember(ctx, "add etcd member "+nd.name, r.endpointsBut(removed), func(ctx context.Context, cli *clientv3.Client) error {
 		var mems []*etcdserverpb.Member
-		var id uint64
 		resp, err := cli.MemberAdd(ctx, []string{nd.peerURL})
 		switch {
 		case errors.Is(err, rpctypes.ErrPeerURLExist): // an earlier attempt was applied, its answer lost
@@ -259,7 +286,7 @@ func (r *run) addMember(ctx context.Context, nd, removed *etcdNode) (cluster str
 		for _, mem := range mems {
 			name := mem.Name
 			if mem.ID == id || slices.Contains(mem.PeerURLs, nd.peerURL) {
-				name = nd.name
+				name, id = nd.name, mem.ID
 			}
 			for _, u := range mem.PeerURLs {
 				peers = append(peers, name+"="+u)
@@ -268,7 +295,7 @@ func (r *run) addMember(ctx context.Context, nd, removed *etcdNode) (cluster str
 		cluster = strings.Join(peers, ",")
 		return nil
 	})
-	return cluster, err
+	return cluster, id, err
 }
 
 // retryMember calls f with a client of eps, one call at a time, until it
