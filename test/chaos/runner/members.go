@@ -51,8 +51,12 @@ const memberSyncInterval = time.Second
 // election that follows a leader's removal) and the new member's start.
 const memberOpTimeout = 30 * time.Second
 
-// memberCallTimeout bounds one member API call.
-const memberCallTimeout = 5 * time.Second
+// memberCallTimeout bounds one member API call. A member change commits in
+// milliseconds, but one proposed while a removed leader's successor takes
+// over can be dropped and never answered: retried after 2 s rather than
+// after etcd's own request timeout (7 s). A retried call whose first try
+// was applied after all is recognised (member not found, peer URL exists).
+const memberCallTimeout = 2 * time.Second
 
 // members is what MemberReplace keeps across cycles.
 type members struct {
