@@ -115,6 +115,12 @@ func startEmbedded(ctx context.Context, cfg embedetcd.Config) (s *embedetcd.Serv
 func (b *Backend) openEtcd(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemetry.Metrics) error {
 	ccfg := etcdstore.ClientConfig(b.endpoints, cfg.EtcdDialTimeout)
 	ccfg.Logger = embedetcd.ZapLogger(logger)
+	if cfg.Kind == Etcd {
+		// Follow the cluster's members (C5 #ct5-etcd-members): the client's
+		// own loop, stopped by Close, replaces the endpoints with the
+		// member list. The embedded etcd is one member, lockd's own.
+		ccfg.AutoSyncInterval = cfg.EtcdAutoSyncInterval
+	}
 	var err error
 	if b.etcdTLS, err = cfg.etcdTLS(logger); err != nil {
 		return fmt.Errorf("backend: %w", err)
@@ -165,9 +171,16 @@ func (b *Backend) ReloadTLS() error {
 // Label is the C4 backend label: "etcd" or "pg".
 func (b *Backend) Label() string { return b.label }
 
-// Endpoints returns the etcd client URLs the store uses (the embedded
-// server's, or lock.etcd.endpoints); nil for PostgreSQL.
-func (b *Backend) Endpoints() []string { return append([]string(nil), b.endpoints...) }
+// Endpoints returns the etcd client URLs the store uses now: the embedded
+// server's, or lock.etcd.endpoints until the client replaces them with the
+// cluster's member list (lock.etcd.auto-sync-interval, C5
+// #ct5-etcd-members); nil for PostgreSQL.
+func (b *Backend) Endpoints() []string {
+	if b.etcd != nil {
+		return b.etcd.Endpoints()
+	}
+	return append([]string(nil), b.endpoints...)
+}
 
 // Close closes the store, then the etcd client, then the embedded etcd
 // server. Calling it again returns the first call's result.

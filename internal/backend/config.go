@@ -30,6 +30,10 @@ type Config struct {
 	// EtcdDialTimeout is lock.etcd.dial-timeout: it bounds connecting to
 	// etcd and opening the store.
 	EtcdDialTimeout time.Duration `koanf:"lock.etcd.dial-timeout"`
+	// EtcdAutoSyncInterval is lock.etcd.auto-sync-interval (backend etcd,
+	// C5 #ct5-etcd-members): how often the etcd client replaces its
+	// endpoints with the cluster's member list; 0 keeps EtcdEndpoints.
+	EtcdAutoSyncInterval time.Duration `koanf:"lock.etcd.auto-sync-interval"`
 	// PGDSN is lock.pg.dsn (backend pg).
 	PGDSN string `koanf:"lock.pg.dsn"`
 
@@ -81,16 +85,24 @@ const (
 	MaxPGMaxConns     = 1000
 )
 
+// Bounds of lock.etcd.auto-sync-interval (C5 #ct5-etcd-members): 0 is off.
+const (
+	DefaultEtcdAutoSyncInterval = 30 * time.Second
+	MinEtcdAutoSyncInterval     = time.Second
+	MaxEtcdAutoSyncInterval     = time.Hour
+)
+
 // DefaultConfig returns the C5 defaults.
 func DefaultConfig() Config {
 	return Config{
-		Kind:             Embedded,
-		EtcdPrefix:       "/lockd/",
-		EtcdDialTimeout:  5 * time.Second,
-		PGSchema:         pgstore.DefaultSchema,
-		PGReaperInterval: pgstore.DefaultReaperInterval,
-		PGMaxConns:       DefaultPGMaxConns,
-		EmbeddedDataDir:  DefaultDataDir(),
+		Kind:                 Embedded,
+		EtcdPrefix:           "/lockd/",
+		EtcdDialTimeout:      5 * time.Second,
+		EtcdAutoSyncInterval: DefaultEtcdAutoSyncInterval,
+		PGSchema:             pgstore.DefaultSchema,
+		PGReaperInterval:     pgstore.DefaultReaperInterval,
+		PGMaxConns:           DefaultPGMaxConns,
+		EmbeddedDataDir:      DefaultDataDir(),
 
 		EmbeddedQuotaBytes:                DefaultEmbeddedQuotaBytes,
 		EmbeddedCompactionRetainRevisions: DefaultCompactionRetainRevisions,
@@ -125,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if c.EtcdDialTimeout < 100*time.Millisecond || c.EtcdDialTimeout > time.Minute {
 		bad("lock.etcd.dial-timeout", "%v out of bounds [100ms, 1m]", c.EtcdDialTimeout)
+	}
+	if a := c.EtcdAutoSyncInterval; a != 0 && (a < MinEtcdAutoSyncInterval || a > MaxEtcdAutoSyncInterval) {
+		bad("lock.etcd.auto-sync-interval", "%v must be 0 (off) or within [%v, %v]", a, MinEtcdAutoSyncInterval, MaxEtcdAutoSyncInterval)
 	}
 	if c.Kind == PG && c.PGDSN == "" && c.PGDSNFile == "" {
 		bad("lock.pg.dsn", "must be set (or lock.pg.dsn-file) when lock.backend=pg")

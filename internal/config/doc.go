@@ -53,6 +53,7 @@
 //	lock.etcd.endpoints                      (none)          at least one when lock.backend=etcd          LOCKD_ETCD_ENDPOINTS                     --etcd-endpoints
 //	lock.etcd.prefix                         /lockd/         non-empty, ends with /                       LOCKD_ETCD_PREFIX                        --etcd-prefix
 //	lock.etcd.dial-timeout                   5s              100ms..1m                                    LOCKD_ETCD_DIAL_TIMEOUT                  --etcd-dial-timeout
+//	lock.etcd.auto-sync-interval             30s             0 (off), or 1s..1h (backend etcd)            LOCKD_ETCD_AUTO_SYNC_INTERVAL            --etcd-auto-sync-interval
 //	lock.etcd.tls.ca-file                    (none)          PEM CA bundle; https:// endpoints            LOCKD_ETCD_TLS_CA_FILE                   --etcd-tls-ca-file
 //	lock.etcd.tls.cert-file                  (none)          PEM client certificate; with key-file        LOCKD_ETCD_TLS_CERT_FILE                 --etcd-tls-cert-file
 //	lock.etcd.tls.key-file                   (none)          PEM key of cert-file                         LOCKD_ETCD_TLS_KEY_FILE                  --etcd-tls-key-file

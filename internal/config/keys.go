@@ -60,6 +60,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.etcd.endpoints", "etcd-endpoints", "etcd endpoints, comma-separated (backend etcd)"},
 	{"lock.etcd.prefix", "etcd-prefix", "prefix of every etcd key lockd writes (ends with /)"},
 	{"lock.etcd.dial-timeout", "etcd-dial-timeout", "etcd dial timeout (100ms..1m)"},
+	{"lock.etcd.auto-sync-interval", "etcd-auto-sync-interval", "how often to replace the etcd endpoints with the cluster's member list (0: off; 1s..1h)"},
 	// Transport security of the external etcd (C5 #ct5-tls).
 	{"lock.etcd.tls.ca-file", "etcd-tls-ca-file", "PEM CA bundle of the etcd servers (https:// endpoints)"},
 	{"lock.etcd.tls.cert-file", "etcd-tls-cert-file", "PEM client certificate for etcd (with --etcd-tls-key-file)"},

@@ -334,6 +334,10 @@ func (s *Server) PeerAddrs() []net.Addr {
 // Endpoints returns the client URLs to give clientv3.
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
 
+// Stopped is closed when the server has stopped: after Close, or by
+// itself, e.g. once it learns that it was removed from its cluster.
+func (s *Server) Stopped() <-chan struct{} { return s.etcd.Server.StopNotify() }
+
 // Err receives an error if the server fails while serving (a listener
 // stops accepting, for example).
 func (s *Server) Err() <-chan error { return s.etcd.Err() }

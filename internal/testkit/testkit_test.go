@@ -117,3 +117,24 @@ func TestCertsVerify(t *testing.T) {
 		t.Errorf("written files do not load: %v", err)
 	}
 }
+
+// lingering blocks until release is closed (a goroutine AwaitGone waits
+// for).
+func lingering(release <-chan struct{}, done chan<- struct{}) {
+	<-release
+	close(done)
+}
+
+func TestAwaitGone(t *testing.T) {
+	release, done := make(chan struct{}), make(chan struct{})
+	t.Run("waits", func(t *testing.T) {
+		AwaitGone(t, 10*time.Second, "testkit.lingering")
+		go lingering(release, done) // returns when the cleanup below closes release
+		t.Cleanup(func() { time.AfterFunc(50*time.Millisecond, func() { close(release) }) })
+	})
+	select {
+	case <-done:
+	default:
+		t.Fatal("AwaitGone returned while the goroutine still ran")
+	}
+}

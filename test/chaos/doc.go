@@ -30,8 +30,9 @@
 //     faults (SIGSTOP, SIGKILL, a toxiproxy partition, PostgreSQL restarts,
 //     skewed SDK clocks, replica and etcd-leader kills, etcd quorum loss,
 //     an isolated etcd leader, a paused lockd replica, restarts on an empty
-//     or older data directory, a SIGKILL of the replica a holder talks to
-//     and a rolling restart of three replicas), runs the checkers and
+//     or older data directory, a SIGKILL of the replica a holder talks to,
+//     a rolling restart of three replicas, and the replacement of every
+//     member of a three-member etcd, one at a time), runs the checkers and
 //     prints one row per scenario.
 //
 // # Modes and settings
@@ -87,6 +88,14 @@
 // hold, with the resource's check off (more than N trusted holders and
 // writers; a reader trusted and acting across a writer, and its read
 // accepted after the writer's write).
+//
+// The member replacement (member-replace-etcd3, issue 21 §2) has
+// control-no-sync-etcd3: the same replacements under a lockd started with
+// --etcd-auto-sync-interval 0, which keeps dialling the members it was
+// started with; once the last of them is removed it reaches no etcd (no new
+// member gets an old member's address, and the harness keeps a removed
+// member's client port bound), and the recovery checker must report keys
+// never granted again.
 //
 // A scenario with Spec.Pending set is in the suite and fails until the fix
 // it names lands (none is pending now: the restarts on an empty or an older

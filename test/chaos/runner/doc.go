@@ -57,6 +57,21 @@
 // model) is not run, and the controls SemExtra and IgnoreDone must each be
 // caught on the keys they break.
 //
+// # Membership changes
+//
+// MemberReplace (members.go, issue 21 §2) replaces the members of the
+// three-member etcd cluster one per cycle, oldest first: MemberRemove, the
+// removed member's own exit, MemberAdd of a member with new ports and an
+// empty data directory started with --initial-cluster-state existing. After
+// three cycles none of the members lockd was started with remains, so lockd
+// serves on only if its etcd client follows the member list
+// (--etcd-auto-sync-interval, 1 s here); the control NoSync starts lockd
+// with it off and must fail recovery. A new member never gets an address an
+// earlier member had, and a removed member's client port stays bound by the
+// harness, so a lockd that does not follow reaches no etcd at all. A lockd
+// that reaches etcd through the toxiproxy proxy has the sync off: the member
+// list would take it around the proxy.
+//
 // # Processes
 //
 // Every child gets Pdeathsig SIGKILL, so a harness that dies takes its

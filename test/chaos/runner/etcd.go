@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,8 +26,10 @@ type etcdNode struct {
 	dir       string
 	clientURL string
 	peerURL   string
-	advertise string // the peer URL the others dial, if not peerURL (peers.go)
-	cluster   string // initial cluster, NAME=PEERURL,...
+	advertise string    // the peer URL the others dial, if not peerURL (peers.go)
+	cluster   string    // initial cluster, NAME=PEERURL,...
+	state     string    // initial cluster state: "" (new) or "existing" (a member added, members.go)
+	addedAt   time.Time // when MemberAdd added it (members.go)
 
 	mu    sync.Mutex
 	p     *process
@@ -43,16 +46,38 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// freePorts asks the kernel for n distinct free loopback ports: each
+// listener stays open until all are chosen, so that no port is handed out
+// twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// addrInUse reports whether a process failed to bind an address someone
+// else took between freePort and its bind.
+func addrInUse(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "address already in use")
+}
+
 // newEtcdNodes prepares n members of one cluster (not started).
 func newEtcdNodes(bin, dir string, n int) ([]*etcdNode, error) {
 	nodes := make([]*etcdNode, n)
 	var peers []string
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, fmt.Errorf("etcd ports: %w", err)
+	}
 	for i := range nodes {
-		cp, err1 := freePort()
-		pp, err2 := freePort()
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("etcd ports: %w", err)
-		}
+		cp, pp := ports[2*i], ports[2*i+1]
 		nodes[i] = &etcdNode{
 			name:      fmt.Sprintf("etcd%d", i),
 			bin:       bin,
@@ -68,27 +93,62 @@ func newEtcdNodes(bin, dir string, n int) ([]*etcdNode, error) {
 	return nodes, nil
 }
 
-// startEtcd starts every member and waits until all serve.
+// etcdStartAttempts bounds the starts of a new cluster that another
+// process's socket took a chosen port from.
+const etcdStartAttempts = 3
+
+// startEtcd starts every member and waits until all serve. When a member
+// could not bind its port (another process took it after freePorts), the
+// cluster is started again from scratch on other ports.
 func startEtcd(bin, dir string, n int) ([]*etcdNode, error) {
-	nodes, err := newEtcdNodes(bin, dir, n)
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		nodes, err := newEtcdNodes(bin, dir, n)
+		if err != nil {
+			return nil, err
+		}
+		started, err := launchEtcd(nodes)
+		if err == nil || !addrInUse(err) || attempt == etcdStartAttempts {
+			return started, err
+		}
+		for _, nd := range nodes { // launchEtcd killed them all
+			if err := os.RemoveAll(nd.dataDir()); err != nil {
+				return nil, err
+			}
+		}
 	}
-	return launchEtcd(nodes)
 }
 
 // launchEtcd starts prepared members and waits until all serve.
 func launchEtcd(nodes []*etcdNode) ([]*etcdNode, error) {
 	errs := make([]error, len(nodes))
+	failed := make(chan struct{})
+	var once sync.Once
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
 		wg.Add(1)
 		go func() { // a cluster's members become ready together
 			defer wg.Done()
-			errs[i] = nd.launch()
+			if errs[i] = nd.launch(); errs[i] != nil {
+				once.Do(func() { close(failed) })
+			}
 		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() { // returns once every launch has
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-failed:
+		// The others would wait for a quorum until etcdReadyTimeout.
+		for _, nd := range nodes {
+			if p := nd.proc(); p != nil {
+				p.kill()
+			}
+		}
+		<-done
+	}
 	if err := errors.Join(errs...); err != nil {
 		for _, nd := range nodes {
 			if p := nd.proc(); p != nil {
@@ -116,7 +176,7 @@ func (e *etcdNode) launch() error {
 	}
 	args := []string{
 		"-name", e.name,
-		"-data-dir", filepath.Join(e.dir, e.name+"-data"),
+		"-data-dir", e.dataDir(),
 		"-client-url", e.clientURL,
 		"-peer-url", e.peerURL,
 		"-initial-cluster", e.cluster,
@@ -126,19 +186,22 @@ func (e *etcdNode) launch() error {
 	if e.advertise != "" {
 		args = append(args, "-advertise-peer-url", e.advertise)
 	}
+	if e.state != "" {
+		args = append(args, "-initial-cluster-state", e.state)
+	}
 	p, err := startProcess(fmt.Sprintf("%s.%d", e.name, n), e.bin, args, nil,
 		filepath.Join(e.dir, e.name+".log"), noAnswer(onLine))
 	if err != nil {
 		return err
 	}
-	if _, err := waitLine(p, ready, etcdReadyTimeout); err != nil {
-		return err
-	}
 	e.mu.Lock()
-	e.p = p
+	e.p = p // before it is ready: launchEtcd may have to kill it
 	e.mu.Unlock()
-	return nil
+	_, err = waitLine(p, ready, etcdReadyTimeout)
+	return err
 }
+
+func (e *etcdNode) dataDir() string { return filepath.Join(e.dir, e.name+"-data") }
 
 func (e *etcdNode) proc() *process {
 	e.mu.Lock()

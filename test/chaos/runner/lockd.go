@@ -24,8 +24,11 @@ type lockdConfig struct {
 	margin  time.Duration
 	reaper  time.Duration
 	etcd    []string // endpoints (backend etcd)
-	prefix  string   // etcd prefix
-	pgDSN   string
+	// autoSync is --etcd-auto-sync-interval (backend etcd); "": lockd's
+	// default.
+	autoSync string
+	prefix   string // etcd prefix
+	pgDSN    string
 }
 
 // lockdProc is one lockd server (`lockd serve`): restartable on the same
@@ -54,6 +57,9 @@ func (c lockdConfig) args(listen string) []string {
 		args = append(args, "--data-dir", filepath.Join(c.dir, c.name+"-data"))
 	case "etcd":
 		args = append(args, "--etcd-endpoints", strings.Join(c.etcd, ","), "--etcd-prefix", c.prefix)
+		if c.autoSync != "" {
+			args = append(args, "--etcd-auto-sync-interval", c.autoSync)
+		}
 	case "pg":
 		args = append(args, "--pg-dsn", c.pgDSN, "--pg-reaper-interval", c.reaper.String())
 	}
@@ -143,21 +149,29 @@ func (l *lockdProc) holdAddr() {
 	if l.hold {
 		return
 	}
-	ap, err := net.ResolveTCPAddr("tcp4", l.addr)
+	l.held, l.hold = bindHold(l.addr)
+}
+
+// bindHold binds a socket to the TCP address addr (IPv4) without listening
+// on it: connections to addr are refused, and the kernel hands the port to
+// no other socket until the returned descriptor is closed. ok is false
+// when that failed (nothing to close then).
+func bindHold(addr string) (fd int, ok bool) {
+	ap, err := net.ResolveTCPAddr("tcp4", addr)
 	if err != nil || ap.IP.To4() == nil {
-		return
+		return 0, false
 	}
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return
+		return 0, false
 	}
 	sa := &syscall.SockaddrInet4{Port: ap.Port}
 	copy(sa.Addr[:], ap.IP.To4())
 	if syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) != nil || syscall.Bind(fd, sa) != nil {
 		_ = syscall.Close(fd)
-		return
+		return 0, false
 	}
-	l.held, l.hold = fd, true
+	return fd, true
 }
 
 // releaseAddr closes the socket holdAddr bound, if any.

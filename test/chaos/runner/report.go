@@ -127,7 +127,7 @@ func (rep *Report) Verdict() (ok bool, why string) {
 		return true, "control failed as it must"
 	case SemExtra, IgnoreDone:
 		return rep.multiVerdict()
-	case NoHeal:
+	case NoHeal, NoSync:
 		if rep.Recovery.Violations == 0 {
 			return false, "control did not fail: every key was granted again within the bound"
 		}

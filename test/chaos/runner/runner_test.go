@@ -205,6 +205,9 @@ func TestVerdictAndTable(t *testing.T) {
 	noHeal := clean(Spec{Name: "no-heal", Backend: PG, Fault: PartitionShort, Control: NoHeal})
 	noHeal.Recovery.Violations = 2
 	blindNoHeal := clean(Spec{Name: "blind-no-heal", Backend: PG, Fault: PartitionShort, Control: NoHeal})
+	noSync := clean(Spec{Name: "no-sync", Backend: EtcdCluster, Fault: MemberReplace, Control: NoSync})
+	noSync.Recovery.Violations = 2
+	blindNoSync := clean(Spec{Name: "blind-no-sync", Backend: EtcdCluster, Fault: MemberReplace, Control: NoSync})
 	broken := clean(Spec{Name: "broken", Backend: Embedded, Fault: KillHolder})
 	broken.Trusted.Violations = 1
 	undecided := clean(Spec{Name: "undecided", Backend: Etcd, Fault: KillLockd})
@@ -230,7 +233,7 @@ func TestVerdictAndTable(t *testing.T) {
 	}{{pass, true}, {broken, false}, {undecided, false}, {blind, false}, {caught, true}, {unrefused, false},
 		{missed, false}, {stuck, false}, {pending, false}, {noHeal, true}, {blindNoHeal, false},
 		{fencingOff, true}, {blindPauses, false}, {kept, true}, {dropped, false}, {stale, true}, {blindStale, false},
-		{lostElsewhere, true}} {
+		{lostElsewhere, true}, {noSync, true}, {blindNoSync, false}} {
 		if ok, why := tc.rep.Verdict(); ok != tc.want {
 			t.Errorf("%s: Verdict = %v (%s); want %v", tc.rep.Spec.Name, ok, why, tc.want)
 		}

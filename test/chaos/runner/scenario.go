@@ -188,15 +188,16 @@ type run struct {
 
 	slotClient atomic.Pointer[client.Client] // lockd client of the fenced resource's slot check
 
-	etcd   []*etcdNode
-	peers  *peerNet // LeaderIsolate: the etcd members' peer links
-	pg     *pgserver.Server
-	db     string // the run's database on pg
-	pgOwn  bool   // pg is private to this run
-	proxy  *proxy
-	front  *proxy // ReplicaSwitch: between the workers and replica 0
-	lockds []*lockdProc
-	far    *farLink // FarHolder: worker 0's link to lockd
+	etcd    []*etcdNode
+	peers   *peerNet // LeaderIsolate: the etcd members' peer links
+	members *members // MemberReplace: removed members, ports used (members.go)
+	pg      *pgserver.Server
+	db      string // the run's database on pg
+	pgOwn   bool   // pg is private to this run
+	proxy   *proxy
+	front   *proxy // ReplicaSwitch: between the workers and replica 0
+	lockds  []*lockdProc
+	far     *farLink // FarHolder: worker 0's link to lockd
 
 	workerSpecs []workerSpec
 
@@ -523,6 +524,7 @@ func (r *run) startLockd() error {
 			if r.viaProxy(i) {
 				c.etcd = []string{"http://" + r.proxy.addr()}
 			}
+			c.autoSync = r.lockdAutoSync(i)
 		case PG:
 			c.pgDSN = r.pgDSN(i)
 		}
@@ -766,6 +768,9 @@ func (r *run) cycle(ctx context.Context, i int) error {
 	if handled, err := r.cycle13(ctx); handled {
 		return err
 	}
+	if handled, err := r.cycle21(ctx, i); handled {
+		return err
+	}
 	return fmt.Errorf("unknown fault %q", r.spec.Fault)
 }
 
@@ -936,6 +941,9 @@ func (r *run) teardown() error {
 		r.front.close()
 	}
 	for _, nd := range r.etcd {
+		if r.retired(nd) { // a cycle failed between a removal and its replacement
+			continue
+		}
 		if err := nd.stop(); err != nil {
 			errs = append(errs, err)
 		}
@@ -943,6 +951,7 @@ func (r *run) teardown() error {
 	if r.peers != nil {
 		r.peers.close()
 	}
+	r.closeMembers()
 	if r.pgOwn {
 		if err := r.pg.Stop(); err != nil {
 			errs = append(errs, err)

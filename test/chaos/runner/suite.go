@@ -47,6 +47,9 @@ func Suite() []Spec {
 		{Name: "replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL},
 		{Name: "rolling-restart-etcd", Backend: Etcd, Fault: RollingRestart, Cycles: 1, TTL: replicaTTL},
 		{Name: "rolling-restart-pg", Backend: PG, Fault: RollingRestart, Cycles: 1, TTL: replicaTTL},
+		// issue 21 §2: every member of a 3-member etcd replaced in turn
+		// (remove, then add a fresh one) under load; lockd must follow.
+		{Name: "member-replace-etcd3", Backend: EtcdCluster, Fault: MemberReplace, Cycles: 3},
 		{Name: "control-fencing-off-embedded", Backend: Embedded, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-fencing-off-pg", Backend: PG, Fault: PauseHolder, Control: FencingOff},
 		{Name: "control-receive-ttl-embedded", Backend: Embedded, Fault: PauseHolder, Control: ReceiveTTL, Cycles: 3},
@@ -57,5 +60,6 @@ func Suite() []Spec {
 		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal, Cycles: 1},
 		{Name: "control-sem-extra-embedded", Backend: Embedded, Fault: MultiPauseKill, Control: SemExtra, Cycles: 1},
 		{Name: "control-ignore-done-pg", Backend: PG, Fault: MultiPauseKill, Control: IgnoreDone, Cycles: 2},
+		{Name: "control-no-sync-etcd3", Backend: EtcdCluster, Fault: MemberReplace, Control: NoSync, Cycles: 3},
 	}
 }

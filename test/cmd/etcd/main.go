@@ -23,7 +23,11 @@
 //
 // etcd's warnings go to stderr as JSON lines. SIGINT or SIGTERM stops the
 // server cleanly (exit 0); the data directory stays, so a restart on it keeps
-// etcd's revision (lockd's fencing tokens). A command-line error exits with
+// etcd's revision (lockd's fencing tokens). A member removed from its cluster
+// (etcdctl member remove, clientv3's MemberRemove) stops by itself and exits
+// 0 at once, as etcd does; a member added to a running cluster is started with
+// --initial-cluster-state existing, an empty data directory and the
+// --initial-cluster the member add answered. A command-line error exits with
 // status 2, any other failure with 1.
 package main
 
@@ -44,7 +48,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// Removed from the cluster: exit at once, as etcd's own main does.
+	err := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, func() { os.Exit(0) })
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) { // -h: flag already printed the usage
@@ -61,8 +66,17 @@ func main() {
 var errUsage = errors.New("usage")
 
 // run starts etcd as configured by args, prints its endpoints to stdout and
-// serves until ctx ends.
+// serves until ctx ends or the server stops by itself.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runWith(ctx, args, stdout, stderr, nil)
+}
+
+// runWith is run with a hook: removed, if set, is called once the server
+// has stopped by itself (a member removed from its cluster), before the
+// server is closed. main exits there, as etcd's main does (without the
+// graceful close, which waits up to etcd's request timeout, 7 s here, for
+// the clients' streams to end), so the clients' connections end at once.
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, removed func()) error {
 	fs := flag.NewFlagSet("etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg embedetcd.Config
@@ -117,5 +131,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return srv.Close()
 	case err := <-srv.Err():
 		return errors.Join(fmt.Errorf("serve: %w", err), srv.Close())
+	case <-srv.Stopped():
+		fmt.Fprintln(stderr, "etcd: server stopped (removed from the cluster?)")
+		if removed != nil {
+			removed()
+		}
+		return srv.Close()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,4 +160,86 @@ func TestRunTLS(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return within 30s of cancellation")
 	}
+}
+
+// TestRunExitsWhenRemoved: a member added to a running cluster (a learner,
+// --initial-cluster-state existing, an empty data directory) serves, and
+// once removed from the cluster it stops: run calls the hook where main
+// exits 0 at once, as etcd's own main does, and returns nil.
+func TestRunExitsWhenRemoved(t *testing.T) {
+	testkit.AwaitGone(t, 15*time.Second, testkit.PeerConnFrames...) // two etcd members in this process
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	aPeer, bPeer := "http://"+freeAddr(t), "http://"+freeAddr(t)
+	start := func(removed func(), args ...string) (ep string, done <-chan error, stderr *lineWriter) {
+		t.Helper()
+		out := &lineWriter{lines: make(chan string, 1)}
+		lines := out.lines
+		errw := &lineWriter{}
+		ch := make(chan error, 1)
+		go func() { ch <- runWith(ctx, args, out, errw, removed) }()
+		select {
+		case line := <-lines:
+			ep, _ = strings.CutPrefix(line, "etcd serving endpoints=")
+		case err := <-ch:
+			t.Fatalf("run(%q) returned %v before serving", args, err)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("run(%q): no endpoints line within 60s", args)
+		}
+		return ep, ch, errw
+	}
+	aEP, aDone, _ := start(func() { t.Error("member a reported removed") }, "--data-dir", filepath.Join(dir, "a"), "--name", "a", "--peer-url", aPeer,
+		"--initial-cluster", "a="+aPeer)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{aEP}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("clientv3.New(%s): %v", aEP, err)
+	}
+	defer cli.Close()
+	add, err := cli.MemberAddAsLearner(ctx, []string{bPeer})
+	if err != nil {
+		t.Fatalf("MemberAddAsLearner(%s): %v", bPeer, err)
+	}
+	hooked := make(chan struct{})
+	_, bDone, bErr := start(func() { close(hooked) }, "--data-dir", filepath.Join(dir, "b"), "--name", "b", "--peer-url", bPeer,
+		"--initial-cluster", "a="+aPeer+",b="+bPeer, "--initial-cluster-state", "existing")
+	if _, err := cli.MemberRemove(ctx, add.Member.ID); err != nil {
+		t.Fatalf("MemberRemove(b): %v", err)
+	}
+	select {
+	case err := <-bDone:
+		if err != nil {
+			t.Fatalf("run of the removed member = %v; want nil", err)
+		}
+		select {
+		case <-hooked:
+		default:
+			t.Error("run of the removed member returned without calling its removed hook (main's exit)")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the removed member's run did not return within 30s")
+	}
+	if !strings.Contains(bErr.buf.String(), "server stopped") {
+		t.Errorf("the removed member's stderr does not say it stopped:\n%s", bErr.buf.String())
+	}
+	cancel()
+	select {
+	case err := <-aDone:
+		if err != nil {
+			t.Fatalf("run of member a after cancel = %v; want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("member a did not stop within 30s of cancellation")
+	}
+}
+
+// freeAddr returns a free loopback host:port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
