@@ -57,13 +57,35 @@ func tryOpen(t *testing.T, api lockdv1.LockServiceClient, ttl time.Duration) (st
 
 // TestLoadFloodKeepsLiveSessions (issue #11 §6): a server holding 1 000
 // live SDK sessions is flooded with new idle long-TTL sessions and with
-// waiters. None of the 1 000 is lost, and the flood gets clean
-// RESOURCE_EXHAUSTED refusals naming the limit.
+// waiters. None of the 1 000 is lost, every one of them is answered again
+// after the flood, and the flood gets clean RESOURCE_EXHAUSTED refusals
+// naming the limit.
 func TestLoadFloodKeepsLiveSessions(t *testing.T) {
-	// The live sessions have the default TTL (heartbeats every 5 s):
-	// 1 000 of them under -race on two shared cores must not die of the
-	// machine's load alone.
-	const live, liveTTL = 1000, 15 * time.Second
+	// The live sessions must survive the flood, not the machine's load.
+	// The bound: etcd keeps each lease with a keepalive every 3 s, so a
+	// heartbeat's Remaining is at least liveTTL − 3.1 s − A, A being the
+	// round trip of that keepalive; the SDK trusts the session until
+	// send + Remaining − 0.5 s (the safety margin) and sends the next
+	// heartbeat at most liveBeat after the last one. A session is
+	// therefore lost only if the answer to that next heartbeat takes
+	// more than liveTTL − liveBeat − 3.6 s − A. With the 15 s TTL and the
+	// 5 s heartbeats this test had before, that was 6.4 s − A, and on this
+	// 2-core machine beside a CPU burner and other work (this race-built
+	// process, SDK, server and embedded etcd together, got 0.2–0.5 of a
+	// core; its threads waited 3–13 times as long for a CPU as they ran)
+	// answers took up to 7 s, and 15–37 s when the heartbeat queue fell
+	// behind: 7 of 43 runs lost sessions, nearly all with their leases
+	// still alive in the store (issue #21, docs/reliability.md "Load").
+	// Here the bound is 46.4 s − A; with these settings on the same
+	// machine answers took at most 14 s and A at most 6.6 s (26 of 26
+	// runs passed). Heartbeats every 10 s are also under half as many as
+	// before (100 a second), so a heartbeat queue that fell behind drains
+	// instead of growing.
+	const live, liveTTL, liveBeat = 1000, 60 * time.Second, 10 * time.Second
+	// afterCheck bounds the wait, after the flood, for every live
+	// session to be answered again: its next heartbeat goes within
+	// liveBeat, and its answer took at most 14 s above; twice that.
+	const afterCheck = liveBeat + 2*14*time.Second
 	cfg := limitConfig(func(c *server.Config) {
 		c.MaxSessions = live + 40
 		c.MaxSessionOpens = 8
@@ -72,11 +94,12 @@ func TestLoadFloodKeepsLiveSessions(t *testing.T) {
 		c.MaxLocksPerSession = 2
 	})
 	srv := lockdtest.StartBackend(t, backend.Etcd, lockdtest.Options{Config: cfg, NoClient: true})
-	ctx := testCtx(t, 2*time.Minute)
+	// Opening the 1 000 took up to 85 s on the loaded machine.
+	ctx := testCtx(t, 5*time.Minute)
 
 	// 1 000 live sessions through one SDK client (one KeepAlive stream),
 	// opened at most MaxSessionOpens at a time.
-	c := srv.NewClient(t)
+	c := srv.NewClient(t, client.WithHeartbeatInterval(liveBeat))
 	start := time.Now()
 	sessions := make([]*client.Session, live)
 	var wg sync.WaitGroup
@@ -106,9 +129,18 @@ func TestLoadFloodKeepsLiveSessions(t *testing.T) {
 		openedMu   sync.Mutex
 		refusedBy  sync.Map // limit → *atomic.Int64
 		unexpected atomic.Value
+		// unavailable counts admitted flood calls the backend did not
+		// answer in time (UNAVAILABLE, retryable): on the loaded machine
+		// etcd took over 5 s to commit at times. Not a refusal, not a
+		// failure.
+		unavailable atomic.Int64
 	)
 	refused := func(err error) bool {
 		st := status.Convert(err)
+		if st.Code() == codes.Unavailable {
+			unavailable.Add(1)
+			return false
+		}
 		if st.Code() != codes.ResourceExhausted || wireerr.Reason(st) != wireerr.ReasonLimit || wireerr.Limit(st) == "" {
 			unexpected.Store(fmt.Errorf("flood call failed with %v (code %v, reason %q, limit %q); want a LIMIT refusal",
 				err, st.Code(), wireerr.Reason(st), wireerr.Limit(st)))
@@ -153,9 +185,16 @@ func TestLoadFloodKeepsLiveSessions(t *testing.T) {
 	// it (more than max-waiters-per-key) and for keys of its own beyond
 	// max-locks-per-session.
 	holder := opened[0]
-	if r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: holder, Key: "hot"}); err != nil || !r.Granted {
-		t.Fatalf("Acquire(hot) by %s = %v, %v; want granted", holder, r, err)
-	}
+	testkit.Eventually(t, 30*time.Second, "Acquire(hot) granted to "+holder, func() error {
+		r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: holder, Key: "hot"})
+		if status.Code(err) == codes.Unavailable {
+			return err // retryable: asking again for a key it may hold is answered
+		}
+		if err != nil || !r.Granted {
+			t.Fatalf("Acquire(hot) by %s = %v, %v; want granted", holder, r, err)
+		}
+		return nil
+	})
 	waitCtx, stopWaiters := context.WithCancel(ctx)
 	for _, id := range opened[1:] {
 		wg.Go(func() {
@@ -191,20 +230,44 @@ func TestLoadFloodKeepsLiveSessions(t *testing.T) {
 		}
 	}
 
-	// None of the 1 000 is lost, during the flood and for 8 s after it
-	// (beyond the SDK's deadline of a heartbeat answered before the flood).
+	// None of the 1 000 is lost, and each is answered again after the
+	// flood: its deadline moves past where the flood left it.
 	flood := time.Since(start) - setup
-	until := time.Now().Add(8 * time.Second)
-	for time.Now().Before(until) {
+	lost := func() error {
+		var n, first int
+		var err error
 		for i, s := range sessions {
-			select {
-			case <-s.Done():
-				t.Fatalf("live session %d lost during the flood: %v", i, s.Err())
-			default:
+			if e := s.Err(); e != nil {
+				if n == 0 {
+					first, err = i, e
+				}
+				n++
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // a sampling period, not a wait for a condition
+		if n == 0 {
+			return nil
+		}
+		return fmt.Errorf("%d of %d live sessions lost during the flood (the first, %d: %w)", n, live, first, err)
 	}
+	after := make([]time.Time, live)
+	for i, s := range sessions {
+		after[i] = s.Deadline()
+	}
+	testkit.Eventually(t, afterCheck, "every live session answered after the flood", func() error {
+		if err := lost(); err != nil {
+			t.Fatal(err)
+		}
+		waiting := 0
+		for i, s := range sessions {
+			if !s.Deadline().After(after[i]) {
+				waiting++
+			}
+		}
+		if waiting > 0 {
+			return fmt.Errorf("%d live sessions not answered since the flood", waiting)
+		}
+		return nil
+	})
 	for _, reason := range []string{"keepalive_failed", "lease_expired", "client_silent"} {
 		if n := counter(t, srv.Registry, "lockd_sessions_lost_total", map[string]string{"reason": reason}); n != 0 {
 			t.Errorf("lockd_sessions_lost_total{reason=%q} = %v, want 0", reason, n)
@@ -215,8 +278,8 @@ func TestLoadFloodKeepsLiveSessions(t *testing.T) {
 		counts = append(counts, fmt.Sprintf("%s=%d", k, v.(*atomic.Int64).Load()))
 		return true
 	})
-	t.Logf("%d live sessions opened in %v; flood of %v: %d sessions opened, refusals %v; 0 of %d live sessions lost",
-		live, setup, flood, len(opened), counts, live)
+	t.Logf("%d live sessions opened in %v; flood of %v: %d sessions opened, refusals %v, %d flood calls unavailable; 0 of %d live sessions lost",
+		live, setup, flood, len(opened), counts, unavailable.Load(), live)
 }
 
 // TestLimitSessions: OpenSession beyond max-sessions is refused; closing a
