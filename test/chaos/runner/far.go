@@ -24,27 +24,50 @@ import (
 //
 //   - the correct SDK trusts until send + Remaining − margin, which is
 //     farLatency + farMargin before the backend can free the key;
-//   - an SDK that counts from the receipt of the reply trusts until
-//     farLatency − farMargin AFTER the backend can free it, and a rival
-//     waiting next to lockd gets the key in that window: a trusted overlap
-//     that check.NoTrustedOverlap must report.
+//   - an SDK that counts from the receipt of the reply trusts until the
+//     downstream latency − farMargin AFTER the backend can free it, and a
+//     rival waiting next to lockd gets the key in that window: a trusted
+//     overlap that check.NoTrustedOverlap must report. The control runs on
+//     one key, so every rival waits for it while worker 0 holds it, and
+//     lockd hands it on at once when it frees it (its server closes a
+//     silent session itself, without waiting for the reaper).
 //
 // Worker 0 heartbeats every farHeartbeat: long enough that its requests
-// are often all answered (a heartbeat is in flight for 2×farLatency of each
-// interval), short enough that the next reply still arrives before the
-// correct SDK's deadline (farHeartbeat + 2×farLatency < TTL − margin).
+// are often all answered (a heartbeat is in flight for a round trip,
+// 2×farLatency, of each interval), short enough that the next reply still
+// arrives before the correct SDK's deadline (farHeartbeat + 2×farLatency <
+// TTL − margin).
+//
+// The receive-time control's link has the same round trip, split unevenly
+// (farUpControl, farDownControl): the receive-time SDK trusts
+// farDownControl − farMargin = 500ms past the backend's expiry instead of
+// farLatency − farMargin = 250ms, twice the window for the rival waiting
+// for the scenario's one key to be granted in, while every bound above,
+// which depends on the round trip only, stays as it is. The correct SDK
+// still stops farUpControl + farMargin before lockd can free the key.
 const (
 	farLatency   = 300 * time.Millisecond
 	farMargin    = 50 * time.Millisecond
 	farHeartbeat = 1200 * time.Millisecond
 	// farReaper is the PostgreSQL reaper interval of the scenario: the
 	// backend frees an expired session's keys within it, well inside the
-	// 250ms the receive-time control trusts too long.
+	// time the receive-time control trusts too long.
 	farReaper = 100 * time.Millisecond
 	// farQuiet: a hold may be paused when worker 0 has sent nothing for
 	// this long, so every request it sent has been answered.
 	farQuiet = 2*farLatency + 100*time.Millisecond
+
+	farUpControl   = 50 * time.Millisecond
+	farDownControl = 2*farLatency - farUpControl
 )
+
+// farDelays returns the scenario's upstream and downstream latency.
+func (r *run) farDelays() (up, down time.Duration) {
+	if r.spec.Control == RecvTimeSDK {
+		return farUpControl, farDownControl
+	}
+	return farLatency, farLatency
+}
 
 // farLink is worker 0's link to lockd: the proxy and when worker 0 last
 // sent a byte through it.
@@ -64,12 +87,42 @@ func (f *farLink) close() {
 }
 
 // linkActivity is what the far toxics of one link share: when bytes last
-// entered it upstream, and a channel closed when the link is torn down.
+// entered it upstream, whether the harness holds the link (hold), and a
+// channel closed when the link is torn down.
 type linkActivity struct {
 	mu       sync.Mutex
 	last     time.Time
+	held     chan struct{} // non-nil while held; closed by release
 	stopped  chan struct{}
 	stopOnce sync.Once
+}
+
+// hold makes the link's toxics keep every chunk that arrives, and every
+// one after it, until release: nothing is dropped, the bytes are late.
+func (a *linkActivity) hold() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held == nil {
+		a.held = make(chan struct{})
+	}
+}
+
+// release lets the chunks hold kept go on, in order.
+func (a *linkActivity) release() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held != nil {
+		close(a.held)
+		a.held = nil
+	}
+}
+
+// gate returns a channel closed when the link is released, nil if it is
+// not held.
+func (a *linkActivity) gate() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.held
 }
 
 func (a *linkActivity) saw(t time.Time) {
@@ -144,6 +197,13 @@ func (t *farToxic) Pipe(stub *toxics.ToxicStub) {
 			case <-act.stopped:
 			}
 			wait.Stop()
+			if g := act.gate(); g != nil { // held (UpstreamHold): until released
+				select {
+				case <-g:
+				case <-stub.Interrupt:
+				case <-act.stopped:
+				}
+			}
 			select {
 			case stub.Output <- c:
 			case <-act.stopped:
@@ -179,10 +239,15 @@ func (r *run) startFar() error {
 		return err
 	}
 	link := r.spec.Name + "-far"
+	up, down := r.farDelays()
 	for _, stream := range []string{"upstream", "downstream"} {
+		latency := up
+		if stream == "downstream" {
+			latency = down
+		}
 		js := fmt.Sprintf(`{"name":"far_%s","type":"chaos_far","stream":%q,"toxicity":1,`+
 			`"attributes":{"link":%q,"latency":%d,"observe":%t}}`,
-			stream, stream, link, farLatency.Milliseconds(), stream == "upstream")
+			stream, stream, link, latency.Milliseconds(), stream == "upstream")
 		if _, err := px.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 			px.close()
 			return fmt.Errorf("proxy %s: add toxic: %w", px.name, err)
@@ -197,7 +262,7 @@ func (r *run) startFar() error {
 func (r *run) planFar(ws *workerSpec) {
 	ws.lockd = []string{r.far.px.addr()}
 	ws.heartbeatInterval = farHeartbeat
-	if r.spec.Control == RecvTimeSDK {
+	if r.spec.breaks(RecvTimeSDK) {
 		ws.bin = r.env.bins.WorkerRecvTime
 	}
 }
