@@ -749,10 +749,7 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		if r.spec.Fault != PartitionShort {
 			d = 3 * ttl
 		}
-		var (
-			start int64
-			waits map[*workerProc]int64 // NoHeal: wait lines read once the cut was made
-		)
+		var start int64
 		if r.spec.Fault == PartitionReplica {
 			// Cut while a client of replica 0 holds a key, so that its
 			// trust must end by its deadline, not by its release.
@@ -769,9 +766,6 @@ func (r *run) cycle(ctx context.Context, i int) error {
 			if err := r.proxy.partition(); err != nil {
 				return err
 			}
-			if r.spec.Control == NoHeal {
-				waits = r.waitCounts()
-			}
 		}
 		r.countFault()
 		r.logf("cut %s from the backend for %v", r.lockds[0].cfg.name, d)
@@ -779,7 +773,7 @@ func (r *run) cycle(ctx context.Context, i int) error {
 			return err
 		}
 		if r.spec.Control == NoHeal {
-			return r.noHeal(ctx, start, waits)
+			return r.noHeal(ctx, start)
 		}
 		if err := r.proxy.heal(); err != nil {
 			return err

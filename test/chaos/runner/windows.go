@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,24 +43,21 @@ func (b *holdBarrier) arm(ws []*workerProc) {
 	}
 }
 
-// join is called by w's line reader on a hold line: it reports whether
-// the answer must be kept back (the caller then calls withholdAck).
-func (b *holdBarrier) join(w *workerProc) bool {
+// join is called by w's line reader on a hold line, before it decides
+// the answer: unless the barrier is open, it keeps the answer back
+// (withholdAck, before the barrier can fill, so that open, which may run
+// as soon as it has, always finds the answer kept and sends it).
+func (b *holdBarrier) join(w *workerProc) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.opened {
-		return false
+	if b.opened || slices.Contains(b.held, w) { // a kept worker prints no hold line: the second cannot happen
+		return
 	}
-	for _, h := range b.held {
-		if h == w {
-			return false // cannot happen: a kept worker prints no hold line
-		}
-	}
+	w.withholdAck()
 	b.held = append(b.held, w)
 	if len(b.held) == b.n {
 		close(b.full)
 	}
-	return true
 }
 
 // wait waits until n workers hold, or d has passed (d <= 0: no limit but

@@ -238,35 +238,3 @@ func TestGateHoldsUpstream(t *testing.T) {
 		t.Errorf("round trip after release: %v", err)
 	}
 }
-
-// TestAwaitWaiterSinceSnapshot: the no-heal control's end is recorded on a
-// worker whose wait line was read after the cut was made, not on one that
-// was already waiting when it was.
-func TestAwaitWaiterSinceSnapshot(t *testing.T) {
-	r := &run{spec: Spec{Name: "t"}}
-	var ws []*workerProc
-	for _, name := range []string{"w0", "w1"} {
-		w := &workerProc{proc: name, state: "free"}
-		startFake(t, w, `read s; echo wait k sess-`+name+`
-exec sleep 60`)
-		ws = append(ws, w)
-	}
-	r.workers = ws
-	ws[0].p.answer("go")
-	testkit.Eventually(t, 10*time.Second, "w0 waiting", ws[0].waiting)
-	snap := r.waitCounts() // the cut: w0 was waiting before it
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	_, err := r.awaitWaiter(ctx, snap)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("awaitWaiter with only an earlier waiter: %v; want it still waiting", err)
-	}
-	ws[1].p.answer("go")
-	w, err := r.awaitWaiter(context.Background(), snap)
-	if err != nil || w != ws[1] {
-		t.Fatalf("awaitWaiter = %v, %v; want w1", w, err)
-	}
-	if got := ws[1].waitingIn(); got != "sess-w1" {
-		t.Errorf("w1 waits in session %q; want sess-w1 (from its wait line)", got)
-	}
-}

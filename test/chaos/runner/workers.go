@@ -53,8 +53,8 @@ type workerProc struct {
 	// bar, if set, may keep the answer to the worker's hold lines back
 	// (holdBarrier).
 	bar atomic.Pointer[holdBarrier]
-	// holds, waits and frees count the worker's hold, wait and free lines.
-	holds, waits, frees atomic.Int64
+	// holds and frees count the worker's hold and free lines.
+	holds, frees atomic.Int64
 	// onHold, if set, is called with the key of every grant reported.
 	onHold func(key string)
 }
@@ -114,16 +114,14 @@ func (w *workerProc) onLine(line string) (answer string) {
 		if w.onHold != nil {
 			w.onHold(f[1])
 		}
-	case "wait":
-		w.waits.Add(1)
 	case "free":
 		w.frees.Add(1)
 	}
 	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
 		tr.fire(w)
 	}
-	if b := w.bar.Load(); b != nil && state == "hold" && b.join(w) {
-		w.withholdAck()
+	if b := w.bar.Load(); b != nil && state == "hold" {
+		b.join(w)
 	}
 	if state == "hold" {
 		w.mu.Lock()
