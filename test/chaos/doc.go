@@ -81,9 +81,10 @@
 //     grant until lockd, which heard nothing from worker 0 since the hold
 //     began, has expired its session and granted the key to the next
 //     waiter (trusted overlap).
-//   - slow-clock: worker 0's SDK clock runs at half speed, beyond what the
-//     safety margin absorbs; it is paused while it holds the scenario's
-//     one key, which every other worker then waits for (trusted overlap).
+//   - slow-clock: worker 0's SDK clock runs at a quarter of real speed,
+//     beyond what the safety margin absorbs even with etcd's least
+//     Remaining; it is paused while it holds the scenario's one key, which
+//     every other worker then waits for (trusted overlap).
 //   - recvtime-sdk: the far-holder scenario (a worker 300 ms from lockd, a
 //     50 ms safety margin) with that worker's SDK built with the tag
 //     lockd_recvtime_control, which counts a reply's Remaining from its

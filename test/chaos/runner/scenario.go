@@ -103,9 +103,10 @@ const (
 	// grant's reply arrives long after lockd last heard from it, upstream.go):
 	// check.NoTrustedOverlap must find overlaps.
 	ReceiveTTL Control = "receive-ttl"
-	// SlowClock runs worker 0 on an SDK clock at half speed, beyond what
-	// the safety margin absorbs, and pauses it while it holds the
-	// scenario's one key: check.NoTrustedOverlap must find overlaps.
+	// SlowClock runs worker 0 on an SDK clock at a quarter of real speed
+	// (slowScale), beyond what the safety margin absorbs, and pauses it
+	// while it holds the scenario's one key: check.NoTrustedOverlap must
+	// find overlaps.
 	SlowClock Control = "slow-clock"
 	// RecvTimeSDK runs worker 0 of FarHolder on an SDK built with the tag
 	// lockd_recvtime_control, which counts Remaining from the receipt of a
@@ -646,8 +647,11 @@ func (r *run) planWorkers() {
 			ws.clockScale = 0.85
 		case r.spec.Fault == UpstreamHold && slot == 0:
 			r.planUpstream(&ws)
-		case r.spec.breaks(SlowClock) && slot == 0:
-			ws.clockScale = 0.5
+		case r.spec.Control == SlowClock && slot == 0:
+			ws.heartbeatInterval = slowHeartbeat
+			if r.spec.breaks(SlowClock) {
+				ws.clockScale = slowScale
+			}
 		case r.spec.Fault == FarHolder && slot == 0:
 			r.planFar(&ws)
 		}

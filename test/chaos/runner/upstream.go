@@ -41,21 +41,23 @@ import (
 // before lockd could close the session (Spec.BreakOff shows it).
 //
 // The two wall-clock bounds, derived from the TTL: worker 0's SDK must
-// apply the grant before its own deadline, which is at least TTL − margin −
-// upstreamHeartbeat after the hold began (its last answered heartbeat is at
-// most one interval older); and the next waiter must be granted before
-// worker 0's receive-time trust ends, which is upstreamLead or more after
-// lockd's close. upstreamLead splits the difference: at upstreamTTL (3 s)
-// and lockd's 0.5 s margin each step has 1.15 s for what takes a few
-// milliseconds idle (a release, a grant, a reply on loopback), so they hold
-// on a loaded two-core machine. A grant that misses the first bound shows
-// as worker 0's acquire failing; the cycle says so and the control runs
-// another (Spec.Cycles).
+// apply the grant before its own deadline, which is at least
+// minRemaining − margin − upstreamHeartbeat after the hold began (its last
+// answered heartbeat is at most one interval older); and the next waiter
+// must be granted before worker 0's receive-time trust ends, a TTL after
+// the grant's receipt, which is upstreamLead or more after lockd's close (a
+// TTL after the hold began at the latest). upstreamLead splits the
+// difference: at upstreamTTL (5 s) and lockd's 0.5 s margin each step has
+// 1.27 s for what takes milliseconds idle (a release, a grant, a reply on
+// loopback: 28 ms measured beside a CPU burner), so they hold on a loaded
+// two-core machine. A grant that misses the first bound shows as worker
+// 0's acquire failing; the cycle says so and the control runs another.
 const UpstreamHold Fault = "upstream-hold"
 
 const (
-	// upstreamTTL is the session TTL of the UpstreamHold scenarios.
-	upstreamTTL = 3 * time.Second
+	// upstreamTTL is the session TTL of the UpstreamHold scenarios: at 3 s
+	// etcd's least Remaining left the first bound 50 ms of room.
+	upstreamTTL = 5 * time.Second
 	// upstreamHeartbeat is worker 0's heartbeat interval: short, so that
 	// its last answered heartbeat is recent when the hold begins.
 	upstreamHeartbeat = 200 * time.Millisecond
@@ -67,8 +69,15 @@ const (
 // upstreamLead is how long after holding worker 0's upstream the rival is
 // let go (see UpstreamHold).
 func (r *run) upstreamLead() time.Duration {
-	return (r.opts.TTL - r.opts.Margin - upstreamHeartbeat) / 2
+	return (minRemaining(r.opts.TTL) - r.opts.Margin - upstreamHeartbeat) / 2
 }
+
+// minRemaining is the least Remaining a heartbeat's answer may carry at
+// session TTL ttl. PostgreSQL answers the full TTL from the heartbeat's
+// receipt; etcd the time its lease has left, and lockd renews the leases
+// every TTL/3 on a 100 ms grid (store/etcdstore, keepaliveInterval), so as
+// little as two thirds of the TTL less the grid.
+func minRemaining(ttl time.Duration) time.Duration { return ttl - ttl/3 - 100*time.Millisecond }
 
 // startGate starts worker 0's gated link to lockd (UpstreamHold only).
 func (r *run) startGate() error {

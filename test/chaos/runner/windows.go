@@ -18,6 +18,23 @@ import (
 // that fails the scenario with a message naming the window, instead of
 // hoping that it happens within some number of cycles.
 
+// The slow-clock control (SlowClock): worker 0's SDK clock runs at
+// slowScale of real time and heartbeats every slowHeartbeat of its own
+// time. Paused while it holds, its SDK trusts until its last answered
+// heartbeat's send + (Remaining − margin)/slowScale of real time; lockd
+// closes its session a TTL after it received that heartbeat. With
+// Remaining as low as minRemaining (etcd: 1.23 s at the 2 s TTL) and the
+// 0.5 s margin that is (1.23 − 0.5)×4 − 2 ≈ 0.9 s of trust after lockd
+// frees the key at the least, in which the scenario's one key is granted
+// to a waiting rival. At half speed it was (1.23 − 0.5)×2 − 2 < 0: no
+// overlap at all when etcd's lease was late in its renewal cycle (measured
+// overlaps of 0.4 s). The short interval keeps the slowed heartbeats
+// (0.4 s of real time) well inside the TTL.
+const (
+	slowScale     = 0.25
+	slowHeartbeat = 100 * time.Millisecond // client.MinHeartbeatInterval
+)
+
 // holdBarrier keeps the answers to the hold lines of the workers it is
 // armed on until n of them hold at once, then lets them all go: n grants
 // trusted and acting (written once, their second writes still to come) at
