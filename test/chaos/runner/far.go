@@ -19,7 +19,8 @@ import (
 // report Remaining measured from the last heartbeat's receipt (the full TTL
 // right after it), with a safety margin (farMargin) well below the latency.
 // The harness pauses worker 0 while it holds, at a moment when no request of
-// it is in flight (farQuiet), so that the last heartbeat its SDK applied is
+// it is in flight and the answer to its last one has been delivered to it
+// (linkActivity.answered), so that the last heartbeat its SDK applied is
 // the last one the server received. Then:
 //
 //   - the correct SDK trusts until send + Remaining − margin, which is
@@ -53,9 +54,14 @@ const (
 	// backend frees an expired session's keys within it, well inside the
 	// time the receive-time control trusts too long.
 	farReaper = 100 * time.Millisecond
-	// farQuiet: a hold may be paused when worker 0 has sent nothing for
-	// this long, so every request it sent has been answered.
-	farQuiet = 2*farLatency + 100*time.Millisecond
+	// farApply is how long after the last answer was delivered to worker
+	// 0 a hold may be paused: time for its SDK to read and apply it. (The
+	// pause used to wait only for the round trip + 100 ms since worker 0
+	// last sent, inferring the answer; a slow PostgreSQL beside a CPU
+	// burner can take longer to answer than that, and the pause then lands
+	// before the answer: control-recvtime-sdk-pg once caught nothing in a
+	// cycle.)
+	farApply = 100 * time.Millisecond
 
 	farUpControl   = 50 * time.Millisecond
 	farDownControl = 2*farLatency - farUpControl
@@ -87,11 +93,13 @@ func (f *farLink) close() {
 }
 
 // linkActivity is what the far toxics of one link share: when bytes last
-// entered it upstream, whether the harness holds the link (hold), and a
-// channel closed when the link is torn down.
+// entered it upstream and when they were last delivered downstream,
+// whether the harness holds the link (hold), and a channel closed when the
+// link is torn down.
 type linkActivity struct {
 	mu       sync.Mutex
-	last     time.Time
+	lastUp   time.Time     // a chunk's arrival, upstream
+	lastDown time.Time     // a chunk's delivery, downstream
 	held     chan struct{} // non-nil while held; closed by release
 	stopped  chan struct{}
 	stopOnce sync.Once
@@ -125,25 +133,43 @@ func (a *linkActivity) gate() <-chan struct{} {
 	return a.held
 }
 
-func (a *linkActivity) saw(t time.Time) {
+func (a *linkActivity) saw(t time.Time, down bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if t.After(a.last) {
-		a.last = t
+	last := &a.lastUp
+	if down {
+		last = &a.lastDown
+	}
+	if t.After(*last) {
+		*last = t
 	}
 }
 
-func (a *linkActivity) since() time.Duration {
+// answered reports whether the link's client has nothing in flight and has
+// had the answer to its last request for at least apply: it has sent
+// nothing for rtt, and a chunk was delivered to it at least rtt after its
+// last one was sent and at least apply ago. It also returns that last
+// send, which the caller can compare later (lastSent).
+func (a *linkActivity) answered(rtt, apply time.Duration) (bool, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return time.Since(a.last)
+	now := time.Now()
+	return now.Sub(a.lastUp) >= rtt && a.lastDown.Sub(a.lastUp) >= rtt && now.Sub(a.lastDown) >= apply, a.lastUp
+}
+
+// lastSent returns when bytes last entered the link upstream.
+func (a *linkActivity) lastSent() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastUp
 }
 
 func (a *linkActivity) stop() { a.stopOnce.Do(func() { close(a.stopped) }) }
 
 // farToxic is a toxiproxy toxic that delays every chunk by Latency ms from
-// its arrival (like toxiproxy's latency toxic) and, with Observe, records
-// the arrival in the linkActivity registered under Link. Unlike the latency
+// its arrival (like toxiproxy's latency toxic) and, with Observe "up" or
+// "down", records each chunk's arrival (upstream) or delivery (downstream)
+// in the linkActivity registered under Link. Unlike the latency
 // toxic of v2.12.0, whose delivery blocks forever once the connection's
 // writer is gone (a goroutine leaked per connection closed with data in
 // flight), it stops delivering when the link is torn down and drains its
@@ -152,7 +178,7 @@ func (a *linkActivity) stop() { a.stopOnce.Do(func() { close(a.stopped) }) }
 type farToxic struct {
 	Link    string `json:"link"`
 	Latency int64  `json:"latency"`
-	Observe bool   `json:"observe"`
+	Observe string `json:"observe"`
 }
 
 var (
@@ -187,8 +213,8 @@ func (t *farToxic) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			if t.Observe {
-				act.saw(c.Timestamp)
+			if t.Observe == "up" {
+				act.saw(c.Timestamp, false)
 			}
 			wait := time.NewTimer(delay - time.Since(c.Timestamp))
 			select {
@@ -206,6 +232,9 @@ func (t *farToxic) Pipe(stub *toxics.ToxicStub) {
 			}
 			select {
 			case stub.Output <- c:
+				if t.Observe == "down" {
+					act.saw(time.Now(), true)
+				}
 			case <-act.stopped:
 				for c := range stub.Input { // until the reader closes it
 					if c == nil {
@@ -246,8 +275,8 @@ func (r *run) startFar() error {
 			latency = down
 		}
 		js := fmt.Sprintf(`{"name":"far_%s","type":"chaos_far","stream":%q,"toxicity":1,`+
-			`"attributes":{"link":%q,"latency":%d,"observe":%t}}`,
-			stream, stream, link, latency.Milliseconds(), stream == "upstream")
+			`"attributes":{"link":%q,"latency":%d,"observe":%q}}`,
+			stream, stream, link, latency.Milliseconds(), strings.TrimSuffix(stream, "stream"))
 		if _, err := px.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 			px.close()
 			return fmt.Errorf("proxy %s: add toxic: %w", px.name, err)
@@ -270,13 +299,22 @@ func (r *run) planFar(ws *workerSpec) {
 // pauseFarHolder pauses worker 0 while it holds and none of its requests is
 // in flight. The worker waits at its hold line for the runner's answer
 // (-hold-ack), sending only its SDK's heartbeats meanwhile, so the runner
-// waits there for the link's next quiet window (one comes every heartbeat
-// interval) instead of letting the hold go and hoping a later hold line
-// falls in one: a run skipped every hold for 45 s once.
+// waits there for the link's next answered window (linkActivity.answered:
+// the answer to the last heartbeat delivered farApply ago, the next not
+// sent yet; one comes every heartbeat interval) instead of letting the
+// hold go and hoping a later hold line falls in one: a run skipped every
+// hold for 45 s once. Once the worker is stopped the runner checks that
+// nothing left it after the window was seen (a heartbeat sent between the
+// check and the stop) and says so if something did: for the receive-time
+// control that cycle's window is lost, and it runs another.
 func (r *run) pauseFarHolder(ctx context.Context) error {
-	return r.pauseHolderWhen(ctx, func() bool {
+	up, down := r.farDelays()
+	var sent time.Time // the last send the window was seen after
+	return r.pauseHolderWith(ctx, r.targets, func(*workerProc) bool {
 		for end := time.Now().Add(2 * farHeartbeat); ; {
-			if r.far.act.since() >= farQuiet {
+			ok, last := r.far.act.answered(up+down, farApply)
+			if ok {
+				sent = last
 				return true
 			}
 			if time.Now().After(end) || ctx.Err() != nil {
@@ -284,5 +322,11 @@ func (r *run) pauseFarHolder(ctx context.Context) error {
 			}
 			time.Sleep(10 * time.Millisecond) // polling the link's activity, not synchronising with it
 		}
+	}, func(_ context.Context, w *workerProc) error {
+		if last := r.far.act.lastSent(); last.After(sent) {
+			r.logf("%s sent on its far link %v after the answered window was seen, before it stopped: a request was in flight at the pause",
+				w.proc, last.Sub(sent).Round(time.Millisecond))
+		}
+		return nil
 	})
 }

@@ -845,18 +845,9 @@ func (r *run) cycle(ctx context.Context, i int) error {
 }
 
 // pauseHolder SIGSTOPs a targeted holder between its two writes for twice
-// the TTL, then resumes it.
-func (r *run) pauseHolder(ctx context.Context) error { return r.pauseHolderWhen(ctx, nil) }
-
-// pauseHolderWhen is pauseHolder at the first hold for which when (if set)
-// is true at the hold's line.
-func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
-	var at func(*workerProc) bool
-	if when != nil {
-		at = func(*workerProc) bool { return when() }
-	}
-	return r.pauseHolderWhere(ctx, r.targets, at)
-}
+// the TTL and until another grant's write supersedes its own
+// (pauseHolderWith), then resumes it.
+func (r *run) pauseHolder(ctx context.Context) error { return r.pauseHolderWhere(ctx, r.targets, nil) }
 
 // pauseHolderWhere is pauseHolder of a worker that filter accepts, at the
 // first of its holds for which when (if set) is true at the hold's line.

@@ -91,7 +91,7 @@ func (r *run) startGate() error {
 		return err
 	}
 	js := fmt.Sprintf(`{"name":"gate_upstream","type":"chaos_far","stream":"upstream","toxicity":1,`+
-		`"attributes":{"link":%q,"latency":0,"observe":false}}`, link)
+		`"attributes":{"link":%q,"latency":0,"observe":""}}`, link)
 	if _, err := px.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 		px.close()
 		return fmt.Errorf("proxy %s: add toxic: %w", px.name, err)

@@ -201,7 +201,7 @@ func TestGateHoldsUpstream(t *testing.T) {
 	g := &farLink{name: link, px: px, act: activityOf(link)}
 	defer g.close()
 	js := `{"name":"gate_upstream","type":"chaos_far","stream":"upstream","toxicity":1,` +
-		`"attributes":{"link":"gate-test","latency":0,"observe":false}}`
+		`"attributes":{"link":"gate-test","latency":0,"observe":""}}`
 	if _, err := px.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +236,31 @@ func TestGateHoldsUpstream(t *testing.T) {
 	}
 	if err := roundTrip(c, r, "after", 5*time.Second); err != nil {
 		t.Errorf("round trip after release: %v", err)
+	}
+}
+
+// TestLinkAnswered: the far-holder pause waits until the answer to the
+// last request was delivered, not only until the request's round trip has
+// passed (the old rule, "sent nothing for the round trip + 100 ms", took a
+// slow answer still on its way for an answered one).
+func TestLinkAnswered(t *testing.T) {
+	const rtt, apply = 600 * time.Millisecond, 100 * time.Millisecond
+	now := time.Now()
+	for _, tc := range []struct {
+		name     string
+		up, down time.Duration // how long ago the last chunk went up, came down
+		want     bool
+	}{
+		{"answered and applied", 900 * time.Millisecond, 200 * time.Millisecond, true},
+		{"sent a moment ago", 100 * time.Millisecond, 500 * time.Millisecond, false},
+		{"round trip passed, answer not delivered", 800 * time.Millisecond, 900 * time.Millisecond, false},
+		{"answer delivered just now", 800 * time.Millisecond, 50 * time.Millisecond, false},
+	} {
+		a := &linkActivity{stopped: make(chan struct{})}
+		a.saw(now.Add(-tc.up), false)
+		a.saw(now.Add(-tc.down), true)
+		if got, sent := a.answered(rtt, apply); got != tc.want || !sent.Equal(now.Add(-tc.up)) {
+			t.Errorf("%s: answered = %v, %v; want %v, the last send", tc.name, got, sent, tc.want)
+		}
 	}
 }
