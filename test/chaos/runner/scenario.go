@@ -401,10 +401,20 @@ func (r *run) warmUp(ctx context.Context) error {
 
 // controlMaxCycles bounds the short mode's cycles of a control with its
 // break on, which runs until its violation is in the histories (caught).
-// Every control's window is made on purpose, so one cycle (two for
-// ignore-done, one per key) is enough; the rest is a backstop for a cycle
+// Every control's window is made on purpose, so controlMinCycles cycles
+// are enough; the rest is a backstop for a cycle
 // whose wall-clock bound a stalled machine overran, and the log says so.
 const controlMaxCycles = 4
+
+// controlMinCycles is how many cycles a control needs to make every
+// violation its verdict asks for: ignore-done makes its semaphore's in even
+// cycles and its read/write lock's in odd ones, the others all in one.
+func (s Spec) controlMinCycles() int {
+	if s.Control == IgnoreDone {
+		return 2
+	}
+	return 1
+}
 
 // faultPhase runs fault cycles: Spec.Cycles in short mode, for
 // Options.Duration in long mode, with a random quiet gap between cycles.
@@ -415,7 +425,7 @@ func (r *run) faultPhase(ctx context.Context) error {
 	end := time.Now().Add(r.opts.Duration)
 	untilCaught := r.opts.Duration == 0 && !r.spec.judgedReal()
 	for i := 0; ; i++ {
-		if untilCaught && i > 0 {
+		if untilCaught && i >= r.spec.controlMinCycles() {
 			ok, why, err := r.caught()
 			if err != nil {
 				return err
