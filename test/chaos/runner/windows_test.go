@@ -264,3 +264,32 @@ func TestLinkAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustEnded: the far-holder pause skips a hold whose trust already
+// ended, which the worker's history shows as a lost op of that grant (a
+// pause of it once hit a worker holding nothing: "it held no key then").
+func TestTrustEnded(t *testing.T) {
+	dir := t.TempDir()
+	clock := history.NewClock(time.Now())
+	rec, err := history.Create(filepath.Join(dir, "w0.jsonl"), "w0", clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := rec.Invoke(history.Acquire, "k", 0)
+	rec.Complete(call, history.OK, 5, nil)
+	r := &run{histDir: dir}
+	w := &workerProc{proc: "w0"}
+	if r.trustEnded(w, "k", 5) {
+		t.Error("trustEnded before any lost op: true; want false")
+	}
+	rec.Lost("k", 5, time.Now())
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !r.trustEnded(w, "k", 5) {
+		t.Error("trustEnded after the grant's lost op: false; want true")
+	}
+	if r.trustEnded(w, "k", 6) || r.trustEnded(w, "k2", 5) {
+		t.Error("trustEnded for another grant: true; want false")
+	}
+}
