@@ -175,6 +175,7 @@ func (r *run) upstreamHold(ctx context.Context) error {
 		if w0.frees.Load() > frees {
 			// Its acquire ended without a grant: the SDK's own deadline
 			// came first (the bound above was overrun).
+			r.gate.act.release()
 			r.faultWindow(start)
 			r.logf("upstream-hold: %s's acquire ended without a grant (its SDK's session ended first): window missed", w0.proc)
 			return sleep(ctx, r.opts.TTL/2)
