@@ -24,15 +24,27 @@ const (
 	envReport   = "LOCKD_CHAOS_REPORT"
 	envRace     = "LOCKD_CHAOS_RACE"
 	envSeed     = "LOCKD_CHAOS_SEED"
+	envBreakOff = "LOCKD_CHAOS_BREAK_OFF"
 )
 
 // minLongPhase is the least fault phase of a scenario in long mode.
 const minLongPhase = 20 * time.Second
 
 // TestChaos runs every scenario of runner.Suite (short mode by default) and
-// fails if a scenario finds a violation or a control finds none.
+// fails if a scenario finds a violation or a control finds none. With
+// LOCKD_CHAOS_BREAK_OFF=1 every control runs with its break removed
+// (runner.Spec.BreakOff) and fails if it finds anything.
 func TestChaos(t *testing.T) {
 	specs := runner.Suite()
+	if v := os.Getenv(envBreakOff); v != "" {
+		off, err := strconv.ParseBool(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envBreakOff, v, err)
+		}
+		for i := range specs {
+			specs[i].BreakOff = off && specs[i].Control != runner.NoControl
+		}
+	}
 	opts := runner.DefaultOptions()
 	parallel := 4
 	if v := os.Getenv(envParallel); v != "" {

@@ -31,15 +31,18 @@
 //     skewed SDK clocks, replica and etcd-leader kills, etcd quorum loss,
 //     an isolated etcd leader, a paused lockd replica, restarts on an empty
 //     or older data directory, a SIGKILL of the replica a holder talks to,
-//     a rolling restart of three replicas, and the replacement of every
-//     member of a three-member etcd, one at a time), runs the checkers and
-//     prints one row per scenario.
+//     a rolling restart of three replicas, the replacement of every member
+//     of a three-member etcd, one at a time, and a worker's requests held in
+//     a proxy while its replies flow), runs the checkers and prints one row
+//     per scenario.
 //
 // # Modes and settings
 //
 // The short mode is the default of `go test ./test/chaos/...`: every
-// scenario runs two fault cycles (one for the long partitions, three for
-// the receive-time control). Environment variables change it:
+// scenario runs two fault cycles (fewer or more where the suite says so),
+// and every control runs until its checker has caught it — one cycle (two
+// for ignore-done, one per key), at most four. Environment variables
+// change it:
 //
 //	LOCKD_CHAOS_DURATION   long mode: the whole run's target wall time; each
 //	                       scenario injects faults for its share of it
@@ -50,44 +53,75 @@
 //	LOCKD_CHAOS_REPORT     also write the table to this file
 //	LOCKD_CHAOS_RACE=1     build lockd and the workers with -race
 //	LOCKD_CHAOS_SEED       seed of the random choices (default 1)
+//	LOCKD_CHAOS_BREAK_OFF=1  run every control with its break removed
+//	                       (same scenario, same trigger): each must then
+//	                       find 0 violations, which shows that what it
+//	                       catches is its break
 //
 // # Controls
 //
 // A checker that cannot fail proves nothing, so the suite also runs
 // controls that break a rule on purpose and pass only if the checker
-// catches it: the pause scenario with the fenced resource's token check off
-// (overlapping writers), a worker that trusts a grant for a full TTL from
-// the receipt of the reply and ignores Done (trusted overlap), and a worker
-// whose SDK clock runs at half speed, beyond what the safety margin absorbs
-// (trusted overlap). The far-holder scenario (a worker 300 ms from lockd,
-// a 50 ms safety margin) has its own: that worker's SDK built with the tag
-// lockd_recvtime_control, which counts a reply's Remaining from its receipt
-// instead of the send of its request (trusted overlap). The recovery checker
-// has control-no-heal-pg: a partition recorded as ended while the link
-// stays cut past the bound (keys not granted again in time); the end is
-// recorded once a worker is seen waiting in an acquire, and the control's
-// workers' sessions outlive the whole cut, so a key is certainly wanted
-// across the recorded end. The pause check's control is the fencing-off
-// control (no late write refused).
-// The replica scenarios (replica-kill, rolling-restart: three replicas,
-// sessions must survive, no grant lost) have control-stale-record-etcd:
-// replica-kill on lockd built with the server's tag lockd_stale_control, a
-// replica that answers the heartbeats of a session it adopted from the
-// record it read the first time (live, the same Remaining) without asking
-// the backend, which lets the session expire meanwhile (trusted overlap);
-// the holder whose replica is killed keeps its key (the runner withholds the
-// answer to its hold line) until another worker is granted that key, so
-// every cycle ends with the overlap.
+// catches it. Each makes the window its break needs on purpose — a
+// handshake on the workers' hold lines (a worker waits for the harness's
+// answer to each one before its grant's second write), a barrier, a held
+// link — never "likely within N cycles" (issue 21), and runs cycles until
+// its violation is in the histories, failing with what it did not find
+// after four:
 //
-// The semaphore and read/write scenarios (multi-*, issue 15) have two:
-// control-sem-extra, whose semaphore workers ask lockd for one slot more
-// than the checkers and the resource allow (more than N trusted holders,
-// more than N writers acting), and control-ignore-done, whose first
-// semaphore worker and first read/write worker keep trusting their grant
-// until they release it, whatever the SDK says, and are paused while they
-// hold, with the resource's check off (more than N trusted holders and
-// writers; a reader trusted and acting across a writer, and its read
-// accepted after the writer's write).
+//   - fencing-off: the pause scenario with the fenced resource's token
+//     check off. Every pause lasts until another grant's write above the
+//     paused one has been accepted (so does every pause of the real
+//     scenarios, whose late writes must be refused), so the paused
+//     holder's late write certainly lands across it (overlapping writers;
+//     and the pause check finds no late write refused).
+//   - receive-ttl: worker 0 trusts a grant for a full TTL from the receipt
+//     of its reply and ignores Done. Its fault, upstream-hold, holds what
+//     worker 0 sends in a proxy while a rival keeps the scenario's one key
+//     with worker 0 first in line, lets the rival go, and keeps worker 0's
+//     grant until lockd, which heard nothing from worker 0 since the hold
+//     began, has expired its session and granted the key to the next
+//     waiter (trusted overlap).
+//   - slow-clock: worker 0's SDK clock runs at a quarter of real speed,
+//     beyond what the safety margin absorbs even with etcd's least
+//     Remaining; it is paused while it holds the scenario's one key, which
+//     every other worker then waits for (trusted overlap).
+//   - recvtime-sdk: the far-holder scenario (a worker 300 ms from lockd, a
+//     50 ms safety margin) with that worker's SDK built with the tag
+//     lockd_recvtime_control, which counts a reply's Remaining from its
+//     receipt instead of the send of its request, on one key, over a link
+//     with the same round trip split 50 ms up, 550 ms down, so the SDK
+//     trusts 500 ms past the backend's expiry (trusted overlap).
+//   - no-heal (the recovery checker's): a partition recorded as ended while
+//     the link stays cut past the bound. The end is recorded once a worker
+//     is seen waiting in an acquire it announced after the cut was made,
+//     which lockd cannot grant until the link heals; the control's
+//     workers' sessions outlive the whole cut, so a key is certainly
+//     wanted across the recorded end (keys not granted again in time).
+//   - stale-record (the replica scenarios': three replicas, sessions must
+//     survive, no grant lost): replica-kill on lockd built with the
+//     server's tag lockd_stale_control, a replica that answers the
+//     heartbeats of a session it adopted from the record it read the
+//     first time (live, the same Remaining) without asking the backend,
+//     which lets the session expire meanwhile; the holder whose replica is
+//     killed keeps its key (the runner withholds the answer to its hold
+//     line) until another worker is granted that key (trusted overlap).
+//   - sem-extra (the semaphore and read/write scenarios', multi-*, issue
+//     15): the semaphore workers ask lockd for one slot more than the
+//     checkers and the resource allow, and their hold lines are kept until
+//     all three hold at once (more than N trusted holders, more than N
+//     writers acting).
+//   - ignore-done: the first semaphore worker and first read/write worker
+//     keep trusting their grant until they release it, whatever the SDK
+//     says, and are paused while they hold, with the resource's check off:
+//     the slot holder until the other two hold the semaphore at once, the
+//     reader (paused holding a shared grant) until a writer's write is
+//     accepted (more than N trusted holders and writers; a reader trusted
+//     and acting across a writer, and its read accepted after the
+//     writer's write).
+//
+// LOCKD_CHAOS_BREAK_OFF=1 runs the same scenarios and triggers with each
+// break removed; every checker must then find nothing.
 //
 // The member replacement (member-replace-etcd3, issue 21 §2) has
 // control-no-sync-etcd3: the same replacements under a lockd started with

@@ -26,6 +26,16 @@
 // checker as a death. A worker incarnation killed is replaced by a new one
 // with a new process id.
 //
+// A fault that needs a window makes it (windows.go): a worker waits for
+// the harness's answer to each hold line before its grant's second write,
+// so the harness can keep a holder holding (a handshake), keep several
+// until all hold at once (holdBarrier), or pause one and resume it only
+// once the fenced resource has accepted another grant's write above its
+// own — every pause of a holder lasts twice the TTL and then until then,
+// so its late write certainly comes after a successor's. The receive-time
+// control holds a worker's requests in a proxy (upstream.go). Each wait
+// has a deadline that fails the scenario with what did not happen.
+//
 // # Verdicts
 //
 // A scenario passes when the fenced resource accepted no stale write, no
@@ -40,7 +50,10 @@
 // show that every pause hit a holder whose late write the fenced resource
 // refused, and at least as many refused writes as pauses. A control
 // (Spec.Control) passes only when its checker found the violation it was
-// built to provoke. The replica scenarios of issue 13 (replica-kill,
+// built to provoke; in short mode it runs cycles until the histories hold
+// that violation (run.caught), at most controlMaxCycles. A control with
+// Spec.BreakOff runs the same scenario and trigger without its break and
+// is judged as a real scenario. The replica scenarios of issue 13 (replica-kill,
 // rolling-restart) must also show no grant lost: every grant's trust ended
 // by its release, since every session survives the replica it talks to. Table renders one row per scenario; Totals sums the real
 // scenarios per backend family.

@@ -88,7 +88,7 @@ func (r *run) cycle21(ctx context.Context, i int) (handled bool, err error) {
 // member list would replace, and under the NoSync control.
 func (r *run) lockdAutoSync(i int) string {
 	switch {
-	case r.viaProxy(i), r.spec.Control == NoSync:
+	case r.viaProxy(i), r.spec.Control == NoSync && !r.spec.BreakOff:
 		return "0"
 	case r.spec.Fault == MemberReplace:
 		return memberSyncInterval.String()
@@ -179,7 +179,7 @@ func (r *run) replaceMember(ctx context.Context, i int) error {
 	r.logf("replaced etcd member %s by %s (removal accepted at %s, exit at %s, addition at %s, new member serving at %s); members %v (%s; lockd was started with %v)",
 		victim.name, nd.name, ms(removed), ms(exited), ms(added), ms(time.Since(t0)), now, left, m.original)
 	wait := 2 * r.opts.TTL
-	if r.spec.Control == NoSync && gone {
+	if r.spec.Control == NoSync && !r.spec.BreakOff && gone {
 		// The control's lockd now reaches no member. Within the 2 TTLs
 		// every worker's session has ended (nothing keeps it alive), and
 		// each worker is in a session open or an acquire for its next key,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/test/chaos/check"
@@ -28,6 +29,9 @@ const (
 	// multiLimit, while the checkers and the fenced resource keep
 	// multiLimit: lockd admits an extra holder, and check.TooManyTrusted
 	// and check.TooManyWriters must each find it on the semaphore key.
+	// Its cycle first keeps every semaphore worker's hold line unanswered
+	// until all multiLimit+1 hold at once (holdBarrier), so the extra
+	// holder trusts and acts beside the others by construction.
 	SemExtra Control = "sem-extra"
 	// IgnoreDone turns the fenced resource's check off and runs the first
 	// worker of each key with worker.TrustIgnoreDone, pausing it while it
@@ -35,7 +39,11 @@ const (
 	// that keeps its slot after lockd gave it to another, a reader that
 	// keeps trusting past a writer's grant. check.TooManyTrusted and
 	// check.TooManyWriters must find it on both keys, check.FencedSafety
-	// the reader's accepted read after the writer's write.
+	// the reader's accepted read after the writer's write. The pause of the
+	// slot holder lasts until the other two semaphore workers hold at once
+	// (holdBarrier: three trusted and acting), the reader's until an
+	// exclusive grant's write is accepted (pauseHolderWith): each window
+	// made, not waited for.
 	IgnoreDone Control = "ignore-done"
 )
 
@@ -60,13 +68,13 @@ func (r *run) multiKeys() {
 func (r *run) planMulti(slot int, ws *workerSpec) {
 	if slot < multiRWFirst {
 		ws.keys, ws.limit = r.keys[:1], multiLimit
-		if r.spec.Control == SemExtra {
+		if r.spec.breaks(SemExtra) {
 			ws.limit = multiLimit + 1
 		}
 	} else {
 		ws.keys, ws.rw = r.keys[1:], true
 	}
-	if r.spec.Control == IgnoreDone && (slot == 0 || slot == multiRWFirst) {
+	if r.spec.breaks(IgnoreDone) && (slot == 0 || slot == multiRWFirst) {
 		ws.trust = worker.TrustIgnoreDone
 	}
 }
@@ -75,10 +83,20 @@ func (r *run) planMulti(slot int, ws *workerSpec) {
 func (r *run) multiCycle(ctx context.Context, i int) error {
 	if r.spec.Control == IgnoreDone {
 		if i%2 == 0 {
-			return r.pauseHolderWhere(ctx, func(w *workerProc) bool { return w.slot == 0 }, nil)
+			// Slot holder 0 paused until workers 1 and 2 hold the other
+			// slots at once: three trusted, three acting.
+			return r.pauseHolderWith(ctx, func(w *workerProc) bool { return w.slot == 0 }, nil,
+				func(ctx context.Context, _ *workerProc) error {
+					return r.gather(ctx, r.semWorkers(func(w *workerProc) bool { return w.slot != 0 }), multiLimit)
+				})
 		}
 		return r.pauseHolderWhere(ctx, func(w *workerProc) bool { return w.slot == multiRWFirst },
 			func(w *workerProc) bool { return w.holdMode() == fenced.ModeShared })
+	}
+	if r.spec.Control == SemExtra && i == 0 {
+		if err := r.gather(ctx, r.semWorkers(nil), multiLimit+1); err != nil {
+			return err
+		}
 	}
 	sem := i%2 == 0
 	filter := func(w *workerProc) bool { return (w.slot < multiRWFirst) == sem }
@@ -88,10 +106,58 @@ func (r *run) multiCycle(ctx context.Context, i int) error {
 	return r.killHolderWhere(ctx, filter)
 }
 
-// startSlotClient connects the fenced resource's slot check to lockd (the
-// multi scenarios only; they run one replica).
+// semWorkers returns the current semaphore workers that filter (if set)
+// accepts.
+func (r *run) semWorkers(filter func(*workerProc) bool) []*workerProc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ws []*workerProc
+	for _, w := range r.workers {
+		if w.slot < multiRWFirst && (filter == nil || filter(w)) {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+// gather keeps the hold lines of ws unanswered until n of them hold the
+// semaphore at once (holdBarrier), then lets them go. With the control's
+// break on, lockd admits them and it fails after triggerTimeout with a
+// message saying how many held. With the break off (Spec.BreakOff, where
+// lockd keeps the limit the barrier goes beyond) it gives up after
+// gatherOff and lets them go.
+func (r *run) gather(ctx context.Context, ws []*workerProc, n int) error {
+	b := newHoldBarrier(n)
+	b.arm(ws)
+	defer b.open(ws)
+	limit := triggerTimeout
+	if r.spec.BreakOff && n > multiLimit {
+		limit = gatherOff(r.opts.TTL)
+	}
+	got, err := b.wait(ctx, limit)
+	if err != nil {
+		return err
+	}
+	if got < n {
+		if r.spec.BreakOff && n > multiLimit {
+			r.logf("control (break off): %d of %d semaphore workers held at once within %v (lockd keeps the limit)", got, n, limit)
+			return nil
+		}
+		return fmt.Errorf("%d of %d semaphore workers held at once within %v", got, n, limit)
+	}
+	r.logf("%d semaphore workers hold at once (their hold lines unanswered until all did)", n)
+	return nil
+}
+
+// gatherOff bounds gather beyond the limit with the break off: two TTLs,
+// in which every semaphore worker asks again many times.
+func gatherOff(ttl time.Duration) time.Duration { return 2 * ttl }
+
+// startSlotClient connects the fenced resource's slot check (the multi
+// scenarios) and UpstreamHold's look at lockd's queue to lockd (both run
+// one replica).
 func (r *run) startSlotClient() error {
-	if !r.multi() {
+	if !r.multi() && r.spec.Fault != UpstreamHold {
 		return nil
 	}
 	c, err := client.New(r.lockds[0].Addr())
@@ -189,7 +255,7 @@ func (rep *Report) multiVerdict() (bool, string) {
 	}
 	for _, n := range needs {
 		if n.res.Violations == 0 {
-			return false, "control did not fail: no " + n.what
+			return false, "control did not fail: not found: " + n.what
 		}
 	}
 	return true, "control failed as it must"

@@ -55,7 +55,7 @@ func (r *run) replicaFault() bool {
 // keepsSessions reports whether every grant of the scenario must end by its
 // release: a real replica scenario, where no session may be lost.
 func (s Spec) keepsSessions() bool {
-	return s.Control == NoControl && (s.Fault == ReplicaKill || s.Fault == RollingRestart)
+	return s.judgedReal() && (s.Fault == ReplicaKill || s.Fault == RollingRestart)
 }
 
 // replicaHolds bounds the holds of the replica faults: some shorter than a
@@ -133,6 +133,7 @@ func (r *run) replicaKill(ctx context.Context) error {
 		if err := r.staleOverlap(ctx, w, key, start); err != nil {
 			return err
 		}
+		w.answerHold() // now, not after the sleep below: the waiters for the key are judged from the restart
 	}
 	return sleep(ctx, ttl)
 }
@@ -145,8 +146,16 @@ func (r *run) replicaKill(ctx context.Context) error {
 // so that every cycle has a trusted overlap for check.NoTrustedOverlap to
 // find, however long the move and the expiry take. Holds alone (3–4 TTLs)
 // once ended before the key was granted again in all 3 cycles of a CI run.
+//
+// With the break off (Spec.BreakOff: the real lockd, whose replicas keep
+// an adopted session alive in the backend) the key is never granted to
+// another while w holds it; w is kept for staleOff and let go then.
 func (r *run) staleOverlap(ctx context.Context, w *workerProc, key string, since int64) error {
-	for end := time.Now().Add(triggerTimeout); ; {
+	limit := triggerTimeout
+	if r.spec.BreakOff {
+		limit = staleOff(r.opts.TTL)
+	}
+	for end := time.Now().Add(limit); ; {
 		r.mu.Lock()
 		granted := r.lastHold[key] > since
 		r.mu.Unlock()
@@ -157,6 +166,10 @@ func (r *run) staleOverlap(ctx context.Context, w *workerProc, key string, since
 		if err := r.checkAlive(); err != nil {
 			return err
 		}
+		if r.spec.BreakOff && time.Now().After(end) {
+			r.logf("control (break off): %s kept by %s for %v after the replica's restart, never granted to another", key, w.proc, limit)
+			return nil
+		}
 		if time.Now().After(end) {
 			return fmt.Errorf("control: %s not granted to another worker within %v of the replica's restart while %s held it",
 				key, triggerTimeout, w.proc)
@@ -166,6 +179,14 @@ func (r *run) staleOverlap(ctx context.Context, w *workerProc, key string, since
 		}
 	}
 }
+
+// staleOff is how long staleOverlap keeps the holder with the break off:
+// a TTL after the replica's restart, two after the kill, twice as long as
+// the backend takes to expire the session when the stale replica lets it
+// (the break's runs hand the key on about a TTL after the kill), and inside
+// the recovery bound (TTL + reaper + slack after the restart), which the
+// waiters for the key are judged by once it is let go.
+func staleOff(ttl time.Duration) time.Duration { return ttl }
 
 // rollingRestart is one RollingRestart cycle: every replica in turn.
 func (r *run) rollingRestart(ctx context.Context) error {

@@ -227,13 +227,24 @@ func TestVerdictAndTable(t *testing.T) {
 	blindStale := clean(Spec{Name: "blind-stale", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord})
 	lostElsewhere := clean(Spec{Name: "lost-elsewhere", Backend: PG, Fault: PauseHolder})
 	lostElsewhere.Pauses, lostElsewhere.Rejected, lostElsewhere.Lost = 1, 1, 1 // a pause loses grants
+	// A control with its break off is judged as a real scenario.
+	offClean := clean(Spec{Name: "off-clean", Backend: PG, Fault: PauseHolder, Control: FencingOff, BreakOff: true})
+	offClean.Pauses, offClean.Rejected = 1, 1
+	offFound := clean(Spec{Name: "off-found", Backend: PG, Fault: UpstreamHold, Control: ReceiveTTL, BreakOff: true})
+	offFound.Trusted.Violations = 1
+	offUnrefused := clean(Spec{Name: "off-unrefused", Backend: PG, Fault: PauseHolder, Control: SlowClock, BreakOff: true})
+	offUnrefused.Pauses = 1
+	offLost := clean(Spec{Name: "off-lost", Backend: Etcd, Fault: ReplicaKill, Control: StaleRecord, BreakOff: true})
+	offLost.Lost = 1
+	offUpstream := clean(Spec{Name: "off-upstream", Backend: Embedded, Fault: UpstreamHold, Control: ReceiveTTL, BreakOff: true})
 	for _, tc := range []struct {
 		rep  *Report
 		want bool
 	}{{pass, true}, {broken, false}, {undecided, false}, {blind, false}, {caught, true}, {unrefused, false},
 		{missed, false}, {stuck, false}, {pending, false}, {noHeal, true}, {blindNoHeal, false},
 		{fencingOff, true}, {blindPauses, false}, {kept, true}, {dropped, false}, {stale, true}, {blindStale, false},
-		{lostElsewhere, true}, {noSync, true}, {blindNoSync, false}} {
+		{lostElsewhere, true}, {noSync, true}, {blindNoSync, false}, {offClean, true}, {offFound, false}, {offUnrefused, false}, {offLost, false},
+		{offUpstream, true}} {
 		if ok, why := tc.rep.Verdict(); ok != tc.want {
 			t.Errorf("%s: Verdict = %v (%s); want %v", tc.rep.Spec.Name, ok, why, tc.want)
 		}
@@ -250,7 +261,10 @@ func TestVerdictAndTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
-	totals := Totals([]*Report{pass, broken, undecided, blind, caught})
+	if table := Table([]*Report{offClean}); !strings.Contains(table, "PASS (control fencing-off with its break off: nothing found)") {
+		t.Errorf("table of a control with its break off:\n%s", table)
+	}
+	totals := Totals([]*Report{pass, broken, undecided, blind, caught, offClean})
 	if !strings.Contains(totals, "total etcd: 2 scenarios, 20 fenced acquisitions, 4 faults, 1 violations") ||
 		!strings.Contains(totals, "total pg: 1 scenarios, 10 fenced acquisitions") {
 		t.Errorf("totals:\n%s", totals)

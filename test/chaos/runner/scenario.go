@@ -33,7 +33,7 @@ const (
 	// Etcd: one test/cmd/etcd process; lockd reaches it through the proxy
 	// when the scenario cuts the link.
 	Etcd Backend = "etcd"
-	// EtcdCluster: three test/cmd/etcd processes.
+	// EtcdCluster: three test/cmd/etcd processes (etcdClusterSize).
 	EtcdCluster Backend = "etcd-3"
 	// PG: PostgreSQL from the local binaries (the shared server with a
 	// database of the scenario's own, or a private server for restarts).
@@ -46,7 +46,8 @@ type Fault string
 // Faults.
 const (
 	// PauseHolder SIGSTOPs a holder between its two writes for twice the
-	// TTL, then SIGCONTs it.
+	// TTL and until the fenced resource has accepted another grant's write
+	// above its own (pauseHolderWith), then SIGCONTs it.
 	PauseHolder Fault = "pause-holder"
 	// KillHolder SIGKILLs a holder between its two writes and starts a new
 	// incarnation of the worker.
@@ -98,17 +99,20 @@ const (
 	// PauseHolder: check.OverlappingWriters must find overlapping writers.
 	FencingOff Control = "fencing-off"
 	// ReceiveTTL makes worker 0 trust each grant for a full TTL from the
-	// receipt of the acquire reply, ignoring Done, and pauses it while it
-	// holds: check.NoTrustedOverlap must find overlaps.
-	ReceiveTTL Control = "receive-ttl"
-	// SlowClock runs worker 0 on an SDK clock at half speed, beyond what
-	// the safety margin absorbs, and pauses it while it holds:
+	// receipt of the acquire reply, ignoring Done, under UpstreamHold (its
+	// grant's reply arrives long after lockd last heard from it, upstream.go):
 	// check.NoTrustedOverlap must find overlaps.
+	ReceiveTTL Control = "receive-ttl"
+	// SlowClock runs worker 0 on an SDK clock at a quarter of real speed
+	// (slowScale), beyond what the safety margin absorbs, and pauses it
+	// while it holds the scenario's one key: check.NoTrustedOverlap must
+	// find overlaps.
 	SlowClock Control = "slow-clock"
 	// RecvTimeSDK runs worker 0 of FarHolder on an SDK built with the tag
 	// lockd_recvtime_control, which counts Remaining from the receipt of a
-	// reply instead of the send of its request: check.NoTrustedOverlap must
-	// find overlaps.
+	// reply instead of the send of its request, over a link slower
+	// downstream than upstream (far.go), on one key: check.NoTrustedOverlap
+	// must find overlaps.
 	RecvTimeSDK Control = "recvtime-sdk"
 	// StaleRecord: see replicas.go.
 )
@@ -119,7 +123,9 @@ type Spec struct {
 	Backend Backend
 	Fault   Fault
 	Control Control
-	// Cycles is how many fault cycles the short mode runs (default 2).
+	// Cycles is how many fault cycles the short mode runs (default 2). A
+	// control with its break runs cycles until its violation is in the
+	// histories instead: at least one, at most controlMaxCycles.
 	Cycles int
 	// TTL, if set, replaces Options.TTL (lockd's session TTL) for this
 	// scenario.
@@ -128,7 +134,21 @@ type Spec struct {
 	// suite and fails until that fix lands (Table shows it with the
 	// failure).
 	Pending string
+	// BreakOff runs a control's scenario and trigger with its deliberate
+	// break removed (the fenced resource's check on, the correct trust
+	// rule, SDK, clock, limit, lockd binary, a healed link): it is judged
+	// as a real scenario, every checker must find 0 violations. It shows
+	// that what the control catches is its break, not its trigger
+	// (LOCKD_CHAOS_BREAK_OFF, package chaos).
+	BreakOff bool
 }
+
+// breaks reports whether the scenario runs control c with its break on.
+func (s Spec) breaks(c Control) bool { return s.Control == c && !s.BreakOff }
+
+// judgedReal reports whether the scenario is judged as a real one: no
+// control, or a control with its break off.
+func (s Spec) judgedReal() bool { return s.Control == NoControl || s.BreakOff }
 
 // Options are the settings every scenario of a suite shares.
 type Options struct {
@@ -198,6 +218,7 @@ type run struct {
 	front   *proxy // ReplicaSwitch: between the workers and replica 0
 	lockds  []*lockdProc
 	far     *farLink // FarHolder: worker 0's link to lockd
+	gate    *farLink // UpstreamHold: worker 0's link to lockd
 
 	workerSpecs []workerSpec
 
@@ -268,9 +289,11 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 	}
 	r.farSettings()
 	keys := opts.Keys
-	if spec.Control == ReceiveTTL {
-		// One key: the control worker's acquires wait in the queue (see
-		// planWorkers).
+	if spec.Control == ReceiveTTL || spec.Control == SlowClock || spec.Control == RecvTimeSDK {
+		// One key: while worker 0 holds it every other worker waits for
+		// it, so lockd hands it on the moment it frees it, inside the
+		// window the control's break opens (a waiter is certain, not
+		// likely among keys picked at random).
 		keys = 1
 	}
 	if r.multi() {
@@ -287,7 +310,7 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 	if err != nil {
 		return nil, err
 	}
-	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: spec.Control != FencingOff && spec.Control != IgnoreDone,
+	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: !spec.breaks(FencingOff) && !spec.breaks(IgnoreDone),
 		Clock: r.clock, SlotHolders: r.slotHolders})
 	if err != nil {
 		return nil, errors.Join(err, r.hrec.Close())
@@ -315,6 +338,9 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	if err := r.startFar(); err != nil {
+		return err
+	}
+	if err := r.startGate(); err != nil {
 		return err
 	}
 	if err := r.startSlotClient(); err != nil {
@@ -374,12 +400,55 @@ func (r *run) warmUp(ctx context.Context) error {
 	}
 }
 
+// etcdClusterSize is how many members an EtcdCluster has.
+const etcdClusterSize = 3
+
+// controlMaxCycles bounds the short mode's cycles of a control with its
+// break on, which runs until its violation is in the histories (caught).
+// Every control's window is made on purpose, so controlMinCycles cycles
+// are enough; the rest is a backstop for a cycle
+// whose wall-clock bound a stalled machine overran, and the log says so.
+const controlMaxCycles = 4
+
+// controlMinCycles is how many cycles a control needs to make every
+// violation its verdict asks for: ignore-done makes its semaphore's in even
+// cycles and its read/write lock's in odd ones, the others all in one.
+func (s Spec) controlMinCycles() int {
+	switch s.Control {
+	case IgnoreDone:
+		return 2
+	case NoSync:
+		// lockd reaches no etcd once every member it started with is
+		// replaced: one cycle per member.
+		return etcdClusterSize
+	}
+	return 1
+}
+
 // faultPhase runs fault cycles: Spec.Cycles in short mode, for
 // Options.Duration in long mode, with a random quiet gap between cycles.
+// In short mode a control with its break on runs cycles until its checker
+// has caught it (caught), at most controlMaxCycles, and fails the scenario
+// with what it did not find if it has not by then.
 func (r *run) faultPhase(ctx context.Context) error {
 	end := time.Now().Add(r.opts.Duration)
+	untilCaught := r.opts.Duration == 0 && !r.spec.judgedReal()
 	for i := 0; ; i++ {
-		if r.opts.Duration == 0 && i >= r.spec.Cycles {
+		if untilCaught && i >= r.spec.controlMinCycles() {
+			ok, why, err := r.caught()
+			if err != nil {
+				return err
+			}
+			if ok {
+				r.logf("control caught after %d cycle(s)", i)
+				return nil
+			}
+			if i >= controlMaxCycles {
+				return fmt.Errorf("control not caught in %d cycles: %s", i, why)
+			}
+			r.logf("control not caught after cycle %d (%s): another cycle", i, why)
+		}
+		if r.opts.Duration == 0 && !untilCaught && i >= r.spec.Cycles {
 			return nil
 		}
 		if r.opts.Duration > 0 && time.Now().After(end) {
@@ -397,6 +466,34 @@ func (r *run) faultPhase(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// caught reports whether the histories so far hold the violations the
+// control must be caught with (Report.controlVerdict), and if not, what is
+// missing. Every grant the cycle paused or kept has been released by then
+// (each cycle lets its targets go and waits before it returns), so no trust
+// interval is left open by a process that stopped trusting.
+func (r *run) caught() (bool, string, error) {
+	var (
+		rep *Report
+		err error
+	)
+	// A worker incarnation started a moment ago may not have written its
+	// history's first line yet: read again.
+	for try := 0; try < 5; try++ {
+		if rep, err = r.evaluateWith(false); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // a retry of a read, not synchronisation
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("control: check the histories so far: %w", err)
+	}
+	if rep.Acquisitions == 0 {
+		return false, "no acquisitions yet", nil
+	}
+	ok, why := rep.controlVerdict()
+	return ok, why, nil
 }
 
 // checkAlive reports a worker that exited without being killed.
@@ -438,7 +535,7 @@ func (r *run) startBackend() error {
 	case Etcd, EtcdCluster:
 		n := 1
 		if r.spec.Backend == EtcdCluster {
-			n = 3
+			n = etcdClusterSize
 		}
 		var nodes []*etcdNode
 		var err error
@@ -500,7 +597,7 @@ func (r *run) startLockd() error {
 	if r.replicaFault() {
 		replicas = 3
 	}
-	if r.spec.Control == StaleRecord {
+	if r.spec.breaks(StaleRecord) {
 		bin = r.env.bins.LockdStale
 	}
 	cfg := lockdConfig{
@@ -546,12 +643,6 @@ func (r *run) planWorkers() {
 	}
 	for slot := range workers {
 		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax}
-		if r.spec.Control == ReceiveTTL && slot != 0 {
-			// The control's overlap needs a grant that waited in the queue
-			// (the server pushes a session's silence deadline from the
-			// receipt of its acquire request): the others hold longer.
-			ws.holdMin, ws.holdMax = 150*time.Millisecond, 300*time.Millisecond
-		}
 		if r.spec.Fault == PartitionReplica {
 			// Holds across heartbeats, some longer than the TTL: trust
 			// must be kept by heartbeats, and lost when they fail.
@@ -574,13 +665,13 @@ func (r *run) planWorkers() {
 			ws.clockScale = 1.5
 		case r.spec.Fault == ClockSkew && slot == 1:
 			ws.clockScale = 0.85
-		case r.spec.Control == ReceiveTTL && slot == 0:
-			ws.trust = worker.TrustReceiveTTL
-			// The longest interval lockd allows (TTL − 2×margin): a long
-			// quiet stretch after each heartbeat (worker package doc).
-			ws.heartbeatInterval = r.opts.TTL - 2*r.opts.Margin
+		case r.spec.Fault == UpstreamHold && slot == 0:
+			r.planUpstream(&ws)
 		case r.spec.Control == SlowClock && slot == 0:
-			ws.clockScale = 0.5
+			ws.heartbeatInterval = slowHeartbeat
+			if r.spec.breaks(SlowClock) {
+				ws.clockScale = slowScale
+			}
 		case r.spec.Fault == FarHolder && slot == 0:
 			r.planFar(&ws)
 		}
@@ -596,7 +687,7 @@ func (r *run) targets(w *workerProc) bool {
 	switch {
 	case r.spec.Fault == ClockSkew:
 		return w.slot == 0 || w.slot == 1
-	case r.spec.Control == ReceiveTTL, r.spec.Control == SlowClock, r.spec.Fault == FarHolder:
+	case r.spec.Control == SlowClock, r.spec.Fault == FarHolder:
 		return w.slot == 0
 	}
 	return true
@@ -655,6 +746,8 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		return r.pauseHolder(ctx)
 	case FarHolder:
 		return r.pauseFarHolder(ctx)
+	case UpstreamHold:
+		return r.upstreamHold(ctx)
 	case KillHolder:
 		return r.killHolder(ctx)
 	case KillLockd:
@@ -775,27 +868,37 @@ func (r *run) cycle(ctx context.Context, i int) error {
 }
 
 // pauseHolder SIGSTOPs a targeted holder between its two writes for twice
-// the TTL, then resumes it.
-func (r *run) pauseHolder(ctx context.Context) error { return r.pauseHolderWhen(ctx, nil) }
-
-// pauseHolderWhen is pauseHolder at the first hold for which when (if set)
-// is true at the hold's line.
-func (r *run) pauseHolderWhen(ctx context.Context, when func() bool) error {
-	var at func(*workerProc) bool
-	if when != nil {
-		at = func(*workerProc) bool { return when() }
-	}
-	return r.pauseHolderWhere(ctx, r.targets, at)
-}
+// the TTL and until another grant's write supersedes its own
+// (pauseHolderWith), then resumes it.
+func (r *run) pauseHolder(ctx context.Context) error { return r.pauseHolderWhere(ctx, r.targets, nil) }
 
 // pauseHolderWhere is pauseHolder of a worker that filter accepts, at the
 // first of its holds for which when (if set) is true at the hold's line.
 func (r *run) pauseHolderWhere(ctx context.Context, filter, when func(*workerProc) bool) error {
+	return r.pauseHolderWith(ctx, filter, when, nil)
+}
+
+// pauseHolderWith is pauseHolderWhere that also calls during (if set) once
+// the holder is stopped; the holder stays stopped until during returns,
+// and the error of during ends the cycle.
+//
+// The pause lasts twice the TTL and then until the fenced resource has
+// accepted another grant's write above the paused one (superseded): the
+// paused holder's late write, sent after SIGCONT, comes after a successor's
+// write by construction, so it is refused (check.PausesHitHolders), or with
+// the token check off it overlaps that write (the fencing-off control).
+// Twice the TTL alone made that likely, not certain: nobody else may want
+// the key in time on a loaded machine.
+func (r *run) pauseHolderWith(ctx context.Context, filter, when func(*workerProc) bool,
+	during func(ctx context.Context, w *workerProc) error) error {
 	var (
 		at      int64
 		w       *workerProc
 		paused  bool
 		skipped int
+		key     string
+		token   uint64
+		mode    string
 	)
 	for end := time.Now().Add(triggerTimeout); !paused; skipped++ {
 		if time.Now().After(end) {
@@ -808,6 +911,7 @@ func (r *run) pauseHolderWhere(ctx context.Context, filter, when func(*workerPro
 			}
 			paused = true
 			at = r.clock.Now()
+			key, token, mode = w.held()
 			w.markStopped(true)
 			if !w.p.pause() { // before onLine answers the hold line
 				r.logf("%s: not every thread stopped within %v of SIGSTOP", w.proc, pauseWait)
@@ -818,8 +922,14 @@ func (r *run) pauseHolderWhere(ctx context.Context, filter, when func(*workerPro
 		}
 	}
 	r.countFault()
-	r.logf("paused %s (%d holds skipped)", w.proc, skipped-1)
+	r.logf("paused %s holding %q (token %d; %d holds skipped)", w.proc, key, token, skipped-1)
 	serr := sleep(ctx, 2*r.opts.TTL)
+	if serr == nil {
+		serr = r.awaitSuperseded(ctx, w, key, token, mode, at)
+	}
+	if serr == nil && during != nil {
+		serr = during(ctx, w)
+	}
 	until := r.clock.Now()
 	w.p.signal(syscall.SIGCONT)
 	w.markStopped(false)
@@ -936,6 +1046,9 @@ func (r *run) teardown() error {
 	}
 	if r.far != nil {
 		r.far.close()
+	}
+	if r.gate != nil {
+		r.gate.close()
 	}
 	if r.front != nil {
 		r.front.close()

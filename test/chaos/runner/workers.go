@@ -38,7 +38,9 @@ type workerProc struct {
 	mu       sync.Mutex
 	state    string // wait, hold or free
 	key      string
+	token    uint64 // the token of the latest hold
 	mode     string // the mode of the latest hold (plain, slot, shared, exclusive)
+	session  string // the session of the latest wait line, "" if not given
 	pausable bool
 	peer     string // the lockd replica of the latest grant ("hold" line), "" if unknown
 	stopped  bool   // SIGSTOPped by the harness and not resumed yet
@@ -48,8 +50,11 @@ type workerProc struct {
 
 	// trig, if set, fires on the next matching line (see trigger).
 	trig atomic.Pointer[trigger]
-	// holds counts the grants the worker reported.
-	holds atomic.Int64
+	// bar, if set, may keep the answer to the worker's hold lines back
+	// (holdBarrier).
+	bar atomic.Pointer[holdBarrier]
+	// holds and frees count the worker's hold and free lines.
+	holds, frees atomic.Int64
 	// onHold, if set, is called with the key of every grant reported.
 	onHold func(key string)
 }
@@ -86,22 +91,37 @@ func (w *workerProc) onLine(line string) (answer string) {
 	w.mu.Lock()
 	w.state, w.key = f[0], f[1]
 	w.pausable = f[0] == "hold" && len(f) >= 4 && f[3] == "1"
+	if f[0] == "hold" && len(f) >= 3 {
+		w.token, _ = strconv.ParseUint(f[2], 10, 64)
+	}
 	if f[0] == "hold" && len(f) >= 5 {
 		w.mode = f[4]
+	}
+	if f[0] == "wait" {
+		w.session = ""
+		if len(f) >= 3 {
+			w.session = f[2]
+		}
 	}
 	if f[0] == "hold" && len(f) >= 6 && f[5] != "-" {
 		w.peer = f[5]
 	}
 	state, pausable := w.state, w.pausable
 	w.mu.Unlock()
-	if state == "hold" {
+	switch state {
+	case "hold":
 		w.holds.Add(1)
 		if w.onHold != nil {
 			w.onHold(f[1])
 		}
+	case "free":
+		w.frees.Add(1)
 	}
 	if tr := w.trig.Load(); tr != nil && tr.on == state && (state != "hold" || pausable) {
 		tr.fire(w)
+	}
+	if b := w.bar.Load(); b != nil && state == "hold" {
+		b.join(w)
 	}
 	if state == "hold" {
 		w.mu.Lock()
@@ -144,6 +164,24 @@ func (w *workerProc) waiting() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.state == "wait"
+}
+
+// held returns the key, token and mode of the worker's latest hold line.
+func (w *workerProc) held() (key string, token uint64, mode string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.key, w.token, w.mode
+}
+
+// waitingIn returns the session of the acquire the worker's latest line
+// says is in flight, "" if it is not waiting (or did not say).
+func (w *workerProc) waitingIn() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != "wait" {
+		return ""
+	}
+	return w.session
 }
 
 // holdMode returns the mode of the worker's latest hold line.

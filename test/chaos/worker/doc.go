@@ -47,9 +47,11 @@
 //
 // A worker prints one line per state change on stdout, each one write:
 //
-//	wait KEY            an acquire of KEY was sent
+//	wait KEY SESSION    an acquire of KEY was sent in session SESSION (its
+//	                    id, which lockd's Inspect lists among the waiters)
 //	hold KEY TOKEN P M A  KEY is granted and written once; P is 1 when the
-//	                    harness may pause the worker now, 0 otherwise; M
+//	                    harness may pause the worker now (every hold, at
+//	                    present: the field stays for the harness); M
 //	                    is the grant's mode: plain, slot, shared or
 //	                    exclusive; A is the address of the lockd replica
 //	                    the grant came through ("-" if unknown): with
@@ -68,13 +70,13 @@
 // to real time before it is recorded.
 //
 // Config.Trust = TrustReceiveTTL is a control that breaks the timing rule of
-// docs/safety.md ("The timing chain", C2 #ct2-deadline) on purpose: the worker
-// trusts each grant for a full TTL from the moment it RECEIVED the acquire
-// reply and ignores Done; it records that belief (a lost op at receive + TTL)
-// instead of the SDK's deadline. It marks a hold pausable only when the grant
-// arrived well after both the session's latest heartbeat reply and the sending
-// of the acquire (it waited in the queue), the two moments the server pushes a
-// session's silence deadline from, so that a pause right then lets the server
-// free the key before receive + TTL: the trusted-overlap checker must then
-// report the overlap.
+// docs/safety.md ("The timing chain", C2 #ct2-deadline) on purpose: the worker trusts each grant for a full TTL
+// from the moment it RECEIVED the acquire reply and ignores Done; it records
+// that belief (a lost op at receive + TTL) instead of the SDK's deadline. The
+// rule is wrong whenever the reply arrives well after the server last heard
+// from the session; the harness makes that happen on purpose (runner,
+// UpstreamHold): it holds everything the worker sends while its grant is
+// made and answered, so lockd expires the session a TTL after the last
+// request it received and hands the key on while the worker still trusts
+// it. The trusted-overlap checker must then report the overlap.
 package worker

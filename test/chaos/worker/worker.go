@@ -87,20 +87,6 @@ type Config struct {
 	HoldAck *bufio.Reader
 }
 
-// Gap bounds of a pausable grant under TrustReceiveTTL (deadlineTracker.
-// pausable): the acquire reply must have arrived this long after the
-// server last pushed the session's silence deadline, so that a pause now
-// lets the server free the key before receive + TTL (package doc); and not
-// much later, so that the next heartbeat does not slip in before the
-// harness stops the process.
-const (
-	controlMinGap = 400 * time.Millisecond
-	controlMaxGap = 650 * time.Millisecond
-	// controlHold is how long a pausable control grant is held before its
-	// second write: time for the harness to stop the process.
-	controlHold = 250 * time.Millisecond
-)
-
 // ExclusiveShare is the share of a read/write worker's grants that are
 // exclusive.
 const ExclusiveShare = 0.4
@@ -164,7 +150,7 @@ type worker struct {
 	rng   *rand.Rand
 	clock *scaledClock // nil: the real clock
 
-	sess    *session
+	sess    *client.Session
 	sessTTL time.Duration
 	// next is the key of the next acquire, picked before its session is
 	// opened (the open is recorded as a want of it, history.Open) and kept
@@ -174,14 +160,6 @@ type worker struct {
 	// unary call went to (peerRecorder): with pick-first, the replica the
 	// worker talks to.
 	lastPeer atomic.Value // string
-}
-
-// session is a client session with the extension tracking the receive-time
-// control needs.
-type session struct {
-	*client.Session
-	// track is set under TrustReceiveTTL: it follows the session's deadline.
-	track *deadlineTracker
 }
 
 // Run runs a worker until ctx ends, then finishes the grant it holds,
@@ -280,9 +258,6 @@ func (w *worker) dropSession() {
 	if w.sess == nil {
 		return
 	}
-	if w.sess.track != nil {
-		w.sess.track.stop()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = w.sess.Close(ctx) // best effort: an expired one is abandoned by the SDK anyway
 	cancel()
@@ -294,7 +269,7 @@ func (w *worker) dropSession() {
 // worker acquires next: an open is recorded as an Open of it, so that a
 // worker which cannot open a session after a fault still shows that it
 // wants the key (check.Regrants).
-func (w *worker) session(ctx context.Context, key string) *session {
+func (w *worker) session(ctx context.Context, key string) *client.Session {
 	if w.sess != nil && w.sess.Err() == nil {
 		return w.sess
 	}
@@ -311,11 +286,8 @@ func (w *worker) session(ctx context.Context, key string) *session {
 		return nil
 	}
 	w.rec.Complete(call, history.OK, 0, nil)
-	w.sess = &session{Session: s}
+	w.sess = s
 	w.sessTTL = s.TTL()
-	if w.cfg.Trust == TrustReceiveTTL {
-		w.sess.track = trackDeadline(s)
-	}
 	return w.sess
 }
 
@@ -339,9 +311,8 @@ func (w *worker) iteration(ctx context.Context) {
 	}
 	w.next = ""
 	mode, opts := w.grantMode()
-	w.say("wait %s", key)
+	w.say("wait %s %s", key, sess.ID())
 	call := w.rec.InvokeMode(history.Acquire, key, mode, 0)
-	sent := time.Now()
 	l, err := sess.Acquire(ctx, key, opts...)
 	if err != nil {
 		w.rec.Complete(call, acquireOutcome(err), 0, err)
@@ -374,14 +345,7 @@ func (w *worker) iteration(ctx context.Context) {
 	if d := w.cfg.HoldMax - w.cfg.HoldMin; d > 0 {
 		hold += time.Duration(w.rng.Int64N(int64(d) + 1))
 	}
-	pausable := true
-	if sess.track != nil {
-		pausable = sess.track.pausable(sent, recv)
-		if pausable {
-			hold = controlHold
-		}
-	}
-	w.say("hold %s %d %d %s %s", key, tok, boolDigit(pausable), cmp.Or(mode, "plain"), w.peer())
+	w.say("hold %s %d 1 %s %s", key, tok, cmp.Or(mode, "plain"), w.peer())
 	time.Sleep(hold) // the critical section: not cut short by a stop, the grant is finished properly
 	if w.cfg.HoldAck != nil {
 		_, _ = w.cfg.HoldAck.ReadString('\n') // an error (EOF: the harness is gone) lets the worker go on
@@ -446,13 +410,6 @@ func (o *lostOnce) record(rec *history.Recorder, key string, tok uint64, at time
 	now := rec.Clock().Now()
 	rec.Record(history.Op{Kind: history.Lost, Key: key, Token: tok, Invoke: min(now, rec.Clock().At(at)),
 		Complete: now, Outcome: history.OK, Err: why})
-}
-
-func boolDigit(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // grantMode picks the mode of the next grant (fenced.Mode*, empty for a

@@ -92,10 +92,16 @@ func TestWorkersAgainstRealServer(t *testing.T) {
 				if !strings.Contains(s, "wait ") || !strings.Contains(s, "hold ") || !strings.Contains(s, "free ") {
 					t.Errorf("worker %d printed %q; want wait, hold and free lines", i, s)
 				}
-				// Every hold line names the replica the grant came through.
+				// Every hold line names the replica the grant came through,
+				// every wait line the session the acquire was sent in (the
+				// harness finds it among lockd's waiters).
 				for _, line := range strings.Split(s, "\n") {
-					if f := strings.Fields(line); len(f) > 0 && f[0] == "hold" && (len(f) != 6 || f[4] != "plain" || f[5] != srv.Addr) {
-						t.Errorf("worker %d: hold line %q; want hold KEY TOKEN P plain %s", i, line, srv.Addr)
+					f := strings.Fields(line)
+					if len(f) > 0 && f[0] == "hold" && (len(f) != 6 || f[3] != "1" || f[4] != "plain" || f[5] != srv.Addr) {
+						t.Errorf("worker %d: hold line %q; want hold KEY TOKEN 1 plain %s", i, line, srv.Addr)
+					}
+					if len(f) > 0 && f[0] == "wait" && (len(f) != 3 || f[2] == "") {
+						t.Errorf("worker %d: wait line %q; want wait KEY SESSION", i, line)
 					}
 				}
 			}
