@@ -414,15 +414,20 @@ const controlMaxCycles = 4
 // violation its verdict asks for: ignore-done makes its semaphore's in even
 // cycles and its read/write lock's in odd ones, the others all in one.
 func (s Spec) controlMinCycles() int {
-	switch s.Control {
-	case IgnoreDone:
+	if s.Control == IgnoreDone {
 		return 2
-	case NoSync:
-		// lockd reaches no etcd once every member it started with is
-		// replaced: one cycle per member.
-		return etcdClusterSize
 	}
 	return 1
+}
+
+// untilCaught reports whether the short mode runs the control until its
+// violation is in the histories so far. NoSync's cannot be: its violation
+// is a want that is never granted, an open or acquire still in flight —
+// recorded when the run stops its workers — so it runs its Spec.Cycles
+// (one per original member: then lockd reaches no etcd, certainly) and is
+// judged at the end like any scenario.
+func (s Spec) untilCaught() bool {
+	return !s.judgedReal() && s.Control != NoSync
 }
 
 // faultPhase runs fault cycles: Spec.Cycles in short mode, for
@@ -432,7 +437,7 @@ func (s Spec) controlMinCycles() int {
 // with what it did not find if it has not by then.
 func (r *run) faultPhase(ctx context.Context) error {
 	end := time.Now().Add(r.opts.Duration)
-	untilCaught := r.opts.Duration == 0 && !r.spec.judgedReal()
+	untilCaught := r.opts.Duration == 0 && r.spec.untilCaught()
 	for i := 0; ; i++ {
 		if untilCaught && i >= r.spec.controlMinCycles() {
 			ok, why, err := r.caught()

@@ -60,6 +60,6 @@ func Suite() []Spec {
 		{Name: "control-no-heal-pg", Backend: PG, Fault: PartitionShort, Control: NoHeal},
 		{Name: "control-sem-extra-embedded", Backend: Embedded, Fault: MultiPauseKill, Control: SemExtra},
 		{Name: "control-ignore-done-pg", Backend: PG, Fault: MultiPauseKill, Control: IgnoreDone},
-		{Name: "control-no-sync-etcd3", Backend: EtcdCluster, Fault: MemberReplace, Control: NoSync},
+		{Name: "control-no-sync-etcd3", Backend: EtcdCluster, Fault: MemberReplace, Control: NoSync, Cycles: etcdClusterSize},
 	}
 }
