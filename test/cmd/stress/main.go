@@ -145,7 +145,7 @@ func burner(n int) (stop func()) {
 				}
 				select {
 				case <-done:
-					sink = x
+					runtime.KeepAlive(x)
 					return
 				default:
 				}
@@ -154,8 +154,6 @@ func burner(n int) (stop func()) {
 	}
 	return func() { close(done); wg.Wait() }
 }
-
-var sink uint64
 
 // event is one line of go test -json (test2json).
 type event struct {
