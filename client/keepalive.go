@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/peer"
@@ -146,22 +147,24 @@ func (k *keepaliver) run() {
 // whether the stream carried at least one reply, and whether it left the
 // stream's replica on purpose (draining or stalled, set aside: moved). This
 // goroutine sends the heartbeats; a receiver goroutine applies the replies
-// as they arrive, so reading never waits for sending.
+// as they arrive, so reading never waits for sending. A stream left on
+// purpose keeps its receiver until the heartbeats in flight on it are
+// answered (linger, C2 #ct2-failover).
 func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stream, err := k.c.api.KeepAlive(sctx)
 	if err != nil {
+		cancel()
 		k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream failed", slog.String("error", err.Error()))
 		return false, false
 	}
 	k.gen++
-	fl := &flight{beats: map[uint64]beat{}, gen: k.gen, drain: make(chan struct{}), lastRecv: k.c.clock.Now()}
+	fl := &flight{beats: map[uint64]beat{}, gen: k.gen, drain: make(chan struct{}), answered: make(chan struct{}, 1),
+		lastRecv: k.c.clock.Now()}
 	broken := make(chan error, 1)
-	var recvDone sync.WaitGroup
-	recvDone.Add(1)
-	go func() { // exits when the stream ends (sctx is cancelled on return below)
-		defer recvDone.Done()
+	recvDone := make(chan struct{})
+	go func() { // exits when the stream ends: cancelled on return below, or by linger
+		defer close(recvDone)
 		for {
 			r, err := stream.Recv()
 			if err != nil {
@@ -176,11 +179,19 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 		}
 	}()
 	defer func() {
-		cancel()
-		recvDone.Wait()
 		fl.mu.Lock()
 		healthy = fl.replied
 		fl.mu.Unlock()
+		if !moved {
+			cancel()
+			<-recvDone
+			return
+		}
+		// Left on purpose: the replica may still answer what it was sent
+		// (C2 #ct2-failover). Nothing more is sent on it.
+		fl.left.Store(true)
+		k.c.wg.Add(1)
+		go k.linger(ctx, fl, cancel, broken, recvDone) // exits once those answers came or were forgotten, the stream broke, or Close
 	}()
 
 	// Every session beats at once on a new stream.
@@ -298,6 +309,66 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	}
 }
 
+// linger keeps receiving on a stream the client left on purpose (its
+// replica drains, or the stream stalled; C2 #ct2-failover): the answers to
+// the heartbeats it carried still extend trust, counted from their own send
+// times, as on any stream — a draining replica keeps answering, and one
+// that was merely slow (adopting a session takes several backend round
+// trips) would otherwise have its answer thrown away by the move. It cuts
+// the stream once every one of them is answered or forgotten (a TTL after
+// its send, as on a stream in use), when the stream breaks, or when the
+// client closes.
+func (k *keepaliver) linger(ctx context.Context, fl *flight, cancel context.CancelFunc, broken <-chan error, recvDone <-chan struct{}) {
+	defer k.c.wg.Done()
+	defer func() {
+		cancel()
+		<-recvDone
+	}()
+	tick := make(chan struct{}, 1)
+	var timer Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		now := k.c.clock.Now()
+		var until time.Time // when the last heartbeat still in flight is forgotten
+		fl.mu.Lock()
+		for id, b := range fl.beats {
+			at := b.sent.Add(b.s.ttl)
+			if !now.Before(at) {
+				delete(fl.beats, id)
+				continue
+			}
+			if at.After(until) {
+				until = at
+			}
+		}
+		fl.mu.Unlock()
+		if until.IsZero() {
+			return
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = k.c.clock.AfterFunc(until.Sub(now), func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-broken:
+			return
+		case <-fl.answered:
+		case <-tick:
+		}
+	}
+}
+
 // stallAfter is how long a stream may stay silent with a heartbeat
 // unanswered before the client moves (C2 #ct2-failover): half the
 // heartbeat interval, at least minStall.
@@ -330,6 +401,21 @@ type flight struct {
 	// drain is closed by the first reply that says the replica drains.
 	drain     chan struct{}
 	drainOnce sync.Once
+	// answered is poked whenever a heartbeat of this stream is answered
+	// (capacity 1): linger looks again.
+	answered chan struct{}
+	// left: the client left this stream on purpose and sends nothing more
+	// on it (linger); notices arriving on it are applied, not acknowledged.
+	left atomic.Bool
+}
+
+// ackGen is the stream number that acknowledgements of notices arriving on
+// fl go back on, 0 (none) once the client left it.
+func (fl *flight) ackGen() uint64 {
+	if fl.left.Load() {
+		return 0
+	}
+	return fl.gen
 }
 
 // handle applies one reply or notice.
@@ -347,6 +433,12 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 			s = b.s
 		}
 		fl.mu.Unlock()
+		if answered {
+			select {
+			case fl.answered <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if s == nil { // a notice, or an answer to a forgotten request: only its notices count
 		answered = false
@@ -357,7 +449,7 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	}
 	ack := false
 	for _, l := range r.GetLost() {
-		ack = s.lockLost(l, fl.gen) || ack
+		ack = s.lockLost(l, fl.ackGen()) || ack
 	}
 	if ack && r.GetLive() {
 		k.beatSoon(s, 0) // acknowledge at once: the server keeps repeating the notice until then
