@@ -179,6 +179,7 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 		case <-first:
 		case <-t.C:
 		case <-ctx.Done():
+		case <-s.ctx.Done(): // Close: the keeper is gone
 		}
 		t.Stop()
 		s.mu.Lock()
