@@ -205,13 +205,8 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	var nextID uint64
 	drain := fl.drain  // nil once a draining reply was handled
 	stallDone := false // a stall was found with nowhere else to go
-	tick := make(chan struct{}, 1)
-	var timer Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	tick := newAlarm(k.c.clock)
+	defer tick.stop()
 	for {
 		// Send the heartbeats that are due and find the next due time.
 		now := k.c.clock.Now()
@@ -281,20 +276,12 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			}
 		}
 
-		if timer != nil {
-			timer.Stop()
-		}
-		timer = k.c.clock.AfterFunc(next.Sub(k.c.clock.Now()), func() {
-			select {
-			case tick <- struct{}{}:
-			default:
-			}
-		})
+		tick.set(next.Sub(k.c.clock.Now()))
 		select {
 		case <-ctx.Done():
 			return
 		case <-k.wake:
-		case <-tick:
+		case <-tick.c:
 		case <-drain:
 			// The replica drains (C2 #ct2-drain): go elsewhere if there is
 			// somewhere else, else keep heartbeating here.
@@ -324,13 +311,8 @@ func (k *keepaliver) linger(ctx context.Context, fl *flight, cancel context.Canc
 		cancel()
 		<-recvDone
 	}()
-	tick := make(chan struct{}, 1)
-	var timer Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	forget := newAlarm(k.c.clock)
+	defer forget.stop()
 	for {
 		now := k.c.clock.Now()
 		var until time.Time // when the last heartbeat still in flight is forgotten
@@ -349,23 +331,42 @@ func (k *keepaliver) linger(ctx context.Context, fl *flight, cancel context.Canc
 		if until.IsZero() {
 			return
 		}
-		if timer != nil {
-			timer.Stop()
-		}
-		timer = k.c.clock.AfterFunc(until.Sub(now), func() {
-			select {
-			case tick <- struct{}{}:
-			default:
-			}
-		})
+		forget.set(until.Sub(now))
 		select {
 		case <-ctx.Done():
 			return
 		case <-broken:
 			return
 		case <-fl.answered:
-		case <-tick:
+		case <-forget.c:
 		}
+	}
+}
+
+// alarm is a re-armable timer on the client's clock: c receives (buffered
+// 1, never blocking the timer) when the latest set runs out.
+type alarm struct {
+	clock Clock
+	c     chan struct{}
+	t     Timer
+}
+
+func newAlarm(clock Clock) *alarm { return &alarm{clock: clock, c: make(chan struct{}, 1)} }
+
+// set arms the alarm to ring after d, replacing an earlier arming.
+func (a *alarm) set(d time.Duration) {
+	a.stop()
+	a.t = a.clock.AfterFunc(d, func() {
+		select {
+		case a.c <- struct{}{}:
+		default:
+		}
+	})
+}
+
+func (a *alarm) stop() {
+	if a.t != nil {
+		a.t.Stop()
 	}
 }
 
