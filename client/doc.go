@@ -58,8 +58,10 @@
 // move keeps every session, lock and queue place on a backend whose
 // sessions every replica can use, and never extends trust without an
 // answer: Lock.Done does not fire when the new replica answers in time.
-// Notice acknowledgements go only to the replica that sent the notice
-// (docs/contracts/C2.md #ct2-failover).
+// The stream it leaves (drained or stalled) is not cut: answers to the
+// heartbeats in flight there still count when they arrive. Notice
+// acknowledgements go only to the replica that sent the notice, on a stream
+// the client still sends on (docs/contracts/C2.md #ct2-failover).
 //
 // A waiting Acquire keeps its place in the key's FIFO queue across retries
 // and across the server's 10-minute maximum wait; when it returns without

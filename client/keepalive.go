@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/peer"
@@ -146,22 +147,24 @@ func (k *keepaliver) run() {
 // whether the stream carried at least one reply, and whether it left the
 // stream's replica on purpose (draining or stalled, set aside: moved). This
 // goroutine sends the heartbeats; a receiver goroutine applies the replies
-// as they arrive, so reading never waits for sending.
+// as they arrive, so reading never waits for sending. A stream left on
+// purpose keeps its receiver until the heartbeats in flight on it are
+// answered (linger, C2 #ct2-failover).
 func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stream, err := k.c.api.KeepAlive(sctx)
 	if err != nil {
+		cancel()
 		k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream failed", slog.String("error", err.Error()))
 		return false, false
 	}
 	k.gen++
-	fl := &flight{beats: map[uint64]beat{}, gen: k.gen, drain: make(chan struct{}), lastRecv: k.c.clock.Now()}
+	fl := &flight{beats: map[uint64]beat{}, gen: k.gen, drain: make(chan struct{}), answered: make(chan struct{}, 1),
+		lastRecv: k.c.clock.Now()}
 	broken := make(chan error, 1)
-	var recvDone sync.WaitGroup
-	recvDone.Add(1)
-	go func() { // exits when the stream ends (sctx is cancelled on return below)
-		defer recvDone.Done()
+	recvDone := make(chan struct{})
+	go func() { // exits when the stream ends: cancelled on return below, or by linger
+		defer close(recvDone)
 		for {
 			r, err := stream.Recv()
 			if err != nil {
@@ -176,11 +179,19 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 		}
 	}()
 	defer func() {
-		cancel()
-		recvDone.Wait()
 		fl.mu.Lock()
 		healthy = fl.replied
 		fl.mu.Unlock()
+		if !moved {
+			cancel()
+			<-recvDone
+			return
+		}
+		// Left on purpose: the replica may still answer what it was sent
+		// (C2 #ct2-failover). Nothing more is sent on it.
+		fl.left.Store(true)
+		k.c.wg.Add(1)
+		go k.linger(ctx, fl, cancel, broken, recvDone) // exits once those answers came or were forgotten, the stream broke, or Close
 	}()
 
 	// Every session beats at once on a new stream.
@@ -194,13 +205,8 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	var nextID uint64
 	drain := fl.drain  // nil once a draining reply was handled
 	stallDone := false // a stall was found with nowhere else to go
-	tick := make(chan struct{}, 1)
-	var timer Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	tick := newAlarm(k.c.clock)
+	defer tick.stop()
 	for {
 		// Send the heartbeats that are due and find the next due time.
 		now := k.c.clock.Now()
@@ -270,20 +276,12 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			}
 		}
 
-		if timer != nil {
-			timer.Stop()
-		}
-		timer = k.c.clock.AfterFunc(next.Sub(k.c.clock.Now()), func() {
-			select {
-			case tick <- struct{}{}:
-			default:
-			}
-		})
+		tick.set(next.Sub(k.c.clock.Now()))
 		select {
 		case <-ctx.Done():
 			return
 		case <-k.wake:
-		case <-tick:
+		case <-tick.c:
 		case <-drain:
 			// The replica drains (C2 #ct2-drain): go elsewhere if there is
 			// somewhere else, else keep heartbeating here.
@@ -295,6 +293,80 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			k.c.log.LogAttrs(ctx, slog.LevelDebug, "keepalive stream broke", slog.String("error", err.Error()))
 			return
 		}
+	}
+}
+
+// linger keeps receiving on a stream the client left on purpose (its
+// replica drains, or the stream stalled; C2 #ct2-failover): the answers to
+// the heartbeats it carried still extend trust, counted from their own send
+// times, as on any stream — a draining replica keeps answering, and one
+// that was merely slow (adopting a session takes several backend round
+// trips) would otherwise have its answer thrown away by the move. It cuts
+// the stream once every one of them is answered or forgotten (a TTL after
+// its send, as on a stream in use), when the stream breaks, or when the
+// client closes.
+func (k *keepaliver) linger(ctx context.Context, fl *flight, cancel context.CancelFunc, broken <-chan error, recvDone <-chan struct{}) {
+	defer k.c.wg.Done()
+	defer func() {
+		cancel()
+		<-recvDone
+	}()
+	forget := newAlarm(k.c.clock)
+	defer forget.stop()
+	for {
+		now := k.c.clock.Now()
+		var until time.Time // when the last heartbeat still in flight is forgotten
+		fl.mu.Lock()
+		for id, b := range fl.beats {
+			at := b.sent.Add(b.s.ttl)
+			if !now.Before(at) {
+				delete(fl.beats, id)
+				continue
+			}
+			if at.After(until) {
+				until = at
+			}
+		}
+		fl.mu.Unlock()
+		if until.IsZero() {
+			return
+		}
+		forget.set(until.Sub(now))
+		select {
+		case <-ctx.Done():
+			return
+		case <-broken:
+			return
+		case <-fl.answered:
+		case <-forget.c:
+		}
+	}
+}
+
+// alarm is a re-armable timer on the client's clock: c receives (buffered
+// 1, never blocking the timer) when the latest set runs out.
+type alarm struct {
+	clock Clock
+	c     chan struct{}
+	t     Timer
+}
+
+func newAlarm(clock Clock) *alarm { return &alarm{clock: clock, c: make(chan struct{}, 1)} }
+
+// set arms the alarm to ring after d, replacing an earlier arming.
+func (a *alarm) set(d time.Duration) {
+	a.stop()
+	a.t = a.clock.AfterFunc(d, func() {
+		select {
+		case a.c <- struct{}{}:
+		default:
+		}
+	})
+}
+
+func (a *alarm) stop() {
+	if a.t != nil {
+		a.t.Stop()
 	}
 }
 
@@ -330,6 +402,21 @@ type flight struct {
 	// drain is closed by the first reply that says the replica drains.
 	drain     chan struct{}
 	drainOnce sync.Once
+	// answered is poked whenever a heartbeat of this stream is answered
+	// (capacity 1): linger looks again.
+	answered chan struct{}
+	// left: the client left this stream on purpose and sends nothing more
+	// on it (linger); notices arriving on it are applied, not acknowledged.
+	left atomic.Bool
+}
+
+// ackGen is the stream number that acknowledgements of notices arriving on
+// fl go back on, 0 (none) once the client left it.
+func (fl *flight) ackGen() uint64 {
+	if fl.left.Load() {
+		return 0
+	}
+	return fl.gen
 }
 
 // handle applies one reply or notice.
@@ -347,6 +434,12 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 			s = b.s
 		}
 		fl.mu.Unlock()
+		if answered {
+			select {
+			case fl.answered <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if s == nil { // a notice, or an answer to a forgotten request: only its notices count
 		answered = false
@@ -357,7 +450,7 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	}
 	ack := false
 	for _, l := range r.GetLost() {
-		ack = s.lockLost(l, fl.gen) || ack
+		ack = s.lockLost(l, fl.ackGen()) || ack
 	}
 	if ack && r.GetLive() {
 		k.beatSoon(s, 0) // acknowledge at once: the server keeps repeating the notice until then

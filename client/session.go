@@ -736,8 +736,9 @@ func (s *Session) addLock(key string, token uint64, deadline time.Time) (*Lock, 
 }
 
 // lockLost applies a server notice that (key, token) is gone, and queues
-// its acknowledgement for the stream numbered gen it came on; it reports
-// whether one was queued. Tokens of a key
+// its acknowledgement for the stream numbered gen it came on (none when gen
+// is 0: a stream the client left sends nothing more); it reports whether
+// one was queued. Tokens of a key
 // only rise, so the notice also ends an older grant of the key, and fences
 // a grant reply of that token still on its way.
 func (s *Session) lockLost(n *lockdv1.LockLost, gen uint64) (ack bool) {
@@ -747,7 +748,7 @@ func (s *Session) lockLost(n *lockdv1.LockLost, gen uint64) (ack bool) {
 		s.mu.Unlock()
 		return false
 	}
-	if n.GetNoticeId() != 0 {
+	if n.GetNoticeId() != 0 && gen != 0 {
 		if s.ackGen != gen {
 			s.acks, s.ackGen = nil, gen
 		}

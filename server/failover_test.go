@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testkit"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
@@ -429,4 +431,134 @@ func TestFailoverRollingRestartLastReplica(t *testing.T) {
 			t.Errorf("Release(keep) after the restarts: %v", err)
 		}
 	})
+}
+
+// holdHeartbeats holds the heartbeats that reach f's store, from the next
+// one on (every later one too when all is set), until release is called;
+// entered is closed when the first one is held.
+func holdHeartbeats(f *lockdtest.Faulty, all bool) (entered <-chan struct{}, release func()) {
+	in, open := make(chan struct{}), make(chan struct{})
+	var first, done sync.Once
+	var hook func()
+	hook = func() { // runs inside a heartbeat's store call (Faulty.During)
+		first.Do(func() { close(in) })
+		select {
+		case <-open:
+			return
+		default:
+		}
+		if all {
+			f.During(telemetry.OpHeartbeat, hook) // the next heartbeat waits too
+		}
+		<-open
+	}
+	f.During(telemetry.OpHeartbeat, hook)
+	return in, func() { done.Do(func() { close(open) }) }
+}
+
+// TestFailoverKeepsAnswersInFlight: the holder's heartbeat is in flight on
+// replica A when the client leaves A — A holds it longer than the stall
+// bound (stalled), or A begins to drain (draining) — and replica B cannot
+// answer yet (it holds every heartbeat). Then A answers: that answer must
+// extend the session and the lock it lists (C2 #ct2-failover, "a move
+// keeps the answers in flight"). Before, the SDK cut the stream it left and
+// the answer was lost; on a loaded machine, where a replica adopting a
+// session takes longer than the stall bound to answer, moves discarded the
+// answers that would have renewed a session's trust until it ran out
+// (parity rolling-restart on etcd-3, issue 21).
+//
+// Timing: the session's TTL (20 s) leaves at least 16 s of trust after
+// the last answer before the hold (Remaining ≥ TTL − 3 s on etcd, whose
+// keepalives go every 3 s at most; the TTL on PostgreSQL; minus the 0.5 s
+// margin), against a move after half the 1 s heartbeat interval: nothing
+// here waits on a wall-clock figure but that trust, which a loaded machine
+// does not come near.
+func TestFailoverKeepsAnswersInFlight(t *testing.T) {
+	const ttl = 20 * time.Second
+	for _, why := range []string{"stalled", "draining"} {
+		t.Run(why, func(t *testing.T) {
+			t.Parallel()
+			forReplicaBackends(t, func(t *testing.T, backend string) {
+				ns := lockdtest.NewNamespace(t, backend)
+				cfg := lockdtest.Config()
+				cfg.DrainTimeout = 10 * time.Second // a client that keeps its stream holds A's drain (below Stop's 20 s)
+				start := func() (*lockdtest.Server, *lockdtest.Faulty) {
+					var f *lockdtest.Faulty
+					srv := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &cfg,
+						Wrap: func(st store.LockStore) store.LockStore { f = lockdtest.NewFaulty(st); return f }})
+					return srv, f
+				}
+				a, fa := start()
+				b, fb := start()
+				ctx := testCtx(t, 90*time.Second)
+				c, err := client.New(a.Addr, client.WithAddresses(a.Addr, b.Addr), client.WithHeartbeatInterval(time.Second),
+					client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+				if err != nil {
+					t.Fatalf("client.New: %v", err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				s, err := c.NewSession(ctx, client.WithSessionTTL(ttl))
+				if err != nil {
+					t.Fatalf("NewSession: %v", err)
+				}
+				l, err := s.Acquire(ctx, "k")
+				if err != nil {
+					t.Fatalf("Acquire: %v", err)
+				}
+
+				heldA, releaseA := holdHeartbeats(fa, false)
+				defer releaseA()
+				heldB, releaseB := holdHeartbeats(fb, true)
+				defer releaseB()
+				<-heldA // the holder's next heartbeat is in flight on A
+				answeredA := len(fa.Reported())
+				stopped := make(chan error, 1)
+				if why == "draining" {
+					go func() { stopped <- a.Stop() }() // ends when A's drain and stop are done
+				}
+				select { // the client left A: its heartbeat reached B
+				case <-heldB:
+				case <-time.After(ttl / 2):
+					t.Fatalf("no heartbeat reached B %v after A held one (%s)", ttl/2, why)
+				}
+				d0, ld0 := s.Deadline(), l.Deadline()
+				// A's answer promises the full TTL from its receipt: the store's
+				// bound counts from the store call, which the hold delays, so on
+				// etcd (proven from A's last keepalive) it could fall short of
+				// the trust the answer before the hold gave, and the answer
+				// would extend nothing one could see.
+				fa.SetRemaining(ttl)
+				releaseA()
+				testkit.Eventually(t, time.Until(d0), "A's answer to the heartbeat in flight when the client left it", func() error {
+					if !s.Deadline().After(d0) || !l.Deadline().After(ld0) {
+						return fmt.Errorf("session deadline %s, lock deadline %s: not extended since the client left A (A answered %d calls, %d before)",
+							s.Deadline().Format("15:04:05.000"), l.Deadline().Format("15:04:05.000"), len(fa.Reported()), answeredA)
+					}
+					return nil
+				})
+				if why == "draining" {
+					select {
+					case err := <-stopped:
+						if err != nil {
+							t.Errorf("Stop(A) (drain): %v", err)
+						}
+					case <-time.After(15 * time.Second):
+						t.Error("A still draining 15s after its answer: the client kept its stream")
+					}
+				}
+				releaseB()
+				testkit.Eventually(t, ttl/2, "a heartbeat answered by B", func() bool { return len(fb.Reported()) > 0 })
+				select {
+				case <-l.Done():
+					t.Fatalf("the lock was lost: %v", l.Err())
+				case <-s.Done():
+					t.Fatalf("the session was lost: %v", s.Err())
+				default:
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			})
+		})
+	}
 }

@@ -94,10 +94,14 @@
 // TTL is dropped (its keeper record withdrawn); ExpireSession withdraws this
 // Store's keeper record and ends the session only when no other keeper record
 // exists, in the transaction that deletes the session record (record.go,
-// expire.go). When lockd restarts, the new process adopts a session whose
-// client comes back before its lease ran out (a TTL after the old process's
-// last keepalive), except on an Exclusive Store (embedded etcd), which raised
-// the epoch and adopts no session of an earlier one (docs/backends.md).
+// expire.go). An adopting Store sends the lease's first keepalive at once,
+// and a Heartbeat finding none of its own answered yet waits for that one
+// (at most a third of the TTL) before it probes TimeToLive, which reports
+// whole seconds, floored (session.go). When lockd restarts, the new
+// process adopts a session whose client comes back before its lease ran out
+// (a TTL after the old process's last keepalive), except on an Exclusive
+// Store (embedded etcd), which raised the epoch and adopts no session of an
+// earlier one (docs/backends.md).
 //
 // # Group commit
 //

@@ -77,6 +77,9 @@ type keeper struct {
 	// idle is told, with mu released, that the owner stopped keeping an
 	// adopted session no call used for a TTL (Store.dropIdle).
 	idle func(ss *session)
+	// beforeSend, set by tests before the first lease is kept, runs on the
+	// stream's goroutine before each keepalive request is written.
+	beforeSend func(lease clientv3.LeaseID)
 
 	mu     sync.Mutex
 	leases map[clientv3.LeaseID]*session // the sessions whose leases are kept
@@ -107,6 +110,18 @@ type kaState struct {
 	adopted bool
 	lastUse time.Time
 	busy    int
+	// first, for an adopted session, is closed once the keepalive sent at
+	// adoption is answered or void (its stream gone, the session no longer
+	// kept): a Heartbeat without a bound yet waits for it (firstAnswer).
+	first chan struct{}
+}
+
+// settleFirstLocked closes ka.first, if open (keeper.mu held).
+func (ka *kaState) settleFirstLocked() {
+	if ka.first != nil {
+		close(ka.first)
+		ka.first = nil
+	}
 }
 
 func newKeeper(ctx context.Context, cli *clientv3.Client, lost func(*session, string), prune func(time.Time), idle func(*session)) *keeper {
@@ -151,6 +166,7 @@ func (k *keeper) add(ss *session, sent time.Time) {
 func (k *keeper) adopt(ss *session, now time.Time) {
 	k.mu.Lock()
 	ss.ka.adopted, ss.ka.lastUse = true, now
+	ss.ka.first = make(chan struct{})
 	ss.ka.nextSend = now
 	ss.ka.nextProbe = now.Add(overdueAfter(ss.ttl))
 	k.leases[ss.lease] = ss
@@ -188,7 +204,20 @@ func (k *keeper) remove(ss *session) {
 	if k.leases[ss.lease] == ss {
 		delete(k.leases, ss.lease)
 	}
+	ss.ka.settleFirstLocked()
 	k.mu.Unlock()
+}
+
+// firstAnswer returns a channel closed once the keepalive that ss's
+// adoption sent is answered or void, nil when there is none to wait for
+// (not adopted, or settled already).
+func (k *keeper) firstAnswer(ss *session) <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if ss.ka.first == nil {
+		return nil
+	}
+	return ss.ka.first
 }
 
 // extend raises ss's bound to until if that is later.
@@ -285,6 +314,7 @@ func (k *keeper) run() {
 			return
 		}
 		ss.ka.inflight = false
+		ss.ka.settleFirstLocked()
 		if ev.resp.TTL <= 0 {
 			delete(k.leases, ss.lease)
 			dead = append(dead, death{ss, telemetry.LostLeaseExpired})
@@ -303,6 +333,7 @@ func (k *keeper) run() {
 		if ka.inflight && (cur == nil || ka.sentGen != gen) {
 			ka.inflight = false // its stream is gone: void, resend at once
 			ka.nextSend = now
+			ka.settleFirstLocked() // a Heartbeat waiting for it probes instead
 		}
 		switch {
 		case ka.inflight:
@@ -317,6 +348,7 @@ func (k *keeper) run() {
 		case ka.adopted && ka.busy == 0 && now.Sub(ka.lastUse) > ss.ttl:
 			// Adopted and unused for a TTL: stop keeping it.
 			delete(k.leases, ss.lease)
+			ka.settleFirstLocked()
 			idle = append(idle, ss)
 			return time.Time{}, false
 		default:
@@ -505,6 +537,7 @@ func (k *keeper) probe(ss *session) {
 	}
 	if reason != "" {
 		delete(k.leases, ss.lease)
+		ss.ka.settleFirstLocked()
 	}
 }
 

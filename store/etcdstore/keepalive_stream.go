@@ -90,6 +90,9 @@ func (k *keeper) runStream(ctx context.Context, st *kaStream) {
 		case <-st.kick:
 		}
 		for _, id := range st.take() {
+			if k.beforeSend != nil {
+				k.beforeSend(clientv3.LeaseID(id))
+			}
 			if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
 				k.report(ctx, kaEvent{gen: st.gen, err: err})
 				return

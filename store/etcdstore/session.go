@@ -165,6 +165,35 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 	}
 	s.mu.Unlock()
 
+	// Adopted a moment ago: this Store's own first keepalive, sent at
+	// adoption, proves the full TTL from its send once answered, where a
+	// TimeToLive probe proves only what etcd reports left, in whole
+	// seconds, floored (C2 #ct2-replicas). Wait for it, as long as the
+	// keeper itself waits for an answer before it gives the stream up.
+	if first := s.keep.firstAnswer(ss); first != nil {
+		if s.waitingFirst != nil {
+			s.waitingFirst()
+		}
+		t := time.NewTimer(overdueAfter(ss.ttl))
+		select {
+		case <-first:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-s.ctx.Done(): // Close: the keeper is gone
+		}
+		t.Stop()
+		s.mu.Lock()
+		dead := ss.dead
+		rem := s.keep.remaining(ss, now)
+		s.mu.Unlock()
+		switch {
+		case dead:
+			return store.Liveness{}, nil
+		case rem > 0:
+			return store.Liveness{Live: true, Remaining: rem}, nil
+		}
+	}
+
 	// No answered keepalive covers now: probe the lease.
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout(ss.ttl))
 	defer cancel()

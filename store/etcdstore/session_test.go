@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -171,4 +172,70 @@ func TestEtcdSessionLease(t *testing.T) {
 			t.Fatalf("grant keys after CloseSession: %v, want none", got)
 		}
 	})
+}
+
+// TestAdopterAnswersFromItsOwnKeepalive: Store B adopts a session Store A
+// opened, with its first Heartbeat, while the keepalive B sends at adoption
+// is held on its way. That Heartbeat must wait for B's own keepalive and
+// answer from it: sent after the call began, it proves the full TTL from the
+// call. A TimeToLive probe proves what etcd reports left, in whole seconds,
+// floored: at most TTL − 1 s from the probe here, however recently A's
+// keepalive renewed the lease (C2 #ct2-replicas). Before, the adopter's
+// first answer came from the probe whenever the probe beat the keepalive's
+// answer — about half the moves in parity rolling-restart on etcd-3, down
+// to 1.08 s of a 3 s TTL — and a lock whose trust the move extended by a few
+// milliseconds that way was lost (issue 21).
+//
+// Timing: B waits for its keepalive at most TTL/3 (3 s here) before it
+// probes; the test lets the keepalive go as soon as B waits, so only a 3 s
+// stall of this test's goroutine could make B probe.
+func TestAdopterAnswersFromItsOwnKeepalive(t *testing.T) {
+	t.Parallel()
+	const ttl = 9 * time.Second
+	cli := etcdtest.NewClient(t)
+	prefix := etcdtest.Prefix(t)
+	a, b := newStore(t, cli, prefix, nil), newStore(t, cli, prefix, nil)
+	id := openSession(t, a, ttl)
+	lease := leaseOf(t, a, id)
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var heldOnce, releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	defer letGo()
+	b.keep.beforeSend = func(l clientv3.LeaseID) { // on B's stream goroutine
+		if l == lease {
+			heldOnce.Do(func() { close(held) })
+			<-release
+		}
+	}
+	waiting := make(chan struct{})
+	b.waitingFirst = func() { close(waiting) }
+	type answer struct {
+		lv  store.Liveness
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() { // ends when B's Heartbeat returns
+		lv, err := b.Heartbeat(ctxT(t), id)
+		answered <- answer{lv, err}
+	}()
+	var got answer
+	select {
+	case <-waiting: // B waits for its own keepalive: let it go
+		<-held
+		letGo()
+		got = <-answered
+	case got = <-answered:
+		letGo()
+		select {
+		case <-waiting:
+		default:
+			t.Fatalf("B.Heartbeat (adopting) answered %+v, %v while the keepalive B sent at adoption was still held: "+
+				"from a TimeToLive probe, not from B's own keepalive", got.lv, got.err)
+		}
+	}
+	if got.err != nil || !got.lv.Live || got.lv.Remaining != ttl {
+		t.Fatalf("B.Heartbeat (adopting) = %+v, %v; want live with Remaining %v (B's own keepalive, sent after the call began, "+
+			"proves the full TTL)", got.lv, got.err, ttl)
+	}
 }

@@ -87,6 +87,10 @@ type Store struct {
 	comp  companions    // lock-delay companion leases (delay.go)
 	held  *heldIndex    // what LocksOf answers from (held.go)
 
+	// waitingFirst, set by tests, runs when a Heartbeat starts waiting for
+	// the keepalive an adoption sent (session.go).
+	waitingFirst func()
+
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
 	// unsure are the sessions an ExpireSession forgot with its outcome
