@@ -119,17 +119,21 @@ func TestCertsVerify(t *testing.T) {
 }
 
 // lingering blocks until release is closed (a goroutine AwaitGone waits
-// for).
-func lingering(release <-chan struct{}, done chan<- struct{}) {
+// for); it closes started once it runs.
+func lingering(started chan<- struct{}, release <-chan struct{}, done chan<- struct{}) {
+	close(started)
 	<-release
 	close(done)
 }
 
 func TestAwaitGone(t *testing.T) {
-	release, done := make(chan struct{}), make(chan struct{})
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	t.Run("waits", func(t *testing.T) {
 		AwaitGone(t, 10*time.Second, "testkit.lingering")
-		go lingering(release, done) // returns when the cleanup below closes release
+		go lingering(started, release, done) // returns when the cleanup below closes release
+		// A goroutine that has not run yet may not show its function in
+		// runtime.Stack: the cleanup's check starts once it runs.
+		<-started
 		t.Cleanup(func() { time.AfterFunc(50*time.Millisecond, func() { close(release) }) })
 	})
 	select {
