@@ -9,7 +9,7 @@ import (
 	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/store"
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
 // Session is a lockd session: the unit of liveness that locks live in. The
@@ -80,13 +80,13 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if so.ttl < 0 || so.ttl%time.Millisecond != 0 {
 		return nil, fmt.Errorf("new session: %w: ttl: %v is negative or not whole milliseconds", ErrInvalidArgument, so.ttl)
 	}
-	if err := invalidInput("owner", store.ValidateOwner(so.owner)); err != nil {
+	if err := invalidInput("owner", wirelimits.ValidateOwner(so.owner)); err != nil {
 		return nil, fmt.Errorf("new session: %w", err)
 	}
-	if err := invalidInput("labels", store.ValidateLabels(so.labels)); err != nil {
+	if err := invalidInput("labels", wirelimits.ValidateLabels(so.labels)); err != nil {
 		return nil, fmt.Errorf("new session: %w", err)
 	}
-	if err := invalidInput("lock_delay", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: so.lockDelay})); err != nil {
+	if err := invalidInput("lock_delay", wirelimits.ValidateLockDelay(so.lockDelay)); err != nil {
 		return nil, fmt.Errorf("new session: %w", err)
 	}
 	// The client's own settings against the TTL asked for, before the
@@ -591,12 +591,12 @@ func acquireOpts(opts []AcquireOption) (acquireOptions, error) {
 	for _, opt := range opts {
 		opt(&ao)
 	}
-	if err := invalidInput("value", store.ValidateValue(ao.value)); err != nil {
+	if err := invalidInput("value", wirelimits.ValidateValue(ao.value)); err != nil {
 		return ao, err
 	}
 	switch {
-	case ao.limit > store.MaxLimit:
-		return ao, fmt.Errorf("%w: limit: %d, at most %d", ErrInvalidArgument, ao.limit, store.MaxLimit)
+	case ao.limit > wirelimits.MaxLimit:
+		return ao, fmt.Errorf("%w: limit: %d, at most %d", ErrInvalidArgument, ao.limit, wirelimits.MaxLimit)
 	case ao.mode != lockdv1.LockMode_LOCK_MODE_UNSPECIFIED && ao.limit > 1:
 		return ao, fmt.Errorf("%w: limit: Shared and Exclusive take no limit", ErrInvalidArgument)
 	case ao.multi() && ao.lockDelaySet && ao.lockDelay != 0:
@@ -604,10 +604,10 @@ func acquireOpts(opts []AcquireOption) (acquireOptions, error) {
 	case ao.multi() && ao.maxHold != 0:
 		return ao, fmt.Errorf("%w: max_hold: only for plain locks, not with WithLimit, Shared or Exclusive", ErrInvalidArgument)
 	}
-	if err := invalidInput("lock_delay", store.ValidateGrantPolicy(store.GrantPolicy{LockDelay: ao.lockDelay})); err != nil {
+	if err := invalidInput("lock_delay", wirelimits.ValidateLockDelay(ao.lockDelay)); err != nil {
 		return ao, err
 	}
-	return ao, invalidInput("max_hold", store.ValidateGrantPolicy(store.GrantPolicy{MaxHold: ao.maxHold}))
+	return ao, invalidInput("max_hold", wirelimits.ValidateMaxHold(ao.maxHold))
 }
 
 // multi reports whether the options ask for a semaphore slot or a side of a
@@ -855,7 +855,7 @@ func (l *Lock) end(err error) {
 // never takes the lock again. Retryable errors are retried until ctx ends
 // (setting the same value twice is harmless).
 func (l *Lock) SetValue(ctx context.Context, value []byte) error {
-	if err := invalidInput("value", store.ValidateValue(value)); err != nil {
+	if err := invalidInput("value", wirelimits.ValidateValue(value)); err != nil {
 		return fmt.Errorf("set value of %q: %w", l.key, err)
 	}
 	if err := l.Err(); err != nil {
