@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/store"
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
 // HTTP/2 flow-control windows of the client's connection. Replies are
@@ -287,7 +287,7 @@ func (i LockInfo) Holder() string {
 	who := "session " + i.Session
 	if i.Owner != "" {
 		who = i.Owner
-		if store.ValidateOwner(i.Owner) != nil || strings.ContainsAny(i.Owner, "\"") {
+		if wirelimits.ValidateOwner(i.Owner) != nil || strings.ContainsAny(i.Owner, "\"") {
 			who = strconv.Quote(i.Owner)
 		}
 	}
@@ -345,7 +345,7 @@ func (c *Client) List(ctx context.Context, prefix string, opts ListOptions) ([]L
 	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		resp, err = c.api.List(ctx, &lockdv1.ListRequest{Prefix: prefix, PageToken: opts.PageToken,
-			Limit: int32(min(max(opts.Limit, -1), store.MaxListLimit+1))})
+			Limit: int32(min(max(opts.Limit, -1), wirelimits.MaxListLimit+1))})
 		return fromStatus(ctx, err)
 	})
 	if err != nil {
@@ -465,5 +465,5 @@ type watchOptions struct{ holders bool }
 // event), so a watch of a busy prefix costs more with it.
 func WithHolders() WatchOption { return func(o *watchOptions) { o.holders = true } }
 
-// validateKey is store.ValidateKey with the SDK's sentinel.
-func validateKey(key string) error { return invalidInput("key", store.ValidateKey(key)) }
+// validateKey is wirelimits.ValidateKey with the SDK's sentinel.
+func validateKey(key string) error { return invalidInput("key", wirelimits.ValidateKey(key)) }

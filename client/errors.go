@@ -10,7 +10,7 @@ import (
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
-	"lock.dev/lockd/store"
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
 // Sentinel errors of the SDK. Every error the SDK returns for one of these
@@ -179,13 +179,13 @@ func invalidField(field, problem string) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidArgument, field, problem)
 }
 
-// invalidInput names the request field a validation error of the store
-// package (a *store.InvalidError) is about. A nil err stays nil.
+// invalidInput names the request field the error of a wirelimits check (a
+// *wirelimits.InvalidError) is about. A nil err stays nil.
 func invalidInput(field string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ie, ok := errors.AsType[*store.InvalidError](err); ok {
+	if ie, ok := errors.AsType[*wirelimits.InvalidError](err); ok {
 		return invalidField(field, ie.Problem)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrInvalidArgument, field, err)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/store"
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
 // SessionInfo describes one live session, as ListSessions reports it. It
@@ -50,7 +50,7 @@ func (c *Client) ListSessions(ctx context.Context, opts ListSessionsOptions) ([]
 	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		resp, err = c.api.ListSessions(ctx, &lockdv1.ListSessionsRequest{Principal: opts.Principal, PageToken: opts.PageToken,
-			Limit: int32(min(max(opts.Limit, -1), store.MaxListLimit+1))})
+			Limit: int32(min(max(opts.Limit, -1), wirelimits.MaxListLimit+1))})
 		return fromStatus(ctx, err)
 	})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/store"
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
 // watchCursorHeader is the Watch response header that carries the stream's
@@ -42,7 +42,7 @@ const watchCursorHeader = "lockd-watch-cursor"
 // with several addresses that replica is set aside and the stream
 // re-opened through another one, as for a broken stream.
 func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) (<-chan Event, error) {
-	if err := store.ValidatePrefix(prefix); err != nil {
+	if err := wirelimits.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("watch %q: %w", prefix, invalidInput("prefix", err))
 	}
 	w := &watcher{c: c, prefix: prefix}

@@ -3,15 +3,17 @@ package store
 import (
 	"context"
 	"time"
+
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
-// Bounds of a grant policy (C2 #ct2-delay).
+// Bounds of a grant policy (C2 #ct2-delay), those of package wirelimits.
 const (
 	// MaxLockDelay bounds GrantPolicy.LockDelay.
-	MaxLockDelay = time.Hour
+	MaxLockDelay = wirelimits.MaxLockDelay
 	// MinMaxHold and MaxMaxHold bound a non-zero GrantPolicy.MaxHold.
-	MinMaxHold = time.Second
-	MaxMaxHold = 168 * time.Hour
+	MinMaxHold = wirelimits.MinMaxHold
+	MaxMaxHold = wirelimits.MaxMaxHold
 )
 
 // GrantPolicy is what a grant may carry besides its value (C2 #ct2-delay).
@@ -31,19 +33,13 @@ type GrantPolicy struct {
 func (p GrantPolicy) IsZero() bool { return p == GrantPolicy{} }
 
 // ValidateGrantPolicy checks a policy: LockDelay 0..MaxLockDelay, MaxHold 0
-// or MinMaxHold..MaxMaxHold, both whole milliseconds.
+// or MinMaxHold..MaxMaxHold, both whole milliseconds
+// (wirelimits.ValidateLockDelay, then wirelimits.ValidateMaxHold).
 func ValidateGrantPolicy(p GrantPolicy) error {
-	switch {
-	case p.LockDelay < 0 || p.LockDelay > MaxLockDelay:
-		return invalidf("lock delay %v out of range [0, %v]", p.LockDelay, MaxLockDelay)
-	case p.LockDelay%time.Millisecond != 0:
-		return invalidf("lock delay %v is not a whole number of milliseconds", p.LockDelay)
-	case p.MaxHold != 0 && (p.MaxHold < MinMaxHold || p.MaxHold > MaxMaxHold):
-		return invalidf("max hold %v out of range: 0 or [%v, %v]", p.MaxHold, MinMaxHold, MaxMaxHold)
-	case p.MaxHold%time.Millisecond != 0:
-		return invalidf("max hold %v is not a whole number of milliseconds", p.MaxHold)
+	if err := wirelimits.ValidateLockDelay(p.LockDelay); err != nil {
+		return err
 	}
-	return nil
+	return wirelimits.ValidateMaxHold(p.MaxHold)
 }
 
 // GrantPolicySetter gives a grant its lock-delay and maximum hold (C2

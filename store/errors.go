@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
 // Sentinel errors of the SPI (C2 #ct2-errors). Backends classify driver
@@ -10,8 +12,9 @@ import (
 // a short operation phrase, so errors.Is works on every return value.
 var (
 	// ErrInvalidArgument: the request itself is wrong (bad key, TTL out of
-	// range, bad limit). Nothing was written. Not retryable.
-	ErrInvalidArgument = errors.New("store: invalid argument")
+	// range, bad limit). Nothing was written. Not retryable. It is
+	// wirelimits.ErrInvalidArgument, the sentinel of the wire's checks.
+	ErrInvalidArgument = wirelimits.ErrInvalidArgument
 
 	// ErrSessionDead: the session is unknown, expired, lost or closed. It is
 	// terminal: a session reported dead is never reported live again, and
@@ -47,13 +50,9 @@ var (
 // InvalidError is an ErrInvalidArgument that says what is wrong as data
 // (e.g. "key is empty"), so the server and the SDK can name the request field
 // without editing error text. The validation functions of this package
-// return it.
-type InvalidError struct {
-	Problem string
-}
-
-func (e *InvalidError) Error() string { return ErrInvalidArgument.Error() + ": " + e.Problem }
-func (e *InvalidError) Unwrap() error { return ErrInvalidArgument }
+// return it. It is wirelimits.InvalidError (an alias), so errors.As with
+// either name matches the errors of both packages.
+type InvalidError = wirelimits.InvalidError
 
 func invalidf(format string, args ...any) error {
 	return &InvalidError{Problem: fmt.Sprintf(format, args...)}

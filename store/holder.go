@@ -3,21 +3,22 @@ package store
 import (
 	"context"
 	"maps"
-	"unicode"
-	"unicode/utf8"
+
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
-// Holder identity bounds (C2 #ct2-holder). The server, the SDK and every
-// backend check them with ValidateOwner, ValidateLabels and ValidateValue.
+// Holder identity bounds (C2 #ct2-holder), those of package wirelimits. The
+// server, the SDK and every backend check them with ValidateOwner,
+// ValidateLabels and ValidateValue.
 const (
 	// MaxOwnerBytes bounds a session's owner string.
-	MaxOwnerBytes = 128
+	MaxOwnerBytes = wirelimits.MaxOwnerBytes
 	// MaxLabels bounds how many labels a session carries.
-	MaxLabels = 8
+	MaxLabels = wirelimits.MaxLabels
 	// MaxLabelBytes bounds each label key and each label value.
-	MaxLabelBytes = 64
+	MaxLabelBytes = wirelimits.MaxLabelBytes
 	// MaxValueBytes bounds the value attached to a grant.
-	MaxValueBytes = 4096
+	MaxValueBytes = wirelimits.MaxValueBytes
 )
 
 // WithOwner records who holds the session's locks (C2 #ct2-holder): a
@@ -34,57 +35,15 @@ func WithOwner(owner string, labels map[string]string) SessionOption {
 
 // ValidateOwner checks an owner string: at most MaxOwnerBytes of printable
 // UTF-8 (no control characters, so it is safe to print).
-func ValidateOwner(owner string) error {
-	if len(owner) > MaxOwnerBytes {
-		return invalidf("owner is %d bytes, at most %d allowed", len(owner), MaxOwnerBytes)
-	}
-	if !printable(owner) {
-		return invalidf("owner is not printable UTF-8")
-	}
-	return nil
-}
+func ValidateOwner(owner string) error { return wirelimits.ValidateOwner(owner) }
 
 // ValidateLabels checks a session's labels: at most MaxLabels of them, each
 // key 1..MaxLabelBytes and each value at most MaxLabelBytes of printable
 // UTF-8.
-func ValidateLabels(labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return invalidf("labels has %d entries, at most %d allowed", len(labels), MaxLabels)
-	}
-	for k, v := range labels {
-		switch {
-		case k == "":
-			return invalidf("labels has an empty key")
-		case len(k) > MaxLabelBytes:
-			return invalidf("labels key is %d bytes, at most %d allowed", len(k), MaxLabelBytes)
-		case len(v) > MaxLabelBytes:
-			return invalidf("labels value of %q is %d bytes, at most %d allowed", k, len(v), MaxLabelBytes)
-		case !printable(k) || !printable(v):
-			return invalidf("labels entry %q is not printable UTF-8", k)
-		}
-	}
-	return nil
-}
+func ValidateLabels(labels map[string]string) error { return wirelimits.ValidateLabels(labels) }
 
 // ValidateValue checks a grant's value: at most MaxValueBytes of any bytes.
-func ValidateValue(value []byte) error {
-	if len(value) > MaxValueBytes {
-		return invalidf("value is %d bytes, at most %d allowed", len(value), MaxValueBytes)
-	}
-	return nil
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
+func ValidateValue(value []byte) error { return wirelimits.ValidateValue(value) }
 
 // ValueSetter attaches a value to a grant (C2 #ct2-holder). It is a part of
 // LockStore of its own so that the grant paths (TryInsert, Acquire, the

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"lock.dev/lockd/proto/lockd/v1/wirelimits"
 )
 
-// MaxLimit bounds a semaphore's N (C2 #ct2-multi).
-const MaxLimit = 1024
+// MaxLimit bounds a semaphore's N (C2 #ct2-multi; wirelimits.MaxLimit).
+const MaxLimit = wirelimits.MaxLimit
 
 // Mode is the side of a read/write lock an acquire asks for (C2
 // #ct2-multi).

@@ -9,32 +9,33 @@ import (
 )
 
 // sdkModulePackages are the only lockd packages a program that imports the
-// SDK links: the SDK, the storage SPI (key rules and limits, standard
-// library only), the generated API and the wire-error vocabulary.
+// SDK links: the SDK, the generated API, the wire-error vocabulary and the
+// wire limits (key rules and bounds, standard library only).
 var sdkModulePackages = []string{
 	"lock.dev/lockd/client",
 	"lock.dev/lockd/proto/lockd/v1",
 	"lock.dev/lockd/proto/lockd/v1/wireerr",
-	"lock.dev/lockd/store",
+	"lock.dev/lockd/proto/lockd/v1/wirelimits",
 }
 
 // sdkForbidden are import paths that must never reach an SDK user's binary,
 // with everything below them: the metrics stack, the backends' drivers, and
-// lockd's server side.
+// lockd's server side, the storage SPI and the backends included (issue 22:
+// the SDK takes its key rules and bounds from the wire's own package).
 var sdkForbidden = []string{
 	"github.com/prometheus",
 	"go.etcd.io",
 	"github.com/jackc",
 	"github.com/grpc-ecosystem/grpc-gateway", // the HTTP/JSON gateway is the server's (proto/lockd/v1/gateway)
 	"lock.dev/lockd/server",
-	"lock.dev/lockd/store/etcdstore",
-	"lock.dev/lockd/store/pgstore",
+	"lock.dev/lockd/store", // and store/etcdstore, store/pgstore
 	"lock.dev/lockd/internal",
 }
 
-// TestSDKImportGraph pins the SDK's import graph (issue 10): `go list -deps
-// ./client` names no Prometheus, etcd, pgx or lockd server, backend or
-// internal package, and no lockd package beyond sdkModulePackages.
+// TestSDKImportGraph pins the SDK's import graph (issues 10 and 22): `go
+// list -deps ./client` names no Prometheus, etcd, pgx or lockd server,
+// store, backend or internal package, and no lockd package beyond
+// sdkModulePackages.
 func TestSDKImportGraph(t *testing.T) {
 	deps := goListDeps(t, "./client")
 	if !slices.Contains(deps, "lock.dev/lockd/client") {
