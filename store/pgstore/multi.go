@@ -24,11 +24,15 @@ import (
 // both kinds, see grant), queue, or ErrLimitMismatch. The plain grant paths
 // refuse a key with slots or slot waiters (grantCheck, grantBatch), so a
 // key is never held both ways. Slots cascade from their session; their
-// deletes notify like lock deletes, and every change of a key's slots or
-// queue wakes all its local waiters, which decide again.
+// deletes notify like lock deletes. A change made under the key's lock
+// (a grant, a queueing, a release: lockKey) wakes only the waiters its
+// holders now admit, named by the triggers of migration 0008; any other
+// (a session's end, a revoke, a waiter leaving on a timeout) wakes every
+// local waiter of the key, which decide again.
 
 // multiQueries are the statements of multi.go.
 type multiQueries struct {
+	lockKey                     string
 	live, plain, slots, waiters string
 	insert, enqueue, dequeue    string
 	release, revoke, setValue   string
@@ -41,6 +45,11 @@ func newMultiQueries(r *strings.Replacer) multiQueries {
 		ARRAY(SELECT w.session_id FROM {{s}}.slot_waiters w WHERE w.key = m.key ORDER BY w.id)
 		FROM {{s}}.slots m LEFT JOIN {{s}}.sessions s ON s.id = m.session_id`
 	return multiQueries{
+		// The key's advisory lock (the one keyLock takes), and the setting
+		// that lets the slot triggers name the waiters to wake (migration
+		// 0008): every grant, queueing and release of a slot runs under it.
+		lockKey: r.Replace(`SELECT pg_advisory_xact_lock(hashtextextended({{keylock}} || $1::text, 0)),
+			set_config('lockd.keylocked', $1::text, true)`),
 		// The session row stays as checked until commit (see grantCheck).
 		live: r.Replace(`SELECT floor(extract(epoch FROM expires_at - now()) * 1000000)::bigint
 			FROM {{s}}.sessions WHERE id = $1 FOR KEY SHARE`),
@@ -96,7 +105,7 @@ func (s *Store) attemptMulti(ctx context.Context, id store.SessionID, key string
 	sid := string(id)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		g, out = store.Grant{}, 0
-		if _, err := tx.Exec(ctx, s.q.keyLock, []string{key}); err != nil {
+		if _, err := tx.Exec(ctx, s.q.m.lockKey, key); err != nil {
 			return err
 		}
 		dequeue := func(o outcome) error {
@@ -201,7 +210,7 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()
-	recheck := time.NewTimer(recheckInterval)
+	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
 	for {
 		g, out, err := s.attemptMulti(ctx, id, key, o, true)
@@ -213,7 +222,7 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 		if done, g, err := s.acquireDone(out, g, key, o, start); done {
 			return g, err
 		}
-		recheck.Reset(recheckInterval)
+		recheck.Reset(s.recheck)
 		select {
 		case <-w.wake:
 		case <-recheck.C:
@@ -242,6 +251,11 @@ func (s *Store) leaveSlotQueue(id store.SessionID, key string) {
 func (s *Store) releaseSlot(ctx context.Context, id store.SessionID, key string, token uint64) error {
 	var at time.Time
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Under the key's lock, the slot's released event names the waiters
+		// it admits (migration 0008).
+		if _, err := tx.Exec(ctx, s.q.m.lockKey, key); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, s.q.m.release, key, string(id), int64(token)).Scan(&at)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
