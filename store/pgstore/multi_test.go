@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,9 +112,11 @@ func TestSlotWakesOnlyAdmissible(t *testing.T) {
 	}
 }
 
-// TestSlotAdmissibleMatchesAdmit: migration 0008's slot_admissible names
-// exactly the waiters store.Admit would grant (C2 #ct2-multi), the first 16
-// of them, over random semaphores and read/write locks.
+// TestSlotAdmissibleMatchesAdmit: migration 0008's slot_verdict decides as
+// store.Admit (C2 #ct2-multi) for every waiter and for a newcomer of the
+// key's kind or another, and slot_admissible names exactly the waiters it
+// grants, the first 16 of them, over random semaphores and read/write
+// locks.
 func TestSlotAdmissibleMatchesAdmit(t *testing.T) {
 	s := newStore(t, pgtest.NewDatabase(t))
 	var ids []store.SessionID
@@ -150,22 +153,43 @@ func TestSlotAdmissibleMatchesAdmit(t *testing.T) {
 		for i := range queue {
 			queue[i].Session = ids[perm[len(holders)+i]]
 		}
+		// Each waiter asks, then one newcomer: of the key's kind, or
+		// (one case in four) of another.
+		asks := slices.Clone(queue)
+		newcomer := store.MultiEntry{Session: ids[perm[len(holders)+len(queue)]], Limit: 3}
+		switch {
+		case len(holders)+len(queue) > 0 && rng.IntN(4) > 0:
+			newcomer.Limit = append(holders, queue...)[0].Limit
+			newcomer.Mode = append(holders, queue...)[0].Mode
+		case rng.IntN(2) == 0:
+			newcomer.Limit, newcomer.Mode = 1, store.Mode(1+rng.IntN(2))
+		}
+		asks = append(asks, newcomer)
 		var want []string
-		for i, e := range queue {
-			if i < 16 && store.Admit(e.Session, store.AcquireOptions{Limit: e.Limit, Mode: e.Mode}, holders, queue) == store.AdmitGrant {
+		var wantVerdicts []string
+		for i, e := range asks {
+			v := store.Admit(e.Session, store.AcquireOptions{Limit: e.Limit, Mode: e.Mode}, holders, queue)
+			wantVerdicts = append(wantVerdicts, verdictName[v])
+			if i < len(queue) && i < 16 && v == store.AdmitGrant {
 				want = append(want, string(e.Session))
 			}
 		}
-		got := admissible(t, s, holders, queue)
+		got, verdicts := admissible(t, s, holders, queue, asks)
 		if w := cmp.Or(strings.Join(want, " "), "-"); got != w {
 			t.Fatalf("case %d: holders %v, queue %v: slot_admissible = %q; store.Admit grants %q", c, holders, queue, got, w)
+		}
+		if !slices.Equal(verdicts, wantVerdicts) {
+			t.Fatalf("case %d: holders %v, queue %v, asking %v: slot_verdict = %q; store.Admit says %q", c, holders, queue, asks, verdicts, wantVerdicts)
 		}
 	}
 }
 
+var verdictName = map[store.Verdict]string{store.AdmitGrant: "grant", store.AdmitWait: "wait", store.AdmitMismatch: "mismatch"}
+
 // admissible writes holders and queue for one key in a transaction that
-// it rolls back, and returns slot_admissible of the key.
-func admissible(t *testing.T, s *Store, holders, queue []store.MultiEntry) string {
+// it rolls back, and returns slot_admissible of the key and slot_verdict
+// of each of asks.
+func admissible(t *testing.T, s *Store, holders, queue, asks []store.MultiEntry) (string, []string) {
 	t.Helper()
 	ctx := testCtx(t)
 	tx, err := s.pool.Begin(ctx)
@@ -190,5 +214,13 @@ func admissible(t *testing.T, s *Store, holders, queue []store.MultiEntry) strin
 	if err := tx.QueryRow(ctx, "SELECT "+q+".slot_admissible('k')").Scan(&got); err != nil {
 		t.Fatal(err)
 	}
-	return got
+	var verdicts []string
+	for _, a := range asks {
+		var v string
+		if err := tx.QueryRow(ctx, "SELECT "+q+".slot_verdict('k', $1, $2, $3)", string(a.Session), int16(a.Mode), int32(a.Limit)).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		verdicts = append(verdicts, v)
+	}
+	return got, verdicts
 }
