@@ -12,6 +12,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
 
@@ -68,9 +69,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	if err != nil {
 		return nil, s.toStatus(ctx, "OpenSession", fmt.Errorf("open session: %w", err))
 	}
-	registered := s.register(sess, recv, hash)
-	s.rememberPrincipal(sess.ID, principal)
-	if !registered {
+	if !s.sess.Open(sess, recv, hash, principal) {
 		// Shutdown began while the store opened it: do not hand it out.
 		cctx, cancel := context.WithTimeout(telemetry.WithServerClose(context.WithoutCancel(ctx)), closeTimeout)
 		_, _ = s.st.CloseSession(cctx, sess.ID)
@@ -111,30 +110,20 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 	if err := s.checkSecret(ctx, "CloseSession", id, req.SessionSecret); err != nil {
 		return nil, s.toStatus(ctx, "CloseSession", err)
 	}
-	ss := s.pin(id)
-	defer s.unpin(ss)
-	s.beginClose(ss)
+	r := s.sess.Pin(id)
+	defer s.sess.Unpin(r)
+	s.sess.BeginClose(r)
 	n, err := s.st.CloseSession(ctx, id)
 	if err != nil {
-		s.retryCloseLater(ctx, ss)
+		// The silence loop retries with backoff; the record keeps who
+		// asked (the caller in ctx) for the audit trail of the retried
+		// close.
+		by, rule, caller := telemetry.CallerOf(ctx)
+		s.sess.RetryCloseLater(r, by, rule, caller)
 		return nil, s.toStatus(ctx, "CloseSession", fmt.Errorf("close session: %w", err))
 	}
-	s.markGone(ss)
+	s.sess.MarkGone(r)
 	return &lockdv1.CloseSessionResponse{Released: int64(n)}, nil
-}
-
-// retryCloseLater hands a session whose close failed to the silence loop,
-// which retries with backoff; the record stays closing and keeps who asked
-// (the caller in ctx) for the audit trail of the retried close.
-func (s *Server) retryCloseLater(ctx context.Context, ss *session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ss.gone || !ss.known {
-		return
-	}
-	ss.closeBy, ss.closeRule, ss.closeCaller = telemetry.CallerOf(ctx)
-	ss.expireAt = time.Now().Add(closeRetryMin)
-	s.schedule(ss)
 }
 
 // Acquire implements the Acquire RPC.
@@ -150,15 +139,15 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	if err := s.checkSecret(ctx, "Acquire", id, req.SessionSecret); err != nil {
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
-	ss, closing := s.pinUse(id)
-	defer s.unpin(ss)
-	defer s.endRead(ss) // pinUse began a read: a grant that goes meanwhile is not tracked
-	if closing {
+	r, ending := s.sess.PinUse(id)
+	defer s.sess.Unpin(r)
+	defer s.sess.EndRead(r) // PinUse began a read: a grant that goes meanwhile is not tracked
+	if ending {
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
-	// Taken before the store is asked (lockSettled).
-	mark := s.closeMark(ss)
-	slot, err := s.admitAcquire(ss, req.Key, req.Wait) // limits.go
+	// Taken before the store is asked (sessions.Table.Grant).
+	mark := s.sess.CloseMark(r)
+	slot, err := s.admitAcquire(r, req.Key, req.Wait) // limits.go
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +165,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	switch {
 	case err != nil:
 		if errors.Is(err, store.ErrSessionDead) {
-			s.markGone(ss)
+			s.sess.MarkGone(r)
 		}
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", err))
 	case !granted:
@@ -194,26 +183,18 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 			s.log.WarnContext(ctx, "lockd: acquire: the grant's value was not stored", "key", g.Key, "token", g.Token, "error", err)
 		}
 	}
-	fresh := s.lockSettled(ss, mark)
-	stale := !fresh && !ss.gone // a grant that overlapped a silence close
-	ok := !stale && s.grantTrustLocked(ss, recv, g.Remaining, false)
-	if ok {
-		// Not tracked when the grant went away before this reply (a
-		// lock-lost notice is then on its way, and no answer confirms it).
-		if s.trackLocked(ss, g.Key, g.Token) {
-			slot.heldLocked() // counted as held from here, no longer in progress
-		}
-	}
-	s.mu.Unlock()
+	// Tracked, a grant is counted as held from here, no longer in
+	// progress (LIM-1).
+	outcome := s.sess.Grant(r, mark, recv, g, slot.slot)
 	if h := s.afterAcquireTrack.Load(); h != nil {
 		(*h)(g.Key) // tests hold the window between tracking and reply open
 	}
-	if stale {
+	switch outcome {
+	case sessions.GrantOverlapped:
 		// Retryable: the retry (Acquire is idempotent for a key the
 		// session holds) is answered from a fresh store answer.
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", errCloseOverlap))
-	}
-	if !ok {
+	case sessions.GrantEnding:
 		// The session is being closed, which takes this grant with it.
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
@@ -358,7 +339,7 @@ func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*loc
 	if err := s.st.DeleteIfOwner(ctx, id, req.Key, req.Token); err != nil {
 		return nil, s.toStatus(ctx, "Release", fmt.Errorf("release: %w", err))
 	}
-	s.untrack(id, req.Key, req.Token)
+	s.sess.Untrack(id, req.Key, req.Token)
 	return &lockdv1.ReleaseResponse{}, nil
 }
 
@@ -460,8 +441,8 @@ func (s service) Revoke(ctx context.Context, req *lockdv1.RevokeRequest) (*lockd
 	}
 	// The lock-loss watch delivers this too (also for holders on other
 	// lockd instances); telling a holder of this instance now is faster,
-	// and lockLost notifies once.
-	s.lockLost(g.Session, g.Key, g.Token, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
+	// and LockLost notifies once.
+	s.sess.LockLost(g.Session, g.Key, g.Token, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
 	// A semaphore or read/write key loses every holder at once and the
 	// store returns one (C2 #ct2-multi): this server's other holders of the
 	// key are checked against the store.
