@@ -117,6 +117,15 @@ type Table struct {
 
 // New returns a table and starts its silence loop; Close stops it.
 func New(cfg Config, be Backend) *Table {
+	t := newTable(cfg, be)
+	t.wg.Add(1)
+	go t.silenceLoop() // exits when t.ctx ends (Close)
+	return t
+}
+
+// newTable returns a table whose silence loop is not running (the unit
+// tests drive sweep and closeSilent themselves).
+func newTable(cfg Config, be Backend) *Table {
 	t := &Table{
 		cfg:         cfg,
 		be:          be,
@@ -135,8 +144,6 @@ func New(cfg Config, be Backend) *Table {
 		t.now = time.Now
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.wg.Add(1)
-	go t.silenceLoop() // exits when t.ctx ends (Close)
 	return t
 }
 
