@@ -51,6 +51,25 @@
 //	Closing      Gone         closed, or the store says dead
 //	Draining     Gone         closed on shutdown, or the store says dead
 //
+// The table's own tests (no gRPC; a fake clock and backend) cover each
+// transition; TestTransitionTable checks that every row above is listed
+// here and that each test named exists:
+//
+//	Provisional  Live      TestAdoptByHeartbeat TestAdoptByGrantGuessesMaxTTL
+//	Provisional  Closing   TestClose
+//	Provisional  Gone      TestEndFromEveryState TestBeatAnswers
+//	Live         Expiring  TestSilenceClose TestSilenceCloseRefusedThenRevived
+//	Live         Closing   TestClose
+//	Live         Draining  TestCloseAll TestCloseAllLeavesUnsafe
+//	Live         Gone      TestEndFromEveryState TestBeatAnswers
+//	Expiring     Live      TestSilenceCloseRefusedThenRevived TestCloseOverlapExtendsNothing
+//	Expiring     Closing   TestCloseDuringSilenceClose
+//	Expiring     Draining  TestCloseAll
+//	Expiring     Gone      TestSilenceClose TestSilenceCloseAlreadyGone TestSilenceCloseFailsAndRetries TestReplyWaitsForCloseInFlight
+//	Closing      Draining  TestCloseAll
+//	Closing      Gone      TestClose TestCloseDuringSilenceClose TestEndFromEveryState
+//	Draining     Gone      TestCloseAll TestEndFromEveryState
+//
 // A new record starts Provisional (Pin, Attach) or Live (Open). Gone is
 // final. Every state but Provisional and Live refuses to extend trust;
 // Closing, Draining and Gone (and every state once CloseAll began) are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,13 +30,18 @@ func docTransitions(t *testing.T) map[State][]State {
 	out := map[State][]State{}
 	in := false
 	for _, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "//\t") {
+			in = in && strings.TrimSpace(line) != "//"
+			continue
+		}
 		fields := strings.Fields(strings.TrimPrefix(line, "//"))
 		switch {
 		case len(fields) >= 3 && fields[0] == "from" && fields[1] == "to":
 			in = true
-		case in && len(fields) == 0:
-			in = false
 		case in:
+			if strings.HasPrefix(fields[2], "Test") {
+				continue // the list of tests, not the table
+			}
 			from, ok1 := byName[fields[0]]
 			to, ok2 := byName[fields[1]]
 			if !ok1 || !ok2 {
@@ -50,10 +56,82 @@ func docTransitions(t *testing.T) map[State][]State {
 	return out
 }
 
-// TestTransitionTable: the code's table (transitions) is doc.go's, and
-// move refuses every transition the table lacks.
+// docTests reads doc.go's list of the tests of each transition.
+func docTests(t *testing.T) map[[2]State][]string {
+	t.Helper()
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]State{}
+	for i, n := range stateNames {
+		byName[n] = State(i)
+	}
+	out := map[[2]State][]string{}
+	for _, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "//\t") {
+			continue
+		}
+		fields := strings.Fields(strings.TrimPrefix(line, "//"))
+		if len(fields) < 3 || !strings.HasPrefix(fields[2], "Test") {
+			continue
+		}
+		from, ok1 := byName[fields[0]]
+		to, ok2 := byName[fields[1]]
+		if !ok1 || !ok2 {
+			t.Fatalf("doc.go test line %q names no state", line)
+		}
+		out[[2]State{from, to}] = fields[2:]
+	}
+	return out
+}
+
+// testFuncs are the names of the package's test functions.
+func testFuncs(t *testing.T) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			if rest, ok := strings.CutPrefix(line, "func Test"); ok {
+				out["Test"+rest[:strings.IndexByte(rest, '(')]] = true
+			}
+		}
+	}
+	return out
+}
+
+// TestTransitionTable: the code's table (transitions) is doc.go's, every
+// transition has its tests listed in doc.go and they exist, and move
+// refuses every transition the table lacks.
 func TestTransitionTable(t *testing.T) {
 	doc := docTransitions(t)
+	tests, funcs := docTests(t), testFuncs(t)
+	for from, tos := range doc {
+		for _, to := range tos {
+			names := tests[[2]State{from, to}]
+			if len(names) == 0 {
+				t.Errorf("doc.go lists no test of %v → %v", from, to)
+			}
+			for _, n := range names {
+				if !funcs[n] {
+					t.Errorf("doc.go names %s for %v → %v; no such test", n, from, to)
+				}
+			}
+		}
+	}
+	for tr := range tests {
+		if !slices.Contains(doc[tr[0]], tr[1]) {
+			t.Errorf("doc.go lists tests of %v → %v, which its table lacks", tr[0], tr[1])
+		}
+	}
 	for from := Provisional; from <= Gone; from++ {
 		want := doc[from]
 		got := transitions[from]
