@@ -211,3 +211,19 @@ func awaitBlockedIn(t *testing.T, frame string) {
 		return strings.Contains(string(buf[:n]), frame)
 	})
 }
+
+// await receives from ch, failing the test if nothing comes within 10s
+// (a broken table must fail a test, not hang it).
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("not within 10s: %s", what)
+		var zero T
+		return zero
+	}
+}

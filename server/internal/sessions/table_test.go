@@ -298,7 +298,7 @@ func TestDrain(t *testing.T) {
 		t.Errorf("pushed %v; want draining", p.all()[0])
 	}
 	f.RemoveStream(st)
-	<-done
+	await(t, done, "the drain ended")
 	f.Drain(context.Background(), time.Hour) // no stream: returns at once
 	g := newFixture(t)
 	g.AddStream(p.push)
@@ -361,7 +361,7 @@ func TestCloseAll(t *testing.T) {
 		t.Fatalf("DrainAnswer = %v; want the pending notice", resp)
 	}
 	f.Unpin(mustAttach(t, f, "live", st, resp.Lost[0].NoticeId)) // ack
-	if err := <-errc; err != nil {
+	if err := await(t, errc, "CloseAll returned"); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []*Record{live, exp, closing} {
@@ -393,7 +393,7 @@ func TestCloseAllLeavesUnsafe(t *testing.T) {
 	go func() { errc <- f.CloseAll(ctx) }()
 	awaitBlockedIn(t, "sessions.(*Table).CloseAll")
 	cancel()
-	if err := <-errc; err == nil || !strings.Contains(err.Error(), "left to expire") {
+	if err := await(t, errc, "CloseAll returned"); err == nil || !strings.Contains(err.Error(), "left to expire") {
 		t.Errorf("CloseAll = %v; want the sessions left to expire", err)
 	}
 	if _, c := f.be.calls(); c != 0 || f.state(r) != Draining {

@@ -388,10 +388,10 @@ func TestGoneDuringFailedCloseIsDropped(t *testing.T) {
 	f.clk.Add(testTTL)
 	done := make(chan struct{})
 	go func() { defer close(done); f.step() }()
-	<-entered
+	await(t, entered, "the close reached the backend")
 	f.MarkGone(r) // e.g. a heartbeat's store answer: dead
 	close(release)
-	<-done
+	await(t, done, "the close ended")
 	if f.has("a") || f.inHeap(r) || f.Len() != 0 {
 		t.Errorf("a Gone record whose close failed: in table %v, in heap %v; want dropped", f.has("a"), f.inHeap(r))
 	}
@@ -449,7 +449,7 @@ func TestReplyWaitsForCloseInFlight(t *testing.T) {
 	f.clk.Add(testTTL)
 	closed := make(chan struct{})
 	go func() { defer close(closed); f.step() }()
-	<-entered
+	await(t, entered, "the close reached the backend")
 	if m, gen := f.CloseMark(r), func() uint64 { f.mu.Lock(); defer f.mu.Unlock(); return r.closeGen }(); m != gen-1 {
 		t.Errorf("CloseMark during a close in flight = %d; want closeGen-1 = %d", m, gen-1)
 	}
@@ -473,8 +473,8 @@ func TestReplyWaitsForCloseInFlight(t *testing.T) {
 	default:
 	}
 	close(release)
-	<-closed
-	res := <-got
+	await(t, closed, "the close ended")
+	res := await(t, got, "the reply")
 	if !res.answer || res.err != nil || res.resp.Live {
 		t.Errorf("reply after the close ended the session: answer %v, %v, live %v; want a dead answer", res.answer, res.err, res.resp.Live)
 	}
