@@ -227,3 +227,23 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 		return zero
 	}
 }
+
+// closeInFlight lets the fake clock reach the deadline of the session the
+// fixture opened and runs the silence loop's round in a goroutine, whose
+// ExpireSession waits until release is closed and then answers ex, err;
+// it returns once that close is in flight (done closes when the round
+// ended).
+func (f *fixture) closeInFlight(t *testing.T, ex store.Expiry, err error) (release, done chan struct{}) {
+	t.Helper()
+	entered := make(chan struct{})
+	release, done = make(chan struct{}), make(chan struct{})
+	f.be.expire = func(store.SessionID) (store.Expiry, error) {
+		close(entered)
+		<-release
+		return ex, err
+	}
+	f.clk.Add(testTTL)
+	go func() { defer close(done); f.step() }()
+	await(t, entered, "the close reached the backend")
+	return release, done
+}

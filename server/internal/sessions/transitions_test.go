@@ -16,8 +16,8 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// docTransitions reads the transition table of doc.go: from → to.
-func docTransitions(t *testing.T) map[State][]State {
+// docLines are the lines of doc.go, and the states by name.
+func docLines(t *testing.T) ([]string, map[string]State) {
 	t.Helper()
 	src, err := os.ReadFile("doc.go")
 	if err != nil {
@@ -27,9 +27,16 @@ func docTransitions(t *testing.T) map[State][]State {
 	for i, n := range stateNames {
 		byName[n] = State(i)
 	}
+	return strings.Split(string(src), "\n"), byName
+}
+
+// docTransitions reads the transition table of doc.go: from → to.
+func docTransitions(t *testing.T) map[State][]State {
+	t.Helper()
+	lines, byName := docLines(t)
 	out := map[State][]State{}
 	in := false
-	for _, line := range strings.Split(string(src), "\n") {
+	for _, line := range lines {
 		if !strings.HasPrefix(line, "//\t") {
 			in = in && strings.TrimSpace(line) != "//"
 			continue
@@ -59,16 +66,9 @@ func docTransitions(t *testing.T) map[State][]State {
 // docTests reads doc.go's list of the tests of each transition.
 func docTests(t *testing.T) map[[2]State][]string {
 	t.Helper()
-	src, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]State{}
-	for i, n := range stateNames {
-		byName[n] = State(i)
-	}
+	lines, byName := docLines(t)
 	out := map[[2]State][]string{}
-	for _, line := range strings.Split(string(src), "\n") {
+	for _, line := range lines {
 		if !strings.HasPrefix(line, "//\t") {
 			continue
 		}
@@ -378,17 +378,8 @@ func TestSilenceCloseFailsAndRetries(t *testing.T) {
 // it stayed in the table for ever, counted against max-sessions).
 func TestGoneDuringFailedCloseIsDropped(t *testing.T) {
 	f := newFixture(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	f.be.expire = func(store.SessionID) (store.Expiry, error) {
-		close(entered)
-		<-release
-		return store.Expiry{}, store.ErrUnavailable
-	}
 	r := f.open(t, "a")
-	f.clk.Add(testTTL)
-	done := make(chan struct{})
-	go func() { defer close(done); f.step() }()
-	await(t, entered, "the close reached the backend")
+	release, done := f.closeInFlight(t, store.Expiry{}, store.ErrUnavailable)
 	f.MarkGone(r) // e.g. a heartbeat's store answer: dead
 	close(release)
 	await(t, done, "the close ended")
@@ -437,19 +428,10 @@ func TestCloseOverlapExtendsNothing(t *testing.T) {
 // flight and follows its outcome: dead once the close ended the session.
 func TestReplyWaitsForCloseInFlight(t *testing.T) {
 	f := newFixture(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	f.be.expire = func(store.SessionID) (store.Expiry, error) {
-		close(entered)
-		<-release
-		return store.Expiry{Ended: true}, nil
-	}
 	r := f.open(t, "a")
 	f.Pin("a")
 	defer f.Unpin(r)
-	f.clk.Add(testTTL)
-	closed := make(chan struct{})
-	go func() { defer close(closed); f.step() }()
-	await(t, entered, "the close reached the backend")
+	release, closed := f.closeInFlight(t, store.Expiry{Ended: true}, nil)
 	if m, gen := f.CloseMark(r), func() uint64 { f.mu.Lock(); defer f.mu.Unlock(); return r.closeGen }(); m != gen-1 {
 		t.Errorf("CloseMark during a close in flight = %d; want closeGen-1 = %d", m, gen-1)
 	}
