@@ -133,11 +133,11 @@ func (b *bed) startLockdProcess(ctx context.Context, cfg Config, lockdPrefix str
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off",
 		"--session-ttl", sessionTTL.String(), "--max-locks-per-session", strconv.Itoa(maxLocksPerSession(maxLocks))}
 	if b.backend == BackendPG {
-		args = append(args, "--backend", BackendPG, "--pg-dsn", b.dsn, "--pg-schema", pgLockdSchema)
+		args = append(args, "--backend", BackendPG, "--pg-schema", pgLockdSchema)
 	} else {
 		args = append(args, "--backend", BackendEtcd, "--etcd-endpoints", strings.Join(b.endpoints, ","), "--etcd-prefix", lockdPrefix)
 	}
-	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine)
+	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine, b.childEnv()...)
 	if err != nil {
 		return fmt.Errorf("start lockd's server: %w", err)
 	}
@@ -150,6 +150,16 @@ func (b *bed) startLockdProcess(ctx context.Context, cfg Config, lockdPrefix str
 	b.lockd = c
 	b.onClose(func(context.Context) error { return c.Close() })
 	b.systems[0].(*lockdSystem).c = c
+	return nil
+}
+
+// childEnv is the environment a `lockd serve` child of the bed adds to the
+// bench's: over PostgreSQL the DSN (LOCKD_PG_DSN), which is not passed on
+// the command line, where ps would show its password.
+func (b *bed) childEnv() []string {
+	if b.backend == BackendPG {
+		return []string{"LOCKD_PG_DSN=" + b.dsn}
+	}
 	return nil
 }
 

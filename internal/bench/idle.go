@@ -170,11 +170,11 @@ func (r *runner) idleLockd(ctx context.Context) (f idleFigures, note string, err
 			note += "; the external etcd is not counted"
 		}
 	case BackendPG:
-		args = append(args, "--backend", BackendPG, "--pg-dsn", b.dsn, "--pg-schema", pgIdleSchema)
+		args = append(args, "--backend", BackendPG, "--pg-schema", pgIdleSchema)
 		note += "; PostgreSQL is not counted, and there is no raw idle baseline on PostgreSQL"
 	}
 	r.progressf("idle: starting the lockd child")
-	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine)
+	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine, b.childEnv()...)
 	if err != nil {
 		return f, "", fmt.Errorf("idle: %w", err)
 	}
@@ -300,13 +300,15 @@ type child struct {
 var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) `)
 
 // startChild runs argv+args and waits for its first line to match serving,
-// whose first group is the address it serves on.
-func startChild(ctx context.Context, argv, args []string, serving *regexp.Regexp) (*child, error) {
+// whose first group is the address it serves on; env are variables added
+// to its environment (bed.childEnv).
+func startChild(ctx context.Context, argv, args []string, serving *regexp.Regexp, env ...string) (*child, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no lockd executable to start (LockdCommand)")
 	}
 	cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], args...)...)
 	cmd.Env = append(os.Environ(), EnvChild+"=1")
+	cmd.Env = append(cmd.Env, env...)
 	ch := &child{cmd: cmd, stderr: &tailBuffer{max: 8 << 10}}
 	cmd.Stderr = ch.stderr
 	out, err := cmd.StdoutPipe()
