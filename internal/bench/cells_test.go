@@ -82,3 +82,48 @@ func TestCPUWindow(t *testing.T) {
 		t.Errorf("a window opened under withoutCPUWindow was metered")
 	}
 }
+
+// TestCPURows checks the CPU rows' arithmetic: per operation, lockd's
+// server and clients summed against the baseline's clients, the backend
+// alone, and the target on the primary baseline.
+func TestCPURows(t *testing.T) {
+	ms := time.Millisecond
+	res := map[string][]loadResult{
+		sysLockd:   {{ops: 10, cpu: map[string]time.Duration{roleServer: 2 * ms, roleClient: ms, roleBackend: 4 * ms}}},
+		sysEtcdTxn: {{ops: 20, cpu: map[string]time.Duration{roleClient: 2 * ms, roleBackend: 2 * ms}}},
+	}
+	rows := cpuRows(scDistinct, 8, res, []string{sysLockd, sysEtcdTxn}, sysEtcdTxn, 2.0)
+	want := []struct {
+		metric     string
+		lockd, raw Value
+		target     string
+	}{
+		{MetricServerCPUPerOp, 200, -1, ""},
+		{MetricCPUPerOp, 300, 100, "ratio<=2.0"},
+		{MetricClientCPUPerOp, 100, 100, ""},
+		{MetricBackendCPUPerOp, 400, 100, ""},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("cpu rows = %+v, want %d rows", rows, len(want))
+	}
+	for i, w := range want {
+		r := rows[i]
+		raw := Value(-1)
+		if r.Raw != nil {
+			raw = *r.Raw
+		}
+		if r.Metric != w.metric || r.Lockd != w.lockd || raw != w.raw || r.Target != w.target {
+			t.Errorf("row %d = %s lockd %v raw %v target %q; want %s lockd %v raw %v target %q", i, r.Metric, r.Lockd, raw, r.Target,
+				w.metric, w.lockd, w.raw, w.target)
+		}
+	}
+	if rows[1].Met == nil || *rows[1].Met {
+		t.Errorf("cpu µs/op 3x raw: met = %v, want missed", rows[1].Met)
+	}
+	if got := perSessionSecond(50, 1000); got != 500 {
+		t.Errorf("half a core over 1000 sessions = %v µs per session-second, want 500", got)
+	}
+	if rows := cpuRows(scDistinct, 8, map[string][]loadResult{sysLockd: {{ops: 1}}}, []string{sysLockd}, "", 0); rows != nil {
+		t.Errorf("unmetered results gave cpu rows %+v, want none", rows)
+	}
+}
