@@ -471,6 +471,7 @@ func TestBenchSmoke(t *testing.T) {
 			`(?m)^lockd bench  \d{4}-\d\d-\d\dT`,
 			`(?m)^backend:   embedded \(etcd \d`,
 			`(?m)^process:   etcd embedded in the bench process`,
+			`(?m)^processes: one process: lockd's server, its SDK clients and the baselines' clients share the bench process`,
 			`(?m)^durable:   etcd fsync on`,
 			`(?m)^data dir:  .+ on .+`,
 			`(?m)^SCENARIO +C/N +METRIC +LOCKD +BASELINE +RAW +LOCKD/RAW +LOCKD%CEIL +RAW%CEIL +TARGET +FLAGS$`,
