@@ -204,7 +204,7 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 // PostgreSQL sessions are usable from any replica and survive a lockd
 // restart) with its grants read from the store, once, so that answers can
 // confirm them. Over a store whose sessions every replica can use
-// (store.SharedSessions) it reads them again before every answer: a grant
+// (store.LockStore.SharesSessions) it reads them again before every answer: a grant
 // or revoke through another replica changes them without this server
 // seeing it, so its own record would list a revoked lock, or miss a lock
 // granted elsewhere (C2 #ct2-confirm). A grant tracked before the read

@@ -80,7 +80,7 @@ type Options struct {
 // Server is a lockd gRPC server over one store.
 type Server struct {
 	// sharedSessions: every replica can use every session of the store
-	// (store.SharedSessions), so heartbeat answers read the grants from it.
+	// (store.LockStore.SharesSessions), so heartbeat answers read the grants from it.
 	sharedSessions bool
 	cfg            Config
 	st             store.LockStore
@@ -161,9 +161,8 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	log := telemetry.OrDiscard(opts.Logger)
-	sh, _ := st.(store.SharedSessions)
 	s := &Server{
-		sharedSessions: sh != nil && sh.SharesSessions(),
+		sharedSessions: st.SharesSessions(),
 		lim:            newLimits(cfg, lm),
 		refused:        newRefusals(cfg.RefusalRate),
 		cfg:            cfg,

@@ -2,7 +2,6 @@ package lockdtest
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -295,20 +294,4 @@ func firstErr(err, after error) error {
 		return err
 	}
 	return after
-}
-
-// SharesSessions forwards store.SharedSessions of the wrapped store.
-func (f *Faulty) SharesSessions() bool {
-	sh, ok := f.LockStore.(store.SharedSessions)
-	return ok && sh.SharesSessions()
-}
-
-// ListSessions implements store.SessionLister when the wrapped store does
-// (C2 #ct2-list-sessions); otherwise it reports that it cannot.
-func (f *Faulty) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.SessionInfo, error) {
-	sl, ok := f.LockStore.(store.SessionLister)
-	if !ok {
-		return nil, fmt.Errorf("lockdtest: %T cannot list sessions", f.LockStore)
-	}
-	return sl.ListSessions(ctx, q)
 }

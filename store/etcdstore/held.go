@@ -18,7 +18,7 @@ import (
 // The held-set index: what LocksOf answers from (C2 #ct2-confirm, issue 14).
 //
 // A server over etcd reads a session's grants before every live heartbeat
-// answer (store.SharedSessions). Reading them per session costs a lease
+// answer (store.LockStore.SharesSessions). Reading them per session costs a lease
 // TimeToLive with its attached keys and a read of those keys: at 10 000 idle
 // sessions that was most of lockd's idle CPU. Instead a Store keeps an index
 // of every grant under its prefix (plain grants l/<key> and slots

@@ -102,7 +102,7 @@ type Store struct {
 var _ store.LockStore = (*Store)(nil)
 
 // SharesSessions reports that every Store on a prefix can use every session
-// (store.SharedSessions): a Store adopts a session it does not know from its
+// (store.LockStore): a Store adopts a session it does not know from its
 // record in etcd (record.go, C2 #ct2-replicas).
 func (s *Store) SharesSessions() bool { return true }
 

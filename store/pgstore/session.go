@@ -204,5 +204,5 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 }
 
 // SharesSessions reports that every Store on a schema can use every
-// session (store.SharedSessions).
+// session (store.LockStore).
 func (s *Store) SharesSessions() bool { return true }
