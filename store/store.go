@@ -261,9 +261,6 @@ type LockStore interface {
 	// (store.ListLimit).
 	List(ctx context.Context, prefix, after string, limit int) ([]LockInfo, error)
 
-	// Watch is WatchFrom(ctx, prefix, "") whose events carry no Cursor.
-	Watch(ctx context.Context, prefix string) (<-chan Event, error)
-
 	// WatchFrom reports every change to keys starting with prefix, in
 	// commit order, from right after the opaque cursor after ("": from now)
 	// — a cursor any instance on the same backend and namespace returned

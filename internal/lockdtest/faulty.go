@@ -271,16 +271,7 @@ func (f *Faulty) List(ctx context.Context, prefix, after string, limit int) ([]s
 	return infos, err
 }
 
-// Watch implements store.LockStore.
-func (f *Faulty) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	before, _ := f.failure(telemetry.OpWatch)
-	if before != nil {
-		return nil, before
-	}
-	return f.LockStore.Watch(ctx, prefix)
-}
-
-// WatchFrom implements store.LockStore; it fails as Watch does.
+// WatchFrom implements store.LockStore; it fails as op watch.
 func (f *Faulty) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
 	before, _ := f.failure(telemetry.OpWatch)
 	if before != nil {

@@ -194,9 +194,9 @@ func (s *suite) testMaxHold(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	events, err := b.Watch(ctx, "hold/")
+	_, events, err := b.WatchFrom(ctx, "hold/", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	w := openSession(t, b)
 	ch := timedAcquire(ctxT(t), b, w, key)

@@ -18,9 +18,9 @@ func (s *suite) testWatchOrder(t *testing.T) {
 	a, b := insts[0], insts[1]
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch, err := b.Watch(ctx, "w/")
+	_, ch, err := b.WatchFrom(ctx, "w/", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, a)
 	g1 := mustTry(t, a, id, "w/1")
@@ -57,7 +57,10 @@ func (s *suite) testWatchOrder(t *testing.T) {
 			if ev.Err != nil {
 				t.Fatalf("event %d: watch broke: %v", i, ev.Err)
 			}
-			if ev != w {
+			if ev.Cursor == "" {
+				t.Fatalf("event %d = %+v carries no cursor (C2 #ct2-watch-resume)", i, ev)
+			}
+			if ev.Cursor = ""; ev != w {
 				t.Fatalf("event %d = %+v (%v), want %+v (%v)", i, ev, ev.Kind, w, w.Kind)
 			}
 		case <-timeout:
@@ -87,9 +90,9 @@ func (s *suite) testWatchValue(t *testing.T) {
 	a, b := insts[0], insts[1]
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch, err := b.Watch(ctx, "wv/")
+	_, ch, err := b.WatchFrom(ctx, "wv/", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, a)
 	g := mustTry(t, a, id, "wv/1")
@@ -118,7 +121,10 @@ func (s *suite) testWatchValue(t *testing.T) {
 			if !ok || ev.Err != nil {
 				t.Fatalf("event %d: watch ended (%v)", i, ev.Err)
 			}
-			if ev != w {
+			if ev.Cursor == "" {
+				t.Fatalf("event %d = %+v carries no cursor (C2 #ct2-watch-resume)", i, ev)
+			}
+			if ev.Cursor = ""; ev != w {
 				t.Fatalf("event %d = %+v (%v), want %+v (%v)", i, ev, ev.Kind, w, w.Kind)
 			}
 		case <-timeout:
