@@ -41,13 +41,6 @@ import (
 // acquireMulti); it reads the range again only when a write's compare
 // fails or its watch breaks.
 
-func (s *Store) multiPrefix(key string) string { return s.prefix + "m/" + key + "\x00" }
-func (s *Store) slotKey(key string, id store.SessionID) string {
-	return s.multiPrefix(key) + "s" + string(id)
-}
-func (s *Store) mwaiterKey(key string, id store.SessionID) string {
-	return s.multiPrefix(key) + "w" + string(id)
-}
 func (s *Store) slotValueKey(key string, id store.SessionID) string {
 	return s.multiPrefix(key) + "v" + string(id)
 }
@@ -545,7 +538,7 @@ func (s *Store) inspectMulti(ctx context.Context, key string, rev int64) (store.
 // listMulti is List's page of semaphore and read/write keys: up to limit
 // keys with slots, with prefix, after `after`, at revision rev (0: now).
 func (s *Store) listMulti(ctx context.Context, prefix, after string, limit int, rev int64) ([]store.LockInfo, error) {
-	from := s.prefix + "m/" + prefix
+	from := s.prefix + spaceMulti + prefix
 	end := clientv3.GetPrefixRangeEnd(from)
 	if after != "" {
 		if a := s.multiPrefix(after) + "\xff"; a > from {
@@ -569,7 +562,7 @@ func (s *Store) listMulti(ctx context.Context, prefix, after string, limit int, 
 		byKey := map[string][]*mvccpb.KeyValue{}
 		var order []string
 		for _, kv := range kvs {
-			k, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), s.prefix+"m/"), "\x00")
+			k, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), s.prefix+spaceMulti), "\x00")
 			if !ok {
 				continue
 			}
@@ -608,7 +601,7 @@ func (s *Store) listMulti(ctx context.Context, prefix, after string, limit int, 
 // multiGrantOf decodes a slot key of the session attached to its lease
 // (LocksOf); ok is false for any other key.
 func (s *Store) multiGrantOf(kv *mvccpb.KeyValue, id store.SessionID, lease clientv3.LeaseID) (store.Grant, bool) {
-	rest, ok := strings.CutPrefix(string(kv.Key), s.prefix+"m/")
+	rest, ok := strings.CutPrefix(string(kv.Key), s.prefix+spaceMulti)
 	if !ok {
 		return store.Grant{}, false
 	}
@@ -621,16 +614,6 @@ func (s *Store) multiGrantOf(kv *mvccpb.KeyValue, id store.SessionID, lease clie
 		return store.Grant{}, false
 	}
 	return store.Grant{Key: key, Session: id, Token: s.token(kv.ModRevision), AcquiredAt: e.at}, true
-}
-
-// isSlotKey reports whether an etcd key is a slot key (LocksOf reads it).
-func (s *Store) isSlotKey(k []byte) bool {
-	rest, ok := strings.CutPrefix(string(k), s.prefix+"m/")
-	if !ok {
-		return false
-	}
-	_, tail, ok := strings.Cut(rest, "\x00")
-	return ok && strings.HasPrefix(tail, "s")
 }
 
 // parseHolderRecord decodes a session's holder record (holder.go).

@@ -38,7 +38,7 @@ func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) (_ []sto
 	if closed {
 		return nil, errClosed
 	}
-	base := s.prefix + "s/"
+	base := s.prefix + spaceSession
 	end := clientv3.GetPrefixRangeEnd(base)
 	from := base
 	if q.After != "" {

@@ -182,27 +182,6 @@ func ClientConfig(endpoints []string, dialTimeout time.Duration) clientv3.Config
 	}
 }
 
-// Key layout (see the package doc).
-
-func (s *Store) lockKey(key string) string   { return s.prefix + "l/" + key }
-func (s *Store) markerKey(key string) string { return s.prefix + "l/" + key + "\x00" }
-func (s *Store) queuePrefix(key string) string {
-	return s.prefix + "q/" + key + "\x00"
-}
-func (s *Store) waiterKey(key string, id store.SessionID) string {
-	return s.queuePrefix(key) + string(id)
-}
-
-// userKey turns an etcd lock key back into the lockd key; ok is false for
-// markers and keys outside the lock space.
-func (s *Store) userKey(etcdKey []byte) (string, bool) {
-	k, ok := strings.CutPrefix(string(etcdKey), s.prefix+"l/")
-	if !ok || strings.IndexByte(k, 0) >= 0 {
-		return "", false
-	}
-	return k, true
-}
-
 // grantValue is the value of a grant key.
 func grantValue(id store.SessionID, at time.Time) string {
 	return string(id) + " " + strconv.FormatInt(at.UnixNano(), 10)
