@@ -74,7 +74,7 @@
 // session table (Store.mu: the sessions map and each session's liveness and
 // grant record; session.go), the lease keeping (a keeper: every lease's
 // keepalive state and proven bound, the send schedule; keepalive.go), the
-// group-commit queue (a batcher; batch.go) and the Acquire calls of this
+// group-commit queue (a groupcommit.Queue; batch.go) and the Acquire calls of this
 // Store waiting in a queue (localQueues; wait.go). The only nesting is
 // Store.mu before the keeper's lock; the keeper reports a lease it found
 // dead to the session table with its own lock released.
