@@ -12,6 +12,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/groupcommit"
 )
 
 // Group commit. Grants and releases (one conditional transaction on one
@@ -64,11 +65,7 @@ func (s *Store) committer() {
 			}
 			(*hook)(keys)
 		}
-		reqs := make([]*txnReq, len(batch))
-		for i, j := range batch {
-			reqs[i] = j.Req
-		}
-		s.commitBatch(reqs)
+		s.commitBatch(groupcommit.Reqs(batch))
 		s.batch.Finish(batch) // an abandoned request's caller awaits it itself (txn)
 	}
 }

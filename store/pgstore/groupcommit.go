@@ -127,11 +127,7 @@ func (s *Store) lockWorker() {
 		if batch == nil {
 			return
 		}
-		reqs := make([]*lockReq, len(batch))
-		for i, j := range batch {
-			reqs[i] = j.Req
-		}
-		s.runLockBatch(reqs)
+		s.runLockBatch(groupcommit.Reqs(batch))
 		for _, j := range s.lockQ.Finish(batch) {
 			s.undo(j.Req)
 		}
@@ -342,11 +338,7 @@ func (s *Store) heartbeatWorker() {
 		if batch == nil {
 			return
 		}
-		reqs := make([]*hbReq, len(batch))
-		for i, j := range batch {
-			reqs[i] = j.Req
-		}
-		s.runHeartbeatBatch(reqs)
+		s.runHeartbeatBatch(groupcommit.Reqs(batch))
 		s.hbQ.Finish(batch) // a heartbeat leaves nothing to undo
 	}
 }
@@ -400,11 +392,7 @@ func (s *Store) locksOfWorker() {
 		if batch == nil {
 			return
 		}
-		reqs := make([]*locksReq, len(batch))
-		for i, j := range batch {
-			reqs[i] = j.Req
-		}
-		s.runLocksOfBatch(reqs)
+		s.runLocksOfBatch(groupcommit.Reqs(batch))
 		s.locksQ.Finish(batch) // a read leaves nothing to undo
 	}
 }

@@ -194,10 +194,7 @@ func (s *suite) testMaxHold(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	_, events, err := b.WatchFrom(ctx, "hold/", "")
-	if err != nil {
-		t.Fatalf("WatchFrom: %v", err)
-	}
+	events := watchNow(t, ctx, b, "hold/")
 	w := openSession(t, b)
 	ch := timedAcquire(ctxT(t), b, w, key)
 	waitersAre(t, b, key, []store.SessionID{w})

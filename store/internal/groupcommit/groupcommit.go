@@ -164,6 +164,15 @@ func (q *Queue[T]) Next() []*Job[T] {
 	}
 }
 
+// Reqs returns the requests of a batch, in its order.
+func Reqs[T any](batch []*Job[T]) []T {
+	reqs := make([]T, len(batch))
+	for i, j := range batch {
+		reqs[i] = j.Req
+	}
+	return reqs
+}
+
 func (q *Queue[T]) keyTaken(keys map[string]struct{}, key string) bool {
 	if key == "" {
 		return false

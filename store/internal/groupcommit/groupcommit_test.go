@@ -22,14 +22,6 @@ func submit(t *testing.T, q *Queue[int], ctx context.Context, key string, req in
 	return j
 }
 
-func reqs(batch []*Job[int]) []int {
-	var out []int
-	for _, j := range batch {
-		out = append(out, j.Req)
-	}
-	return out
-}
-
 // TestBatchesInArrivalOrder: a batch takes what is queued in arrival order,
 // at most maxSize jobs, each key at most once; a key being run keeps its
 // later jobs queued, in place, until Finish frees it.
@@ -40,18 +32,18 @@ func TestBatchesInArrivalOrder(t *testing.T) {
 		submit(t, q, ctx, k, i)
 	}
 	first := q.Next()
-	if got := reqs(first); !slices.Equal(got, []int{0, 1, 3}) {
+	if got := Reqs(first); !slices.Equal(got, []int{0, 1, 3}) {
 		t.Fatalf("first batch %v; want [0 1 3] (a once, cap 3)", got)
 	}
 	second := q.Next() // a and b are busy: 2 waits
-	if got := reqs(second); !slices.Equal(got, []int{4, 5}) {
+	if got := Reqs(second); !slices.Equal(got, []int{4, 5}) {
 		t.Fatalf("second batch %v; want [4 5] (a's second job waits for the first)", got)
 	}
 	if n := q.Queued(); n != 1 {
 		t.Fatalf("Queued() = %d; want 1", n)
 	}
 	if ab := q.Finish(first); len(ab) != 0 {
-		t.Fatalf("Finish returned abandoned jobs %v", reqs(ab))
+		t.Fatalf("Finish returned abandoned jobs %v", Reqs(ab))
 	}
 	for _, j := range first {
 		select {
@@ -60,7 +52,7 @@ func TestBatchesInArrivalOrder(t *testing.T) {
 			t.Fatalf("job %d not answered by Finish", j.Req)
 		}
 	}
-	if got := reqs(q.Next()); !slices.Equal(got, []int{2}) {
+	if got := Reqs(q.Next()); !slices.Equal(got, []int{2}) {
 		t.Fatalf("third batch %v; want [2] once a is free", got)
 	}
 }
@@ -72,8 +64,8 @@ func TestLoneJobNoLinger(t *testing.T) {
 	got := make(chan []*Job[int])
 	go func() { got <- q.Next() }() // exits when Next returns (the Submit below)
 	submit(t, q, context.Background(), "k", 7)
-	if b := <-got; !slices.Equal(reqs(b), []int{7}) {
-		t.Fatalf("batch %v; want [7]", reqs(b))
+	if b := <-got; !slices.Equal(Reqs(b), []int{7}) {
+		t.Fatalf("batch %v; want [7]", Reqs(b))
 	}
 }
 
@@ -106,7 +98,7 @@ func TestCallerGivesUp(t *testing.T) {
 	}
 	s.Req = 10 // the batch's result
 	if ab := q.Finish(batch); len(ab) != 1 || ab[0] != s {
-		t.Fatalf("Finish = %v; want the abandoned job", reqs(ab))
+		t.Fatalf("Finish = %v; want the abandoned job", Reqs(ab))
 	}
 	<-s.Done()
 }
@@ -119,7 +111,7 @@ func TestNextDropsGoneCallers(t *testing.T) {
 	gone := submit(t, q, ctx, "a", 1)
 	cancel()
 	submit(t, q, context.Background(), "b", 2)
-	if got := reqs(q.Next()); !slices.Equal(got, []int{2}) {
+	if got := Reqs(q.Next()); !slices.Equal(got, []int{2}) {
 		t.Fatalf("batch %v; want [2]", got)
 	}
 	if inFlight, err := q.Wait(context.Background(), gone); inFlight || !errors.Is(err, context.Canceled) {
@@ -151,7 +143,7 @@ func TestShrink(t *testing.T) {
 	ctx := context.Background()
 	submit(t, q, ctx, "a", 1)
 	submit(t, q, ctx, "b", 2)
-	if got := reqs(q.Next()); len(got) != 1 {
+	if got := Reqs(q.Next()); len(got) != 1 {
 		t.Fatalf("batch %v after shrinking to 1; want one job", got)
 	}
 }
@@ -170,7 +162,7 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Wait of a job queued at Close = %v; want the closed error", err)
 	}
 	if b := q.Next(); b != nil {
-		t.Fatalf("Next after Close = %v; want nil", reqs(b))
+		t.Fatalf("Next after Close = %v; want nil", Reqs(b))
 	}
 	if _, err := q.Submit(ctx, "c", 3); !errors.Is(err, errClosed) {
 		t.Fatalf("Submit after Close = %v; want the closed error", err)
@@ -185,6 +177,6 @@ func TestClose(t *testing.T) {
 	go func() { got <- q2.Next() }() // exits when Close wakes it
 	q2.Close()
 	if b := <-got; b != nil {
-		t.Fatalf("a Next blocked at Close returned %v; want nil", reqs(b))
+		t.Fatalf("a Next blocked at Close returned %v; want nil", Reqs(b))
 	}
 }
