@@ -173,14 +173,14 @@ func (s *Store) acquireFailed(ctx context.Context, err error) error {
 // share one transaction (group commit, groupcommit.go).
 func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (_ store.Grant, _ bool, err error) {
 	if err := validateGrantArgs("try insert", id, key); err != nil {
-		return store.Grant{}, false, err
+		return store.Grant{}, false, s.acquireFailed(ctx, err)
 	}
 	o, err := store.NewAcquireOptions(opts...)
 	if err != nil {
-		return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", err)
+		return store.Grant{}, false, s.acquireFailed(ctx, fmt.Errorf("pgstore: try insert: %w", err))
 	}
 	if err := s.begin(ctx, "try insert"); err != nil {
-		return store.Grant{}, false, err
+		return store.Grant{}, false, s.acquireFailed(ctx, err)
 	}
 	defer s.metrics.Observe(telemetry.OpTryInsert)(&err)
 	if o.Multi() {
@@ -196,6 +196,7 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, o
 		s.newGrant(g, 0)
 		return g, true, nil
 	case held:
+		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return g, true, nil
 	case busy:
 		s.metrics.Acquire(telemetry.AcquireContended, 0)

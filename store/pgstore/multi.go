@@ -119,6 +119,7 @@ func (s *Store) tryMulti(ctx context.Context, id store.SessionID, key string, o 
 		s.newGrant(g, 0)
 		return g, true, nil
 	case out == held:
+		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return g, true, nil
 	case out == busy:
 		s.metrics.Acquire(telemetry.AcquireContended, 0)
@@ -134,7 +135,7 @@ func (s *Store) tryMulti(ctx context.Context, id store.SessionID, key string, o 
 func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions) (store.Grant, error) {
 	w, err := s.addWaiter(id, key)
 	if err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()

@@ -118,21 +118,21 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		}
 	}
 	if err := validateGrantArgs("acquire", id, key); err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	o, err := store.NewAcquireOptions(opts...)
 	if err != nil {
-		return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", err)
+		return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", err))
 	}
 	if err := s.begin(ctx, "acquire"); err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	if o.Multi() {
 		return s.acquireMulti(ctx, id, key, o) // multi.go
 	}
 	w, err := s.addWaiter(id, key)
 	if err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()
@@ -209,6 +209,7 @@ func (s *Store) acquireDone(ctx context.Context, out outcome, g store.Grant, key
 		s.newGrant(g, time.Since(start))
 		return true, g, nil
 	case held:
+		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return true, g, nil
 	case dead:
 		return true, store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead))
