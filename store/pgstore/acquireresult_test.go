@@ -3,9 +3,6 @@ package pgstore
 import (
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
 )
@@ -16,16 +13,7 @@ import (
 // Before issue 22 PostgreSQL counted neither.
 func TestAcquireCountsEveryCall(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	metrics, err := telemetry.NewMetrics(reg, "pg")
-	if err != nil {
-		t.Fatalf("NewMetrics: %v", err)
-	}
-	s, err := New(testCtx(t), Options{DSN: pgtest.NewDatabase(t), Metrics: metrics})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	defer s.Close()
+	s, _, reg := gcStore(t)
 	id := openSession(t, s)
 	count := func(result string) float64 {
 		return metricValue(t, reg, "lockd_lock_acquire_total", map[string]string{"result": result})
