@@ -89,7 +89,8 @@ def read_token_file(path: str) -> str:
 class Conn:
     """The channels of a client and which address is in use."""
 
-    def __init__(self, addresses: list[str], tls: TLS | None, insecure: bool, token: str | None, now=time.monotonic):
+    def __init__(self, addresses: list[str], tls: TLS | None, insecure: bool, token: str | None, now=time.monotonic,
+                 stub_factory=None):
         if not addresses:
             raise errors.InvalidArgument("no address", field="target")
         for a in addresses:
@@ -119,6 +120,7 @@ class Conn:
         self._cur = 0
         self._aside: dict[str, float] = {}
         self._closed = False
+        self._stub_factory = stub_factory  # tests: a fake LockService per address
 
     def __repr__(self) -> str:  # never shows the token
         return f"Conn({','.join(self.addresses)})"
@@ -143,6 +145,8 @@ class Conn:
                 self._aside.clear()
             a = self.addresses[self._cur]
             stub = self._stubs.get(a)
+            if stub is None and self._stub_factory is not None:
+                stub = self._stubs[a] = self._stub_factory(a)
             if stub is None:
                 opts = list(_CHANNEL_OPTIONS)
                 if self._tls is not None:

@@ -74,7 +74,7 @@ class Client:
                  token: str | None = None, token_file: str | None = None, ttl: float = 0,
                  safety_margin: float = 0, heartbeat_interval: float = 0,
                  backoff: tuple[float, float] = (0.05, 2.0), call_timeout: float = 30.0,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, _stub_factory=None):
         addrs = list(addresses) if addresses else [a.strip() for a in target.split(",") if a.strip()]
         if token is not None and token_file is not None:
             raise errors.InvalidArgument("give token or token_file, not both", field="token")
@@ -84,7 +84,7 @@ class Client:
             raise errors.InvalidArgument("backoff bounds must satisfy 0 < min <= max", field="backoff")
         check_timing(ttl, safety_margin, heartbeat_interval)
         self.clock = clock or Clock()
-        self.conn = _conn.Conn(addrs, tls, insecure, token, now=self.clock.now)
+        self.conn = _conn.Conn(addrs, tls, insecure, token, now=self.clock.now, stub_factory=_stub_factory)
         self.ttl, self.safety_margin, self.heartbeat_interval = ttl, safety_margin, heartbeat_interval
         self.backoff_min, self.backoff_max = backoff
         self.call_timeout = call_timeout
