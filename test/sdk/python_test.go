@@ -102,7 +102,11 @@ func TestPythonSDK(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
+	args := []string{"-m", "unittest", "discover", "-v", "-s", "tests", "-t", "."}
+	if k := os.Getenv("LOCKD_PYSDK_RUN"); k != "" {
+		args = append(args, "-k", k) // a developer's focus: unittest's -k pattern
+	}
+	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Dir = filepath.Join("..", "..", "sdk", "python")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
 	for k, v := range env {

@@ -5,12 +5,15 @@ A client of several addresses uses one at a time (one gRPC channel per
 address, made when first used). An address whose call or stream failed with
 UNAVAILABLE, that drains (a ``draining`` answer, SHUTTING_DOWN) or whose
 stream stalled is set aside for 30 s and the next one is used; when every
-address is set aside the asides are forgotten.
+address is set aside the asides are forgotten. A stall does not set aside
+the last address not aside (every replica slow must not make the client hop
+between them); a drain does.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import threading
 import time
 
@@ -20,6 +23,8 @@ from . import errors
 from .v1 import lockd_pb2_grpc
 
 ASIDE_FOR = 30.0
+
+log = logging.getLogger("lockd")
 
 # gRPC keepalive pings find a dead connection; the SDK retries by itself.
 _CHANNEL_OPTIONS = [
@@ -174,13 +179,21 @@ class Conn:
             self._aside[addr] = now + ASIDE_FOR
             if self.addresses[self._cur] == addr:
                 self._cur = (self._cur + 1) % len(self.addresses)
+            log.debug("address %s set aside (draining: %s); next %s", addr, draining, self.addresses[self._cur])
             return True
 
     def failed(self, addr: str) -> None:
-        """A call or stream to addr failed with UNAVAILABLE: move on if there is another address."""
+        """A call or stream to addr failed with UNAVAILABLE (the replica died,
+        or its connection broke): avoid it for a while and move on, if there
+        is another address. When every address is aside, pick() forgets the
+        asides and tries them again."""
         with self._mu:
-            if len(self.addresses) > 1 and self.addresses[self._cur] == addr:
+            if len(self.addresses) < 2:
+                return
+            self._aside[addr] = self._now() + ASIDE_FOR
+            if self.addresses[self._cur] == addr:
                 self._cur = (self._cur + 1) % len(self.addresses)
+            log.debug("address %s failed; next %s", addr, self.addresses[self._cur])
 
     def close(self) -> None:
         with self._mu:

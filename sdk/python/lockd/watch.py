@@ -98,6 +98,7 @@ class Watch:
                 if timer is not None:
                     timer.cancel()
             if err is None:
+                log.debug("watch %r established on %s", self.prefix, addr)
                 self._call, self._addr, self._undo = call, addr, undo
                 start = dict(md or ()).get(CURSOR_HEADER, "")
                 if not resume:
