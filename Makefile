@@ -140,6 +140,16 @@ check-generate: generate generate-python
 parity:
 	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas)?$$' -v ./test/parity/
 
+## python-sdk: the Python SDK's tests (sdk/python/tests: the timing rules
+## under a fake clock with their controls, and integration tests against
+## real lockd on etcd and PostgreSQL, TLS, tokens, replicas), run by
+## test/sdk's TestPythonSDK with /usr/bin/python3 (python3-grpcio,
+## python3-protobuf). `make test` runs it too. LOCKD_PYSDK_RUN=pattern
+## focuses (unittest -k); PYSDK_DEBUG=1 logs the SDK's debug records.
+.PHONY: python-sdk
+python-sdk:
+	$(GO) test -race -count=1 -timeout 10m -v -run '^TestPythonSDK$$' ./test/sdk/
+
 ## stress: issue 21 §1: the timing-sensitive packages (chaos short suite,
 ## test/parity, server, client, internal/cli) STRESS_N times each, one
 ## package at a time with -race, beside a CPU burner of one spinning

@@ -23,7 +23,8 @@ from .election import Leadership, Observer
 from .errors import (Cancelled, Closed, DeadlineExceeded, Internal, InvalidArgument, LimitMismatch, LimitReached,
                      Locked, LockdError, LockLost, MaxHold, NotOwner, PermissionDenied, Released, SessionDead,
                      SessionExpired, ShuttingDown, Unauthenticated, Unavailable, WaitTimeout)
-from .session import Lock, Session
+from .lock import Lock
+from .session import Session
 from .watch import Watch
 
 __version__ = "0.1.0"

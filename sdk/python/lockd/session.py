@@ -16,14 +16,15 @@ import math
 import threading
 
 from . import errors
-from ._cancel import Cancel, link
-from .client import CLOSE_TIMEOUT, check_timing, validate_key
+from ._acquire import AcquireMixin
+from ._cancel import Cancel
+from .client import CLOSE_TIMEOUT, check_timing
+from .lock import Lock, _Trust
 from .v1 import lockd_pb2 as pb
 
 log = logging.getLogger("lockd")
 
 MAX_LOST_KEYS = 4096
-MAX_VALUE = 4096
 
 
 def trust_from(sent: float, _arrived: float) -> float:
@@ -33,54 +34,7 @@ def trust_from(sent: float, _arrived: float) -> float:
     return sent
 
 
-class _Trust:
-    """What ends trust: an Event, callbacks and the error, shared by Session and Lock."""
-
-    def __init__(self) -> None:
-        self.lost = threading.Event()
-        self._cbs: list = []
-        self._err: errors.LockdError | None = None
-        self._tmu = threading.Lock()
-
-    @property
-    def error(self) -> errors.LockdError | None:
-        """None while trusted; afterwards why not."""
-        with self._tmu:
-            return self._err
-
-    def on_lost(self, fn) -> None:
-        """Calls fn(error) when trust ends (at once if it has). fn runs on an SDK thread: keep it short."""
-        with self._tmu:
-            if self._err is None:
-                self._cbs.append(fn)
-                return
-            err = self._err
-        fn(err)
-
-    def _mark(self, err: errors.LockdError):
-        """Records the end of trust; returns the callbacks to fire, None if it had ended."""
-        with self._tmu:
-            if self._err is not None:
-                return None
-            self._err = err
-            cbs, self._cbs = self._cbs, []
-        self.lost.set()
-        return cbs
-
-    def _fire(self, err: errors.LockdError, cbs) -> None:
-        for fn in cbs or ():
-            try:
-                fn(err)
-            except Exception:
-                log.exception("lockd: on_lost callback failed")
-
-    def _end_trust(self, err: errors.LockdError) -> bool:
-        cbs = self._mark(err)
-        self._fire(err, cbs)
-        return cbs is not None
-
-
-class Session(_Trust):
+class Session(AcquireMixin, _Trust):
     """A lockd session: the unit of liveness locks live in. Use it as a
     context manager (closed on exit) or call close()."""
 
@@ -376,214 +330,5 @@ class Session(_Trust):
         if isinstance(err, errors.SessionDead) and not isinstance(err, errors.SessionExpired):
             self._end(err)
 
-    # --- acquiring ------------------------------------------------------
 
-    def _request(self, key, value, limit, shared, exclusive, lock_delay, max_hold, wait) -> pb.AcquireRequest:
-        validate_key(key)
-        value = bytes(value or b"")
-        if len(value) > MAX_VALUE:
-            raise errors.InvalidArgument(f"value: {len(value)} bytes, at most {MAX_VALUE}", field="value")
-        if shared and exclusive:
-            raise errors.InvalidArgument("give shared or exclusive, not both", field="mode")
-        mode = pb.LOCK_MODE_SHARED if shared else pb.LOCK_MODE_EXCLUSIVE if exclusive else pb.LOCK_MODE_UNSPECIFIED
-        if not 0 <= limit <= 1024:
-            raise errors.InvalidArgument(f"limit: {limit}, want 0..1024", field="limit")
-        multi = limit > 1 or mode != pb.LOCK_MODE_UNSPECIFIED
-        if mode != pb.LOCK_MODE_UNSPECIFIED and limit > 1:
-            raise errors.InvalidArgument("limit: shared and exclusive take no limit", field="limit")
-        if multi and lock_delay:
-            raise errors.InvalidArgument("lock_delay: only for plain locks", field="lock_delay")
-        if multi and max_hold:
-            raise errors.InvalidArgument("max_hold: only for plain locks", field="max_hold")
-        delay = lock_delay if lock_delay is not None else (0 if multi else self.lock_delay)
-        if delay < 0 or (max_hold or 0) < 0:
-            raise errors.InvalidArgument("lock_delay and max_hold must not be negative", field="lock_delay")
-        return pb.AcquireRequest(session_id=self.id, session_secret=self._secret, key=key, wait=wait, value=value,
-                                 limit=limit, mode=mode, keep_place=wait, lock_delay_ms=round(delay * 1000),
-                                 max_hold_ms=round((max_hold or 0) * 1000))
-
-    def acquire(self, key: str, timeout: float | None = None, cancel: Cancel | None = None, *, value: bytes = b"",
-                limit: int = 0, shared: bool = False, exclusive: bool = False, lock_delay: float | None = None,
-                max_hold: float | None = None) -> "Lock":
-        """Takes the lock named key, waiting in the key's FIFO queue until it
-        is granted, ``timeout`` seconds pass (:class:`lockd.WaitTimeout`),
-        ``cancel`` fires (:class:`lockd.Cancelled`) or the session ends.
-        ``limit`` makes the key a semaphore of N; ``shared``/``exclusive`` a
-        read/write lock; ``lock_delay``/``max_hold`` (seconds) plain locks
-        only. The place in the queue survives retries and replica moves; when
-        acquire gives up it is left (LeaveQueue)."""
-        req = self._request(key, value, limit, shared, exclusive, lock_delay, max_hold, True)
-        if timeout is not None:
-            if timeout < 0:
-                raise errors.InvalidArgument("timeout: negative", field="timeout")
-            req.wait_timeout_ms = max(1, math.ceil(timeout * 1000))
-        try:
-            return self._acquire(req, until_cancel=timeout is None, cancel=cancel)
-        except (errors.InvalidArgument, errors.PermissionDenied):
-            raise
-        except errors.LockdError:
-            if self.error is None:
-                self._leave_queue(key)
-            raise
-
-    def try_acquire(self, key: str, *, value: bytes = b"", limit: int = 0, shared: bool = False,
-                    exclusive: bool = False, lock_delay: float | None = None, max_hold: float | None = None,
-                    timeout: float | None = -1.0) -> "Lock":
-        """Takes the lock if it is free and nobody waits; else raises :class:`lockd.Locked` naming the holder."""
-        req = self._request(key, value, limit, shared, exclusive, lock_delay, max_hold, False)
-        try:
-            return self._acquire(req, until_cancel=False, cancel=None, timeout=timeout)
-        except errors.Locked:
-            try:
-                info = self.c.inspect(key, timeout=1.0)
-            except errors.LockdError:
-                raise errors.Locked(f"{key!r} is locked") from None
-            if not info.held:
-                raise
-            raise errors.Locked(f"{key!r} is locked by {info.holder()}") from None
-
-    def _leave_queue(self, key: str) -> None:
-        req = pb.LeaveQueueRequest(session_id=self.id, session_secret=self._secret, key=key)
-
-        def run():
-            try:
-                self.c._call("LeaveQueue", req, timeout=None, cancel=self._ended)
-            except errors.LockdError as e:
-                log.debug("leaving the queue of %r failed: %s", key, e)
-        self.c._spawn(run, "lockd-leave")
-
-    def _acquire(self, req, until_cancel: bool, cancel: Cancel | None, timeout: float | None = None) -> "Lock":
-        if self.error is not None:
-            raise self.error
-        done = self._busy(req.key)
-        both, unlink = link(cancel, self._ended)
-        try:
-            while True:
-                try:
-                    resp, sent = self.c._call("Acquire", req, timeout=timeout, cancel=both)
-                    break
-                except errors.WaitTimeout:
-                    if until_cancel:
-                        continue  # the server's maximum wait: the place is kept, ask again
-                    raise
-                except errors.Cancelled:
-                    if self.error is not None and not (cancel is not None and cancel.cancelled):
-                        raise self.error from None
-                    raise
-                except errors.LockdError as e:
-                    self._check_server_err(e)
-                    raise
-            if not resp.granted:
-                raise errors.Locked(f"{req.key!r} is locked")
-            d = self._extend(sent, resp.remaining_ms / 1000.0)
-            return self._add_lock(req.key, resp.token, d)
-        finally:
-            unlink()
-            done()
-
-    def _add_lock(self, key: str, token: int, deadline: float) -> "Lock":
-        with self.mu:
-            if self._err is not None:
-                raise self._err
-            deadline = max(deadline, self._deadline)
-            if token <= self.lost_tok.get(key, 0):
-                raise errors.LockLost(f"lock {key!r} lost before its grant reply arrived")
-            l = self.locks.get(key)
-            if l is not None and l.token == token:
-                l._deadline = max(l._deadline, deadline)
-                return l
-            self.lock_seq += 1
-            l = Lock(self, key, token, self.lock_seq, deadline)
-            self.locks[key] = l
-            if deadline < self._timer_at:
-                self._arm()
-            return l
-
-    def campaign(self, name: str, value: bytes = b"", timeout: float | None = None, cancel: Cancel | None = None):
-        """Waits in election name's FIFO queue until this session leads it;
-        value is published with the leadership (docs/contracts/C2.md
-        #ct2-election). Returns a :class:`lockd.Leadership`."""
-        from .election import Leadership
-        l = self.acquire(name, timeout=timeout, cancel=cancel, value=value)
-        return Leadership(l, bytes(value))
-
-
-class Lock(_Trust):
-    """A granted lock, trusted until ``lost`` is set. A context manager that
-    releases it on exit. Pass ``token`` to the resource it protects."""
-
-    def __init__(self, s: Session, key: str, token: int, seq: int, deadline: float):
-        super().__init__()
-        self.session = s
-        self.key = key
-        self.token = token
-        self.seq = seq
-        self._deadline = deadline  # under s.mu
-        self._ambiguous = False
-        self._released_ok = False
-
-    def __repr__(self) -> str:
-        return f"lockd.Lock({self.key!r}, token={self.token})"
-
-    def __enter__(self) -> "Lock":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.release()
-        except errors.NotOwner:
-            pass  # the lock was lost before: nothing of ours to release
-
-    @property
-    def deadline(self) -> float:
-        """The earlier of the lock's own deadline and its session's (client clock)."""
-        with self.session.mu:
-            return min(self._deadline, self.session._deadline)
-
-    def valid(self) -> bool:
-        """Whether the lock is trusted now: not lost and the monotonic clock before its deadline."""
-        with self.session.mu:
-            return self.error is None and self.session.c.clock.now() < min(self._deadline, self.session._deadline)
-
-    def set_value(self, value: bytes, timeout: float | None = -1.0) -> None:
-        """Replaces the grant's value (token unchanged); LockLost once the lock is not trusted."""
-        value = bytes(value)
-        if len(value) > MAX_VALUE:
-            raise errors.InvalidArgument(f"value: {len(value)} bytes, at most {MAX_VALUE}", field="value")
-        if self.error is not None:
-            raise errors.LockLost(f"set value of {self.key!r}: {self.error}")
-        s = self.session
-        s.c._call("SetValue", pb.SetValueRequest(session_id=s.id, session_secret=s._secret, key=self.key,
-                                                 token=self.token, value=value), timeout=timeout)
-
-    def release(self, timeout: float | None = -1.0) -> None:
-        """Stops trusting the lock, then deletes the grant on the server,
-        fenced by its token. Safe to retry; NotOwner when the lock had been
-        lost before."""
-        lost_before = self.error
-        if isinstance(lost_before, errors.Released):
-            lost_before = None
-        s = self.session
-        done = s._busy(self.key)
-        try:
-            with s.mu:
-                if s.locks.get(self.key) is self:
-                    del s.locks[self.key]
-            self._end_trust(errors.Released(f"lock {self.key!r} released"))
-            if self._released_ok:
-                return
-            req = pb.ReleaseRequest(session_id=s.id, session_secret=s._secret, key=self.key, token=self.token)
-
-            def seen(err):
-                if err.retryable:
-                    self._ambiguous = True  # an attempt may have taken effect
-            try:
-                s.c._call("Release", req, timeout=timeout, on_error=seen)
-                self._released_ok = True
-            except errors.NotOwner:
-                if self._ambiguous and lost_before is None:
-                    self._released_ok = True
-                    return
-                raise
-        finally:
-            done()
+__all__ = ["Session", "Lock"]

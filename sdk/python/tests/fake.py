@@ -10,8 +10,6 @@ import itertools
 import queue
 import threading
 
-import grpc
-
 from lockd.v1 import lockd_pb2 as pb
 
 
