@@ -26,6 +26,7 @@ from .errors import (Cancelled, Closed, DeadlineExceeded, Internal, InvalidArgum
 from .lock import Lock
 from .session import Session
 from .watch import Watch
+from . import aio  # noqa: E402  (after the sync API it wraps)
 
 __version__ = "0.1.0"
 

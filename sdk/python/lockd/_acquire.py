@@ -57,8 +57,11 @@ class AcquireMixin:
             if timeout < 0:
                 raise errors.InvalidArgument("timeout: negative", field="timeout")
             req.wait_timeout_ms = max(1, math.ceil(timeout * 1000))
+        # A wait with a timeout gives up retrying an unreachable server a
+        # call_timeout after the wait would have ended.
+        bound = None if timeout is None else timeout + self.c.call_timeout
         try:
-            return self._acquire(req, until_cancel=timeout is None, cancel=cancel)
+            return self._acquire(req, until_cancel=timeout is None, cancel=cancel, timeout=bound)
         except (errors.InvalidArgument, errors.PermissionDenied):
             raise
         except errors.LockdError:
