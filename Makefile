@@ -133,12 +133,14 @@ check-generate: generate generate-python
 ## parity: the backend parity suite (T-034, test/parity): every scenario
 ## through the gRPC API on embedded etcd, an external etcd process
 ## (test/cmd/etcd) and PostgreSQL, each also over TLS (rows etcd-tls, pg-tls),
-## with lockd as a real child process.
+## with lockd as a real child process; TestParityPython runs the scenarios
+## that apply through the Python SDK's JSON-lines agent
+## (sdk/python/lockd/_agent.py) on the base rows and compares the outcomes.
 ## Prints one row per scenario and backend: scenario | backend | outcome | ok.
 ## The same test also runs in `make test` (go test ./...).
 .PHONY: parity
 parity:
-	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas)?$$' -v ./test/parity/
+	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas|Python)?$$' -v ./test/parity/
 
 ## python-sdk: the Python SDK's tests (sdk/python/tests: the timing rules
 ## under a fake clock with their controls, and integration tests against
