@@ -111,7 +111,7 @@ exec sleep 60`)
 	r.workers = []*workerProc{w}
 
 	errc := make(chan error, 1)
-	go func() { time.Sleep(300 * time.Millisecond); errc <- r.pauseHolderWith(context.Background(), r.targets, nil, nil) }()
+	go func() { errc <- r.pauseHolderWith(context.Background(), r.targets, nil, nil) }()
 	testkit.Eventually(t, 10*time.Second, "the runner armed its pause trigger", func() bool { return w.trig.Load() != nil })
 	w.p.answer("start")
 	testkit.Eventually(t, 10*time.Second, "the holder paused", w.isStopped)
