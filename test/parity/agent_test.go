@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,9 @@ func (r reply) err() string {
 
 func (r reply) str(k string) string { s, _ := r[k].(string); return s }
 
+// at is when the reply arrived.
+func (r reply) at() time.Time { t, _ := r["_at"].(time.Time); return t }
+
 func (r reply) num(k string) uint64 {
 	n, _ := r[k].(json.Number)
 	v, _ := n.Int64()
@@ -68,6 +72,17 @@ type agent struct {
 	wait   map[int]chan reply
 	events chan reply
 	stderr lockedBuffer
+	cmd    *exec.Cmd
+	killed atomic.Bool
+}
+
+// kill SIGKILLs the agent: a holder process that dies without a word.
+func (a *agent) kill() {
+	a.t.Helper()
+	a.killed.Store(true)
+	if err := a.cmd.Process.Kill(); err != nil {
+		a.t.Fatalf("kill the agent: %v", err)
+	}
 }
 
 // lockedBuffer is a bytes.Buffer safe for the agent's stderr copier and
@@ -95,7 +110,7 @@ func startPythonAgent(t *testing.T) *agent {
 	cmd := exec.Command(python, "-m", "lockd._agent")
 	cmd.Dir = filepath.Join("..", "..", "sdk", "python")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
-	a := &agent{t: t, wait: map[int]chan reply{}, events: make(chan reply, 1024)}
+	a := &agent{t: t, wait: map[int]chan reply{}, events: make(chan reply, 1024), cmd: cmd}
 	cmd.Stderr = &a.stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -118,10 +133,12 @@ func startPythonAgent(t *testing.T) *agent {
 			d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 			d.UseNumber()
 			var r reply
+			at := time.Now()
 			if err := d.Decode(&r); err != nil {
 				t.Errorf("agent: bad line %q: %v", sc.Text(), err)
 				continue
 			}
+			r["_at"] = at // when the reply arrived
 			if id := r.num("id"); id != 0 {
 				a.mu.Lock()
 				ch := a.wait[int(id)]
@@ -146,7 +163,7 @@ func startPythonAgent(t *testing.T) *agent {
 		go func() { done <- cmd.Wait() }() // exits when the agent exits
 		select {
 		case err := <-done:
-			if err != nil {
+			if err != nil && !a.killed.Load() {
 				t.Errorf("agent exit: %v\n%s", err, a.stderr.String())
 			}
 		case <-time.After(30 * time.Second):

@@ -26,6 +26,9 @@ var sdkScenarios = []sdkScenario{
 	{"fifo-3-clients", agentFIFO},
 	{"revoke", agentRevoke},
 	{"election", agentElection},
+	{"death-client-sigkill", agentClientSigkill},
+	{"semaphore", agentSemaphore},
+	{"shared-lock", agentSharedLock},
 }
 
 // sdkSkipped are the scenarios not run through the agents, and why.
@@ -33,13 +36,10 @@ var sdkSkipped = map[string]string{
 	"release-retry-safety":   "raw wire requests (no SDK)",
 	"watch-order":            "not ported to the agent yet",
 	"death-client-silence":   "a raw session falls silent (no SDK)",
-	"death-client-sigkill":   "not ported: needs the agent as the killed holder",
 	"death-lockd-sigkill":    "not ported: restarts lockd under the agent",
 	"fencing-across-restart": "restarts lockd (server behaviour, not the SDK's)",
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"holder-identity":        "not ported to the agent yet",
-	"semaphore":              "not ported to the agent yet",
-	"shared-lock":            "not ported to the agent yet",
 	"lock-delay":             "not ported to the agent yet",
 	"max-hold":               "not ported to the agent yet",
 	"bad-input-sdk":          "Go SDK argument checks (the Python SDK's are in sdk/python/tests)",
