@@ -71,9 +71,12 @@ type agent struct {
 	next   int
 	wait   map[int]chan reply
 	events chan reply
-	stderr lockedBuffer
-	cmd    *exec.Cmd
-	killed atomic.Bool
+	// backlog holds notices read but not matched yet (event; the test's
+	// goroutine only).
+	backlog []reply
+	stderr  lockedBuffer
+	cmd     *exec.Cmd
+	killed  atomic.Bool
 }
 
 // kill SIGKILLs the agent: a holder process that dies without a word.
@@ -227,9 +230,16 @@ func (a *agent) must(op string, args map[string]any) reply {
 	return r
 }
 
-// event waits for the next notice that matches.
+// event waits for the next notice that matches; notices that do not match
+// are kept for later calls, in order.
 func (a *agent) event(what string, match func(reply) bool) reply {
 	a.t.Helper()
+	for i, r := range a.backlog {
+		if match(r) {
+			a.backlog = append(a.backlog[:i], a.backlog[i+1:]...)
+			return r
+		}
+	}
 	deadline := time.After(scenarioTimeout)
 	for {
 		select {
@@ -237,6 +247,7 @@ func (a *agent) event(what string, match func(reply) bool) reply {
 			if match(r) {
 				return r
 			}
+			a.backlog = append(a.backlog, r)
 		case <-deadline:
 			a.t.Fatalf("agent: no %s within %v", what, scenarioTimeout)
 			return nil

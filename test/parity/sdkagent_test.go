@@ -29,19 +29,19 @@ var sdkScenarios = []sdkScenario{
 	{"death-client-sigkill", agentClientSigkill},
 	{"semaphore", agentSemaphore},
 	{"shared-lock", agentSharedLock},
+	{"watch-order", agentWatchOrder},
+	{"holder-identity", agentHolderIdentity},
+	{"max-hold", agentMaxHold},
 }
 
 // sdkSkipped are the scenarios not run through the agents, and why.
 var sdkSkipped = map[string]string{
 	"release-retry-safety":   "raw wire requests (no SDK)",
-	"watch-order":            "not ported to the agent yet",
 	"death-client-silence":   "a raw session falls silent (no SDK)",
 	"death-lockd-sigkill":    "not ported: restarts lockd under the agent",
 	"fencing-across-restart": "restarts lockd (server behaviour, not the SDK's)",
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
-	"holder-identity":        "not ported to the agent yet",
 	"lock-delay":             "not ported to the agent yet",
-	"max-hold":               "not ported to the agent yet",
 	"bad-input-sdk":          "Go SDK argument checks (the Python SDK's are in sdk/python/tests)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
 }

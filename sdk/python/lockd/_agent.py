@@ -14,7 +14,7 @@ notices; stderr is free text):
   cancelled call), so outcome strings compare across SDKs.
 - notice (no ``id``): ``{"event": "lost", "lock": H, "error": NAME}`` when a
   lock's trust ends (not for a release); ``{"event": "watch", "watch": H,
-  "kind": "acquired", "key", "session", "token", "owner", "value"}`` per
+  "kind": "acquired", "key", "session", "token", "owner", "labels", "value"}`` per
   watch event (``"error"`` set on the last one when it broke);
   ``{"event": "observe", "observer": H, "leader": bool, "session", "token", "owner",
   "value"}`` per observation.
@@ -34,8 +34,8 @@ Objects are named by handles the replies return (``c1``, ``s1``, ``l1``,
   lock_state {lock}       -> {valid, error, token, deadline_in}
   session_state {session} -> {valid, error, deadline_in}
   close_session {session} -> {}
-  inspect {client, key}   -> {held, session, token, waiters, owner, value, limit, holders}
-  list {client, prefix}   -> {keys}
+  inspect {client, key}   -> {held, session, token, waiters, owner, labels, value, limit, holders}
+  list {client, prefix}   -> {keys, locks: [{key, session, token, owner, value}]}
   revoke {client, key}    -> {held, session, token}
   watch {client, prefix, holders?} -> {watch}; stop_watch {watch} -> {}
   observe {client, name}  -> {observer}; stop_observe {observer} -> {}
@@ -236,13 +236,15 @@ class Agent:
     def op_inspect(self, rid, r):
         i = self.get(r["client"]).inspect(r["key"])
         return {"held": i.held, "session": i.session, "token": i.token, "waiters": i.waiters, "owner": i.owner,
-                "value": i.value.decode("utf-8", "replace"), "limit": i.limit,
+                "labels": i.labels, "value": i.value.decode("utf-8", "replace"), "limit": i.limit,
                 "holders": [{"session": h.session, "token": h.token, "mode": h.mode} for h in i.holders],
                 "delay_remaining": i.delay_remaining}
 
     def op_list(self, rid, r):
         infos, _ = self.get(r["client"]).list(r.get("prefix", ""))
-        return {"keys": [i.key for i in infos]}
+        return {"keys": [i.key for i in infos], "locks": [
+            {"key": i.key, "session": i.session, "token": i.token, "owner": i.owner,
+             "value": i.value.decode("utf-8", "replace")} for i in infos]}
 
     def op_revoke(self, rid, r):
         i = self.get(r["client"]).revoke(r["key"])
@@ -264,7 +266,7 @@ class Agent:
         h = self.put("w", w)
         self._pump(h, w, lambda ev: {"event": "watch", "watch": h} if ev is None else {
             "event": "watch", "watch": h, "kind": str(ev.kind), "key": ev.key, "session": ev.session,
-            "token": ev.token, "owner": ev.owner, "value": ev.value.decode("utf-8", "replace")})
+            "token": ev.token, "owner": ev.owner, "labels": ev.labels, "value": ev.value.decode("utf-8", "replace")})
         return {"watch": h}
 
     def op_stop_watch(self, rid, r):
