@@ -32,6 +32,7 @@ var sdkScenarios = []sdkScenario{
 	{"watch-order", agentWatchOrder},
 	{"holder-identity", agentHolderIdentity},
 	{"max-hold", agentMaxHold},
+	{"lock-delay", agentLockDelay},
 }
 
 // sdkSkipped are the scenarios not run through the agents, and why.
@@ -41,7 +42,6 @@ var sdkSkipped = map[string]string{
 	"death-lockd-sigkill":    "not ported: restarts lockd under the agent",
 	"fencing-across-restart": "restarts lockd (server behaviour, not the SDK's)",
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
-	"lock-delay":             "not ported to the agent yet",
 	"bad-input-sdk":          "Go SDK argument checks (the Python SDK's are in sdk/python/tests)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
 }
@@ -107,7 +107,7 @@ func TestParityPython(t *testing.T) {
 					ok = "FAIL"
 				}
 				mu.Lock()
-				rows = append(rows, fmt.Sprintf("%-18s | %-8s | python | %s | %s\n", s.name, name, outcome, ok))
+				rows = append(rows, fmt.Sprintf("%-20s | %-8s | python | %s | %s\n", s.name, name, outcome, ok))
 				if ok == "ok" {
 					n++
 				}

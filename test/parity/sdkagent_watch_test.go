@@ -1,6 +1,7 @@
 package parity
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
@@ -146,4 +147,57 @@ func agentMaxHold(t *testing.T, a *agent, addr string) string {
 	l2 := a.must("try_acquire", map[string]any{"session": s, "key": key})
 	a.must("stop_watch", map[string]any{"watch": w})
 	return strings.Join(append(out, fmt.Sprintf("same-session-again=granted token-higher=%v", l2.num("token") > l.num("token"))), " ")
+}
+
+// agentOutcome is delay_test.go's outcome for an agent reply.
+func agentOutcome(r reply) string {
+	switch r.err() {
+	case "ok":
+		return "granted"
+	case "ErrLocked":
+		return "locked"
+	}
+	return "error(" + r.err() + ")"
+}
+
+func agentLockDelay(t *testing.T, a *agent, addr string) string {
+	const key = "delay/k"
+	admin := a.must("client", map[string]any{"addresses": []string{addr}}).str("client")
+	sa, _ := a.session(addr, nil)
+	sb, _ := a.session(addr, nil)
+	sc, _ := a.session(addr, nil)
+	delay := parityDelay.Seconds()
+	var out []string
+	la := a.must("acquire", map[string]any{"session": sa, "key": key, "lock_delay": delay})
+	i := a.must("inspect", map[string]any{"client": admin, "key": key})
+	d, _ := i["lock_delay"].(json.Number)
+	secs, _ := d.Float64()
+	out = append(out, "inspect="+time.Duration(secs*float64(time.Second)).String())
+	a.must("release", map[string]any{"lock": la.str("lock")})
+	lb := a.call("try_acquire", map[string]any{"session": sb, "key": key, "lock_delay": delay})
+	out = append(out, "after-release="+agentOutcome(lb))
+	if lb.err() != "ok" {
+		t.Fatalf("try_acquire after the release: %s", lb.err())
+	}
+	revoked := time.Now()
+	a.must("revoke", map[string]any{"client": admin, "key": key})
+	a.event("the revoked lock's loss", func(r reply) bool { return r.str("event") == "lost" && r.str("lock") == lb.str("lock") })
+	out = append(out, "after-revoke="+agentOutcome(a.call("try_acquire", map[string]any{"session": sc, "key": key})))
+	i = a.call("inspect", map[string]any{"client": admin, "key": key})
+	held, _ := i["held"].(bool)
+	left, _ := i["delay_remaining"].(json.Number)
+	lf, _ := left.Float64()
+	out = append(out, fmt.Sprintf("inspect-free=delay-left:%v", i.err() == "ok" && !held && lf > 0))
+	lc := a.must("acquire", map[string]any{"session": sc, "key": key})
+	waited := "waited-delay"
+	if el := time.Since(revoked); el < parityDelay {
+		waited = fmt.Sprintf("early(%v)", el)
+	}
+	out = append(out, "wait="+waited)
+	if lc.num("token") > lb.num("token") && lb.num("token") > la.num("token") {
+		out = append(out, "tokens=increasing")
+	} else {
+		out = append(out, fmt.Sprintf("tokens=%d,%d,%d", la.num("token"), lb.num("token"), lc.num("token")))
+	}
+	return strings.Join(out, " ")
 }

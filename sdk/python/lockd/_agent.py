@@ -34,7 +34,8 @@ Objects are named by handles the replies return (``c1``, ``s1``, ``l1``,
   lock_state {lock}       -> {valid, error, token, deadline_in}
   session_state {session} -> {valid, error, deadline_in}
   close_session {session} -> {}
-  inspect {client, key}   -> {held, session, token, waiters, owner, labels, value, limit, holders}
+  inspect {client, key}   -> {held, session, token, waiters, owner, labels, value, limit, holders,
+                              lock_delay, delay_remaining}
   list {client, prefix}   -> {keys, locks: [{key, session, token, owner, value}]}
   revoke {client, key}    -> {held, session, token}
   watch {client, prefix, holders?} -> {watch}; stop_watch {watch} -> {}
@@ -238,7 +239,7 @@ class Agent:
         return {"held": i.held, "session": i.session, "token": i.token, "waiters": i.waiters, "owner": i.owner,
                 "labels": i.labels, "value": i.value.decode("utf-8", "replace"), "limit": i.limit,
                 "holders": [{"session": h.session, "token": h.token, "mode": h.mode} for h in i.holders],
-                "delay_remaining": i.delay_remaining}
+                "lock_delay": i.lock_delay, "delay_remaining": i.delay_remaining}
 
     def op_list(self, rid, r):
         infos, _ = self.get(r["client"]).list(r.get("prefix", ""))
