@@ -30,7 +30,9 @@ class _Trust:
             return self._err
 
     def on_lost(self, fn) -> None:
-        """Calls fn(error) when trust ends (at once if it has). fn runs on an SDK thread: keep it short."""
+        """Calls fn(error) when trust ends (at once if it has). fn runs on an SDK
+        thread (the keepalive receiver or the timer thread): keep it short,
+        never block in it and never close the client from it."""
         with self._tmu:
             if self._err is None:
                 self._cbs.append(fn)

@@ -14,6 +14,11 @@ from .fake import FakeServer
 from .util import poll
 
 
+# How long (real time) a check waits for the SDK's threads to apply what the
+# fake clock caused; a control waits this long before its check fails.
+WAIT = 5.0
+
+
 def start(test, **kw):
     clock = lockd.FakeClock()
     srv = FakeServer(clock, **kw)
@@ -64,11 +69,11 @@ class Checks:
         self.assertTrue(poll(lambda: srv.heartbeats >= 1))
         for i in range(8):
             now = clock.now()
-            self.assertTrue(poll(lambda: clock.pending(now, now + window / 2 + 1e-9), timeout=3),
+            self.assertTrue(poll(lambda: clock.pending(now, now + window / 2 + 1e-9), timeout=WAIT),
                             f"step {i}: no heartbeat due within {window / 2}s of an answer leaving {window}s")
             clock.advance(window / 2)
             sent = clock.now()
-            self.assertTrue(poll(lambda: abs(lock.deadline - (sent + window)) < 1e-9, timeout=3),
+            self.assertTrue(poll(lambda: abs(lock.deadline - (sent + window)) < 1e-9, timeout=WAIT),
                             f"step {i}: lock deadline sent{lock.deadline - sent:+}; want sent+{window}")
             self.assertTrue(lock.valid(), f"step {i}: lock lost: {lock.error}")
 
@@ -83,12 +88,12 @@ class Checks:
         self.assertTrue(poll(lambda: srv.heartbeats >= 1))
         n = srv.revoke(s.id, "k")
         clock.advance(2.0)  # the next heartbeat; its answer repeats the notice
-        self.assertTrue(poll(lambda: lock.lost.is_set(), timeout=3), "lock still trusted after the repeated notice")
+        self.assertTrue(poll(lambda: lock.lost.is_set(), timeout=WAIT), "lock still trusted after the repeated notice")
         self.assertIsInstance(lock.error, lockd.LockLost)
         self.assertIn("revoked", str(lock.error))
         self.assertTrue(s.valid(), "the session must live on")
         # Acknowledged at once, on the stream the notice came on.
-        self.assertTrue(poll(lambda: any(a == n.notice_id for _, a in srv.acks), timeout=3),
+        self.assertTrue(poll(lambda: any(a == n.notice_id for _, a in srv.acks), timeout=WAIT),
                         "the notice was never acknowledged")
         gen = srv.streams[-1].gen
         self.assertEqual([g for g, a in srv.acks if a == n.notice_id][0], gen)
@@ -106,9 +111,9 @@ class Checks:
         srv.revoke(s.id, "revoked")
         clock.advance(2.0)
         sent = clock.now()
-        self.assertTrue(poll(lambda: revoked.lost.is_set(), timeout=3), "revoked lock still trusted")
+        self.assertTrue(poll(lambda: revoked.lost.is_set(), timeout=WAIT), "revoked lock still trusted")
         self.assertIsInstance(revoked.error, lockd.LockLost)
-        self.assertTrue(poll(lambda: abs(kept.deadline - (sent + 9.5)) < 1e-9, timeout=3),
+        self.assertTrue(poll(lambda: abs(kept.deadline - (sent + 9.5)) < 1e-9, timeout=WAIT),
                         "the other lock was not extended")
         self.assertTrue(kept.valid() and s.valid())
 
@@ -135,7 +140,7 @@ class TimingTest(unittest.TestCase, Checks):
         seen = []
         lock.on_lost(seen.append)
         clock.advance(2.6)
-        self.assertTrue(poll(lambda: lock.lost.is_set() and s.lost.is_set(), timeout=3))
+        self.assertTrue(poll(lambda: lock.lost.is_set() and s.lost.is_set(), timeout=WAIT))
         self.assertIsInstance(s.error, lockd.SessionExpired)
         self.assertFalse(lock.valid())
         self.assertEqual(len(seen), 1)
