@@ -47,6 +47,10 @@ func (r reply) str(k string) string { s, _ := r[k].(string); return s }
 // at is when the reply arrived.
 func (r reply) at() time.Time { t, _ := r["_at"].(time.Time); return t }
 
+// seq is the reply's place among the agent's lines: the agent writes a
+// notice and a reply in the order their events happened in it.
+func (r reply) seq() int { n, _ := r["_seq"].(int); return n }
+
 func (r reply) num(k string) uint64 {
 	n, _ := r[k].(json.Number)
 	v, _ := n.Int64()
@@ -130,6 +134,7 @@ func startPythonAgent(t *testing.T) *agent {
 	read := make(chan struct{})
 	go func() { // exits when the agent's stdout closes (it exited)
 		defer close(read)
+		seq := 0
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -142,6 +147,8 @@ func startPythonAgent(t *testing.T) *agent {
 				continue
 			}
 			r["_at"] = at // when the reply arrived
+			seq++
+			r["_seq"] = seq // the order of the agent's lines
 			if id := r.num("id"); id != 0 {
 				a.mu.Lock()
 				ch := a.wait[int(id)]

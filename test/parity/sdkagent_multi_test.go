@@ -213,3 +213,58 @@ func agentSharedLock(t *testing.T, a *agent, addr string) string {
 	a.must("release", map[string]any{"lock": later.str("lock")})
 	return strings.Join(append(out, "end="+inspect()), " ")
 }
+
+// agentLockdSigkill is scenarios_test.go's lockdSigkill with the holder and
+// the waiter in the agent: lockd dies while the holder holds two locks; a
+// waiter on a new lockd gets both within TTL + slack, and the holder's SDK
+// stopped trusting each lock before the waiter's grant (the agent wrote the
+// holder's lost notice before the waiter's grant reply).
+func agentLockdSigkill(t *testing.T, a *agent, e *env) string {
+	keys := []string{"lockd-sigkill/a", "lockd-sigkill/b"}
+	first := e.fresh(t)
+	h, _ := a.session(first.addr, nil)
+	held := map[string]reply{}
+	for _, k := range keys {
+		held[k] = a.must("acquire", map[string]any{"session": h, "key": k})
+	}
+	killedAt := time.Now()
+	first.kill(t)
+	second := first.restart(t, e.bins)
+	readyAfter := time.Since(killedAt)
+	w, _ := a.session(second.addr, nil)
+	waits := map[string]<-chan reply{}
+	for _, k := range keys {
+		_, waits[k] = a.start("acquire", map[string]any{"session": w, "key": k})
+	}
+	var results []string
+	firstOK, greater, within := true, true, true
+	for range keys {
+		k, g := firstOf(t, waits, "a waiter's grant on the new lockd")
+		results = append(results, g.err())
+		if g.err() != "ok" {
+			t.Errorf("waiter acquire(%s) on the new lockd: %s", k, g.err())
+			continue
+		}
+		lost := a.event("the old holder's loss of "+k, func(r reply) bool {
+			return r.str("event") == "lost" && r.str("lock") == held[k].str("lock")
+		})
+		if lost.seq() > g.seq() {
+			firstOK = false
+			t.Errorf("%s granted to the waiter while the killed lockd's client still trusted it", k)
+		}
+		if g.num("token") <= held[k].num("token") {
+			greater = false
+		}
+		if took := g.at().Sub(killedAt); took > readyAfter+ttl+slack {
+			within = false
+			t.Errorf("%s granted %v after the kill (new lockd ready after %v)", k, took, readyAfter)
+		}
+	}
+	tokens := "greater"
+	if !greater {
+		tokens = "not-greater"
+	}
+	holderErr := a.must("session_state", map[string]any{"session": h}).str("error")
+	return fmt.Sprintf("waiters-on-new-lockd=%s within-ttl+slack=%v holder-trust-ended-first=%v holder-err=%s tokens=%s",
+		strings.Join(results, ","), within, firstOK, holderErr, tokens)
+}

@@ -16,30 +16,35 @@ import (
 // sdkScenario is a scenario driven through an agent.
 type sdkScenario struct {
 	name string
-	run  func(t *testing.T, a *agent, addr string) string
+	run  func(t *testing.T, a *agent, e *env) string
+}
+
+// onShared runs a scenario on the backend's shared lockd.
+func onShared(f func(t *testing.T, a *agent, addr string) string) func(t *testing.T, a *agent, e *env) string {
+	return func(t *testing.T, a *agent, e *env) string { return f(t, a, e.shared.addr) }
 }
 
 var sdkScenarios = []sdkScenario{
-	{"acquire-release", agentAcquireRelease},
-	{"try-acquire-held", agentTryAcquireHeld},
-	{"tokens-increase", agentTokensIncrease},
-	{"fifo-3-clients", agentFIFO},
-	{"revoke", agentRevoke},
-	{"election", agentElection},
-	{"death-client-sigkill", agentClientSigkill},
-	{"semaphore", agentSemaphore},
-	{"shared-lock", agentSharedLock},
-	{"watch-order", agentWatchOrder},
-	{"holder-identity", agentHolderIdentity},
-	{"max-hold", agentMaxHold},
-	{"lock-delay", agentLockDelay},
+	{"acquire-release", onShared(agentAcquireRelease)},
+	{"try-acquire-held", onShared(agentTryAcquireHeld)},
+	{"tokens-increase", onShared(agentTokensIncrease)},
+	{"fifo-3-clients", onShared(agentFIFO)},
+	{"revoke", onShared(agentRevoke)},
+	{"election", onShared(agentElection)},
+	{"death-client-sigkill", onShared(agentClientSigkill)},
+	{"semaphore", onShared(agentSemaphore)},
+	{"shared-lock", onShared(agentSharedLock)},
+	{"watch-order", onShared(agentWatchOrder)},
+	{"holder-identity", onShared(agentHolderIdentity)},
+	{"max-hold", onShared(agentMaxHold)},
+	{"lock-delay", onShared(agentLockDelay)},
+	{"death-lockd-sigkill", agentLockdSigkill},
 }
 
 // sdkSkipped are the scenarios not run through the agents, and why.
 var sdkSkipped = map[string]string{
 	"release-retry-safety":   "raw wire requests (no SDK)",
 	"death-client-silence":   "a raw session falls silent (no SDK)",
-	"death-lockd-sigkill":    "not ported: restarts lockd under the agent",
 	"fencing-across-restart": "restarts lockd (server behaviour, not the SDK's)",
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (the Python SDK's are in sdk/python/tests)",
@@ -97,7 +102,7 @@ func TestParityPython(t *testing.T) {
 				var outcome string
 				t.Run(s.name, func(t *testing.T) {
 					a := startPythonAgent(t)
-					outcome = s.run(t, a, e.shared.addr)
+					outcome = s.run(t, a, e)
 					if outcome != want {
 						t.Errorf("python outcome on %s:\n got: %s\nwant: %s", name, outcome, want)
 					}
