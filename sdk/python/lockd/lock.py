@@ -32,7 +32,8 @@ class _Trust:
     def on_lost(self, fn) -> None:
         """Calls fn(error) when trust ends (at once if it has). fn runs on an SDK
         thread (the keepalive receiver or the timer thread): keep it short,
-        never block in it and never close the client from it."""
+        never block in it and never close the client from it. ``lost`` is
+        set before the callbacks run."""
         with self._tmu:
             if self._err is None:
                 self._cbs.append(fn)
