@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 
 from . import errors
@@ -29,9 +30,22 @@ MAX_LOST_KEYS = 4096
 
 def trust_from(sent: float, _arrived: float) -> float:
     """The instant a reply's Remaining counts from: the send time of the
-    request it answers, never its arrival (C2 #ct2-deadline). Tests swap it to
-    show that they catch a receive-time SDK."""
+    request it answers, never its arrival (C2 #ct2-deadline)."""
     return sent
+
+
+def _trust_from_arrival(_sent: float, arrived: float) -> float:
+    """The receive-time control: counts Remaining from the reply's arrival,
+    which adds the reply's transit to the client's trust. Never in use
+    unless LOCKD_PYSDK_CONTROL=recvtime (like the Go SDK's
+    lockd_recvtime_control build tag): the tests must catch it."""
+    return arrived
+
+
+if os.environ.get("LOCKD_PYSDK_CONTROL") == "recvtime":
+    trust_from = _trust_from_arrival  # noqa: F811  (the control, on purpose)
+    logging.getLogger("lockd").warning("LOCKD_PYSDK_CONTROL=recvtime: this SDK breaks the send-time rule on purpose "
+                                       "(a test control); never use it for real locks")
 
 
 class Session(AcquireMixin, _Trust):

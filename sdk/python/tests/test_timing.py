@@ -4,6 +4,9 @@ TestHeartbeatBeforeShortDeadline, TestLostNoticeRedelivered and
 TestRevokeWithoutNoticeEndsTrust. Each rule also has a control: the test run
 against an SDK with that rule broken on purpose must fail (ControlTest)."""
 
+import os
+import subprocess
+import sys
 import unittest
 from unittest import mock
 
@@ -172,6 +175,17 @@ class ControlTest(unittest.TestCase, Checks):
             with self.assertRaises(AssertionError) as cm:
                 self.deadline_from_send_time()
         print(f"\ncontrol (deadline from the reply's arrival) caught: {str(cm.exception).splitlines()[0]}")
+
+    def test_control_builtin_recvtime(self):
+        # The SDK's own receive-time control (LOCKD_PYSDK_CONTROL=recvtime,
+        # for runs outside these tests) is caught by the send-time check.
+        env = dict(os.environ, LOCKD_PYSDK_CONTROL="recvtime")
+        out = subprocess.run([sys.executable, "-m", "unittest", "tests.test_timing.TimingTest.test_deadline_from_send_time"],
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=env,
+                             capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(out.returncode, 0, "the receive-time control was not caught")
+        line = next((ln for ln in out.stderr.splitlines() if ln.startswith("AssertionError")), "")
+        print(f"\ncontrol (LOCKD_PYSDK_CONTROL=recvtime) caught: {line}")
 
     def test_control_fixed_interval(self):
         with mock.patch.object(_keepalive.Keepaliver, "beat_before_deadline", lambda self, s: None):
