@@ -45,7 +45,7 @@ import (
 const (
 	// maxHTTPBody bounds a request body: a request message is at most
 	// MaxRecvMsgSize encoded, and JSON (base64 bytes, names) is larger.
-	maxHTTPBody = 4 * MaxRecvMsgSize
+	maxHTTPBody = maxReadMsgSize
 	// httpIdleTimeout closes idle keep-alive connections (and with them
 	// their in-process gRPC connection).
 	httpIdleTimeout = 2 * time.Minute
@@ -242,6 +242,9 @@ func connOf(ctx context.Context) (*grpc.ClientConn, error) {
 }
 
 func (gatewayConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if err := checkOut(args); err != nil {
+		return err
+	}
 	cc, err := connOf(ctx)
 	if err != nil {
 		return err
@@ -254,7 +257,21 @@ func (gatewayConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method 
 	if err != nil {
 		return nil, err
 	}
-	return cc.NewStream(ctx, desc, method, opts...)
+	cs, err := cc.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return checkedOut{cs}, nil
+}
+
+// checkedOut checks each request of a stream as Invoke does (checkOut).
+type checkedOut struct{ grpc.ClientStream }
+
+func (c checkedOut) SendMsg(m any) error {
+	if err := checkOut(m); err != nil {
+		return err
+	}
+	return c.ClientStream.SendMsg(m)
 }
 
 // pipeListener hands the in-process gRPC server the server ends of the
@@ -509,6 +526,12 @@ func httpError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w ht
 		return
 	}
 	st := status.Convert(err)
+	if st.Code() == codes.InvalidArgument && wireerr.Reason(st) == "" && strings.Contains(st.Message(), "http: request body too large") {
+		// The gateway's decoding hit limitBody's bound (C2 #ct2-bad-input).
+		writeError(w, http.StatusRequestEntityTooLarge, status.Convert(badInputStatus(
+			invalidf("request", "the body is over the %d KiB bound (C2 #ct2-bad-input)", maxHTTPBody>>10))))
+		return
+	}
 	writeError(w, runtime.HTTPStatusFromCode(st.Code()), st)
 }
 

@@ -210,7 +210,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 // (http.go) are the same server but for them.
 func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxRecvMsgSize(maxReadMsgSize), // MaxRecvMsgSize is the codec's (badinput.go)
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
 		grpc.NumStreamWorkers(streamWorkers),
