@@ -7,12 +7,12 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	gateway "lock.dev/lockd/proto/lockd/v1/gateway"
 )
@@ -37,11 +37,6 @@ const (
 	// maxHTTPBody bounds a request body: a request message is at most
 	// MaxRecvMsgSize encoded, and JSON (base64 bytes, names) is larger.
 	maxHTTPBody = maxReadMsgSize
-	// httpIdleTimeout closes idle keep-alive connections (and with them
-	// their in-process gRPC connection).
-	httpIdleTimeout = 2 * time.Minute
-	// httpHeaderTimeout bounds the arrival of a request's headers.
-	httpHeaderTimeout = 10 * time.Second
 	// inprocMaxRecv bounds an answer on the in-process hop: a List page of
 	// 1000 locks with 4 KiB values is about 5 MB.
 	inprocMaxRecv = 64 << 20
@@ -88,8 +83,8 @@ func (s *Server) newHTTPAPI(opts []grpc.ServerOption) *httpAPI {
 	_ = gateway.RegisterLockServiceHandlerClient(context.Background(), mux, lockdv1.NewLockServiceClient(gatewayConn{a}))
 	a.srv = &http.Server{
 		Handler:           s.httpHandler(mux),
-		ReadHeaderTimeout: httpHeaderTimeout,
-		IdleTimeout:       httpIdleTimeout,
+		ReadHeaderTimeout: s.cfg.HTTPReadHeaderTimeout, // also bounds the TLS handshake
+		IdleTimeout:       s.cfg.IdleTimeout,
 		ConnContext:       a.connContext,
 		ConnState:         a.connState,
 		ErrorLog:          nil, // net/http's own log (TLS handshake errors) goes to the standard logger
@@ -105,6 +100,7 @@ func (s *Server) ServeHTTPAPI(lis net.Listener) error {
 	if s.http == nil {
 		return errors.New("server: the HTTP/JSON API is off (lock.server.http.listen is empty)")
 	}
+	lis = s.guard.listener(lis, telemetry.ListenerHTTP) // before TLS: a handshake that never ends is bounded too
 	if s.httpTLS != nil {
 		lis = tls.NewListener(lis, s.httpTLS.Config())
 	}

@@ -66,7 +66,9 @@ func (hc *httpConn) client() (*grpc.ClientConn, error) {
 	}
 	pipes := hc.a.pipes
 	cc, err := grpc.NewClient("passthrough:///lockd-http",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return pipes.dial(ctx, state) }),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return pipes.dial(ctx, state, hc.c.RemoteAddr(), hc.c.LocalAddr())
+		}),
 		grpc.WithTransportCredentials(insecure.NewCredentials()), // the pipe; the peer's security is pipeCreds'
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(inprocMaxRecv)),
 	)
@@ -145,11 +147,12 @@ func newPipeListener() *pipeListener {
 	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
-// dial makes a pipe whose server end carries state (nil: plaintext HTTP).
-func (l *pipeListener) dial(ctx context.Context, state *tls.ConnectionState) (net.Conn, error) {
+// dial makes a pipe whose server end carries state (nil: plaintext HTTP)
+// and the HTTP connection's addresses.
+func (l *pipeListener) dial(ctx context.Context, state *tls.ConnectionState, remote, local net.Addr) (net.Conn, error) {
 	client, srv := net.Pipe()
 	select {
-	case l.conns <- &pipeConn{Conn: srv, state: state}:
+	case l.conns <- &pipeConn{Conn: srv, state: state, remote: remote, local: local}:
 		return client, nil
 	case <-l.done:
 	case <-ctx.Done():
@@ -181,11 +184,17 @@ func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "lockd-http" }
 
 // pipeConn is the server end of a gateway pipe: the HTTP connection's TLS
-// state travels with it.
+// state and addresses travel with it, so the in-process server's peer is
+// the HTTP client's real address (the refusal rate's per-IP bucket, C2
+// #ct2-limits; the connection guard, idle.go).
 type pipeConn struct {
 	net.Conn
-	state *tls.ConnectionState
+	state         *tls.ConnectionState
+	remote, local net.Addr
 }
+
+func (c *pipeConn) RemoteAddr() net.Addr { return c.remote }
+func (c *pipeConn) LocalAddr() net.Addr  { return c.local }
 
 // pipeCreds are the in-process server's transport credentials: no
 // handshake (the pipe never leaves the process), and the peer's AuthInfo is

@@ -93,6 +93,7 @@ type Server struct {
 	bad            badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
 	lim            *limits     // the limits of C2 #ct2-limits (limits.go)
 	refused        *refusals   // the refusal rate per peer (refusals.go)
+	guard          *connGuard  // closes connections without an authorised call (idle.go)
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
@@ -160,12 +161,17 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	tm, err := telemetry.NewTransportMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
 	log := telemetry.OrDiscard(opts.Logger)
 	sh, _ := st.(store.SharedSessions)
 	s := &Server{
 		sharedSessions: sh != nil && sh.SharesSessions(),
 		lim:            newLimits(cfg, lm),
 		refused:        newRefusals(cfg.RefusalRate),
+		guard:          newConnGuard(cfg.ConnAuthTimeout, tm),
 		cfg:            cfg,
 		st:             st,
 		log:            log,
@@ -217,10 +223,13 @@ func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
 		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(az), s.unaryLimits),
 		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(az), s.streamLimits),
-		grpc.StatsHandler(s.lim), // counts connections (limits.go)
+		grpc.StatsHandler(s.lim),   // counts connections (limits.go)
+		grpc.StatsHandler(s.guard), // finds a call's connection (idle.go)
 		// Find dead client connections (a waiting Acquire of a client
-		// that vanished then ends, and its waiter leaves the queue).
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// that vanished then ends, and its waiter leaves the queue), and
+		// close connections with no call in progress (C5 #ct5-idle).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionIdle: s.cfg.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 }
@@ -228,7 +237,7 @@ func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 // Serve accepts gRPC connections on lis until Shutdown; it returns nil after
 // Shutdown and the listener's error otherwise.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(lis)
+	err := s.grpc.Serve(s.guard.listener(lis, telemetry.ListenerGRPC))
 	if errors.Is(err, grpc.ErrServerStopped) || s.ctx.Err() != nil {
 		return nil
 	}
@@ -263,6 +272,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) shutdown(ctx context.Context) error {
 	s.health.Shutdown()
+	defer s.guard.close()
 	var errs []error
 	if s.cfg.CloseSessionsOnShutdown {
 		errs = append(errs, s.closeAll(ctx))

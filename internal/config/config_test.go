@@ -121,6 +121,10 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.server.refusal-rate":          {"0", "0", 0},
 		"lock.server.max-lock-delay":        {"30s", "30s", 30 * time.Second},
 		"lock.server.max-hold-limit":        {"2h", "2h", 2 * time.Hour},
+		// Idle and unauthorised connections (#ct5-idle).
+		"lock.server.conn-auth-timeout":        {"3s", "3s", 3 * time.Second},
+		"lock.server.idle-timeout":             {"5m", "5m", 5 * time.Minute},
+		"lock.server.http.read-header-timeout": {"2s", "2s", 2 * time.Second},
 		// Transport security (C5 #ct5-tls); their partners are in needs.
 		"lock.server.tls.cert-file":              {"/c.pem", "/c.pem", "/c.pem"},
 		"lock.server.tls.key-file":               {"/k.pem", "/k.pem", "/k.pem"},
@@ -254,6 +258,9 @@ func TestNamingRules(t *testing.T) {
 		"lock.server.refusal-rate":               {"LOCKD_SERVER_REFUSAL_RATE", "refusal-rate"},
 		"lock.server.max-lock-delay":             {"LOCKD_SERVER_MAX_LOCK_DELAY", "max-lock-delay"},
 		"lock.server.max-hold-limit":             {"LOCKD_SERVER_MAX_HOLD_LIMIT", "max-hold-limit"},
+		"lock.server.conn-auth-timeout":          {"LOCKD_SERVER_CONN_AUTH_TIMEOUT", "conn-auth-timeout"},
+		"lock.server.idle-timeout":               {"LOCKD_SERVER_IDLE_TIMEOUT", "idle-timeout"},
+		"lock.server.http.read-header-timeout":   {"LOCKD_SERVER_HTTP_READ_HEADER_TIMEOUT", "http-read-header-timeout"},
 		"lock.server.tls.cert-file":              {"LOCKD_SERVER_TLS_CERT_FILE", "tls-cert-file"},
 		"lock.server.tls.key-file":               {"LOCKD_SERVER_TLS_KEY_FILE", "tls-key-file"},
 		"lock.server.tls.client-ca-file":         {"LOCKD_SERVER_TLS_CLIENT_CA_FILE", "tls-client-ca-file"},
