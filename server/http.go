@@ -87,7 +87,7 @@ func (s *Server) newHTTPAPI(opts []grpc.ServerOption) *httpAPI {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ConnContext:       a.connContext,
 		ConnState:         a.connState,
-		ErrorLog:          nil, // net/http's own log (TLS handshake errors) goes to the standard logger
+		ErrorLog:          s.translog.HTTPErrorLog(telemetry.ListenerHTTP), // TLS handshake errors … as C4 events, rate-limited
 	}
 	return a
 }

@@ -75,6 +75,9 @@ type Options struct {
 	// C5 #ct5-auth); nil allows every call. It stays the caller's: Shutdown
 	// does not close it.
 	Auth *auth.Authorizer
+	// TransportLog receives net/http's own error log lines (translog.go);
+	// nil makes one over Logger and Registry.
+	TransportLog *TransportLog
 }
 
 // Server is a lockd gRPC server over one store.
@@ -90,10 +93,11 @@ type Server struct {
 	reg            *prometheus.Registry
 	grpc           *grpc.Server
 	health         *health.Server
-	bad            badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
-	lim            *limits     // the limits of C2 #ct2-limits (limits.go)
-	refused        *refusals   // the refusal rate per peer (refusals.go)
-	guard          *connGuard  // closes connections without an authorised call (idle.go)
+	bad            badRequests   // requests that failed to decode on invalid UTF-8 (codec.go)
+	lim            *limits       // the limits of C2 #ct2-limits (limits.go)
+	refused        *refusals     // the refusal rate per peer (refusals.go)
+	guard          *connGuard    // closes connections without an authorised call (idle.go)
+	translog       *TransportLog // net/http's error log as C4 events (translog.go)
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
@@ -166,12 +170,19 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	log := telemetry.OrDiscard(opts.Logger)
+	tl := opts.TransportLog
+	if tl == nil {
+		if tl, err = NewTransportLog(log, reg); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
+	}
 	sh, _ := st.(store.SharedSessions)
 	s := &Server{
 		sharedSessions: sh != nil && sh.SharesSessions(),
 		lim:            newLimits(cfg, lm),
 		refused:        newRefusals(cfg.RefusalRate),
 		guard:          newConnGuard(cfg.ConnAuthTimeout, tm),
+		translog:       tl,
 		cfg:            cfg,
 		st:             st,
 		log:            log,
