@@ -195,6 +195,9 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		wake:           make(chan struct{}, 1),
 	}
 	s.maxWait.Store(int64(MaxWait))
+	if err := cfg.checkAnonymousAdmin(opts.Auth.Policy() != nil, log); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if s.grpcTLS, s.metricsTLS, s.httpTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
