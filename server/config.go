@@ -109,6 +109,15 @@ type Config struct {
 	// HTTPReadHeaderTimeout is lock.server.http.read-header-timeout: the
 	// bound of an HTTP request's headers and of the TLS handshake.
 	HTTPReadHeaderTimeout time.Duration `koanf:"lock.server.http.read-header-timeout"`
+
+	// Per-principal shares (C5 #ct5-principal-limits; principal_limits.go),
+	// applied while an access policy is in force; 0 is 25 % of the global
+	// bound (at least 1).
+
+	// PrincipalMaxStreams is lock.server.principal.max-streams.
+	PrincipalMaxStreams int `koanf:"lock.server.principal.max-streams"`
+	// PrincipalMaxWatches is lock.server.principal.max-watches.
+	PrincipalMaxWatches int `koanf:"lock.server.principal.max-watches"`
 }
 
 // MaxLimit is the upper bound of every lock.server.max-* key.
@@ -220,6 +229,17 @@ func (c Config) validateLimits(bad func(key, format string, args ...any)) {
 			bad(l.key, "%d out of bounds [1, %d]", l.v, MaxLimit)
 		case l.v > l.upper:
 			bad(l.key, "%d must not exceed %s (%d)", l.v, l.upperKey, l.upper)
+		}
+	}
+	for _, l := range []struct {
+		key string
+		v   int
+	}{
+		{"lock.server.principal.max-streams", c.PrincipalMaxStreams},
+		{"lock.server.principal.max-watches", c.PrincipalMaxWatches},
+	} {
+		if l.v < 0 || l.v > MaxLimit {
+			bad(l.key, "%d out of bounds [0 (25 %% of the global bound), %d]", l.v, MaxLimit)
 		}
 	}
 	if c.RefusalRate < 0 || c.RefusalRate > MaxLimit {

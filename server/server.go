@@ -93,11 +93,12 @@ type Server struct {
 	reg            *prometheus.Registry
 	grpc           *grpc.Server
 	health         *health.Server
-	bad            badRequests   // requests that failed to decode on invalid UTF-8 (codec.go)
-	lim            *limits       // the limits of C2 #ct2-limits (limits.go)
-	refused        *refusals     // the refusal rate per peer (refusals.go)
-	guard          *connGuard    // closes connections without an authorised call (idle.go)
-	translog       *TransportLog // net/http's error log as C4 events (translog.go)
+	bad            badRequests      // requests that failed to decode on invalid UTF-8 (codec.go)
+	lim            *limits          // the limits of C2 #ct2-limits (limits.go)
+	refused        *refusals        // the refusal rate per peer (refusals.go)
+	guard          *connGuard       // closes connections without an authorised call (idle.go)
+	translog       *TransportLog    // net/http's error log as C4 events (translog.go)
+	plim           *principalLimits // per-principal shares (principal_limits.go)
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
@@ -195,6 +196,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		wake:           make(chan struct{}, 1),
 	}
 	s.maxWait.Store(int64(MaxWait))
+	s.plim = newPrincipalLimits(cfg, s.lim, log)
 	if err := cfg.checkAnonymousAdmin(opts.Auth.Policy() != nil, log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -236,7 +238,7 @@ func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
 		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(az), s.unaryLimits),
-		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(az), s.streamLimits),
+		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(az), s.streamLimits, s.principalStreams(az)),
 		grpc.StatsHandler(s.lim),   // counts connections (limits.go)
 		grpc.StatsHandler(s.guard), // finds a call's connection (idle.go)
 		// Find dead client connections (a waiting Acquire of a client

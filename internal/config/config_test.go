@@ -125,6 +125,8 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.server.conn-auth-timeout":        {"3s", "3s", 3 * time.Second},
 		"lock.server.idle-timeout":             {"5m", "5m", 5 * time.Minute},
 		"lock.server.http.read-header-timeout": {"2s", "2s", 2 * time.Second},
+		"lock.server.principal.max-streams":    {"5", "5", 5},
+		"lock.server.principal.max-watches":    {"3", "3", 3},
 		// Transport security (C5 #ct5-tls); their partners are in needs.
 		"lock.server.tls.cert-file":              {"/c.pem", "/c.pem", "/c.pem"},
 		"lock.server.tls.key-file":               {"/k.pem", "/k.pem", "/k.pem"},
@@ -261,6 +263,8 @@ func TestNamingRules(t *testing.T) {
 		"lock.server.conn-auth-timeout":          {"LOCKD_SERVER_CONN_AUTH_TIMEOUT", "conn-auth-timeout"},
 		"lock.server.idle-timeout":               {"LOCKD_SERVER_IDLE_TIMEOUT", "idle-timeout"},
 		"lock.server.http.read-header-timeout":   {"LOCKD_SERVER_HTTP_READ_HEADER_TIMEOUT", "http-read-header-timeout"},
+		"lock.server.principal.max-streams":      {"LOCKD_SERVER_PRINCIPAL_MAX_STREAMS", "principal-max-streams"},
+		"lock.server.principal.max-watches":      {"LOCKD_SERVER_PRINCIPAL_MAX_WATCHES", "principal-max-watches"},
 		"lock.server.tls.cert-file":              {"LOCKD_SERVER_TLS_CERT_FILE", "tls-cert-file"},
 		"lock.server.tls.key-file":               {"LOCKD_SERVER_TLS_KEY_FILE", "tls-key-file"},
 		"lock.server.tls.client-ca-file":         {"LOCKD_SERVER_TLS_CLIENT_CA_FILE", "tls-client-ca-file"},

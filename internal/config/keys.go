@@ -92,6 +92,9 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.conn-auth-timeout", "conn-auth-timeout", "close a connection that made no authorised call this long after it was accepted (1s..10m)"},
 	{"lock.server.idle-timeout", "idle-timeout", "close a connection with no call in progress this long (10s..24h)"},
 	{"lock.server.http.read-header-timeout", "http-read-header-timeout", "bound of an HTTP request's headers (and the TLS handshake) (1s..1m)"},
+	// Per-principal shares (#ct5-principal-limits).
+	{"lock.server.principal.max-streams", "principal-max-streams", "KeepAlive and Watch streams one principal may hold under a policy (0: 25% of --max-streams)"},
+	{"lock.server.principal.max-watches", "principal-max-watches", "Watch streams one principal may hold under a policy (0: 25% of --max-watches)"},
 	// Access control (C5 #ct5-auth).
 	{"lock.auth.policy-file", "auth-policy-file", "YAML access policy (rules of principals, prefixes, actions); unset: every call allowed"},
 	{"lock.auth.tokens-file", "auth-tokens-file", "bearer tokens: SHA-256 of each token and its principal (needs --auth-policy-file)"},
