@@ -286,3 +286,50 @@ func wantBad(t *testing.T, what string, code int, out map[string]any, wantCode i
 		t.Errorf("%s = %d %v; want %d, reason %s, field %s", what, code, out, wantCode, wireerr.ReasonInvalidArgument, field)
 	}
 }
+
+// TestF2F4StreamsAndWatches: alice, who may read and lock, opens Watch
+// streams until the server refuses her; she gets her share (a quarter of
+// lock.server.max-streams and max-watches, 16 each here), refused LIMIT
+// principal_* beyond it, and bob can still watch and run: his `lockd run`
+// opens its KeepAlive stream, holds its lock for 3 × TTL and exits 0.
+// (Before issue 23 alice took every stream: bob's run could not keep its
+// session alive, and his watch was refused.)
+func TestF2F4StreamsAndWatches(t *testing.T) {
+	const bound = 16
+	s := serve(t, newPKI(t), "--max-streams", strconv.Itoa(bound), "--max-watches", strconv.Itoa(bound))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	watch := func(api lockdv1.LockServiceClient) error {
+		w, err := api.Watch(ctx, &lockdv1.WatchRequest{Prefix: "jobs/"})
+		if err != nil {
+			return err
+		}
+		if md, err := w.Header(); err != nil || len(md) == 0 {
+			_, err := w.Recv() // refused before it was established
+			return err
+		}
+		return nil
+	}
+	alice := lockdv1.NewLockServiceClient(s.dial(t, "alice"))
+	held := 0
+	for range bound {
+		err := watch(alice)
+		if err == nil {
+			held++
+			continue
+		}
+		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || wireerr.Reason(st) != wireerr.ReasonLimit ||
+			!strings.HasPrefix(wireerr.Limit(st), "principal_") {
+			t.Errorf("alice's watch %d refused with %v (limit %q); want LIMIT principal_*", held+1, err, wireerr.Limit(st))
+		}
+	}
+	if held >= bound {
+		t.Errorf("alice holds all %d streams; want at most her share", held)
+	}
+	if err := watch(lockdv1.NewLockServiceClient(s.dial(t, "bob"))); err != nil {
+		t.Errorf("bob's watch while alice holds her share: %v", err)
+	}
+	if r := holdRun(t, s); r.code != 0 {
+		t.Errorf("bob's lockd run while alice holds her share: %v", r)
+	}
+}
