@@ -77,6 +77,13 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
+	// net/http's and grpc-go's own log lines as C4 events (cmd/lockd
+	// installs server.GRPCLogger).
+	tlog, err := server.NewTransportLog(logger, reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	tlog.ReceiveGRPCLogs()
 
 	// Access rules (C5 #ct5-auth): read before the backend opens, so a bad
 	// policy fails the start at once; re-read on change and SIGHUP (below).
@@ -92,7 +99,7 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	}
 	defer func() { err = errors.Join(err, b.Close()) }()
 
-	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label, Auth: az})
+	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label, Auth: az, TransportLog: tlog})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
@@ -122,7 +129,8 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		if tc := srv.MetricsTLSConfig(); tc != nil {
 			mlis = tls.NewListener(mlis, tc)
 		}
-		httpSrv = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		httpSrv = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: tlog.HTTPErrorLog(telemetry.ListenerMetrics)}
 		metricsAt = mlis.Addr().String()
 	}
 
