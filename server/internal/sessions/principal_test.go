@@ -89,3 +89,36 @@ func TestPrincipalSessionShare(t *testing.T) {
 		t.Errorf("opensBy = %v after every open returned; want empty", f.opensBy)
 	}
 }
+
+// TestStreamSessions: a stream carries the sessions attached to it —
+// a Provisional one while pinned, a live one until it is dropped — and
+// none once they are gone (the server ends a stream carrying none after a
+// request naming no live session, issue 23 F2).
+func TestStreamSessions(t *testing.T) {
+	f := newFixture(t)
+	var p pushes
+	st, _ := f.AddStream(p.push)
+	if n := f.StreamSessions(st); n != 0 {
+		t.Fatalf("new stream carries %d; want 0", n)
+	}
+	x := mustAttach(t, f, "x", st) // Provisional: no such session yet
+	if n := f.StreamSessions(st); n != 1 {
+		t.Fatalf("with x pinned: %d; want 1", n)
+	}
+	f.MarkGone(x)
+	f.Unpin(x)
+	if n := f.StreamSessions(st); n != 0 {
+		t.Fatalf("x gone: %d; want 0", n)
+	}
+	f.open(t, "a")
+	f.Unpin(mustAttach(t, f, "a", st))
+	if n := f.StreamSessions(st); n != 1 {
+		t.Fatalf("live a attached: %d; want 1", n)
+	}
+	r := f.Pin("a")
+	f.MarkGone(r)
+	f.Unpin(r)
+	if n := f.StreamSessions(st); n != 0 {
+		t.Fatalf("a gone: %d; want 0", n)
+	}
+}
