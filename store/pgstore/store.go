@@ -17,6 +17,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/groupcommit"
 )
 
 // Defaults of Options.
@@ -62,6 +63,9 @@ type Options struct {
 
 	// probeInterval overrides listenerProbeInterval (tests).
 	probeInterval time.Duration
+	// recheckInterval overrides recheckInterval (tests: a long one shows
+	// that every grant came from a wake-up, not from the safety net).
+	recheckInterval time.Duration
 	// onLockBatch, if set, is called with every lock batch before it runs
 	// (tests).
 	onLockBatch func(batch []*lockReq)
@@ -80,6 +84,7 @@ type Store struct {
 	q              queries
 	reaperInterval time.Duration
 	probeInterval  time.Duration // listenerProbeInterval, unless a test set another
+	recheck        time.Duration // recheckInterval, unless a test set another
 	log            telemetry.Log
 	metrics        *telemetry.Metrics
 	instance       string // distinguishes this Store's sync markers
@@ -88,10 +93,10 @@ type Store struct {
 	wg        sync.WaitGroup     // the reaper and the listener
 	closeOnce sync.Once
 
-	lockQ       *batchQueue[*lockReq]  // group commit of grants and releases
-	hbQ         *batchQueue[*hbReq]    // group commit of heartbeats
-	locksQ      *batchQueue[*locksReq] // shared reads of LocksOf
-	batchers    sync.WaitGroup         // the workers of lockQ, hbQ and locksQ
+	lockQ       *groupcommit.Queue[*lockReq]  // group commit of grants and releases
+	hbQ         *groupcommit.Queue[*hbReq]    // group commit of heartbeats
+	locksQ      *groupcommit.Queue[*locksReq] // shared reads of LocksOf
+	batchers    sync.WaitGroup                // the workers of lockQ, hbQ and locksQ
 	onLockBatch func(batch []*lockReq)
 	onLocksOf   func(n int)
 
@@ -158,6 +163,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		q:              newQueries(schema, "lockd_"+hex.EncodeToString(sum[:8])),
 		reaperInterval: interval,
 		probeInterval:  cmp.Or(opts.probeInterval, listenerProbeInterval),
+		recheck:        cmp.Or(opts.recheckInterval, recheckInterval),
 		log:            telemetry.Log{L: opts.Logger, Backend: "pg"},
 		metrics:        opts.Metrics,
 		instance:       rand.Text(),

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"lock.dev/lockd/internal/telemetry"
@@ -63,9 +64,13 @@ func (s *Store) removeWaiter(w *waiter) {
 // smaller id, committed later); the attempt of whichever waiter was woken
 // instead then finds the key free with another waiter first, and wakes
 // that one (nudgeHead).
+//
+// For a semaphore or read/write key, next may name several sessions,
+// space-separated, or none ("-"): the waiters the key's holders admit
+// (migration 0008).
 func (s *Store) wakeLocked(key string, next store.SessionID) {
 	for w := range s.waiters[key] {
-		if next != "" && w.session != next {
+		if next != "" && !names(next, w.session) {
 			continue
 		}
 		select {
@@ -73,6 +78,20 @@ func (s *Store) wakeLocked(key string, next store.SessionID) {
 		default: // a wake-up is already pending
 		}
 	}
+}
+
+// names reports whether next, one session id or several space-separated,
+// names id.
+func names(next, id store.SessionID) bool {
+	if next == id {
+		return true
+	}
+	for n := range strings.FieldsSeq(string(next)) {
+		if store.SessionID(n) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // wakeAllLocked wakes every local waiter. s.mu is held.
@@ -99,37 +118,36 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		}
 	}
 	if err := validateGrantArgs("acquire", id, key); err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	o, err := store.NewAcquireOptions(opts...)
 	if err != nil {
-		return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", err)
+		return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", err))
 	}
 	if err := s.begin(ctx, "acquire"); err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	if o.Multi() {
 		return s.acquireMulti(ctx, id, key, o) // multi.go
 	}
 	w, err := s.addWaiter(id, key)
 	if err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()
-	recheck := time.NewTimer(recheckInterval)
+	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
 	for {
 		r, err := s.attempt(ctx, id, key, keep)
 		if err != nil {
 			leave()
-			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
-			return store.Grant{}, err
+			return store.Grant{}, s.acquireFailed(ctx, err)
 		}
-		if done, g, err := s.acquireDone(r.out, r.g, key, o, start); done {
+		if done, g, err := s.acquireDone(ctx, r.out, r.g, key, o, start); done {
 			return g, err
 		}
-		wait := recheckInterval
+		wait := s.recheck
 		if r.delay > 0 {
 			// A lock-delay keeps the key: nothing notifies its end.
 			wait = min(wait, r.delay+time.Millisecond)
@@ -140,12 +158,10 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		case <-recheck.C:
 		case <-ctx.Done():
 			leave()
-			s.metrics.Acquire(telemetry.AcquireTimeout, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", ctx.Err())
+			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
 		case <-s.closing:
 			leave()
-			s.metrics.Acquire(telemetry.AcquireError, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
+			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errClosed))
 		}
 	}
 }
@@ -187,19 +203,18 @@ func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) 
 // acquireDone ends a waiting Acquire on an attempt's outcome: a grant (new
 // or already held), a dead session or a mismatch ends it (done), anything
 // else (busy) has it wait on. start is when the Acquire began.
-func (s *Store) acquireDone(out outcome, g store.Grant, key string, o store.AcquireOptions, start time.Time) (bool, store.Grant, error) {
+func (s *Store) acquireDone(ctx context.Context, out outcome, g store.Grant, key string, o store.AcquireOptions, start time.Time) (bool, store.Grant, error) {
 	switch out {
 	case granted:
 		s.newGrant(g, time.Since(start))
 		return true, g, nil
 	case held:
+		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return true, g, nil
 	case dead:
-		s.metrics.Acquire(telemetry.AcquireError, 0)
-		return true, store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+		return true, store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead))
 	case mismatch:
-		s.metrics.Acquire(telemetry.AcquireError, 0)
-		return true, store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
+		return true, store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o)))
 	}
 	return false, store.Grant{}, nil
 }
