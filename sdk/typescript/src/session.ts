@@ -28,6 +28,17 @@ export interface SessionOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * The instant a reply's Remaining counts from: `sent`, the client's time when
+ * it sent the request the reply answers, never the time the reply arrived
+ * (C2 #ct2-deadline). The server measured Remaining from its receipt of the
+ * request, which is later than `sent`; counting from the reply's arrival
+ * would add the reply's transit to the client's trust.
+ */
+function trustFrom(sent: number): number {
+  return sent;
+}
+
 /** Notice ids kept per key at most (Session.lostTok), as the Go SDK's maxLostKeys. */
 const MAX_LOST_KEYS = 4096;
 
@@ -107,7 +118,7 @@ export class Session {
     let interval = Number(resp.heartbeatIntervalMs);
     if (interval <= 0) interval = ttlMs / 3;
     const s = new Session(c, resp.sessionId, resp.sessionSecret, ttlMs, margin, interval, so.lockDelayMs ?? 0,
-      sent + Number(resp.remainingMs) - margin);
+      trustFrom(sent) + Number(resp.remainingMs) - margin);
     // The settings in force (the client's, else the server's) against the
     // TTL the backend applies: refuse a margin or interval it cannot carry.
     try {
@@ -220,7 +231,7 @@ export class Session {
    * extended. A deadline already passed is never revived. Returns the bound.
    */
   extend(sent: number, remainingMs: number): number {
-    const d = sent + remainingMs - this.marginMs;
+    const d = trustFrom(sent) + remainingMs - this.marginMs;
     if (this._err) return d;
     if (this.client.clock.now() >= this._deadline) {
       this.end(new SessionExpiredError());
@@ -247,7 +258,7 @@ export class Session {
     }
     const listed = new Map<string, bigint>();
     for (const h of held?.locks ?? []) listed.set(h.key, h.token);
-    const d = sent + remainingMs - this.marginMs;
+    const d = trustFrom(sent) + remainingMs - this.marginMs;
     const lost: Lock[] = [];
     for (const [key, l] of this.locks) {
       if (held === undefined || listed.get(key) === l.token) {
