@@ -299,11 +299,13 @@ export class Client {
   }
 
   /**
-   * Watches the keys with `prefix`: an async iterable of events in commit
-   * order, re-opened through any replica from the last cursor when the
-   * stream breaks (C2 #ct2-watch-resume). Ends when `signal` aborts.
+   * Watches the keys with `prefix`. Resolves once the watch is established
+   * (every change committed afterwards is delivered) to an async iterable of
+   * events in commit order, re-opened through any replica from the last
+   * cursor when the stream breaks (C2 #ct2-watch-resume). Ends when `signal`
+   * aborts.
    */
-  watch(prefix: string, opts: WatchOptions = {}): AsyncIterable<WatchEvent> {
+  watch(prefix: string, opts: WatchOptions = {}): Promise<AsyncIterable<WatchEvent>> {
     return watch(this, prefix, opts);
   }
 

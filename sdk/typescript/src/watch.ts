@@ -105,29 +105,56 @@ function toEvent(m: WatchResponse, kind: EventKindName): WatchEvent {
   return { kind, key: m.key, session: m.sessionId, token: m.token, owner: m.owner, labels: m.labels, value: m.value, cursor: m.cursor };
 }
 
-/** Client.watch: events in commit order, resumed from the last cursor through any replica when the stream breaks. */
-export async function* watch(c: Client, prefix: string, o: WatchOptions): AsyncGenerator<WatchEvent> {
+/**
+ * Client.watch: resolves once the watch is established (every change
+ * committed after that is delivered), then yields events in commit order,
+ * resumed from the last cursor through any replica when the stream breaks.
+ */
+export async function watch(c: Client, prefix: string, o: WatchOptions): Promise<AsyncIterable<WatchEvent>> {
   checkPrefix(prefix);
   const signal = o.signal ? AbortSignal.any([o.signal, c.signal]) : c.signal;
   let cursor = o.resumeAfter ?? "";
-  for (let attempt = 0; !signal.aborted; attempt++) {
-    const req = create(WatchRequestSchema, { prefix, holder: !!o.holders, resumeAfter: cursor, progress: true });
-    try {
-      for await (const m of rawWatch(c, req, signal)) {
-        attempt = 0;
-        if (m.cursor !== "") cursor = m.cursor;
-        const kind = KINDS[m.kind];
-        if (kind) yield toEvent(m, kind); // progress only moves the cursor
+  // Opens a stream and waits for its first message (the server sends a
+  // progress as soon as the watch is established), retrying retryable errors.
+  const establish = async (): Promise<{ it: AsyncGenerator<WatchResponse>; first: WatchResponse } | undefined> => {
+    for (let attempt = 0; ; attempt++) {
+      if (signal.aborted) return undefined;
+      const it = rawWatch(c, create(WatchRequestSchema, { prefix, holder: !!o.holders, resumeAfter: cursor, progress: true }), signal);
+      try {
+        const r = await it.next();
+        if (!r.done) return { it, first: r.value };
+      } catch (e) {
+        if (signal.aborted) return undefined;
+        if (!retryable(e)) throw e;
+        c.debug("watch: opening failed; retrying", e);
       }
-    } catch (e) {
-      if (signal.aborted) return;
-      if (!retryable(e)) throw e;
-      c.debug("watch broke; resuming", e);
+      if (!(await sleep(c.clock, c.backoff(attempt), signal))) return undefined;
     }
-    if (cursor === "") {
-      // Nothing to resume from: the events meanwhile are unknown.
-      yield { kind: "resync", key: "", session: "", token: 0n, owner: "", labels: {}, value: new Uint8Array(), cursor: "" };
+  };
+  let cur = await establish();
+  if (!cur && o.signal?.aborted) throw o.signal.reason;
+  return (async function* () {
+    while (cur) {
+      const { it, first } = cur;
+      try {
+        for (let m: WatchResponse | undefined = first; m; m = (await it.next()).value as WatchResponse | undefined) {
+          if (m.cursor !== "") cursor = m.cursor;
+          const kind = KINDS[m.kind];
+          if (kind) yield toEvent(m, kind); // a progress only moves the cursor
+        }
+      } catch (e) {
+        if (signal.aborted) return;
+        if (!retryable(e)) throw e;
+        c.debug("watch broke; resuming", e);
+      } finally {
+        await it.return(undefined);
+      }
+      if (cursor === "") {
+        // Nothing to resume from: what happened meanwhile is unknown.
+        yield { kind: "resync", key: "", session: "", token: 0n, owner: "", labels: {}, value: new Uint8Array(), cursor: "" };
+      }
+      if (!(await sleep(c.clock, c.backoff(0), signal))) return;
+      cur = await establish();
     }
-    if (!(await sleep(c.clock, c.backoff(attempt), signal))) return;
-  }
+  })();
 }
