@@ -100,13 +100,20 @@ func TestPauseLastsUntilSuperseded(t *testing.T) {
 	r := &run{spec: Spec{Name: "t", Fault: PauseHolder}, opts: Options{TTL: ttl}, clock: clock, fenced: fs,
 		lastHold: map[string]int64{}}
 	w := &workerProc{proc: "w0", state: "free", onHold: r.sawHold}
-	f := startFake(t, w, `echo hold k 5 1 plain -
+	// The worker holds only when told to start, after the runner armed its
+	// trigger: a hold line read before that is answered "go" at once and
+	// never paused (the test then waited for a pause that could not come,
+	// seen on a loaded clean-clone CI run).
+	f := startFake(t, w, `read s
+echo hold k 5 1 plain -
 read a; echo got $a
 exec sleep 60`)
 	r.workers = []*workerProc{w}
 
 	errc := make(chan error, 1)
 	go func() { errc <- r.pauseHolderWith(context.Background(), r.targets, nil, nil) }()
+	testkit.Eventually(t, 10*time.Second, "the runner armed its pause trigger", func() bool { return w.trig.Load() != nil })
+	w.p.answer("start")
 	testkit.Eventually(t, 10*time.Second, "the holder paused", w.isStopped)
 	paused := time.Now()
 
