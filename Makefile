@@ -25,7 +25,7 @@ staticcheck:
 ## starts test binaries in the order of its package list, does not leave one
 ## of them running alone at the end; ./... adds the rest (go test lists each
 ## package once).
-GOTEST_FIRST ?= ./test/chaos/ ./server/ ./test/parity/ ./store/pgstore/ ./internal/cli/ ./store/etcdstore/ ./client/
+GOTEST_FIRST ?= ./test/chaos/ ./server/ ./test/parity/ ./store/pgstore/ ./internal/cli/ ./test/sdk/ ./store/etcdstore/ ./client/
 gotest:
 	$(GO) test $(GOTESTFLAGS) $(GOTEST_FIRST) ./...
 

@@ -35,7 +35,8 @@ rules:
 const tsReplicas = 3
 
 // TestTypeScriptSDK runs sdk/typescript's tests against real lockd servers:
-// npm ci (the committed package-lock.json), one tsc build, the unit tests
+// npm ci (the committed package-lock.json; its prepare script is the one tsc
+// build), the unit tests
 // (the timing rules under a fake clock), then per backend the integration
 // tests (the README quickstart included) and the replica failover test, and
 // the TLS/mTLS and bearer-token tests. It fails if any test fails or is
@@ -49,9 +50,12 @@ func TestTypeScriptSDK(t *testing.T) {
 	dir := tsWorkdir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	// The locked dependencies; the npm cache makes a second run offline.
+	// The locked dependencies (the npm cache makes a second run offline),
+	// then the package's prepare script: tsc once, src and tests.
 	tsRun(t, ctx, dir, nil, "npm", "ci", "--no-audit", "--no-fund", "--prefer-offline")
-	tsRun(t, ctx, dir, nil, "npx", "--no-install", "tsc", "-p", "tsconfig.json")
+	if _, err := os.Stat(filepath.Join(dir, "dist", "test", "unit", "timing.test.js")); err != nil {
+		t.Fatalf("npm ci did not build the package (prepare: tsc): %v", err)
+	}
 
 	node := func(t *testing.T, env map[string]string, files ...string) {
 		t.Helper()

@@ -249,7 +249,8 @@ export class Client {
   /** @internal */
   track(p: Promise<unknown>): void {
     this.tasks.add(p);
-    void p.finally(() => this.tasks.delete(p));
+    const done = () => void this.tasks.delete(p);
+    p.then(done, done);
   }
 
   /**

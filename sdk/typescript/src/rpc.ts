@@ -240,7 +240,10 @@ export class GrpcApi implements LockApi {
       if (ended || cancelled) return;
       ended = true;
       const mapped = fromGrpcError(err);
-      if (mapped instanceof UnavailableError && mapped.reason === "") this.failed(addr);
+      if (mapped instanceof UnavailableError) {
+        if (mapped.reason === "SHUTTING_DOWN") this.setAside(addr, true);
+        else if (mapped.reason === "") this.failed(addr);
+      }
       onEnd(mapped);
     };
     return {
