@@ -48,6 +48,10 @@ func TestTypeScriptSDK(t *testing.T) {
 		}
 	}
 	dir := tsWorkdir(t)
+	readme, err := filepath.Abs(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// The locked dependencies (the npm cache makes a second run offline),
@@ -87,6 +91,7 @@ func TestTypeScriptSDK(t *testing.T) {
 			node(t, map[string]string{
 				"LOCKDTEST_BACKEND": b, "LOCKDTEST_ADDR": srv.Addr,
 				"LOCKDTEST_REPLICAS": strings.Join(addrs, ","), "LOCKDTEST_CONTROL": replicaControl(t, set),
+				"LOCKDTEST_REPO_README": readme,
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js")
 		})

@@ -11,23 +11,34 @@ import { need } from "./env.js";
 
 const root = resolve(fileURLToPath(import.meta.url), "../../../..");
 
+/** Runs a README block as an ES module, pointed at this build and the harness's lockd; returns its stdout. */
+async function runBlock(block: string): Promise<string> {
+  const code = block
+    .replace('"@lockd/client"', JSON.stringify(pathToFileURL(join(root, "dist/src/index.js")).href))
+    .replace('"127.0.0.1:7420"', JSON.stringify(need("LOCKDTEST_ADDR")));
+  const dir = mkdtempSync(join(tmpdir(), "lockd-quickstart-"));
+  try {
+    writeFileSync(join(dir, "quickstart.mjs"), code);
+    return await new Promise<string>((res, rej) =>
+      execFile(process.execPath, [join(dir, "quickstart.mjs")], { timeout: 20_000 }, (err, stdout, stderr) =>
+        err ? rej(new Error(`${err.message}\n${stderr}`)) : res(stdout)));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 test("the README quickstart runs", { timeout: 30_000 }, async () => {
   const readme = readFileSync(join(root, "README.md"), "utf8");
   const m = /## Quickstart\n\n```ts\n([\s\S]*?)```/.exec(readme);
   assert.ok(m, "no ```ts block under ## Quickstart in README.md");
   const lines = m[1]!.trimEnd().split("\n").filter((l) => l.trim() !== "");
   assert.ok(lines.length <= 10, `the quickstart has ${lines.length} lines; keep it to 10`);
-  const code = m[1]!
-    .replace('"@lockd/client"', JSON.stringify(pathToFileURL(join(root, "dist/src/index.js")).href))
-    .replace('"127.0.0.1:7420"', JSON.stringify(need("LOCKDTEST_ADDR")));
-  const dir = mkdtempSync(join(tmpdir(), "lockd-quickstart-"));
-  try {
-    writeFileSync(join(dir, "quickstart.mjs"), code);
-    const out = await new Promise<string>((res, rej) =>
-      execFile(process.execPath, [join(dir, "quickstart.mjs")], { timeout: 20_000 }, (err, stdout, stderr) =>
-        err ? rej(new Error(`${err.message}\n${stderr}`)) : res(stdout)));
-    assert.match(out, /holding jobs\/nightly with fencing token \d+/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  assert.match(await runBlock(m[1]!), /holding jobs\/nightly with fencing token \d+/);
+});
+
+test("the repository README's TypeScript example runs", { timeout: 30_000 }, async () => {
+  const readme = readFileSync(need("LOCKDTEST_REPO_README"), "utf8");
+  const m = /## Using lockd from TypeScript\n[\s\S]*?```ts\n([\s\S]*?)```/.exec(readme);
+  assert.ok(m, "no ```ts block under ## Using lockd from TypeScript in the repository's README.md");
+  await runBlock(m[1]!);
 });

@@ -174,3 +174,22 @@ test("a safety margin or heartbeat interval the TTL cannot carry is refused", as
   await c.close();
   await c2.close();
 });
+
+test("a lock granted after a heartbeat was sent is neither lost nor extended by its answer", async () => {
+  const rem = 10_000;
+  const margin = 500;
+  const { clock, api, client } = setup({ ttlMs: 15_000, marginMs: margin, intervalMs: 5000, remainingMs: rem });
+  const s = await client.newSession();
+  await flush();
+  const beat = api.stream.sent[0]!; // in flight
+  clock.advance(100);
+  const granted = clock.now();
+  const l = await s.acquire("k");
+  assert.equal(l.deadline, granted + rem - margin);
+  // The answer was composed before the grant: it does not list the lock, and grants more time.
+  api.stream.answerLast(rem + 5000, []);
+  assert.equal(s.deadline, beat.at + rem + 5000 - margin, "session extended");
+  assert.ok(l.valid(), `lock added after the heartbeat's send was ended: ${l.err}`);
+  assert.equal(l.deadline, granted + rem - margin, "lock extended by an answer that does not list it");
+  await client.close();
+});
