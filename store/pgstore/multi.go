@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,24 +14,30 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// Semaphores and read/write locks (C2 #ct2-multi, migration 0006). A key of
-// either kind has one slots row per holder and its queue in slot_waiters.
-// An attempt takes the key's advisory lock (keyLock, as every plain grant
-// does), looks at the session, the key's plain rows, its slots and its
-// queue, and decides with store.Admit: grant (a slots row whose token is
-// drawn in the INSERT, under the key lock: strictly increasing per key over
-// both kinds, see grant), queue, or ErrLimitMismatch. The plain grant paths
-// refuse a key with slots or slot waiters (grantCheck, grantBatch), so a
-// key is never held both ways. Slots cascade from their session; their
-// deletes notify like lock deletes, and every change of a key's slots or
-// queue wakes all its local waiters, which decide again.
+// Semaphores and read/write locks (C2 #ct2-multi, migrations 0006 and
+// 0008). A key of either kind has one slots row per holder and its queue in
+// slot_waiters. An attempt is one statement, slot_attempt: it takes the
+// key's advisory lock (the one keyLock takes, as every plain grant does),
+// looks at the session, the key's plain rows, its slots and its queue, and
+// decides as store.Admit does (slot_verdict): grant (a slots row whose
+// token is drawn in the INSERT, under the key lock: strictly increasing per
+// key over both kinds, see grant), queue, or ErrLimitMismatch. The plain
+// grant paths refuse a key with slots or slot waiters (grantCheck,
+// grantBatch), so a key is never held both ways. Slots cascade from their
+// session; their deletes notify like lock deletes. A change made under the
+// key's lock (slot_attempt's grant, queueing or dequeue; slot_release)
+// wakes only the waiters the key's holders now admit, named by the slot
+// triggers (slot_admissible); any other (a session's end, a revoke, a
+// waiter leaving on a timeout) wakes every local waiter of the key, which
+// decide again. pgstore.TestSlotAdmissibleMatchesAdmit holds the SQL to
+// store.Admit.
 
 // multiQueries are the statements of multi.go.
 type multiQueries struct {
-	live, plain, slots, waiters string
-	insert, enqueue, dequeue    string
-	release, revoke, setValue   string
-	inspect, list               string
+	attempt                   string
+	dequeue                   string
+	release, revoke, setValue string
+	inspect, list             string
 }
 
 func newMultiQueries(r *strings.Replacer) multiQueries {
@@ -41,23 +46,13 @@ func newMultiQueries(r *strings.Replacer) multiQueries {
 		ARRAY(SELECT w.session_id FROM {{s}}.slot_waiters w WHERE w.key = m.key ORDER BY w.id)
 		FROM {{s}}.slots m LEFT JOIN {{s}}.sessions s ON s.id = m.session_id`
 	return multiQueries{
-		// The session row stays as checked until commit (see grantCheck).
-		live: r.Replace(`SELECT floor(extract(epoch FROM expires_at - now()) * 1000000)::bigint
-			FROM {{s}}.sessions WHERE id = $1 FOR KEY SHARE`),
-		plain: r.Replace(`SELECT EXISTS (SELECT 1 FROM {{s}}.locks WHERE key = $1)
-			OR EXISTS (SELECT 1 FROM {{s}}.waiters WHERE key = $1)`),
-		slots:   r.Replace(`SELECT session_id, token, mode, lim, acquired_at FROM {{s}}.slots WHERE key = $1 ORDER BY token`),
-		waiters: r.Replace(`SELECT session_id, mode, lim FROM {{s}}.slot_waiters WHERE key = $1 ORDER BY id`),
-		insert: r.Replace(`INSERT INTO {{s}}.slots (key, session_id, token, mode, lim)
-			VALUES ($1, $2, nextval({{seq}}), $3, $4) RETURNING token, acquired_at`),
-		enqueue: r.Replace(`INSERT INTO {{s}}.slot_waiters (key, session_id, mode, lim) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (key, session_id) DO NOTHING`),
+		// One attempt (attemptMulti) in one statement, under the key's
+		// advisory lock (the one keyLock takes, its hash computed here).
+		attempt: r.Replace(`SELECT * FROM {{s}}.slot_attempt(hashtextextended({{keylock}} || $1::text, 0), $1, $2, $3, $4, $5)`),
 		dequeue: r.Replace(`DELETE FROM {{s}}.slot_waiters WHERE key = $1 AND session_id = $2`),
-		release: r.Replace(`DELETE FROM {{s}}.slots
-			WHERE key = $1 AND session_id = $2 AND token = $3
-			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())
-			AND set_config('lockd.reason', 'released', true) IS NOT NULL
-			RETURNING acquired_at`),
+		// Release (releaseSlot) in one statement, under the same lock;
+		// NULL: not the current grant.
+		release: r.Replace(`SELECT {{s}}.slot_release(hashtextextended({{keylock}} || $1::text, 0), $1, $2, $3)`),
 		revoke: r.Replace(`DELETE FROM {{s}}.slots
 			WHERE key = $1 AND set_config('lockd.reason', 'revoked', true) IS NOT NULL
 			RETURNING session_id, token, acquired_at`),
@@ -86,87 +81,32 @@ func errMismatch(key string, o store.AcquireOptions) error {
 }
 
 // attemptMulti is one attempt of a slot: granted, held, busy (queued when
-// wait), dead or mismatch. It is observed as one request.
+// wait), dead or mismatch. It is one statement, slot_attempt (migration
+// 0008), which decides under the key's lock as store.Admit does; it is
+// observed as one request. A caller whose ctx ends while the statement
+// runs may have been granted all the same (PostgreSQL cancels the
+// statement or finishes it first): the grant is its session's, which the
+// SDK releases when no call claims it (C2 #ct2-keep-place), as on etcd.
 func (s *Store) attemptMulti(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions, wait bool) (g store.Grant, out outcome, err error) {
 	op := telemetry.OpTryInsert
 	if wait {
 		op = telemetry.OpAcquire
 	}
 	defer s.metrics.Observe(op)(&err)
-	sid := string(id)
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		g, out = store.Grant{}, 0
-		if _, err := tx.Exec(ctx, s.q.keyLock, []string{key}); err != nil {
-			return err
-		}
-		dequeue := func(o outcome) error {
-			out = o
-			_, err := tx.Exec(ctx, s.q.m.dequeue, key, sid)
-			return err
-		}
-		var remainingUS int64
-		err := tx.QueryRow(ctx, s.q.m.live, sid).Scan(&remainingUS)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && remainingUS <= 0 {
-			return dequeue(dead)
-		}
-		if err != nil {
-			return err
-		}
-		g = store.Grant{Key: key, Session: id, Remaining: time.Duration(remainingUS) * time.Microsecond}
-		var plain bool
-		if err := tx.QueryRow(ctx, s.q.m.plain, key).Scan(&plain); err != nil {
-			return err
-		}
-		rows, _ := tx.Query(ctx, s.q.m.slots, key)
-		var holders []store.MultiEntry
-		var sess string
-		var tok int64
-		var mode int16
-		var lim int32
-		var at time.Time
-		_, err = pgx.ForEachRow(rows, []any{&sess, &tok, &mode, &lim, &at}, func() error {
-			holders = append(holders, store.MultiEntry{Session: store.SessionID(sess), Limit: uint32(lim), Mode: store.Mode(mode)})
-			if sess == sid {
-				g.Token, g.AcquiredAt, out = uint64(tok), at, held
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if out == held {
-			return dequeue(held)
-		}
-		if plain {
-			return dequeue(mismatch)
-		}
-		rows, _ = tx.Query(ctx, s.q.m.waiters, key)
-		var queue []store.MultiEntry
-		_, err = pgx.ForEachRow(rows, []any{&sess, &mode, &lim}, func() error {
-			queue = append(queue, store.MultiEntry{Session: store.SessionID(sess), Limit: uint32(lim), Mode: store.Mode(mode)})
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		switch store.Admit(id, o, holders, queue) {
-		case store.AdmitMismatch:
-			return dequeue(mismatch)
-		case store.AdmitGrant:
-			if err := tx.QueryRow(ctx, s.q.m.insert, key, sid, int16(o.Mode), int32(o.Limit)).Scan(&tok, &g.AcquiredAt); err != nil {
-				return err
-			}
-			g.Token = uint64(tok)
-			return dequeue(granted)
-		}
-		out = busy
-		if !wait {
-			return nil
-		}
-		_, err = tx.Exec(ctx, s.q.m.enqueue, key, sid, int16(o.Mode), int32(o.Limit))
-		return err
-	})
-	return g, out, classify(ctx, "acquire", err)
+	var (
+		code        int16
+		tok, remain *int64
+		at          *time.Time
+	)
+	err = s.pool.QueryRow(ctx, s.q.m.attempt, key, string(id), int16(o.Mode), int32(o.Limit), wait).Scan(&code, &tok, &at, &remain)
+	if err != nil {
+		return store.Grant{}, 0, classify(ctx, "acquire", err)
+	}
+	out = outcome(code)
+	if out == granted || out == held {
+		g = store.Grant{Key: key, Session: id, Token: uint64(*tok), AcquiredAt: *at, Remaining: time.Duration(*remain) * time.Microsecond}
+	}
+	return g, out, nil
 }
 
 // tryMulti is TryInsert of a slot.
@@ -201,7 +141,7 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()
-	recheck := time.NewTimer(recheckInterval)
+	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
 	for {
 		g, out, err := s.attemptMulti(ctx, id, key, o, true)
@@ -213,7 +153,7 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 		if done, g, err := s.acquireDone(out, g, key, o, start); done {
 			return g, err
 		}
-		recheck.Reset(recheckInterval)
+		recheck.Reset(s.recheck)
 		select {
 		case <-w.wake:
 		case <-recheck.C:
@@ -240,17 +180,17 @@ func (s *Store) leaveSlotQueue(id store.SessionID, key string) {
 // releaseSlot is DeleteIfOwner of a slot (the plain release found no
 // such lock row).
 func (s *Store) releaseSlot(ctx context.Context, id store.SessionID, key string, token uint64) error {
-	var at time.Time
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, s.q.m.release, key, string(id), int64(token)).Scan(&at)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("pgstore: release: %w", store.ErrNotOwner)
-	}
+	// slot_release (migration 0008) deletes under the key's lock, so the
+	// slot's released event names the waiters it admits.
+	var at *time.Time
+	err := s.pool.QueryRow(ctx, s.q.m.release, key, string(id), int64(token)).Scan(&at)
 	if err = classify(ctx, "release", err); err != nil {
 		return err
 	}
-	s.log.LockReleased(store.Grant{Key: key, Session: id, Token: token, AcquiredAt: at}, telemetry.ReleaseRelease)
+	if at == nil {
+		return fmt.Errorf("pgstore: release: %w", store.ErrNotOwner)
+	}
+	s.log.LockReleased(store.Grant{Key: key, Session: id, Token: token, AcquiredAt: *at}, telemetry.ReleaseRelease)
 	s.metrics.Released(telemetry.ReleaseRelease, 1)
 	return nil
 }

@@ -62,6 +62,9 @@ type Options struct {
 
 	// probeInterval overrides listenerProbeInterval (tests).
 	probeInterval time.Duration
+	// recheckInterval overrides recheckInterval (tests: a long one shows
+	// that every grant came from a wake-up, not from the safety net).
+	recheckInterval time.Duration
 	// onLockBatch, if set, is called with every lock batch before it runs
 	// (tests).
 	onLockBatch func(batch []*lockReq)
@@ -80,6 +83,7 @@ type Store struct {
 	q              queries
 	reaperInterval time.Duration
 	probeInterval  time.Duration // listenerProbeInterval, unless a test set another
+	recheck        time.Duration // recheckInterval, unless a test set another
 	log            telemetry.Log
 	metrics        *telemetry.Metrics
 	instance       string // distinguishes this Store's sync markers
@@ -158,6 +162,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		q:              newQueries(schema, "lockd_"+hex.EncodeToString(sum[:8])),
 		reaperInterval: interval,
 		probeInterval:  cmp.Or(opts.probeInterval, listenerProbeInterval),
+		recheck:        cmp.Or(opts.recheckInterval, recheckInterval),
 		log:            telemetry.Log{L: opts.Logger, Backend: "pg"},
 		metrics:        opts.Metrics,
 		instance:       rand.Text(),

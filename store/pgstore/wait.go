@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"lock.dev/lockd/internal/telemetry"
@@ -63,9 +64,13 @@ func (s *Store) removeWaiter(w *waiter) {
 // smaller id, committed later); the attempt of whichever waiter was woken
 // instead then finds the key free with another waiter first, and wakes
 // that one (nudgeHead).
+//
+// For a semaphore or read/write key, next may name several sessions,
+// space-separated, or none ("-"): the waiters the key's holders admit
+// (migration 0008).
 func (s *Store) wakeLocked(key string, next store.SessionID) {
 	for w := range s.waiters[key] {
-		if next != "" && w.session != next {
+		if next != "" && !names(next, w.session) {
 			continue
 		}
 		select {
@@ -73,6 +78,20 @@ func (s *Store) wakeLocked(key string, next store.SessionID) {
 		default: // a wake-up is already pending
 		}
 	}
+}
+
+// names reports whether next, one session id or several space-separated,
+// names id.
+func names(next, id store.SessionID) bool {
+	if next == id {
+		return true
+	}
+	for n := range strings.FieldsSeq(string(next)) {
+		if store.SessionID(n) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // wakeAllLocked wakes every local waiter. s.mu is held.
@@ -117,7 +136,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()
-	recheck := time.NewTimer(recheckInterval)
+	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
 	for {
 		r, err := s.attempt(ctx, id, key, keep)
@@ -129,7 +148,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		if done, g, err := s.acquireDone(r.out, r.g, key, o, start); done {
 			return g, err
 		}
-		wait := recheckInterval
+		wait := s.recheck
 		if r.delay > 0 {
 			// A lock-delay keeps the key: nothing notifies its end.
 			wait = min(wait, r.delay+time.Millisecond)

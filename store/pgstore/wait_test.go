@@ -97,6 +97,9 @@ func TestWakeFirstWaiterOnly(t *testing.T) {
 		{`[["revoked","k","H",7]]`, ids},
 		{`[["dequeued","k",null,null,"C"]]`, []store.SessionID{"C"}},
 		{`[["dequeued","k",null,null,null]]`, ids},
+		// A slot's events name the waiters its holders admit (migration 0008).
+		{`[["released","k","H",7,"A C"]]`, []store.SessionID{"A", "C"}},
+		{`[["dequeued","k",null,null,"-"]]`, nil},
 		{`[["acquired","k","H",8,"A"]]`, nil},
 		{`[{"kind":"expired","session":"H","keys":["x","k"],"tokens":[1,2]}]`, ids},
 	} {
