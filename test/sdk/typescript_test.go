@@ -32,7 +32,7 @@ rules:
 
 // tsReplicas: the failover test drains one replica and kills another,
 // ending on the third.
-const tsReplicas = 3
+const tsReplicas = 5
 
 // TestTypeScriptSDK runs sdk/typescript's tests against real lockd servers:
 // npm ci (the committed package-lock.json; its prepare script is the one tsc
@@ -88,12 +88,14 @@ func TestTypeScriptSDK(t *testing.T) {
 				set = append(set, r)
 				addrs = append(addrs, r.Addr)
 			}
+			// A proxy in front of the first server: the outage tests pause and cut it.
+			proxy := testkit.NewProxy(t, srv.Addr)
 			node(t, map[string]string{
-				"LOCKDTEST_BACKEND": b, "LOCKDTEST_ADDR": srv.Addr,
-				"LOCKDTEST_REPLICAS": strings.Join(addrs, ","), "LOCKDTEST_CONTROL": replicaControl(t, set),
+				"LOCKDTEST_BACKEND": b, "LOCKDTEST_ADDR": srv.Addr, "LOCKDTEST_PROXY": proxy.Addr(),
+				"LOCKDTEST_REPLICAS": strings.Join(addrs, ","), "LOCKDTEST_CONTROL": tsControl(t, set, proxy),
 				"LOCKDTEST_REPO_README": readme,
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/readme.test.js",
-				"dist/test/integration/failover.test.js")
+				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {
@@ -190,6 +192,9 @@ func tsSummary(t *testing.T, out string, narrowed bool) {
 		if m := re.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.Atoi(m[2])
 			counts[m[1]] += n
+		} else if d, ok := strings.CutPrefix(strings.TrimSpace(line), "# "); ok && !strings.HasPrefix(d, "Subtest:") &&
+			!strings.HasPrefix(d, "suites ") && !strings.HasPrefix(d, "duration_ms ") {
+			t.Log("  " + d) // a test's diagnostic (t.diagnostic): its figures
 		}
 	}
 	switch {
@@ -203,13 +208,30 @@ func tsSummary(t *testing.T, out string, narrowed bool) {
 	t.Logf("node tests: %d passed", counts["pass"])
 }
 
-// replicaControl serves POST /replica/{i}/{stop|kill} on loopback for the
-// failover test: stop drains the replica and returns once it stopped; kill
-// drops it at once. It returns the base URL and stops with the test.
-func replicaControl(t *testing.T, set []*lockdtest.Server) string {
+// tsControl serves, on loopback, POST /replica/{i}/{stop|kill} for the
+// failover test (stop drains the replica and returns once it stopped; kill
+// drops it at once) and POST /proxy/{pause|cut|restore} for the outage
+// tests. It returns the base URL and stops with the test.
+func tsControl(t *testing.T, set []*lockdtest.Server, proxy *testkit.Proxy) string {
 	t.Helper()
 	var mu sync.Mutex // one action at a time
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /proxy/{action}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.PathValue("action") {
+		case "pause":
+			proxy.Pause()
+		case "cut":
+			proxy.Cut()
+		case "restore":
+			proxy.Restore()
+		default:
+			http.Error(w, "want pause, cut or restore", http.StatusNotFound)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("POST /replica/{i}/{action}", func(w http.ResponseWriter, r *http.Request) {
 		i, err := strconv.Atoi(r.PathValue("i"))
 		if err != nil || i < 0 || i >= len(set) {

@@ -115,7 +115,8 @@ export class Session {
     const ttlMs = Number(resp.ttlMs);
     let margin = Number(resp.safetyMarginMs);
     if ((c.opts.safetyMarginMs ?? 0) > 0) margin = c.opts.safetyMarginMs!;
-    let interval = Number(resp.heartbeatIntervalMs);
+    const own = c.opts.heartbeatIntervalMs ?? 0;
+    let interval = own > 0 ? own : Number(resp.heartbeatIntervalMs);
     if (interval <= 0) interval = ttlMs / 3;
     const s = new Session(c, resp.sessionId, resp.sessionSecret, ttlMs, margin, interval, so.lockDelayMs ?? 0,
       trustFrom(sent) + Number(resp.remainingMs) - margin);
@@ -125,9 +126,8 @@ export class Session {
       if (margin <= 0 || ttlMs <= 0) {
         throw new InvalidArgumentError(`safety margin ${margin} ms must be > 0 and < ttl/2 (ttl ${ttlMs} ms)`);
       }
-      if ((c.opts.heartbeatIntervalMs ?? 0) > 0) {
-        (s as { intervalMs: number }).intervalMs = c.opts.heartbeatIntervalMs!;
-        checkTiming(ttlMs, margin, s.intervalMs);
+      if (own > 0) {
+        checkTiming(ttlMs, margin, own);
       } else {
         checkTiming(ttlMs, margin, 0);
         if (s.intervalMs >= ttlMs - margin) {

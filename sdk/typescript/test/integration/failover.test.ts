@@ -16,6 +16,10 @@ test("a lock stays trusted while its client leaves a draining replica, then a ki
   t.after(() => c.close());
   const s = await c.newSession();
   const l = await s.acquire(key("failover"));
+  // A waiter (another session of the client) queued behind l, across both moves (C2 #ct2-keep-place).
+  const s2 = await c.newSession();
+  const waiting = s2.acquire(l.key);
+  await eventually(10_000, "the waiter queued", async () => (await c.inspect(l.key)).waiters.includes(s2.id));
   const ttl = s.ttlMs;
   for (const [i, action] of [[0, "stop"], [1, "kill"]] as const) {
     await control(i, action); // the client is on replica i (it moves on, in order)
@@ -28,5 +32,42 @@ test("a lock stays trusted while its client leaves a draining replica, then a ki
   const l2 = await s.acquire(key("after"), { signal: AbortSignal.timeout(10_000) });
   assert.ok(l2.valid());
   await l.release();
+  const handed = await waiting;
+  assert.ok(handed.token > l.token, "the waiter's grant after the moves");
+  await handed.release();
   await l2.release();
+});
+
+test("a watch resumes on another replica when its replica dies", { timeout: 60_000 }, async (t) => {
+  const all = need("LOCKDTEST_REPLICAS").split(",");
+  assert.ok(all.length >= 5, "the harness starts 5 replicas");
+  const c = new Client(`${all[3]},${all[4]}`, { backoffMinMs: 10, backoffMaxMs: 200 });
+  const writer = new Client(all[4]!, {});
+  t.after(() => Promise.all([c.close(), writer.close()]).then(() => undefined));
+  const prefix = key("watchmove") + "/";
+  const ac = new AbortController();
+  t.after(() => ac.abort());
+  const it = (await c.watch(prefix, { signal: ac.signal }))[Symbol.asyncIterator]();
+  const s = await writer.newSession();
+  const a = await s.acquire(prefix + "a");
+  assert.equal((await it.next()).value?.kind, "acquired");
+  await control(3, "kill"); // the watch's replica
+  await a.release(); // while the watch moves
+  const b = await s.acquire(prefix + "b");
+  const seen: string[] = [];
+  const pg = need("LOCKDTEST_BACKEND") === "pg";
+  for (;;) {
+    const e = (await it.next()).value!;
+    seen.push(e.kind + (e.key ? " " + e.key.slice(prefix.length) : ""));
+    if (e.key === prefix + "b" || (pg && e.kind === "resync")) break;
+  }
+  if (pg) {
+    // PostgreSQL keeps no history: the resumed watch says so, and the consumer re-reads.
+    assert.equal(seen[seen.length - 1], "resync", seen.join(","));
+    assert.equal((await c.inspect(prefix + "b")).token, b.token);
+  } else {
+    // etcd replays what happened during the move, exactly once.
+    assert.deepEqual(seen, ["released a", "acquired b"]);
+  }
+  await b.release();
 });
