@@ -92,6 +92,8 @@ export class GrpcApi implements LockApi {
   private readonly channels = new Map<string, grpc.Client>();
   private current = 0;
   private readonly aside = new Map<string, number>(); // address → until
+  /** The unary calls in flight, by address: a replica set aside has its calls moved (setAside). */
+  private readonly inflight = new Map<string, Set<() => void>>();
   private closed = false;
 
   constructor(private readonly cfg: ChannelConfig) {}
@@ -146,6 +148,12 @@ export class GrpcApi implements LockApi {
     }
     this.aside.set(peer, now + ASIDE_MS);
     this.failed(peer);
+    // The calls waiting there move with the client (as gRPC's pick_first
+    // drops a connection whose address is gone): cancelled here, they fail
+    // retryable and are sent again to the replica in use — a waiting
+    // Acquire resumes its kept place there (C2 #ct2-keep-place) instead of
+    // being cut, and its place left, when the draining replica stops.
+    for (const move of this.inflight.get(peer) ?? []) move();
     return true;
   }
 
@@ -166,6 +174,14 @@ export class GrpcApi implements LockApi {
         reject(o.signal.reason);
         return;
       }
+      let moved = false;
+      const move = () => {
+        moved = true;
+        call.cancel();
+      };
+      let calls = this.inflight.get(addr);
+      if (!calls) this.inflight.set(addr, (calls = new Set()));
+      calls.add(move);
       const call = this.channel(addr).makeUnaryRequest(
         path,
         (v: MessageShape<M["input"]>) => Buffer.from(toBinary(m.input, v)),
@@ -175,8 +191,13 @@ export class GrpcApi implements LockApi {
         {},
         (err, resp) => {
           o?.signal?.removeEventListener("abort", onAbort);
+          calls.delete(move);
           if (o?.signal?.aborted) {
             reject(o.signal.reason);
+            return;
+          }
+          if (moved) {
+            reject(new UnavailableError(`${m.name}: moved off replica ${addr}, set aside`));
             return;
           }
           if (err) {

@@ -16,10 +16,17 @@ test("a lock stays trusted while its client leaves a draining replica, then a ki
   t.after(() => c.close());
   const s = await c.newSession();
   const l = await s.acquire(key("failover"));
-  // A waiter (another session of the client) queued behind l, across both moves (C2 #ct2-keep-place).
+  // A waiter of the client queued behind l, then one of another client on
+  // the last replica: the first keeps its place across both moves (C2
+  // #ct2-keep-place, #ct2-failover), so it is granted first.
   const s2 = await c.newSession();
   const waiting = s2.acquire(l.key);
   await eventually(10_000, "the waiter queued", async () => (await c.inspect(l.key)).waiters.includes(s2.id));
+  const other = new Client(need("LOCKDTEST_REPLICAS").split(",")[2]!, {});
+  t.after(() => other.close());
+  const s3 = await other.newSession();
+  const second = s3.acquire(l.key);
+  await eventually(10_000, "the second waiter queued", async () => (await other.inspect(l.key)).waiters.join() === [s2.id, s3.id].join());
   const ttl = s.ttlMs;
   for (const [i, action] of [[0, "stop"], [1, "kill"]] as const) {
     await control(i, action); // the client is on replica i (it moves on, in order)
@@ -32,10 +39,42 @@ test("a lock stays trusted while its client leaves a draining replica, then a ki
   const l2 = await s.acquire(key("after"), { signal: AbortSignal.timeout(10_000) });
   assert.ok(l2.valid());
   await l.release();
+  const firstGranted = await Promise.race([waiting.then(() => "the client's waiter"), second.then(() => "the other client's waiter")]);
+  assert.equal(firstGranted, "the client's waiter", "FIFO across the moves: the waiter queued first was not granted first");
   const handed = await waiting;
   assert.ok(handed.token > l.token, "the waiter's grant after the moves");
   await handed.release();
+  assert.ok((await second).token > handed.token);
   await l2.release();
+});
+
+test("a waiting acquire moves off a stalled replica with the client", { timeout: 60_000 }, async (t) => {
+  const all = need("LOCKDTEST_REPLICAS").split(",");
+  const stall = (action: string) =>
+    fetch(`${need("LOCKDTEST_CONTROL")}/proxy/replica/${action}`, { method: "POST" }).then((r) => assert.equal(r.status, 200));
+  // The client's first address is the last replica behind a proxy; its second, replica 2.
+  const c = new Client(`${need("LOCKDTEST_REPLICA_PROXY")},${all[2]}`, { backoffMinMs: 10, backoffMaxMs: 200 });
+  const holder = new Client(all[2]!, {});
+  t.after(async () => {
+    await stall("restore");
+    await Promise.all([c.close(), holder.close()]);
+  });
+  const k = key("stalled");
+  const h = await (await holder.newSession()).acquire(k);
+  const s = await c.newSession();
+  const waiting = s.acquire(k);
+  await eventually(10_000, "the waiter queued", async () => (await holder.inspect(k)).waiters.includes(s.id));
+  await stall("pause"); // the replica hangs: nothing arrives either way, no reset
+  await h.release();
+  // The stall is noticed half an interval after a heartbeat goes unanswered
+  // (C2 #ct2-failover); the acquire then resumes its place on replica 2.
+  const bound = 2 * s.intervalMs + 5000;
+  const timeout = new Promise<string>((r) => setTimeout(() => r("timeout"), bound).unref());
+  const got = await Promise.race([waiting, timeout]);
+  assert.notEqual(got, "timeout", `the waiter was not granted within ${bound} ms while its replica stalled`);
+  const l = await waiting;
+  assert.ok(l.valid(), `lock not trusted: ${l.err}`);
+  await l.release();
 });
 
 test("a watch resumes on another replica when its replica dies", { timeout: 60_000 }, async (t) => {

@@ -7,7 +7,7 @@ import { Client, LockLostError, SessionExpiredError } from "../../src/index.js";
 import { client, eventually, key, need } from "./env.js";
 
 async function proxy(action: "pause" | "cut" | "restore"): Promise<void> {
-  const r = await fetch(`${need("LOCKDTEST_CONTROL")}/proxy/${action}`, { method: "POST" });
+  const r = await fetch(`${need("LOCKDTEST_CONTROL")}/proxy/server/${action}`, { method: "POST" });
   assert.equal(r.status, 200, `proxy ${action}: ${await r.text()}`);
 }
 
