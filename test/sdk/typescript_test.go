@@ -99,7 +99,8 @@ func TestTypeScriptSDK(t *testing.T) {
 				"LOCKDTEST_REPLICAS":      strings.Join(addrs, ","), "LOCKDTEST_CONTROL": tsControl(t, set, proxies),
 				"LOCKDTEST_REPO_README": readme,
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/readme.test.js",
-				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js")
+				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
+				"dist/test/integration/agent.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {
