@@ -13,7 +13,7 @@
 //   context.Canceled for a cancelled call).
 // - notice (no id): {"event": "lost", "lock": H, "error": NAME} when a lock's
 //   trust ends (not for a release); {"event": "watch", "watch": H, "kind",
-//   "key", "session", "token", "owner", "value"} per watch event ("error" on
+//   "key", "session", "token", "owner", "labels", "value"} per watch event ("error" on
 //   the last one when it broke); {"event": "observe", "observer": H,
 //   "leader": bool, "session", "token", "owner", "value"} per observation.
 // Objects are named by handles (c1, s2, l3, w4, o5). Durations are seconds,
@@ -167,14 +167,18 @@ class Agent {
       case "inspect": {
         const i = await this.get(r.client, Client).inspect(String(r.key));
         return {
-          held: i.held, session: i.session, token: Number(i.token), waiters: i.waiters, owner: i.owner, value: text(i.value),
-          limit: i.limit, holders: i.holders.map((h) => ({ session: h.session, token: Number(h.token), mode: h.mode })),
-          delay_remaining: i.delayRemainingMs / 1000,
+          held: i.held, session: i.session, token: Number(i.token), waiters: i.waiters, owner: i.owner, labels: i.labels,
+          value: text(i.value), limit: i.limit,
+          holders: i.holders.map((h) => ({ session: h.session, token: Number(h.token), mode: h.mode })),
+          lock_delay: i.lockDelayMs / 1000, delay_remaining: i.delayRemainingMs / 1000,
         };
       }
       case "list": {
         const { locks } = await this.get(r.client, Client).list(String(r.prefix ?? ""));
-        return { keys: locks.map((l) => l.key) };
+        return {
+          keys: locks.map((l) => l.key),
+          locks: locks.map((l) => ({ key: l.key, session: l.session, token: Number(l.token), owner: l.owner, value: text(l.value) })),
+        };
       }
       case "revoke": {
         const v = await this.get(r.client, Client).revoke(String(r.key));
@@ -188,7 +192,7 @@ class Agent {
         void (async () => {
           try {
             for await (const e of w) {
-              this.send({ event: "watch", watch: h, kind: e.kind, key: e.key, session: e.session, token: Number(e.token), owner: e.owner, value: text(e.value) });
+              this.send({ event: "watch", watch: h, kind: e.kind, key: e.key, session: e.session, token: Number(e.token), owner: e.owner, labels: e.labels, value: text(e.value) });
             }
           } catch (e) {
             this.send({ event: "watch", watch: h, error: errName(e) });
