@@ -6,7 +6,8 @@ import type { Clock, Timer } from "../../src/clock.js";
 import {
   AcquireResponseSchema, CloseSessionResponseSchema, InspectResponseSchema, KeepAliveResponseSchema,
   LeaveQueueResponseSchema, OpenSessionResponseSchema, ReleaseResponseSchema, SetValueResponseSchema,
-  type AcquireRequest, type KeepAliveRequest, type KeepAliveResponse, type ReleaseRequest,
+  WatchResponseSchema, type AcquireRequest, type KeepAliveRequest, type KeepAliveResponse, type ReleaseRequest,
+  type WatchRequest, type WatchResponse,
 } from "../../src/gen/lockd/v1/lockd_pb.js";
 import type { BidiStream, LockApi, ServerStream } from "../../src/rpc.js";
 import { UnavailableError } from "../../src/errors.js";
@@ -101,8 +102,29 @@ export interface FakeConfig {
   duringAcquire?: () => void;
 }
 
+/** A Watch stream the test feeds. */
+export class FakeWatch implements ServerStream<WatchResponse> {
+  readonly peer: string;
+  cancelled = false;
+  private onMessage?: (m: WatchResponse) => void;
+  constructor(readonly req: WatchRequest, n: number) {
+    this.peer = `fake:${n}`;
+  }
+  start(onMessage: (m: WatchResponse) => void): void {
+    this.onMessage = onMessage;
+  }
+  cancel(): void {
+    this.cancelled = true;
+  }
+  send(m: MessageInitShape<typeof WatchResponseSchema>): void {
+    this.onMessage?.(create(WatchResponseSchema, m));
+  }
+}
+
 export class FakeApi implements LockApi {
-  readonly several = false;
+  several = false;
+  watches: FakeWatch[] = [];
+  asides: string[] = [];
   streams: FakeStream[] = [];
   releases: ReleaseRequest[] = [];
   acquires: AcquireRequest[] = [];
@@ -154,11 +176,14 @@ export class FakeApi implements LockApi {
     this.streams.push(s);
     return s;
   }
-  watch(): ServerStream<never> {
-    throw new Error("not in the fake");
+  watch(req: WatchRequest): FakeWatch {
+    const w = new FakeWatch(req, this.watches.length + 1);
+    this.watches.push(w);
+    return w;
   }
-  setAside(): boolean {
-    return false;
+  setAside(peer: string): boolean {
+    this.asides.push(peer);
+    return this.several;
   }
   clearAside(): void {}
   close(): void {}
