@@ -64,7 +64,7 @@ func (s *Server) applyPolicy(ctx context.Context, id store.SessionID, g store.Gr
 		defer cancel()
 		_ = s.st.DeleteIfOwner(rctx, id, g.Key, g.Token)
 	}
-	s.untrack(id, g.Key, g.Token)
+	s.sess.Untrack(id, g.Key, g.Token)
 	if errors.Is(err, store.ErrNotOwner) {
 		return fmt.Errorf("%w: the grant ended before its lock-delay or maximum hold was set", store.ErrContention)
 	}

@@ -2,13 +2,12 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
 
@@ -20,9 +19,9 @@ type kaStream struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	out    chan *lockdv1.KeepAliveResponse
-	// sessions counts the sessions whose latest heartbeat came on this
-	// stream (Server.mu).
-	sessions int
+	// reg is the stream in the session table's registry (the sessions
+	// whose notices go to it).
+	reg *sessions.Stream
 }
 
 // push queues a reply without blocking. A client that does not read its
@@ -49,11 +48,12 @@ func (s service) KeepAlive(stream lockdv1.LockService_KeepAliveServer) error {
 	stopOnShutdown := context.AfterFunc(s.ctx, func() { cancel(errShuttingDown) })
 	defer stopOnShutdown()
 	ks := &kaStream{ctx: ctx, cancel: cancel, out: make(chan *lockdv1.KeepAliveResponse, 4*MaxInflightPerStream)}
-	if !s.addStream(ks) { // drain.go: a draining replica takes no new stream
+	var ok bool
+	if ks.reg, ok = s.sess.AddStream(ks.push); !ok { // a draining replica takes no new stream (drain.go)
 		cancel(errShuttingDown)
 		return s.toStatus(stream.Context(), "KeepAlive", errShuttingDown)
 	}
-	defer s.removeStream(ks)
+	defer s.sess.RemoveStream(ks.reg)
 
 	reqs := make(chan *lockdv1.KeepAliveRequest)
 	// The receiver and the sender are owned by the Server (s.wg): they end
@@ -82,7 +82,7 @@ func (s service) KeepAlive(stream lockdv1.LockService_KeepAliveServer) error {
 			case <-ctx.Done():
 				return
 			case r := <-ks.out:
-				if s.draining.Load() {
+				if s.sess.Draining() {
 					r.Draining = true // every answer of a draining replica (C2 #ct2-drain)
 				}
 				if err := stream.Send(r); err != nil {
@@ -160,137 +160,25 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 	if err := s.checkSecret(ctx, method, id, secret); err != nil {
 		return ctx.Err() == nil, err
 	}
-	ss, err := s.attach(id, ks, acks)
-	if err != nil {
-		return true, err
+	var reg *sessions.Stream
+	if ks != nil {
+		reg = ks.reg
 	}
-	defer s.unpin(ss)
+	r, err := s.sess.Attach(id, reg, acks)
+	if err != nil { // sessions.ErrStreamFull
+		return true, fmt.Errorf("%w: at most %d sessions per keepalive stream", errLimit, MaxSessionsPerStream)
+	}
+	defer s.sess.Unpin(r)
 
-	if s.drainAnswer(ss, resp) {
+	if s.sess.DrainAnswer(r, resp) {
 		return true, errShuttingDown
 	}
-	if s.isClosing(ss) {
+	if s.sess.Ending(r) {
 		return true, nil
 	}
-	mark := s.closeMark(ss)
-	lv, err := s.liveness(ctx, ss) // liveness.go
-	fresh := s.lockSettled(ss, mark)
-	defer s.mu.Unlock()
-	if !fresh && err == nil && lv.Live && !ss.gone {
-		err = errCloseOverlap // the answer may predate the close: extends nothing
-	}
-	switch {
-	case ctx.Err() != nil:
-		return false, nil // the caller is gone: nobody to answer
-	case err == nil && lv.Live:
-		if s.grantTrustLocked(ss, recv, lv.Remaining, true) {
-			resp.Live = true
-			resp.RemainingMs = max(lv.Remaining, 0).Milliseconds()
-			resp.Held = s.heldLocked(ss)
-		}
-		err = nil
-	case err == nil || errors.Is(err, store.ErrSessionDead):
-		s.markGoneLocked(ss)
-		err = nil
-	default:
-		resp.Live = true // not meaningful with an error; never read as dead
-		resp.Held = s.heldLocked(ss)
-	}
-	resp.Lost = s.pendingLocked(ss)
-	return true, err
-}
-
-// seed fills the record of a session this server did not open (adopted:
-// PostgreSQL sessions are usable from any replica and survive a lockd
-// restart) with its grants read from the store, once, so that answers can
-// confirm them. Over a store whose sessions every replica can use
-// (store.SharedSessions) it reads them again before every answer: a grant
-// or revoke through another replica changes them without this server
-// seeing it, so its own record would list a revoked lock, or miss a lock
-// granted elsewhere (C2 #ct2-confirm). A grant tracked before the read
-// began that the store no longer has went away through another replica.
-func (s *Server) seed(ctx context.Context, ss *session) error {
-	s.mu.Lock()
-	if ss.locks == nil || (ss.seeded && !s.sharedSessions) {
-		s.mu.Unlock()
-		return nil
-	}
-	before := maps.Clone(ss.locks)
-	s.beginReadLocked(ss)
-	s.mu.Unlock()
-	grants, err := s.st.LocksOf(ctx, ss.id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.endReadLocked(ss)
-	if err != nil || ss.locks == nil {
-		return err
-	}
-	inStore := make(map[string]uint64, len(grants))
-	for _, g := range grants {
-		inStore[g.Key] = g.Token
-	}
-	for k, tok := range before {
-		if inStore[k] != tok && ss.locks[k] == tok {
-			s.goneLocked(ss, k, tok)
-		}
-	}
-	for _, g := range grants {
-		s.trackLocked(ss, g.Key, g.Token)
-	}
-	ss.seeded = true
-	return nil
-}
-
-// drainAnswer fills resp for a session that a Shutdown with
-// close-sessions-on-shutdown is about to close (no extension, its pending
-// notices; the caller answers with SHUTTING_DOWN) and reports whether it
-// did.
-func (s *Server) drainAnswer(ss *session, resp *lockdv1.KeepAliveResponse) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !ss.draining || ss.gone {
-		return false
-	}
-	resp.Live = true // not meaningful with an error
-	resp.Held = s.heldLocked(ss)
-	resp.Lost = s.pendingLocked(ss)
-	return true
-}
-
-// attach pins the session's record, applies the client's acknowledgements
-// and makes ks the stream its notices go to (a nil ks, a Heartbeat call,
-// leaves the stream as it is). It fails when ks already carries
-// MaxSessionsPerStream sessions.
-func (s *Server) attach(id store.SessionID, ks *kaStream, acks []uint64) (*session, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ss := s.sessions[id]
-	if ks != nil && (ss == nil || ss.stream != ks) {
-		if ks.sessions >= MaxSessionsPerStream {
-			return nil, fmt.Errorf("%w: at most %d sessions per keepalive stream", errLimit, MaxSessionsPerStream)
-		}
-	}
-	if ss == nil {
-		ss = &session{id: id, heapIdx: -1, locks: map[string]uint64{}}
-		s.sessions[id] = ss
-	}
-	ss.pins++
-	if ks != nil && ss.stream != ks {
-		if ss.stream != nil {
-			ss.stream.sessions--
-		}
-		ss.stream = ks
-		ks.sessions++
-	}
-	s.ackLocked(ss, acks)
-	return ss, nil
-}
-
-// isClosing reports whether ss is being ended for good (endingLocked).
-func (s *Server) isClosing(ss *session) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.endingLocked(ss)
+	mark := s.sess.CloseMark(r)
+	lv, err := s.liveness(ctx, r) // liveness.go
+	return s.sess.Beat(ctx, r, mark, recv, lv, err, resp)
 }
 
 // Heartbeat implements the Heartbeat RPC: one KeepAlive request as a unary

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,7 +15,7 @@ import (
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
-	"lock.dev/lockd/store"
+	"lock.dev/lockd/server/internal/sessions"
 )
 
 // limits enforces the server's bounds (C2 #ct2-limits, C5 #ct5-limits).
@@ -26,8 +27,8 @@ import (
 // exist.
 //
 // Counters that must agree with the session table (sessions, opens,
-// acquiring) are guarded by Server.mu; the waiter counts by mu; the rest are
-// atomic.
+// acquiring) are the table's (server/internal/sessions); the waiter counts
+// are guarded by mu; the rest are atomic.
 type limits struct {
 	cfg Config
 	met *telemetry.LimitMetrics
@@ -36,17 +37,13 @@ type limits struct {
 	streams atomic.Int64 // KeepAlive and Watch streams open
 	watches atomic.Int64 // Watch streams open
 
-	// Guarded by Server.mu.
-	opens     int                     // OpenSession calls past admission and not yet registered
-	acquiring map[store.SessionID]int // Acquire calls in progress, per session
-
 	mu      sync.Mutex
 	waiters int            // Acquire calls with wait in progress
 	perKey  map[string]int // the same, per key
 }
 
 func newLimits(cfg Config, met *telemetry.LimitMetrics) *limits {
-	return &limits{cfg: cfg, met: met, acquiring: map[store.SessionID]int{}, perKey: map[string]int{}}
+	return &limits{cfg: cfg, met: met, perKey: map[string]int{}}
 }
 
 // refuse counts a refusal by limit and returns the status error the RPC
@@ -67,57 +64,48 @@ func (s *Server) checkMaxTTL(ttl time.Duration) error {
 
 // admitOpen admits one OpenSession call, or refuses it when
 // max-session-opens calls are in progress or max-sessions sessions are kept
-// (counting those being opened). The returned release must be called once
-// the call has registered its session or failed.
+// (counting those being opened; the session table counts both). The
+// returned release must be called once the call has registered its session
+// or failed.
 func (s *Server) admitOpen() (release func(), err error) {
-	l := s.lim
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case l.opens >= l.cfg.MaxSessionOpens:
-		return nil, l.refuse(wireerr.LimitSessionOpens, "%d sessions are being opened (lock.server.max-session-opens)", l.opens)
-	case len(s.sessions)+l.opens >= l.cfg.MaxSessions:
-		return nil, l.refuse(wireerr.LimitSessions, "%d sessions (lock.server.max-sessions)", l.cfg.MaxSessions)
+	release, err = s.sess.AdmitOpen()
+	if err != nil {
+		return nil, s.lim.refuseTable(err)
 	}
-	l.opens++
-	return func() {
-		s.mu.Lock()
-		l.opens--
-		s.mu.Unlock()
-	}, nil
+	return release, nil
+}
+
+// refuseTable turns a refusal of the session table (*sessions.LimitError)
+// into the limit's status error.
+func (l *limits) refuseTable(err error) error {
+	var le *sessions.LimitError
+	if !errors.As(err, &le) {
+		return err
+	}
+	switch le.Limit {
+	case wireerr.LimitSessionOpens:
+		return l.refuse(le.Limit, "%d sessions are being opened (lock.server.max-session-opens)", le.N)
+	case wireerr.LimitSessions:
+		return l.refuse(le.Limit, "%d sessions (lock.server.max-sessions)", le.N)
+	default: // wireerr.LimitLocksPerSession
+		return l.refuse(le.Limit, "the session holds or is acquiring %d keys (lock.server.max-locks-per-session)", le.N)
+	}
 }
 
 // acquireSlot is one admitted Acquire call's place in the counts of
-// admitAcquire.
+// admitAcquire: the session table's in-progress count (which its Grant
+// ends when it tracks the grant, LIM-1) and the waiter counts.
 type acquireSlot struct {
-	s         *Server
-	id        store.SessionID
-	key       string
-	wait      bool
-	acquiring bool // still counted in limits.acquiring (Server.mu)
+	s    *Server
+	slot *sessions.Slot
+	key  string
+	wait bool
 }
 
-// heldLocked ends the call's in-progress count (Server.mu held): the
-// Acquire calls it in the critical section that records its grant in the
-// session's locks, so a grant counts once — as held — from that instant,
-// not also as in progress until the call returns (C2 #ct2-limits, LIM-1).
-func (a *acquireSlot) heldLocked() {
-	if !a.acquiring {
-		return
-	}
-	a.acquiring = false
-	l := a.s.lim
-	if l.acquiring[a.id]--; l.acquiring[a.id] <= 0 {
-		delete(l.acquiring, a.id)
-	}
-}
-
-// release ends what admitAcquire counted and heldLocked did not: called
+// release ends what admitAcquire counted and the grant did not: called
 // once, when the call returns.
 func (a *acquireSlot) release() {
-	a.s.mu.Lock()
-	a.heldLocked()
-	a.s.mu.Unlock()
+	a.slot.Done()
 	if !a.wait {
 		return
 	}
@@ -130,28 +118,23 @@ func (a *acquireSlot) release() {
 	l.mu.Unlock()
 }
 
-// admitAcquire admits one Acquire call of the session ss (pinned), or
+// admitAcquire admits one Acquire call of the session r (pinned), or
 // refuses it when it would take the session past max-locks-per-session or,
 // for a waiting acquire, the server past max-waiters or the key past
 // max-waiters-per-key. Asking again for a key the session holds is always
-// admitted. The call counts as in progress until its grant is recorded
-// (acquireSlot.heldLocked) or it returns; the slot's release must be
-// called when the call returns.
-func (s *Server) admitAcquire(ss *session, key string, wait bool) (*acquireSlot, error) {
+// admitted. The call counts as in progress until its grant is tracked
+// (sessions.Table.Grant) or it returns; the slot's release must be called
+// when the call returns.
+func (s *Server) admitAcquire(r *sessions.Record, key string, wait bool) (*acquireSlot, error) {
 	l := s.lim
-	s.mu.Lock()
-	_, holds := ss.locks[key]
-	if n := len(ss.locks) + l.acquiring[ss.id]; !holds && n >= l.cfg.MaxLocksPerSession {
-		s.mu.Unlock()
-		return nil, l.refuse(wireerr.LimitLocksPerSession, "the session holds or is acquiring %d keys (lock.server.max-locks-per-session)", n)
+	slot, err := s.sess.AdmitAcquire(r, key)
+	if err != nil {
+		return nil, l.refuseTable(err)
 	}
-	l.acquiring[ss.id]++
-	s.mu.Unlock()
-	a := &acquireSlot{s: s, id: ss.id, key: key, acquiring: true}
+	a := &acquireSlot{s: s, slot: slot, key: key}
 	if !wait {
 		return a, nil
 	}
-	var err error
 	l.mu.Lock()
 	switch {
 	case l.waiters >= l.cfg.MaxWaiters:

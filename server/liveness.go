@@ -5,17 +5,18 @@ package server
 import (
 	"context"
 
+	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
 
 // liveness asks the store whether the session of a heartbeat is live and,
-// when it is, refreshes the record's grants from the store (seed). A build
+// when it is, refreshes the record's grants from the store (sessions.Table.Seed). A build
 // with the tag lockd_stale_control replaces it with the stale-record
 // control of the chaos suite (liveness_stale.go).
-func (s *Server) liveness(ctx context.Context, ss *session) (store.Liveness, error) {
-	lv, err := s.st.Heartbeat(ctx, ss.id)
+func (s *Server) liveness(ctx context.Context, r *sessions.Record) (store.Liveness, error) {
+	lv, err := s.st.Heartbeat(ctx, r.ID())
 	if err == nil && lv.Live {
-		err = s.seed(ctx, ss)
+		err = s.sess.Seed(ctx, r)
 	}
 	return lv, err
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync"
 
+	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
 
@@ -28,23 +29,21 @@ var (
 )
 
 // liveness is the control's: see the file comment.
-func (s *Server) liveness(ctx context.Context, ss *session) (store.Liveness, error) {
+func (s *Server) liveness(ctx context.Context, r *sessions.Record) (store.Liveness, error) {
 	staleMu.Lock()
-	lv, ok := stale[ss.id]
+	lv, ok := stale[r.ID()]
 	staleMu.Unlock()
 	if ok {
 		return lv, nil
 	}
-	s.mu.Lock()
-	adopted := !ss.seeded
-	s.mu.Unlock()
-	lv, err := s.st.Heartbeat(ctx, ss.id)
+	adopted := !s.sess.Seeded(r)
+	lv, err := s.st.Heartbeat(ctx, r.ID())
 	if err == nil && lv.Live {
-		err = s.seed(ctx, ss)
+		err = s.sess.Seed(ctx, r)
 	}
 	if err == nil && lv.Live && adopted {
 		staleMu.Lock()
-		stale[ss.id] = lv
+		stale[r.ID()] = lv
 		staleMu.Unlock()
 	}
 	return lv, err

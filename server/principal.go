@@ -39,16 +39,6 @@ func principalOption(ctx context.Context) (string, store.SessionOption) {
 	return p, store.WithPrincipal(p)
 }
 
-// rememberPrincipal records p, the principal session id was opened by, in
-// its record (if it has one).
-func (s *Server) rememberPrincipal(id store.SessionID, p string) {
-	s.mu.Lock()
-	if ss := s.sessions[id]; ss != nil {
-		ss.principal, ss.principalKnown = p, true
-	}
-	s.mu.Unlock()
-}
-
 // checkPrincipal checks, after its secret, that the caller of ctx is the
 // principal session id is bound to. nil means go on: no binding, the same
 // principal, or a session the store does not know. A refusal is
@@ -70,17 +60,13 @@ func (s *Server) checkPrincipal(ctx context.Context, method string, id store.Ses
 // server's record when known, else from the store, remembered in the
 // record if there is one. A session's principal never changes.
 func (s *Server) sessionPrincipal(ctx context.Context, id store.SessionID) (string, error) {
-	s.mu.Lock()
-	if ss := s.sessions[id]; ss != nil && ss.principalKnown {
-		p := ss.principal
-		s.mu.Unlock()
+	if p, ok := s.sess.Principal(id); ok {
 		return p, nil
 	}
-	s.mu.Unlock()
 	p, err := s.st.SessionPrincipal(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	s.rememberPrincipal(id, p)
+	s.sess.SetPrincipal(id, p)
 	return p, nil
 }

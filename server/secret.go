@@ -97,21 +97,13 @@ var errRefusalsExceeded = &deniedError{reason: wireerr.ReasonLimit, limit: wiree
 // run), remembered in the record if there is one. A session's hash never
 // changes, so the copy cannot go stale.
 func (s *Server) secretHash(ctx context.Context, id store.SessionID) ([]byte, error) {
-	s.mu.Lock()
-	if ss := s.sessions[id]; ss != nil && ss.secretHash != nil {
-		h := ss.secretHash
-		s.mu.Unlock()
+	if h := s.sess.SecretHash(id); h != nil {
 		return h, nil
 	}
-	s.mu.Unlock()
 	h, err := s.st.SessionSecretHash(ctx, id)
 	if err != nil || h == nil {
 		return h, err
 	}
-	s.mu.Lock()
-	if ss := s.sessions[id]; ss != nil {
-		ss.secretHash = h
-	}
-	s.mu.Unlock()
+	s.sess.SetSecretHash(id, h)
 	return h, nil
 }

@@ -22,6 +22,7 @@ import (
 	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
 
@@ -79,20 +80,17 @@ type Options struct {
 
 // Server is a lockd gRPC server over one store.
 type Server struct {
-	// sharedSessions: every replica can use every session of the store
-	// (store.SharedSessions), so heartbeat answers read the grants from it.
-	sharedSessions bool
-	cfg            Config
-	st             store.LockStore
-	log            *slog.Logger
-	tlog           telemetry.Log
-	metrics        *telemetry.Metrics
-	reg            *prometheus.Registry
-	grpc           *grpc.Server
-	health         *health.Server
-	bad            badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
-	lim            *limits     // the limits of C2 #ct2-limits (limits.go)
-	refused        *refusals   // the refusal rate per peer (refusals.go)
+	cfg     Config
+	st      store.LockStore
+	log     *slog.Logger
+	tlog    telemetry.Log
+	metrics *telemetry.Metrics
+	reg     *prometheus.Registry
+	grpc    *grpc.Server
+	health  *health.Server
+	bad     badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
+	lim     *limits     // the limits of C2 #ct2-limits (limits.go)
+	refused *refusals   // the refusal rate per peer (refusals.go)
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
@@ -103,11 +101,10 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background goroutines and stream helpers
 
-	mu         sync.Mutex
-	sessions   map[store.SessionID]*session
-	silence    silenceHeap
-	wake       chan struct{}
-	closingAll bool // Shutdown with CloseSessionsOnShutdown began
+	// sess is the session table (internal/sessions): every session's
+	// state, the silence loop, the limits' session counts, tracking,
+	// notices and the KeepAlive stream registry.
+	sess *sessions.Table
 
 	// maxWait bounds one Acquire's wait in nanoseconds (MaxWait; tests
 	// shorten it while the server runs: export_test.go).
@@ -117,14 +114,6 @@ type Server struct {
 	// after the grant's tracking critical section and before the reply,
 	// with the granted key: it holds that window open.
 	afterAcquireTrack atomic.Pointer[func(key string)]
-
-	noticeSeq uint64        // the last lock-lost notice id (notify.go; s.mu)
-	drainWake chan struct{} // set by closeAll (s.mu): an acknowledgement arrived (drain.go)
-
-	// The graceful drain of a replica (drain.go, C2 #ct2-drain).
-	draining    atomic.Bool            // set when the drain begins; never cleared
-	kaStreams   map[*kaStream]struct{} // open KeepAlive streams (s.mu)
-	streamsGone chan struct{}          // capacity 1: a KeepAlive stream ended
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -161,27 +150,22 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	log := telemetry.OrDiscard(opts.Logger)
-	sh, _ := st.(store.SharedSessions)
 	s := &Server{
-		sharedSessions: sh != nil && sh.SharesSessions(),
-		lim:            newLimits(cfg, lm),
-		refused:        newRefusals(cfg.RefusalRate),
-		cfg:            cfg,
-		st:             st,
-		log:            log,
-		tlog:           telemetry.Log{L: log, Backend: label},
-		metrics:        m,
-		reg:            reg,
-		sessions:       map[store.SessionID]*session{},
-		kaStreams:      map[*kaStream]struct{}{},
-		streamsGone:    make(chan struct{}, 1),
-		wake:           make(chan struct{}, 1),
+		lim:     newLimits(cfg, lm),
+		refused: newRefusals(cfg.RefusalRate),
+		cfg:     cfg,
+		st:      st,
+		log:     log,
+		tlog:    telemetry.Log{L: log, Backend: label},
+		metrics: m,
+		reg:     reg,
 	}
 	s.maxWait.Store(int64(MaxWait))
 	if s.grpcTLS, s.metricsTLS, s.httpTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.sess = s.newTable() // its silence loop runs until Shutdown closes it
 	gopts := s.grpcOptions(opts.Auth)
 	s.grpc = grpc.NewServer(append(s.grpcCreds(), gopts...)...)
 	lockdv1.RegisterLockServiceServer(s.grpc, service{Server: s})
@@ -191,7 +175,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 
-	s.wg.Add(2)
+	s.wg.Add(1)
 	if cfg.HTTPListen != "" {
 		s.http = s.newHTTPAPI(gopts)
 		s.wg.Add(1)
@@ -200,8 +184,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 			_ = s.http.inproc.Serve(s.http.pipes)
 		}()
 	}
-	go s.silenceLoop() // exits when s.ctx ends
-	go s.lostLoop()    // exits when s.ctx ends
+	go s.lostLoop() // exits when s.ctx ends
 	return s, nil
 }
 
@@ -284,6 +267,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	// Long-running handlers (waits, KeepAlive and Watch streams) end now,
 	// so the graceful stop only waits for short RPCs.
 	s.cancel()
+	s.sess.Close() // stops the silence loop and waits for it
 	select {
 	case <-stopped:
 	case <-ctx.Done():
@@ -301,7 +285,6 @@ func (s *Server) shutdown(ctx context.Context) error {
 }
 
 // Helpers for constant-message operational logs.
-const slogWarn = slog.LevelWarn
 
 func attrError(err error) slog.Attr { return slog.String("error", err.Error()) }
 

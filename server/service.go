@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
 
@@ -68,9 +68,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	if err != nil {
 		return nil, s.toStatus(ctx, "OpenSession", fmt.Errorf("open session: %w", err))
 	}
-	registered := s.register(sess, recv, hash)
-	s.rememberPrincipal(sess.ID, principal)
-	if !registered {
+	if !s.sess.Open(sess, recv, hash, principal) {
 		// Shutdown began while the store opened it: do not hand it out.
 		cctx, cancel := context.WithTimeout(telemetry.WithServerClose(context.WithoutCancel(ctx)), closeTimeout)
 		_, _ = s.st.CloseSession(cctx, sess.ID)
@@ -111,30 +109,20 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 	if err := s.checkSecret(ctx, "CloseSession", id, req.SessionSecret); err != nil {
 		return nil, s.toStatus(ctx, "CloseSession", err)
 	}
-	ss := s.pin(id)
-	defer s.unpin(ss)
-	s.beginClose(ss)
+	r := s.sess.Pin(id)
+	defer s.sess.Unpin(r)
+	s.sess.BeginClose(r)
 	n, err := s.st.CloseSession(ctx, id)
 	if err != nil {
-		s.retryCloseLater(ctx, ss)
+		// The silence loop retries with backoff; the record keeps who
+		// asked (the caller in ctx) for the audit trail of the retried
+		// close.
+		by, rule, caller := telemetry.CallerOf(ctx)
+		s.sess.RetryCloseLater(r, by, rule, caller)
 		return nil, s.toStatus(ctx, "CloseSession", fmt.Errorf("close session: %w", err))
 	}
-	s.markGone(ss)
+	s.sess.MarkGone(r)
 	return &lockdv1.CloseSessionResponse{Released: int64(n)}, nil
-}
-
-// retryCloseLater hands a session whose close failed to the silence loop,
-// which retries with backoff; the record stays closing and keeps who asked
-// (the caller in ctx) for the audit trail of the retried close.
-func (s *Server) retryCloseLater(ctx context.Context, ss *session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ss.gone || !ss.known {
-		return
-	}
-	ss.closeBy, ss.closeRule, ss.closeCaller = telemetry.CallerOf(ctx)
-	ss.expireAt = time.Now().Add(closeRetryMin)
-	s.schedule(ss)
 }
 
 // Acquire implements the Acquire RPC.
@@ -150,15 +138,15 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	if err := s.checkSecret(ctx, "Acquire", id, req.SessionSecret); err != nil {
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
-	ss, closing := s.pinUse(id)
-	defer s.unpin(ss)
-	defer s.endRead(ss) // pinUse began a read: a grant that goes meanwhile is not tracked
-	if closing {
+	r, ending := s.sess.PinUse(id)
+	defer s.sess.Unpin(r)
+	defer s.sess.EndRead(r) // PinUse began a read: a grant that goes meanwhile is not tracked
+	if ending {
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
-	// Taken before the store is asked (lockSettled).
-	mark := s.closeMark(ss)
-	slot, err := s.admitAcquire(ss, req.Key, req.Wait) // limits.go
+	// Taken before the store is asked (sessions.Table.Grant).
+	mark := s.sess.CloseMark(r)
+	slot, err := s.admitAcquire(r, req.Key, req.Wait) // limits.go
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +164,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	switch {
 	case err != nil:
 		if errors.Is(err, store.ErrSessionDead) {
-			s.markGone(ss)
+			s.sess.MarkGone(r)
 		}
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", err))
 	case !granted:
@@ -194,26 +182,18 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 			s.log.WarnContext(ctx, "lockd: acquire: the grant's value was not stored", "key", g.Key, "token", g.Token, "error", err)
 		}
 	}
-	fresh := s.lockSettled(ss, mark)
-	stale := !fresh && !ss.gone // a grant that overlapped a silence close
-	ok := !stale && s.grantTrustLocked(ss, recv, g.Remaining, false)
-	if ok {
-		// Not tracked when the grant went away before this reply (a
-		// lock-lost notice is then on its way, and no answer confirms it).
-		if s.trackLocked(ss, g.Key, g.Token) {
-			slot.heldLocked() // counted as held from here, no longer in progress
-		}
-	}
-	s.mu.Unlock()
+	// Tracked, a grant is counted as held from here, no longer in
+	// progress (LIM-1).
+	outcome := s.sess.Grant(r, mark, recv, g, slot.slot)
 	if h := s.afterAcquireTrack.Load(); h != nil {
 		(*h)(g.Key) // tests hold the window between tracking and reply open
 	}
-	if stale {
+	switch outcome {
+	case sessions.GrantOverlapped:
 		// Retryable: the retry (Acquire is idempotent for a key the
 		// session holds) is answered from a fresh store answer.
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", errCloseOverlap))
-	}
-	if !ok {
+	case sessions.GrantEnding:
 		// The session is being closed, which takes this grant with it.
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
 	}
@@ -358,7 +338,7 @@ func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*loc
 	if err := s.st.DeleteIfOwner(ctx, id, req.Key, req.Token); err != nil {
 		return nil, s.toStatus(ctx, "Release", fmt.Errorf("release: %w", err))
 	}
-	s.untrack(id, req.Key, req.Token)
+	s.sess.Untrack(id, req.Key, req.Token)
 	return &lockdv1.ReleaseResponse{}, nil
 }
 
@@ -460,113 +440,13 @@ func (s service) Revoke(ctx context.Context, req *lockdv1.RevokeRequest) (*lockd
 	}
 	// The lock-loss watch delivers this too (also for holders on other
 	// lockd instances); telling a holder of this instance now is faster,
-	// and lockLost notifies once.
-	s.lockLost(g.Session, g.Key, g.Token, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
+	// and LockLost notifies once.
+	s.sess.LockLost(g.Session, g.Key, g.Token, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
 	// A semaphore or read/write key loses every holder at once and the
 	// store returns one (C2 #ct2-multi): this server's other holders of the
 	// key are checked against the store.
 	s.recheckHolders(req.Key, lockdv1.LockLostReason_LOCK_LOST_REASON_REVOKED)
 	return &lockdv1.RevokeResponse{Revoked: true, SessionId: string(g.Session), Token: g.Token}, nil
-}
-
-// Watch implements the Watch RPC: one backend watch per call.
-func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_WatchServer) error {
-	rctx := stream.Context()
-	if err := store.ValidatePrefix(req.Prefix); err != nil {
-		return s.toStatus(rctx, "Watch", invalid("prefix", err))
-	}
-	if err := s.refuseWhileDraining(); err != nil { // drain.go
-		return s.toStatus(rctx, "Watch", err)
-	}
-	if len(req.ResumeAfter) > maxWatchCursor {
-		return s.toStatus(rctx, "Watch", invalidf("resume_after", "longer than %d bytes", maxWatchCursor))
-	}
-	ctx, cancel := context.WithCancelCause(rctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.ctx, func() { cancel(errShuttingDown) })
-	defer stop()
-	// C2 #ct2-watch-resume: the store resumes after the client's cursor, or
-	// says with a resync that it cannot.
-	start, ch, err := s.st.WatchFrom(ctx, req.Prefix, req.ResumeAfter)
-	if err != nil {
-		return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", err))
-	}
-	// Headers tell the client the watch is established, and where it
-	// starts.
-	if err := stream.SendHeader(metadata.Pairs(watchCursorHeader, start)); err != nil {
-		return err
-	}
-	// Progress (C2 #ct2-watch-progress): one now, then one whenever the
-	// caller got nothing for an interval. pos is the stream's position: a
-	// resumed stream's stays the caller's own cursor until an event is sent
-	// (its first may be a resync it has not had).
-	pg := progress{on: req.Progress, pos: start}
-	if req.ResumeAfter != "" {
-		pg.pos = req.ResumeAfter
-	}
-	if pg.on {
-		pg.interval = s.progressInterval()
-		if err := pg.send(stream); err != nil {
-			return err
-		}
-		pg.timer = time.NewTimer(pg.interval)
-		defer pg.timer.Stop()
-	}
-	// Events are taken in batches of what is already queued, so that with
-	// holder one read of a key serves all of its queued events (C2
-	// #ct2-holder): the stream keeps up however slow one read is.
-	var batch []store.Event
-	for {
-		var open bool
-		batch, open = nextBatch(ch, batch[:0], pg.idle())
-		if len(batch) == 0 && open {
-			// The caller got nothing for an interval.
-			if err := pg.send(stream); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(batch) == 0 && !open {
-			break
-		}
-		var holders map[string]heldInfo
-		if req.Holder {
-			if holders, err = s.readHolders(ctx, batch); err != nil {
-				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", err))
-			}
-		}
-		for _, ev := range batch {
-			if ev.Err != nil {
-				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w", ev.Err))
-			}
-			if ev.Kind == store.EventResync && req.ResumeAfter == "" {
-				// A client that never resumes knows no resync: to it the
-				// watch broke, as it did before (C2 #ct2-watch-resume).
-				return s.toStatus(rctx, "Watch", fmt.Errorf("watch: %w: events may have been missed", store.ErrUnavailable))
-			}
-			resp := &lockdv1.WatchResponse{Kind: eventKind(ev.Kind), Key: ev.Key,
-				SessionId: string(ev.Session), Token: ev.Token, Cursor: ev.Cursor}
-			if needsHolder(ev, req.Holder) {
-				if !req.Holder {
-					continue // older clients know no value events
-				}
-				if !holders[ev.Key].fill(resp) && ev.Kind == store.EventValue {
-					continue // the grant is gone: its value is nobody's
-				}
-			}
-			if err := stream.Send(resp); errors.Is(err, errWatchDropped) {
-				continue // the caller may not read the key: it got nothing
-			} else if err != nil {
-				return err
-			}
-			pg.sent(resp.Cursor)
-		}
-		if !open {
-			break
-		}
-	}
-	// The channel closed because ctx ended: the caller left, or Shutdown.
-	return s.toStatus(rctx, "Watch", context.Cause(ctx))
 }
 
 // SetValue implements the SetValue RPC: the holder replaces its grant's
@@ -587,32 +467,4 @@ func (s service) SetValue(ctx context.Context, req *lockdv1.SetValueRequest) (*l
 		return nil, s.toStatus(ctx, "SetValue", fmt.Errorf("set value: %w", err))
 	}
 	return &lockdv1.SetValueResponse{}, nil
-}
-
-// watchCursorHeader is the response header of Watch that carries the
-// stream's start cursor, and maxWatchCursor the longest resume_after
-// accepted (C2 #ct2-watch-resume).
-const (
-	watchCursorHeader = "lockd-watch-cursor"
-	maxWatchCursor    = 256
-)
-
-func eventKind(k store.EventKind) lockdv1.EventKind {
-	switch k {
-	case store.EventResync:
-		return lockdv1.EventKind_EVENT_KIND_RESYNC
-	case store.EventAcquired:
-		return lockdv1.EventKind_EVENT_KIND_ACQUIRED
-	case store.EventReleased:
-		return lockdv1.EventKind_EVENT_KIND_RELEASED
-	case store.EventExpired:
-		return lockdv1.EventKind_EVENT_KIND_EXPIRED
-	case store.EventRevoked:
-		return lockdv1.EventKind_EVENT_KIND_REVOKED
-	case store.EventValue:
-		return lockdv1.EventKind_EVENT_KIND_VALUE
-	case store.EventMaxHold:
-		return lockdv1.EventKind_EVENT_KIND_MAX_HOLD
-	}
-	return lockdv1.EventKind_EVENT_KIND_UNSPECIFIED
 }
