@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  LimitMismatchError, LockedError, LockLostError, NotOwnerError, ReleasedError, WaitTimeoutError, type Lock,
+  LimitMismatchError, LockedError, LockLostError, MaxHoldError, NotOwnerError, ReleasedError, WaitTimeoutError, type Lock,
 } from "../../src/index.js";
 import { backend, client, eventually, key } from "./env.js";
 
@@ -179,4 +179,27 @@ test("closing a session releases its locks", { timeout: 30_000 }, async (t) => {
   await s.close();
   assert.ok(l.signal.aborted);
   assert.equal((await c.inspect(k)).held, false);
+});
+
+test("maximum hold and lock-delay (C2 #ct2-delay)", { timeout: 30_000 }, async (t) => {
+  const c = client(t);
+  const s = await c.newSession();
+  const other = await c.newSession();
+  // A grant held past its maximum hold is revoked by the server: MaxHoldError, the session lives on.
+  const held = await s.acquire(key("maxhold"), { maxHoldMs: 1000 });
+  await new Promise((r) => held.signal.addEventListener("abort", r));
+  assert.ok(held.err instanceof MaxHoldError, `err ${held.err}`);
+  assert.ok(held.err instanceof LockLostError);
+  assert.ok(s.valid());
+  // A revoked grant with a lock-delay keeps the key from the next holder for the delay.
+  const k = key("delay");
+  const l = await s.acquire(k, { lockDelayMs: 2000 });
+  assert.equal((await c.inspect(k)).lockDelayMs, 2000);
+  await c.revoke(k);
+  const info = await c.inspect(k);
+  assert.equal(info.held, false);
+  assert.ok(info.delayRemainingMs > 0, `delay remaining ${info.delayRemainingMs}`);
+  await assert.rejects(other.tryAcquire(k), LockedError);
+  const after = await other.acquire(k, { signal: AbortSignal.timeout(15_000) });
+  assert.ok(after.token > l.token);
 });
