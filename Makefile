@@ -98,7 +98,7 @@ PROTOC ?= protoc
 PROTOS := proto/lockd/v1/lockd.proto
 HTTP_RULES := proto/lockd/v1/lockd_http.yaml
 
-.PHONY: generate check-generate generate-ts
+.PHONY: generate check-generate generate-python generate-ts
 
 generate:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(PROTOC) -I proto -I /usr/include \
@@ -116,6 +116,13 @@ generate:
 		$(PROTOS) && \
 	mkdir -p proto/lockd/v1/gateway && mv "$$tmp/lockd/v1/lockd.pb.gw.go" proto/lockd/v1/gateway/lockd.pb.gw.go
 
+## generate-python: regenerate the Python SDK's stubs in sdk/python/lockd/v1
+## (sdk/python/generate.sh: Debian's protoc 3.21.12 and grpc_python_plugin
+## 1.51.1 from protobuf-compiler-grpc, matching python3-protobuf and
+## python3-grpcio).
+generate-python:
+	sdk/python/generate.sh
+
 ## generate-ts: regenerate the TypeScript SDK's messages in
 ## sdk/typescript/src/gen with protoc and @bufbuild/protoc-gen-es, pinned to
 ## an exact version in sdk/typescript/package.json and installed by npm ci
@@ -127,10 +134,11 @@ generate-ts:
 		--es_out=src/gen --es_opt=target=ts,import_extension=js lockd/v1/lockd.proto
 
 ## check-generate: fail when regenerating changes the committed generated code
-## (the Go code in proto/ and the TypeScript messages in sdk/typescript/src/gen).
-GENERATED := proto/ sdk/typescript/src/gen/
-check-generate: generate generate-ts
-	@git diff --exit-code -- $(GENERATED) || { echo "check-generate: generated code differs; run make generate generate-ts and commit"; exit 1; }
+## (the Go code in proto/, the Python stubs in sdk/python/lockd/v1 and the
+## TypeScript messages in sdk/typescript/src/gen).
+GENERATED := proto/ sdk/python/lockd/v1/ sdk/typescript/src/gen/
+check-generate: generate generate-python generate-ts
+	@git diff --exit-code -- $(GENERATED) || { echo "check-generate: generated code differs; run make generate generate-python generate-ts and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "check-generate: uncommitted generated files"; exit 1; }
 
 ## typescript-sdk: the TypeScript SDK alone (test/sdk TestTypeScriptSDK):
@@ -143,12 +151,24 @@ typescript-sdk:
 ## parity: the backend parity suite (T-034, test/parity): every scenario
 ## through the gRPC API on embedded etcd, an external etcd process
 ## (test/cmd/etcd) and PostgreSQL, each also over TLS (rows etcd-tls, pg-tls),
-## with lockd as a real child process.
+## with lockd as a real child process; TestParityPython runs the scenarios
+## that apply through the Python SDK's JSON-lines agent
+## (sdk/python/lockd/_agent.py) on the base rows and compares the outcomes.
 ## Prints one row per scenario and backend: scenario | backend | outcome | ok.
 ## The same test also runs in `make test` (go test ./...).
 .PHONY: parity
 parity:
-	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas)?$$' -v ./test/parity/
+	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas|Python)?$$' -v ./test/parity/
+
+## python-sdk: the Python SDK's tests (sdk/python/tests: the timing rules
+## under a fake clock with their controls, and integration tests against
+## real lockd on etcd and PostgreSQL, TLS, tokens, replicas), run by
+## test/sdk's TestPythonSDK with /usr/bin/python3 (python3-grpcio,
+## python3-protobuf). `make test` runs it too. LOCKD_PYSDK_RUN=pattern
+## focuses (unittest -k); PYSDK_DEBUG=1 logs the SDK's debug records.
+.PHONY: python-sdk
+python-sdk:
+	$(GO) test -race -count=1 -timeout 10m -v -run '^TestPythonSDK$$' ./test/sdk/
 
 ## stress: issue 21 §1: the timing-sensitive packages (chaos short suite,
 ## test/parity, server, client, internal/cli) STRESS_N times each, one

@@ -17,16 +17,18 @@ const (
 )
 
 // lostLoop is the one goroutine that tells holders their locks are gone. It
-// keeps one store.Watch("") open and routes revoked and expired events, by
-// session, key and token, to the session's KeepAlive stream. When the watch
-// breaks it re-establishes it and reconciles the grants it tracks against
-// the backend, since events may have been missed. It exits when the server's
-// context ends (Shutdown).
+// keeps one store.WatchFrom of every key from now open and routes revoked
+// and expired events, by session, key and token, to the session's
+// KeepAlive stream. When the watch breaks it re-establishes it, and when
+// the store says events may have been missed (a resync: etcd compacted the
+// watch's history under it, C2 #ct2-watch-resume) it goes on; either way it
+// reconciles the grants it tracks against the backend. It exits when the
+// server's context ends (Shutdown).
 func (s *Server) lostLoop() {
 	defer s.wg.Done()
 	attempt := 0
 	for {
-		ch, err := s.st.Watch(s.ctx, "")
+		_, ch, err := s.st.WatchFrom(s.ctx, "", "")
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return
@@ -46,6 +48,10 @@ func (s *Server) lostLoop() {
 			if ev.Err != nil {
 				s.log.LogAttrs(context.Background(), slog.LevelWarn, "lock-loss watch broke", attrError(ev.Err))
 				break
+			}
+			if ev.Kind == store.EventResync {
+				s.reconcile() // events may have been missed
+				continue
 			}
 			s.route(ev)
 		}
@@ -79,8 +85,8 @@ func (s *Server) route(ev store.Event) {
 }
 
 // reconcile compares the grants this server tracks with the backend after
-// the lock-loss watch was (re-)established, and reports the ones that are
-// gone.
+// the lock-loss watch was (re-)established or resynced, and reports the
+// ones that are gone.
 func (s *Server) reconcile() {
 	for _, t := range s.sess.TrackedLocks() {
 		ctx, cancel := context.WithTimeout(s.ctx, closeTimeout)

@@ -63,10 +63,6 @@ func (s *Server) authorizeSessions(ctx context.Context, az *auth.Authorizer, met
 // ListSessions implements the ListSessions RPC. Page tokens are the last
 // session id of the previous page, base64url-encoded (opaque to clients).
 func (s service) ListSessions(ctx context.Context, req *lockdv1.ListSessionsRequest) (*lockdv1.ListSessionsResponse, error) {
-	sl, ok := s.st.(store.SessionLister)
-	if !ok {
-		return nil, status.Error(codes.Unimplemented, "this lockd's backend cannot list sessions")
-	}
 	scope, ok := ctx.Value(sessionScopeKey{}).(sessionScope)
 	if !ok {
 		return nil, status.Error(codes.Internal, "server: ListSessions without an access decision")
@@ -92,7 +88,7 @@ func (s service) ListSessions(ctx context.Context, req *lockdv1.ListSessionsRequ
 		}
 		q.After = store.SessionID(raw)
 	}
-	infos, err := sl.ListSessions(ctx, q)
+	infos, err := s.st.ListSessions(ctx, q)
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListSessions", fmt.Errorf("list sessions: %w", err))
 	}

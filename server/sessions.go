@@ -21,14 +21,13 @@ var errCloseOverlap = sessions.ErrCloseOverlap
 
 // newTable builds the session table of s and starts its silence loop.
 func (s *Server) newTable() *sessions.Table {
-	sh, _ := s.st.(store.SharedSessions)
 	return sessions.New(sessions.Config{
 		MaxTTL:               s.cfg.MaxTTL,
 		MaxSessions:          s.cfg.MaxSessions,
 		MaxSessionOpens:      s.cfg.MaxSessionOpens,
 		MaxLocksPerSession:   s.cfg.MaxLocksPerSession,
 		MaxSessionsPerStream: MaxSessionsPerStream,
-		SharedSessions:       sh != nil && sh.SharesSessions(),
+		SharedSessions:       s.st.SharesSessions(),
 		Log:                  s.log,
 		Lost: func(id store.SessionID, reason string) {
 			s.tlog.SessionLost(id, reason)

@@ -108,15 +108,15 @@ func (c Config) validateListeners(bad func(key, format string, args ...any)) {
 			"lock.server.tls.key-file (the HTTP/JSON API uses the gRPC listener's TLS; or lock.server.insecure-allow-remote=true "+
 			"to serve plaintext anyway)", c.HTTPListen)
 	}
-	if c.MetricsListen != "" && c.MetricsListen != metricsOff && !c.MetricsTLS().Enabled() && !IsLoopback(c.MetricsListen) {
+	if c.MetricsListen != "" && c.MetricsListen != MetricsOff && !c.MetricsTLS().Enabled() && !IsLoopback(c.MetricsListen) {
 		bad("lock.server.metrics-listen", "%q is not a loopback address and TLS is off: set lock.server.metrics-tls.cert-file and "+
 			"lock.server.metrics-tls.key-file (or lock.server.insecure-allow-remote=true to serve plaintext anyway)", c.MetricsListen)
 	}
 }
 
-// metricsOff is the lock.server.metrics-listen value that disables the
-// metrics listener.
-const metricsOff = "off"
+// MetricsOff is the lock.server.metrics-listen value that disables the
+// metrics listener (C5); lockd serve and lockd health read it too.
+const MetricsOff = "off"
 
 // IsLoopback reports whether the host of a host:port listen address is
 // "localhost" or a loopback IP. An empty host, an unspecified address
@@ -228,7 +228,7 @@ func (c Config) tlsSetup(logger *slog.Logger) (grpcTLS, metricsTLS, httpTLS *TLS
 		if metricsTLS, err = NewTLSReloader(c.MetricsTLS(), telemetry.ListenerMetrics, []string{"http/1.1"}, logger); err != nil {
 			return nil, nil, nil, err
 		}
-	} else if c.MetricsListen != metricsOff && !IsLoopback(c.MetricsListen) {
+	} else if c.MetricsListen != MetricsOff && !IsLoopback(c.MetricsListen) {
 		telemetry.InsecureListener(logger, telemetry.ListenerMetrics, c.MetricsListen)
 	}
 	// The HTTP/JSON API serves the gRPC listener's files (C5 #ct5-http)

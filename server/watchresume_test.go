@@ -53,6 +53,10 @@ func (g *watchGate) resumedAfter() []string {
 }
 
 func (g *watchGate) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
+	if prefix == "" && after == "" {
+		// The server's own lock-loss watch, not a client's: not gated.
+		return g.LockStore.WatchFrom(ctx, prefix, after)
+	}
 	g.mu.Lock()
 	g.afters = append(g.afters, after)
 	g.mu.Unlock()

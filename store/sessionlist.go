@@ -1,9 +1,6 @@
 package store
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // SessionQuery selects a page of ListSessions.
 type SessionQuery struct {
@@ -32,17 +29,6 @@ type SessionInfo struct {
 	Remaining time.Duration
 	// Locks is the number of the session's grants.
 	Locks int
-}
-
-// SessionLister is implemented by a store that can list its live sessions
-// (C2 #ct2-list-sessions). A store without it has no session listing; the
-// server answers ListSessions with UNIMPLEMENTED.
-type SessionLister interface {
-	// ListSessions returns live sessions in id order, strictly after
-	// q.After, at most q.Limit of them, filtered by q.Principal when
-	// q.ByPrincipal. Invalid input (a bad After id, a bad limit, an
-	// invalid principal) is ErrInvalidArgument.
-	ListSessions(ctx context.Context, q SessionQuery) ([]SessionInfo, error)
 }
 
 // CheckSessionQuery validates q and returns its effective limit.

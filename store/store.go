@@ -131,7 +131,7 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event is one change to a key, as Watch reports it.
+// Event is one change to a key, as WatchFrom reports it.
 type Event struct {
 	Kind    EventKind
 	Key     string
@@ -261,38 +261,43 @@ type LockStore interface {
 	// (store.ListLimit).
 	List(ctx context.Context, prefix, after string, limit int) ([]LockInfo, error)
 
-	// Watch reports every change to keys starting with prefix, in commit
-	// order. It returns once the watch is established: every change committed
-	// after Watch returns is delivered. The channel is closed when ctx ends,
-	// or after one final Event with Err set when the watch breaks. SetValue
-	// is an EventValue of the grant it set. A consumer
-	// that falls behind by more than the channel's buffer breaks the watch
-	// (Err wraps ErrContention) rather than stalling the backend.
-	Watch(ctx context.Context, prefix string) (<-chan Event, error)
-
-	// WatchFrom is Watch resumed right after the opaque cursor after ("":
-	// now, as Watch) — by any instance on the same backend and namespace
-	// (C2 #ct2-watch-resume). It returns the cursor of its start, and every
-	// event carries its Cursor. When the store cannot tell what happened
-	// after the cursor (no history, history compacted, a cursor of another
-	// namespace or backend, not a cursor) the first event is EventResync
-	// and the watch goes on from now; a watch whose history is compacted
-	// while it runs does the same. A resync is never an error.
+	// WatchFrom reports every change to keys starting with prefix, in
+	// commit order, from right after the opaque cursor after ("": from now)
+	// — a cursor any instance on the same backend and namespace returned
+	// (C2 #ct2-watch, #ct2-watch-resume). It returns once the watch is
+	// established, with the cursor of its start: every change committed
+	// after it returns is delivered, and every event carries its Cursor.
+	// The channel is closed when ctx ends, or after one final Event with Err
+	// set when the watch breaks. SetValue is an EventValue of the grant it
+	// set. A consumer that falls behind by more than the channel's buffer
+	// breaks the watch (Err wraps ErrContention) rather than stalling the
+	// backend. When the store cannot tell what happened after the cursor (no
+	// history, history compacted, a cursor of another namespace or backend,
+	// not a cursor) the first event is EventResync and the watch goes on
+	// from now; a watch whose history is compacted while it runs does the
+	// same, also one started from now. A resync is never an error: the
+	// consumer re-reads the state it follows.
 	WatchFrom(ctx context.Context, prefix, after string) (start string, events <-chan Event, err error)
+
+	// SharesSessions reports whether every instance on the same backend and
+	// namespace can use every live session (PostgreSQL: a session is a row;
+	// etcd: a session record on the session's lease that any instance
+	// adopts); true on both backends. A server over such a store cannot know
+	// a session's grants from its own calls alone — a grant or revoke may go
+	// through another replica — so it reads them from the store (LocksOf)
+	// before every heartbeat answer that confirms locks (C2 #ct2-confirm).
+	// Over a store that answers false the server trusts its own record of
+	// the grants of a session it filled itself.
+	SharesSessions() bool
+
+	// ListSessions returns live sessions in id order, strictly after
+	// q.After, at most q.Limit of them, filtered by q.Principal when
+	// q.ByPrincipal (C2 #ct2-list-sessions). Invalid input (a bad After id,
+	// a bad limit, an invalid principal) is ErrInvalidArgument.
+	ListSessions(ctx context.Context, q SessionQuery) ([]SessionInfo, error)
 
 	// Close stops every background goroutine of this instance and waits for
 	// them. Sessions it opened are not closed: their locks are freed by the
 	// backend's own expiry (docs/backends.md, restart semantics).
 	Close() error
-}
-
-// SharedSessions is implemented by a store whose sessions every instance
-// can use (PostgreSQL: a session is a row; etcd: a session record on the
-// session's lease that any instance adopts). A server over such a store cannot know a
-// session's grants from its own calls alone — a grant or revoke may go
-// through another replica — so it reads them from the store (LocksOf)
-// before every heartbeat answer that confirms locks (C2 #ct2-confirm).
-// A store without the method shares nothing.
-type SharedSessions interface {
-	SharesSessions() bool
 }

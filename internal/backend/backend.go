@@ -207,23 +207,6 @@ func (b *Backend) Close() error {
 	return b.closeErr
 }
 
-// SharesSessions forwards store.SharedSessions of the opened store (true on
-// PostgreSQL), which the embedded store.LockStore does not promote.
-func (b *Backend) SharesSessions() bool {
-	sh, ok := b.LockStore.(store.SharedSessions)
-	return ok && sh.SharesSessions()
-}
-
-// ListSessions forwards store.SessionLister of the opened store (both
-// backends implement it, C2 #ct2-list-sessions).
-func (b *Backend) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.SessionInfo, error) {
-	sl, ok := b.LockStore.(store.SessionLister)
-	if !ok {
-		return nil, fmt.Errorf("backend: %s store cannot list sessions: %w", b.label, store.ErrInvalidArgument)
-	}
-	return sl.ListSessions(ctx, q)
-}
-
 // openRetrying calls open until it succeeds, fails for good, or ctx ends
 // (lock.etcd.dial-timeout, C5): a backend that answers with a transient
 // refusal at start — no leader yet, "too many requests" while it applies a

@@ -34,7 +34,7 @@ func localHealth(e *env) (url, certFile string, err error) {
 	if listen == "" {
 		listen = server.DefaultConfig().MetricsListen
 	}
-	if listen == metricsOff {
+	if listen == server.MetricsOff {
 		return "", "", usageErrorf("$%s is off: no /healthz to check; pass --url", envMetricsListen)
 	}
 	host, port, err := net.SplitHostPort(listen)

@@ -27,9 +27,6 @@ import (
 // closing sessions when asked to); what is still running then is cut off.
 const shutdownTimeout = 30 * time.Second
 
-// metricsOff is the lock.server.metrics-listen value that disables /metrics.
-const metricsOff = "off"
-
 func newServeCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -115,9 +112,9 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	var (
 		httpSrv   *http.Server
 		mlis      net.Listener
-		metricsAt = metricsOff
+		metricsAt = server.MetricsOff
 	)
-	if cfg.Server.MetricsListen != metricsOff {
+	if cfg.Server.MetricsListen != server.MetricsOff {
 		mlis, err = net.Listen("tcp", cfg.Server.MetricsListen)
 		if err != nil {
 			return errors.Join(fmt.Errorf("lock.server.metrics-listen: %w", err), lis.Close(), shutdown())

@@ -2,7 +2,6 @@ package lockdtest
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -272,16 +271,7 @@ func (f *Faulty) List(ctx context.Context, prefix, after string, limit int) ([]s
 	return infos, err
 }
 
-// Watch implements store.LockStore.
-func (f *Faulty) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	before, _ := f.failure(telemetry.OpWatch)
-	if before != nil {
-		return nil, before
-	}
-	return f.LockStore.Watch(ctx, prefix)
-}
-
-// WatchFrom implements store.LockStore; it fails as Watch does.
+// WatchFrom implements store.LockStore; it fails as op watch.
 func (f *Faulty) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
 	before, _ := f.failure(telemetry.OpWatch)
 	if before != nil {
@@ -295,20 +285,4 @@ func firstErr(err, after error) error {
 		return err
 	}
 	return after
-}
-
-// SharesSessions forwards store.SharedSessions of the wrapped store.
-func (f *Faulty) SharesSessions() bool {
-	sh, ok := f.LockStore.(store.SharedSessions)
-	return ok && sh.SharesSessions()
-}
-
-// ListSessions implements store.SessionLister when the wrapped store does
-// (C2 #ct2-list-sessions); otherwise it reports that it cannot.
-func (f *Faulty) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.SessionInfo, error) {
-	sl, ok := f.LockStore.(store.SessionLister)
-	if !ok {
-		return nil, fmt.Errorf("lockdtest: %T cannot list sessions", f.LockStore)
-	}
-	return sl.ListSessions(ctx, q)
 }

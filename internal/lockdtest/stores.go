@@ -13,7 +13,7 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// StoreOptions configure NewStore.
+// StoreOptions configure Namespace.OpenStore.
 type StoreOptions struct {
 	Logger  *slog.Logger
 	Metrics *telemetry.Metrics
@@ -90,10 +90,4 @@ func (ns *Namespace) config(eps []string) backend.Config {
 		cfg.PGDSN, cfg.PGReaperInterval = ns.pgDSN, pgReaperInterval
 	}
 	return cfg
-}
-
-// NewStore opens a store on a fresh namespace of backend.
-func NewStore(t testing.TB, kind string, opts StoreOptions) store.LockStore {
-	t.Helper()
-	return NewNamespace(t, kind).OpenStore(t, opts)
 }

@@ -19,25 +19,17 @@ func (m *Metrics) Observe(op string) func(err *error) {
 	return func(err *error) { m.Request(op, start, *err) }
 }
 
-// ObserveAcquire is Observe for an Acquire: besides the request it counts
-// the attempt's outcome (AcquireGranted with the time waited,
-// AcquireTimeout when the caller's context ended it, AcquireError
-// otherwise).
-func (m *Metrics) ObserveAcquire() func(err *error) {
-	start := time.Now()
-	return func(err *error) {
-		m.Request(OpAcquire, start, *err)
-		m.Acquire(AcquireResult(*err), time.Since(start))
-	}
-}
-
-// AcquireResult is the acquire outcome label for an Acquire that returned
-// err.
-func AcquireResult(err error) string {
+// AcquireResult is the acquire outcome label (C4 #ct4-acquire-result) of
+// an Acquire or TryInsert, called with the caller's ctx, that returned err
+// and no contended answer: AcquireGranted for no error; for an error,
+// AcquireTimeout when ctx had ended by then or err is a context error (an
+// error that races the context's end is the context's doing), else
+// AcquireError.
+func AcquireResult(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return AcquireGranted
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return AcquireTimeout
 	}
 	return AcquireError

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -13,6 +12,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/groupcommit"
 )
 
 // Group commit. Grants and releases (one conditional transaction on one
@@ -37,132 +37,40 @@ const (
 	commitTimeout = 5 * time.Second
 )
 
-// Request states: a request is queued until a committer takes it (sent),
-// unless its caller gives up first (dropped: never sent).
-const (
-	reqQueued int32 = iota
-	reqSent
-	reqDropped
-)
-
 // txnReq is one caller's conditional transaction on one lockd key. Every
 // etcd key it touches belongs to that lockd key (its grant, marker and
 // waiter keys), so requests on distinct keys never touch the same etcd key
-// and can share a commit.
+// and can share a commit. The committer sets resp and err.
 type txnReq struct {
-	key       string
 	cmps      []clientv3.Cmp
 	then, els []clientv3.Op
-	state     atomic.Int32
-	res       chan txnResult // capacity 1: a committer never blocks on it
+	resp      *clientv3.TxnResponse
+	err       error
 }
 
-type txnResult struct {
-	resp *clientv3.TxnResponse
-	err  error
-}
-
-// batcher is the Store's commit queue.
-type batcher struct {
-	kick chan struct{} // a request was queued or keys were freed; capacity 1
-
-	mu    sync.Mutex
-	queue []*txnReq           // arrival order
-	busy  map[string]struct{} // keys of requests being committed
-	limit int                 // current cap of a batch (lowered if etcd refuses a size)
-
-	// hookFn, set by tests, is called by the committer with each batch's
-	// keys before sending it.
-	hookFn func(keys []string)
-}
-
-func newBatcher() *batcher {
-	return &batcher{kick: make(chan struct{}, 1), busy: make(map[string]struct{}), limit: maxBatch}
-}
-
-func (b *batcher) poke() {
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
-}
-
-// take forms the next batch: queued requests in arrival order, skipping
-// (and keeping queued, in order) any whose key is already in this batch or
-// in one being committed, and discarding dropped ones. The keys it returns
-// are busy until done. hook is hookFn.
-func (b *batcher) take() (batch []*txnReq, hook func([]string)) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	inBatch := make(map[string]struct{})
-	keep := b.queue[:0]
-	for i, r := range b.queue {
-		if len(batch) == b.limit {
-			keep = append(keep, b.queue[i:]...)
-			break
-		}
-		if r.state.Load() == reqDropped {
-			continue
-		}
-		_, busy := b.busy[r.key]
-		_, dup := inBatch[r.key]
-		if busy || dup || !r.state.CompareAndSwap(reqQueued, reqSent) {
-			if r.state.Load() != reqDropped {
-				keep = append(keep, r)
-			}
-			continue
-		}
-		inBatch[r.key] = struct{}{}
-		batch = append(batch, r)
-	}
-	clear(b.queue[len(keep):])
-	b.queue = keep
-	for k := range inBatch {
-		b.busy[k] = struct{}{}
-	}
-	return batch, b.hookFn
-}
-
-// done frees a committed batch's keys.
-func (b *batcher) done(batch []*txnReq) {
-	b.mu.Lock()
-	for _, r := range batch {
-		delete(b.busy, r.key)
-	}
-	more := len(b.queue) > 0
-	b.mu.Unlock()
-	if more {
-		b.poke()
-	}
-}
-
-// committer takes and commits batches until Close cancels s.ctx. Requests
-// still queued then are answered by their callers (errClosed); a batch it
-// took is always answered.
+// committer takes and commits batches until Close closes the queue. Jobs
+// still queued then are answered with errClosed; a batch it took is always
+// answered.
 func (s *Store) committer() {
 	defer s.wg.Done()
 	for {
-		if batch, hook := s.batch.take(); len(batch) > 0 {
-			if hook != nil {
-				keys := make([]string, len(batch))
-				for i, r := range batch {
-					keys[i] = r.key
-				}
-				hook(keys)
-			}
-			s.commitBatch(batch)
-			s.batch.done(batch)
-			continue
-		}
-		select {
-		case <-s.ctx.Done():
+		batch := s.batch.Next()
+		if batch == nil {
 			return
-		case <-s.batch.kick:
 		}
+		if hook := s.commitHook.Load(); hook != nil {
+			keys := make([]string, len(batch))
+			for i, j := range batch {
+				keys[i] = j.Key()
+			}
+			(*hook)(keys)
+		}
+		s.commitBatch(groupcommit.Reqs(batch))
+		s.batch.Finish(batch) // an abandoned request's caller awaits it itself (txn)
 	}
 }
 
-// commitBatch commits batch as one Txn and answers every request. When etcd
+// commitBatch commits batch as one Txn and sets every request's result. When etcd
 // refuses the whole Txn for a reason that may belong to one request (a
 // dead session's lease, too many operations, too large, anything it does
 // not classify as transient) every request is committed on its own instead,
@@ -185,22 +93,20 @@ func (s *Store) commitBatch(batch []*txnReq) {
 			tr := resp.Responses[i].GetResponseTxn()
 			// A nested response has no header of its own; the revision
 			// is the batch's.
-			r.res <- txnResult{resp: &clientv3.TxnResponse{Header: resp.Header, Succeeded: tr.Succeeded, Responses: tr.Responses}}
+			r.resp = &clientv3.TxnResponse{Header: resp.Header, Succeeded: tr.Succeeded, Responses: tr.Responses}
 		}
 		return
 	}
 	if !splittable(err) {
 		err = s.commitErr(ctx, err)
 		for _, r := range batch {
-			r.res <- txnResult{err: err}
+			r.err = err
 		}
 		return
 	}
 	ee := rpctypes.Error(err)
 	if errors.Is(ee, rpctypes.ErrTooManyOps) || errors.Is(ee, rpctypes.ErrRequestTooLarge) {
-		s.batch.mu.Lock()
-		s.batch.limit = max(min(s.batch.limit, len(batch))/2, 1)
-		s.batch.mu.Unlock()
+		s.batch.Shrink(len(batch))
 	}
 	var wg sync.WaitGroup
 	for _, r := range batch {
@@ -216,7 +122,7 @@ func (s *Store) commitBatch(batch []*txnReq) {
 // commitOne commits one request as its own Txn.
 func (s *Store) commitOne(ctx context.Context, r *txnReq) {
 	resp, err := s.cli.Txn(ctx).If(r.cmps...).Then(r.then...).Else(r.els...).Commit()
-	r.res <- txnResult{resp: resp, err: s.commitErr(ctx, err)}
+	r.resp, r.err = resp, s.commitErr(ctx, err)
 }
 
 // commitErr turns a commit's failure caused by Close into errClosed, and
@@ -262,32 +168,17 @@ func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, 
 	if s.ctx.Err() != nil {
 		return nil, errClosed
 	}
-	r := &txnReq{key: key, cmps: cmps, then: then, els: els, res: make(chan txnResult, 1)}
-	s.batch.mu.Lock()
-	s.batch.queue = append(s.batch.queue, r)
-	s.batch.mu.Unlock()
-	s.batch.poke()
-
-	var gaveUp error
-	select {
-	case res := <-r.res:
-		return res.resp, res.err
-	case <-ctx.Done():
-		gaveUp = ctx.Err()
-	case <-s.ctx.Done():
-		gaveUp = errClosed
+	r := &txnReq{cmps: cmps, then: then, els: els}
+	j, err := s.batch.Submit(ctx, key, r)
+	if err != nil {
+		return nil, err
 	}
-	if r.state.CompareAndSwap(reqQueued, reqDropped) {
-		return nil, gaveUp // never sent
-	}
-	select {
-	case res := <-r.res: // answered meanwhile: the outcome is known
-		return res.resp, res.err
-	default:
-	}
-	if gaveUp == errClosed {
-		res := <-r.res // the committer answers soon: its commit runs on s.ctx
-		return res.resp, res.err
+	inFlight, err := s.batch.Wait(ctx, j)
+	switch {
+	case err == nil: // committed: the outcome is known
+		return r.resp, r.err
+	case !inFlight:
+		return nil, err // never sent (the caller gave up, or Close)
 	}
 	if orphan != nil {
 		s.mu.Lock()
@@ -295,11 +186,11 @@ func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, 
 			s.wg.Add(1)
 			go func() { // exits once the committer answers (bounded by commitTimeout)
 				defer s.wg.Done()
-				res := <-r.res
-				orphan(res.resp, res.err)
+				<-j.Done()
+				orphan(r.resp, r.err)
 			}()
 		}
 		s.mu.Unlock()
 	}
-	return nil, gaveUp
+	return nil, err
 }

@@ -64,23 +64,12 @@ func (g *gate) recorded() [][]string {
 // the test ends, before the Store is closed.
 func setGate(t *testing.T, st *Store, g *gate) {
 	t.Cleanup(g.open)
-	st.batch.mu.Lock()
-	st.batch.hookFn = g.hook
-	st.batch.mu.Unlock()
+	hook := g.hook
+	st.commitHook.Store(&hook)
 }
 
 // queued is how many requests wait in the Store's queue.
-func queued(st *Store) int {
-	st.batch.mu.Lock()
-	defer st.batch.mu.Unlock()
-	n := 0
-	for _, r := range st.batch.queue {
-		if r.state.Load() == reqQueued {
-			n++
-		}
-	}
-	return n
-}
+func queued(st *Store) int { return st.batch.Queued() }
 
 // waitQueued polls until n requests wait in the queue.
 func waitQueued(t *testing.T, st *Store, n int) {

@@ -53,22 +53,6 @@ import (
 // iff it is still the same grant, with a "max_hold" release marker. It
 // lives only there (C2 #ct2-delay, the limits with several replicas).
 
-func (s *Store) delayKey(key string) string { return s.prefix + "d/" + key }
-
-// companionPrefix starts the companion records of session id: one
-// c/<id>\x00<d ms> = "<lease id>" per companion lease, on the session's
-// lease, written with each delay record (SetGrantPolicy). A Store that
-// adopts the session reads them and keeps those leases alive too, so a
-// lock-delay outlives the replica that set it (C2 #ct2-delay). Session ids
-// are printable ASCII, so the NUL ends the id.
-func (s *Store) companionPrefix(id store.SessionID) string {
-	return s.prefix + "c/" + string(id) + "\x00"
-}
-
-func (s *Store) companionKey(id store.SessionID, d time.Duration) string {
-	return s.companionPrefix(id) + strconv.FormatInt(d.Milliseconds(), 10)
-}
-
 // parseCompanions reads session id's companion records; malformed ones are
 // skipped (their delays then run out by themselves, never early: see the
 // companion TTL).

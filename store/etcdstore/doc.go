@@ -74,7 +74,7 @@
 // session table (Store.mu: the sessions map and each session's liveness and
 // grant record; session.go), the lease keeping (a keeper: every lease's
 // keepalive state and proven bound, the send schedule; keepalive.go), the
-// group-commit queue (a batcher; batch.go) and the Acquire calls of this
+// group-commit queue (a groupcommit.Queue; batch.go) and the Acquire calls of this
 // Store waiting in a queue (localQueues; wait.go). The only nesting is
 // Store.mu before the keeper's lock; the keeper reports a lease it found
 // dead to the session table with its own lock released.
@@ -159,7 +159,8 @@
 //
 // # Key layout
 //
-// Under the configured prefix P (default "/lockd/"):
+// Under the configured prefix P (default "/lockd/"), one space per line
+// (keys.go builds every key; TestKeyLayoutDoc checks this list against it):
 //
 //	P l/<key>          grant of <key>: value "<session id> <acquired-at, unix ns>",
 //	                   attached to the holder's lease. Its revision, shifted
@@ -170,12 +171,13 @@
 //	                   first Store opened the prefix, written once; token =
 //	                   epoch + (revision − its create revision) (epoch.go,
 //	                   C2 #ct2-fencing).
-//	P l/<key>\x00      release marker: value "released" or "revoked", written
+//	P l/<key>\x00      release marker: value "released", "revoked" or "max_hold", written
 //	                   in the transaction that releases or revokes the grant
-//	                   (same revision as the delete), so Watch can tell those
-//	                   deletes from a session ending (expired). Attached to a
-//	                   short marker lease, so it goes by itself (below). List
-//	                   skips markers.
+//	                   (same revision as the delete), so WatchFrom can tell
+//	                   those deletes from a session ending (expired); or
+//	                   "value <id> <token>", written by SetValue (a value
+//	                   event). Attached to a short marker lease, so it goes
+//	                   by itself (below). List skips markers.
 //	P q/<key>\x00<id>  waiter of session <id> for <key>, attached to the
 //	                   waiter's lease; FIFO order is the create revision.
 //	P s/<id>           session record of session <id>: JSON {lease, ttl_ms,
@@ -188,6 +190,18 @@
 //	P v/<key>          value of <key>'s grant: "<token> <value>", written by
 //	                   SetValue iff the grant is current, on the holder's
 //	                   lease; shown only while its token is the grant's (holder.go).
+//	P m/<key>\x00s<id> semaphore or read/write slot of session <id> (C2
+//	                   #ct2-multi): "<mode> <limit> <session> <unix ns>" on
+//	                   the holder's lease; its revision is the token.
+//	                   m/<key>\x00w<id> is a waiter ("<mode> <limit>
+//	                   <session>", FIFO by create revision), m/<key>\x00v<id>
+//	                   a slot's value (multi.go).
+//	P d/<key>          lock-delay record of <key> (C2 #ct2-delay): "<token>
+//	                   <d ms>", on a companion lease while the grant stands,
+//	                   then on a lease of d; no grant while it exists (delay.go).
+//	P c/<id>\x00<d ms> companion record of session <id>: the companion
+//	                   lease id, on the session's lease, so an adopting Store
+//	                   keeps the companion alive too (delay.go).
 //
 // Keys never contain NUL, so "l/<key>\x00" and "q/<key>\x00" name exactly one
 // key's marker and waiters.
@@ -205,16 +219,16 @@
 // releases and revokes of that window: bounded by the release rate, not
 // by how many distinct keys were ever used.
 //
-// Why a short-lived marker keeps Watch exact: Watch needs the marker only
+// Why a short-lived marker keeps WatchFrom exact: it needs the marker only
 // as the PUT event in the same revision as the grant's delete, and a watch
 // event carries the value it wrote. A watcher that falls behind by more
 // than a marker's lifetime still receives that PUT from etcd's history,
 // value included; the marker's later delete (its lease's end) is a DELETE
-// of a key that is not a grant key, which Watch ignores. What a watcher
+// of a key that is not a grant key, which WatchFrom ignores. What a watcher
 // cannot survive is falling behind the compacted revision: etcd then
-// cancels the watch (ErrCompacted) and Watch ends with a retryable error,
-// with or without markers. The marker's lifetime thus only bounds the
-// residue, never what Watch reports.
+// cancels the watch (ErrCompacted) and WatchFrom sends EventResync and goes
+// on from now, with or without markers. The marker's lifetime thus only
+// bounds the residue, never what WatchFrom reports.
 //
 // The marker lease ending early (revoked out of band, or etcd lost it)
 // fails the release transaction with "lease not found"; no other lease of
@@ -228,7 +242,7 @@
 // answer (C2 #ct2-confirm), so LocksOf must be cheap and must never be
 // behind: a grant revoked through any Store before the call began must not
 // be listed. A Store keeps an index of every grant and every session record
-// under its prefix (one range read, then one watch of [P l/, P t) on a watch
+// under its prefix (one range read, then one watch of [P l/, P s0) on a watch
 // stream of its own), started by the first LocksOf. Concurrent calls share
 // a round: one linearizable read (a count of the epoch key), started after
 // each call began; its revision R covers every write completed before. The
@@ -250,6 +264,6 @@
 // Inspect reads one key and its queue. List reads at most limit grant
 // keys plus the markers alive in its range (above), in pages that double
 // while they hold markers (at most 4096 keys a page), plus one range of the
-// listed keys' waiters. Watch reads nothing: it receives the events of
+// listed keys' waiters. WatchFrom reads nothing: it receives the events of
 // its range, marker PUTs included (one per release or revoke).
 package etcdstore

@@ -27,10 +27,6 @@ import (
 // every open and never changed; every conversion between tokens and
 // revisions goes through token and revision below.
 
-// epochName is the key, under the prefix, where the prefix's epoch is kept:
-// outside the grant ("l/") and queue ("q/") spaces.
-const epochName = "epoch"
-
 // loadEpoch reads the prefix's epoch, taking it first if there is none, and
 // returns the shift E − C. With raise (an exclusive Store), an existing
 // epoch is raised if needed so that the next revision's token is above now

@@ -37,7 +37,7 @@ func (s *Store) putGrant(ss *session, key string, at time.Time) clientv3.Op {
 func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (g store.Grant, acquired bool, err error) {
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpTryInsert)(&err)
-	defer func() { s.met.Acquire(tryResult(acquired, err), time.Since(start)) }()
+	defer func() { s.met.Acquire(tryResult(ctx, acquired, err), time.Since(start)) }()
 	if err := store.ValidateKey(key); err != nil {
 		return store.Grant{}, false, fmt.Errorf("etcdstore: try insert: %w", err)
 	}
@@ -93,15 +93,13 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, o
 }
 
 // tryResult is the acquire outcome label of a TryInsert that returned
-// (acquired, err): unlike an Acquire, it can find the key contended.
-func tryResult(acquired bool, err error) string {
-	switch {
-	case err != nil:
-		return telemetry.AcquireError
-	case acquired:
-		return telemetry.AcquireGranted
+// (acquired, err): unlike an Acquire, it can find the key contended (C4
+// #ct4-acquire-result).
+func tryResult(ctx context.Context, acquired bool, err error) string {
+	if err == nil && !acquired {
+		return telemetry.AcquireContended
 	}
-	return telemetry.AcquireContended
+	return telemetry.AcquireResult(ctx, err)
 }
 
 // recordAbandoned records a grant written for the session by a call whose

@@ -18,13 +18,14 @@ import (
 // The held-set index: what LocksOf answers from (C2 #ct2-confirm, issue 14).
 //
 // A server over etcd reads a session's grants before every live heartbeat
-// answer (store.SharedSessions). Reading them per session costs a lease
+// answer (store.LockStore.SharesSessions). Reading them per session costs a lease
 // TimeToLive with its attached keys and a read of those keys: at 10 000 idle
 // sessions that was most of lockd's idle CPU. Instead a Store keeps an index
 // of every grant under its prefix (plain grants l/<key> and slots
 // m/<key>\x00s<id>) and of every session record (s/<id>, with its lease),
-// loaded with one range read and kept current by one watch of [P l/, P t)
-// (which also carries waiters and keeper records, ignored), and answers
+// loaded with one range read and kept current by one watch of
+// [P l/, P s0) (heldRange, keys.go; it also carries waiters and keeper
+// records, ignored), and answers
 // LocksOf from it — but only once the index is proven current:
 //
 //  1. Concurrent LocksOf calls share a round. A round starts after every one
@@ -318,11 +319,6 @@ func (h *heldIndex) setLocked(ready bool, rev int64) {
 	h.changed = make(chan struct{})
 }
 
-// rangeEnd is the end of the index's range [P l/, P t): plain grants,
-// markers, semaphore/read-write entries, waiters, session and keeper
-// records.
-func (h *heldIndex) rangeEnd() string { return h.s.prefix + "t" }
-
 // watchLoop loads the index and keeps it current, loading it again whenever
 // the watch breaks (compaction, a lost leader, an error).
 func (h *heldIndex) watchLoop() {
@@ -356,7 +352,7 @@ func (h *heldIndex) load() (int64, error) {
 	defer cancel()
 	grants := make(map[string]indexedGrant)
 	records := make(map[store.SessionID]clientv3.LeaseID)
-	from, end := s.prefix+"l/", h.rangeEnd()
+	from, end := s.heldRange()
 	var rev int64
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(heldLoadPage),
@@ -399,7 +395,8 @@ func (h *heldIndex) follow(rev int64) {
 	s := h.s
 	ctx, cancel := context.WithCancel(h.watchCtx(s.ctx))
 	defer cancel()
-	wch := s.cli.Watch(ctx, s.prefix+"l/", clientv3.WithRange(h.rangeEnd()), clientv3.WithRev(rev+1))
+	from, end := s.heldRange()
+	wch := s.cli.Watch(ctx, from, clientv3.WithRange(end), clientv3.WithRev(rev+1))
 	for resp := range wch {
 		if resp.Canceled || resp.Err() != nil {
 			return
@@ -460,16 +457,6 @@ func (h *heldIndex) unindexLocked(k string) {
 	}
 }
 
-// recordID returns the session id of a session record key (not of a keeper
-// record).
-func (s *Store) recordID(k []byte) (store.SessionID, bool) {
-	id, ok := strings.CutPrefix(string(k), s.prefix+"s/")
-	if !ok || id == "" || strings.IndexByte(id, 0) >= 0 {
-		return "", false
-	}
-	return store.SessionID(id), true
-}
-
 // indexedGrantOf decodes a grant key (plain or slot); ok is false for every
 // other key of the range (markers, waiters, values) and for foreign data.
 func (s *Store) indexedGrantOf(kv *mvccpb.KeyValue) (indexedGrant, bool) {
@@ -484,7 +471,7 @@ func (s *Store) indexedGrantOf(kv *mvccpb.KeyValue) (indexedGrant, bool) {
 	if !s.isSlotKey(kv.Key) {
 		return indexedGrant{}, false
 	}
-	_, tail, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.prefix+"m/"), "\x00")
+	_, tail, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.prefix+spaceMulti), "\x00")
 	g, ok := s.multiGrantOf(kv, store.SessionID(strings.TrimPrefix(tail, "s")), lease)
 	return indexedGrant{g: g, lease: lease}, ok
 }

@@ -19,9 +19,6 @@ import (
 // every instance; neither touches the grant key, whose mod revision is the
 // fencing token.
 
-func (s *Store) holderKey(id store.SessionID) string { return s.prefix + "h/" + string(id) }
-func (s *Store) valueKey(key string) string          { return s.prefix + "v/" + key }
-
 // holderRecord is the JSON of a holder record.
 type holderRecord struct {
 	Owner  string            `json:"o,omitempty"`

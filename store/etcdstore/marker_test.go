@@ -154,9 +154,9 @@ func TestMarkerLeaseRevokedOutOfBand(t *testing.T) {
 	st.marks.rotate = time.Hour // keep one lease, then revoke it behind the Store's back
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch, err := st.Watch(ctx, "")
+	_, ch, err := st.WatchFrom(ctx, "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, st, 5*time.Second)
 	g := mustTry(t, st, id, "a")

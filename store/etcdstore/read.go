@@ -145,7 +145,7 @@ func (s *Store) listPlain(ctx context.Context, prefix, after string, limit int) 
 	}
 	queues := make(map[string][]*mvccpb.KeyValue)
 	for _, kv := range resp.Kvs {
-		k, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), s.prefix+"q/"), "\x00")
+		k, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), s.prefix+spaceQueue), "\x00")
 		if ok {
 			queues[k] = append(queues[k], kv)
 		}

@@ -38,13 +38,6 @@ type sessionRecord struct {
 	Epoch int64 `json:"e"`
 }
 
-func (s *Store) recordKey(id store.SessionID) string { return s.prefix + "s/" + string(id) }
-
-// keeperPrefix starts the keeper records of session id; keeperKey is this
-// Store's. Session ids are printable ASCII, so the NUL ends the id.
-func (s *Store) keeperPrefix(id store.SessionID) string { return s.recordKey(id) + "\x00" }
-func (s *Store) keeperKey(id store.SessionID) string    { return s.keeperPrefix(id) + s.inst }
-
 // newInstanceID names a Store in its keeper records.
 func newInstanceID() string { return rand.Text() }
 

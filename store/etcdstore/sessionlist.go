@@ -15,13 +15,11 @@ import (
 	"lock.dev/lockd/store"
 )
 
-var _ store.SessionLister = (*Store)(nil)
-
 // listPage is how many keys one range read of the session records takes
 // at most (keeper records s/<id>\x00<instance> are in the same range).
 const listPage = 500
 
-// ListSessions implements store.SessionLister (C2 #ct2-list-sessions): every
+// ListSessions implements store.LockStore (C2 #ct2-list-sessions): every
 // session of the prefix, whichever Store opened it, from the session
 // records s/<id> (paged range reads), so every instance answers the same.
 // For each listed session one lease TimeToLive with its attached keys gives
@@ -40,7 +38,7 @@ func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) (_ []sto
 	if closed {
 		return nil, errClosed
 	}
-	base := s.prefix + "s/"
+	base := s.prefix + spaceSession
 	end := clientv3.GetPrefixRangeEnd(base)
 	from := base
 	if q.After != "" {

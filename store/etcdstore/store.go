@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,6 +17,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/groupcommit"
 )
 
 // Backend is the backend label of this package's logs and metrics.
@@ -61,7 +63,7 @@ type Options struct {
 //
 // Each structure has one owner with its own lock: the session table (mu,
 // below), the lease keeping (keep, keepalive.go), the group-commit queue
-// (batch, batch.go), this Store's waiting Acquire calls (waiters,
+// (batch, a groupcommit.Queue; batch.go), this Store's waiting Acquire calls (waiters,
 // wait.go) and the held-set index LocksOf answers from (held, held.go).
 // Lock order: mu before keep's lock and before held's; the others nest
 // nothing.
@@ -79,9 +81,12 @@ type Store struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // goroutines of the Store itself (the keeper waits for its own)
 
-	keep    *keeper     // keeps the sessions' leases alive (keepalive.go)
-	batch   *batcher    // group commit of grants and releases (batch.go)
-	waiters localQueues // Acquire calls of this Store waiting in a queue (wait.go)
+	keep  *keeper                     // keeps the sessions' leases alive (keepalive.go)
+	batch *groupcommit.Queue[*txnReq] // group commit of grants and releases (batch.go)
+	// commitHook, set by tests, is called by a committer with each batch's
+	// keys before sending it.
+	commitHook atomic.Pointer[func(keys []string)]
+	waiters    localQueues // Acquire calls of this Store waiting in a queue (wait.go)
 
 	marks *markerLeases // the short leases of release markers (marker.go)
 	comp  companions    // lock-delay companion leases (delay.go)
@@ -102,7 +107,7 @@ type Store struct {
 var _ store.LockStore = (*Store)(nil)
 
 // SharesSessions reports that every Store on a prefix can use every session
-// (store.SharedSessions): a Store adopts a session it does not know from its
+// (store.LockStore): a Store adopts a session it does not know from its
 // record in etcd (record.go, C2 #ct2-replicas).
 func (s *Store) SharesSessions() bool { return true }
 
@@ -131,7 +136,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 		met:       opts.Metrics,
 		sessions:  make(map[store.SessionID]*session),
 		unsure:    make(map[store.SessionID]unsureExpiry),
-		batch:     newBatcher(),
+		batch:     groupcommit.New[*txnReq](maxBatch, errClosed),
 		waiters:   localQueues{byKey: make(map[string][]*localWaiter)},
 		marks:     newMarkerLeases(cli, opts.MarkerTTL),
 	}
@@ -141,7 +146,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	s.keep.start() // its owner exits when Close cancels s.ctx
 	s.wg.Add(maxInflight)
 	for range maxInflight {
-		go s.committer() // exits when Close cancels s.ctx and nothing it took is unanswered
+		go s.committer() // exits when Close closes the queue and nothing it took is unanswered
 	}
 	return s, nil
 }
@@ -156,6 +161,7 @@ func (s *Store) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		s.cancel()
+		s.batch.Close() // after cancel: batches being committed end at once
 	})
 	s.keep.wait()
 	s.wg.Wait()
@@ -180,27 +186,6 @@ func ClientConfig(endpoints []string, dialTimeout time.Duration) clientv3.Config
 			MinConnectTimeout: 2 * time.Second,
 		})},
 	}
-}
-
-// Key layout (see the package doc).
-
-func (s *Store) lockKey(key string) string   { return s.prefix + "l/" + key }
-func (s *Store) markerKey(key string) string { return s.prefix + "l/" + key + "\x00" }
-func (s *Store) queuePrefix(key string) string {
-	return s.prefix + "q/" + key + "\x00"
-}
-func (s *Store) waiterKey(key string, id store.SessionID) string {
-	return s.queuePrefix(key) + string(id)
-}
-
-// userKey turns an etcd lock key back into the lockd key; ok is false for
-// markers and keys outside the lock space.
-func (s *Store) userKey(etcdKey []byte) (string, bool) {
-	k, ok := strings.CutPrefix(string(etcdKey), s.prefix+"l/")
-	if !ok || strings.IndexByte(k, 0) >= 0 {
-		return "", false
-	}
-	return k, true
 }
 
 // grantValue is the value of a grant key.

@@ -34,7 +34,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	keep := store.KeepsPlace(opts)
 	start := time.Now()
 	defer s.met.Observe(telemetry.OpAcquire)(&err)
-	defer func() { s.met.Acquire(acquireResult(ctx, err), time.Since(start)) }()
+	defer func() { s.met.Acquire(telemetry.AcquireResult(ctx, err), time.Since(start)) }()
 	if err := store.ValidateKey(key); err != nil {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
@@ -126,21 +126,6 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	}
 	s.mu.Unlock()
 	return g, nil
-}
-
-// acquireResult is the acquire outcome label of an Acquire that returned
-// err: a failure once the caller's ctx has ended is a timeout, whatever the
-// error. (telemetry.AcquireResult judges by the error alone; the two differ
-// only when an error races the ctx's end, and this backend has always
-// judged by the ctx.)
-func acquireResult(ctx context.Context, err error) string {
-	switch {
-	case err == nil:
-		return telemetry.AcquireGranted
-	case ctx.Err() != nil:
-		return telemetry.AcquireTimeout
-	}
-	return telemetry.AcquireError
 }
 
 // wait waits in key's queue, where the session's waiter key has create

@@ -13,11 +13,12 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// watchBuffer is the capacity of a Watch channel; one more slot is kept
+// watchBuffer is the capacity of a WatchFrom channel; one more slot is kept
 // for the final error event.
 const watchBuffer = 256
 
-// Watch reports changes to held keys under prefix in commit order, from one
+// WatchFrom implements store.LockStore (C2 #ct2-watch, #ct2-watch-resume).
+// It reports changes to held keys under prefix in commit order, from one
 // etcd watch over the grant keys and their release markers. A grant key
 // created is "acquired"; a grant key deleted is "released" or "revoked" when
 // a marker with that reason was written in the same revision, else
@@ -25,24 +26,14 @@ const watchBuffer = 256
 // overwritten is a hand-over (DeleteIfOwner with waiters): "released" for
 // the old grant, then "acquired" for the new one. A value marker (SetValue)
 // is "value".
-func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	_, ch, err := s.watchFrom(ctx, prefix, "", false)
-	return ch, err
-}
-
-// WatchFrom implements store.LockStore (C2 #ct2-watch-resume): Watch
-// resumed right after a cursor from etcd's history. A cursor is
-// "etcd:<shift>:<revision>:<n>": every event of earlier revisions and the
-// first n of that revision were delivered. A cursor of another epoch, not a
-// cursor, one ahead of the store or one whose history was compacted gives
-// EventResync and a watch from now.
-func (s *Store) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
-	return s.watchFrom(ctx, prefix, after, true)
-}
-
-// watchFrom is WatchFrom; Watch's events (withCursor false) carry no
-// Cursor.
-func (s *Store) watchFrom(ctx context.Context, prefix, after string, withCursor bool) (start string, _ <-chan store.Event, err error) {
+//
+// It starts right after the cursor after from etcd's history ("": now). A
+// cursor is "etcd:<shift>:<revision>:<n>": every event of earlier revisions
+// and the first n of that revision were delivered. A cursor of another
+// epoch, not a cursor, one ahead of the store or one whose history was
+// compacted gives EventResync and a watch from now; so does a compaction
+// while the watch runs.
+func (s *Store) WatchFrom(ctx context.Context, prefix, after string) (start string, _ <-chan store.Event, err error) {
 	defer s.met.Observe(telemetry.OpWatch)(&err)
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return "", nil, fmt.Errorf("etcdstore: watch: %w", err)
@@ -81,7 +72,7 @@ func (s *Store) watchFrom(ctx context.Context, prefix, after string, withCursor 
 		defer s.wg.Done()
 		defer close(out)
 		for {
-			compacted := s.pump(ctx, w.ch, out, &pos, withCursor)
+			compacted := s.pump(ctx, w.ch, out, &pos)
 			w.cancel()
 			if !compacted {
 				return
@@ -161,9 +152,9 @@ func (s *Store) openWatch(ctx context.Context, prefix string, rev int64) (etcdWa
 
 // pump turns etcd watch responses into events until the watch ends,
 // skipping those pos says were delivered and advancing pos. A final event
-// with Err is sent when it ends for any reason but ctx or, withCursor,
-// compaction; compacted reports the latter.
-func (s *Store) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- store.Event, pos *cursor, withCursor bool) (compacted bool) {
+// with Err is sent when it ends for any reason but ctx or compaction;
+// compacted reports the latter.
+func (s *Store) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- store.Event, pos *cursor) (compacted bool) {
 	fail := func(err error) {
 		if ctx.Err() == nil {
 			out <- store.Event{Err: fmt.Errorf("etcdstore: watch: %w", err)} // the reserved slot: never blocks
@@ -180,8 +171,8 @@ func (s *Store) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- sto
 			fail(errClosed)
 			return false
 		}
-		if ok && wr.CompactRevision != 0 && ctx.Err() == nil && withCursor {
-			return true // WatchFrom goes on with a resync; Watch breaks
+		if ok && wr.CompactRevision != 0 && ctx.Err() == nil {
+			return true // WatchFrom goes on with a resync
 		}
 		if !ok || wr.Canceled {
 			fail(s.watchEnded(ctx, wr))
@@ -201,9 +192,7 @@ func (s *Store) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- sto
 				return false
 			}
 			*pos = cursor{rev, n}
-			if withCursor {
-				ev.Cursor = s.formatCursor(*pos)
-			}
+			ev.Cursor = s.formatCursor(*pos)
 			out <- ev.Event
 		}
 	}

@@ -21,9 +21,9 @@ func TestWatchHandOver(t *testing.T) {
 	b := newStore(t, etcdtest.NewClient(t), prefix, nil)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch, err := b.Watch(ctx, "")
+	_, ch, err := b.WatchFrom(ctx, "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	holder := openSession(t, a, 5*time.Second)
 	waiter := openSession(t, b, 5*time.Second)
@@ -62,7 +62,10 @@ func TestWatchHandOver(t *testing.T) {
 	for i, w := range want {
 		select {
 		case ev := <-ch:
-			if ev != w {
+			if ev.Cursor == "" {
+				t.Fatalf("event %d = %+v carries no cursor", i, ev)
+			}
+			if ev.Cursor = ""; ev != w {
 				t.Fatalf("event %d = %+v, want %+v", i, ev, w)
 			}
 		case <-time.After(5 * time.Second):
@@ -75,9 +78,9 @@ func TestWatchHandOver(t *testing.T) {
 // gets one final event with a retryable error, then a closed channel.
 func TestWatchSlowConsumer(t *testing.T) {
 	st := newStore(t, etcdtest.NewClient(t), etcdtest.Prefix(t), nil)
-	ch, err := st.Watch(ctxT(t), "")
+	_, ch, err := st.WatchFrom(ctxT(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, st, 5*time.Second)
 	for i := range watchBuffer/2 + 10 { // two events each

@@ -33,7 +33,7 @@ func TestGroupCommitSameKeyWaits(t *testing.T) {
 		acq <- err
 	}()
 	waitAllSubmitted(t, s, rec, 2)
-	if q := s.lockQ.queued(); q != 1 {
+	if q := s.lockQ.Queued(); q != 1 {
 		t.Fatalf("%d requests queued, want the waiter's (its key is in flight)", q)
 	}
 	bargeRes := make(chan error, 1)
@@ -104,7 +104,7 @@ func TestGroupCommitLoneRequestGoesAtOnce(t *testing.T) {
 	// The batch is sent (and then waits for the table) with no other
 	// request ever submitted.
 	waitSent(t, rec, 1)
-	if q := s.lockQ.queued(); q != 0 {
+	if q := s.lockQ.Queued(); q != 0 {
 		t.Fatalf("%d requests still queued", q)
 	}
 	batches, _ := rec.sent()

@@ -89,9 +89,9 @@ func TestUnavailableServer(t *testing.T) {
 	s := newStore(t, srv.DSN("postgres"))
 	id := openSession(t, s)
 	g := mustTry(t, s, id, "k")
-	ch, err := s.Watch(testCtx(t), "")
+	_, ch, err := s.WatchFrom(testCtx(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	if err := srv.Stop(); err != nil {
 		t.Fatalf("stop server: %v", err)
@@ -113,7 +113,7 @@ func TestUnavailableServer(t *testing.T) {
 	checks["DeleteIfOwner"] = s.DeleteIfOwner(ctx, id, "k", g.Token)
 	_, _, checks["Inspect"] = s.Inspect(ctx, "k")
 	_, checks["OpenSession"] = s.OpenSession(ctx, ttl)
-	_, checks["Watch"] = s.Watch(ctx, "")
+	_, _, checks["Watch"] = s.WatchFrom(ctx, "", "")
 	for op, err := range checks {
 		if !errors.Is(err, store.ErrUnavailable) || !store.IsRetryable(err) || errors.Is(err, store.ErrSessionDead) {
 			t.Errorf("%s with the server down: %v, want ErrUnavailable (retryable, not session dead)", op, err)

@@ -162,18 +162,25 @@ func (s *Store) newGrant(g store.Grant, waited time.Duration) {
 	s.metrics.LocksHeld(1)
 }
 
+// acquireFailed records the acquire outcome of an Acquire or TryInsert
+// that fails with err (C4 #ct4-acquire-result) and returns err.
+func (s *Store) acquireFailed(ctx context.Context, err error) error {
+	s.metrics.Acquire(telemetry.AcquireResult(ctx, err), 0)
+	return err
+}
+
 // TryInsert implements store.LockStore. Concurrent grants and releases
 // share one transaction (group commit, groupcommit.go).
 func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (_ store.Grant, _ bool, err error) {
 	if err := validateGrantArgs("try insert", id, key); err != nil {
-		return store.Grant{}, false, err
+		return store.Grant{}, false, s.acquireFailed(ctx, err)
 	}
 	o, err := store.NewAcquireOptions(opts...)
 	if err != nil {
-		return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", err)
+		return store.Grant{}, false, s.acquireFailed(ctx, fmt.Errorf("pgstore: try insert: %w", err))
 	}
 	if err := s.begin(ctx, "try insert"); err != nil {
-		return store.Grant{}, false, err
+		return store.Grant{}, false, s.acquireFailed(ctx, err)
 	}
 	defer s.metrics.Observe(telemetry.OpTryInsert)(&err)
 	if o.Multi() {
@@ -181,8 +188,7 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, o
 	}
 	r, err := s.doLock(ctx, "try insert", &lockReq{op: opTry, id: id, key: key})
 	if err != nil {
-		s.metrics.Acquire(telemetry.AcquireResult(err), 0)
-		return store.Grant{}, false, err
+		return store.Grant{}, false, s.acquireFailed(ctx, err)
 	}
 	g := r.g
 	switch r.out {
@@ -190,16 +196,15 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, o
 		s.newGrant(g, 0)
 		return g, true, nil
 	case held:
+		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return g, true, nil
 	case busy:
 		s.metrics.Acquire(telemetry.AcquireContended, 0)
 		return store.Grant{}, false, nil
 	case mismatch:
-		s.metrics.Acquire(telemetry.AcquireError, 0)
-		return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", errMismatch(key, store.AcquireOptions{Limit: 1}))
+		return store.Grant{}, false, s.acquireFailed(ctx, fmt.Errorf("pgstore: try insert: %w", errMismatch(key, store.AcquireOptions{Limit: 1})))
 	}
-	s.metrics.Acquire(telemetry.AcquireError, 0)
-	return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead)
+	return store.Grant{}, false, s.acquireFailed(ctx, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead))
 }
 
 // DeleteIfOwner implements store.LockStore. The row is deleted only if key,

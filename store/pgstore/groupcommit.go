@@ -11,6 +11,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/groupcommit"
 )
 
 // Group commit: concurrent grants and releases of one Store share
@@ -80,9 +81,9 @@ const raced outcome = 20
 // startBatchers starts the group-commit workers. Each exits when its queue
 // is closed (Close), after finishing the batch it is running.
 func (s *Store) startBatchers() {
-	s.lockQ = newBatchQueue[*lockReq](maxLockBatch)
-	s.hbQ = newBatchQueue[*hbReq](maxHeartbeatBatch)
-	s.locksQ = newBatchQueue[*locksReq](maxLocksOfBatch)
+	s.lockQ = groupcommit.New[*lockReq](maxLockBatch, errClosed)
+	s.hbQ = groupcommit.New[*hbReq](maxHeartbeatBatch, errClosed)
+	s.locksQ = groupcommit.New[*locksReq](maxLocksOfBatch, errClosed)
 	s.batchers.Add(lockWorkers + heartbeatWorkers + locksOfWorkers)
 	for range lockWorkers {
 		go s.lockWorker() // exits when s.lockQ is closed
@@ -98,9 +99,9 @@ func (s *Store) startBatchers() {
 // stopBatchers answers every queued request with errClosed and waits for
 // the batches in flight.
 func (s *Store) stopBatchers() {
-	s.lockQ.close()
-	s.hbQ.close()
-	s.locksQ.close()
+	s.lockQ.Close()
+	s.hbQ.Close()
+	s.locksQ.Close()
 	s.batchers.Wait()
 }
 
@@ -109,11 +110,11 @@ func (s *Store) stopBatchers() {
 // caller's context error (then nothing the request did survives: see
 // undo).
 func (s *Store) doLock(ctx context.Context, opName string, r *lockReq) (*lockReq, error) {
-	j, err := s.lockQ.submit(ctx, r.key, r)
+	j, err := s.lockQ.Submit(ctx, r.key, r)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.lockQ.wait(ctx, j); err != nil {
+	if _, err := s.lockQ.Wait(ctx, j); err != nil {
 		return nil, result(ctx, opName, err)
 	}
 	return r, result(ctx, opName, r.err)
@@ -122,17 +123,13 @@ func (s *Store) doLock(ctx context.Context, opName string, r *lockReq) (*lockReq
 func (s *Store) lockWorker() {
 	defer s.batchers.Done()
 	for {
-		batch := s.lockQ.next()
+		batch := s.lockQ.Next()
 		if batch == nil {
 			return
 		}
-		reqs := make([]*lockReq, len(batch))
-		for i, j := range batch {
-			reqs[i] = j.req
-		}
-		s.runLockBatch(reqs)
-		for _, j := range s.lockQ.finish(batch) {
-			s.undo(j.req)
+		s.runLockBatch(groupcommit.Reqs(batch))
+		for _, j := range s.lockQ.Finish(batch) {
+			s.undo(j.Req)
 		}
 	}
 }
@@ -337,16 +334,12 @@ type hbReq struct {
 func (s *Store) heartbeatWorker() {
 	defer s.batchers.Done()
 	for {
-		batch := s.hbQ.next()
+		batch := s.hbQ.Next()
 		if batch == nil {
 			return
 		}
-		reqs := make([]*hbReq, len(batch))
-		for i, j := range batch {
-			reqs[i] = j.req
-		}
-		s.runHeartbeatBatch(reqs)
-		s.hbQ.finish(batch) // a heartbeat leaves nothing to undo
+		s.runHeartbeatBatch(groupcommit.Reqs(batch))
+		s.hbQ.Finish(batch) // a heartbeat leaves nothing to undo
 	}
 }
 
@@ -395,16 +388,12 @@ type locksReq struct {
 func (s *Store) locksOfWorker() {
 	defer s.batchers.Done()
 	for {
-		batch := s.locksQ.next()
+		batch := s.locksQ.Next()
 		if batch == nil {
 			return
 		}
-		reqs := make([]*locksReq, len(batch))
-		for i, j := range batch {
-			reqs[i] = j.req
-		}
-		s.runLocksOfBatch(reqs)
-		s.locksQ.finish(batch) // a read leaves nothing to undo
+		s.runLocksOfBatch(groupcommit.Reqs(batch))
+		s.locksQ.Finish(batch) // a read leaves nothing to undo
 	}
 }
 

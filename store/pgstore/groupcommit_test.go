@@ -100,7 +100,7 @@ func waitAllSubmitted(t *testing.T, s *Store, rec *batchRecorder, n int) {
 	t.Helper()
 	testkit.Eventually(t, 30*time.Second, "every request sent or queued", func() error {
 		_, sent := rec.sent()
-		if q := s.lockQ.queued(); sent+q != n {
+		if q := s.lockQ.Queued(); sent+q != n {
 			return fmt.Errorf("%d sent, %d queued, want %d in all", sent, q, n)
 		}
 		return nil
@@ -367,7 +367,7 @@ func TestGroupCommitHeartbeats(t *testing.T) {
 	}
 	testkit.Eventually(t, 30*time.Second, "every heartbeat sent or queued", func() error {
 		b, r := batchSizes(t, reg, telemetry.BatchHeartbeats)
-		if q := s.hbQ.queued(); int(r)+q != n+2 || b != heartbeatWorkers {
+		if q := s.hbQ.Queued(); int(r)+q != n+2 || b != heartbeatWorkers {
 			return fmt.Errorf("%v batches of %v sent, %d queued", b, r, q)
 		}
 		return nil

@@ -114,22 +114,20 @@ func (s *Store) tryMulti(ctx context.Context, id store.SessionID, key string, o 
 	g, out, err := s.attemptMulti(ctx, id, key, o, false)
 	switch {
 	case err != nil:
-		s.metrics.Acquire(telemetry.AcquireResult(err), 0)
-		return store.Grant{}, false, err
+		return store.Grant{}, false, s.acquireFailed(ctx, err)
 	case out == granted:
 		s.newGrant(g, 0)
 		return g, true, nil
 	case out == held:
+		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return g, true, nil
 	case out == busy:
 		s.metrics.Acquire(telemetry.AcquireContended, 0)
 		return store.Grant{}, false, nil
 	case out == mismatch:
-		s.metrics.Acquire(telemetry.AcquireError, 0)
-		return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", errMismatch(key, o))
+		return store.Grant{}, false, s.acquireFailed(ctx, fmt.Errorf("pgstore: try insert: %w", errMismatch(key, o)))
 	}
-	s.metrics.Acquire(telemetry.AcquireError, 0)
-	return store.Grant{}, false, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead)
+	return store.Grant{}, false, s.acquireFailed(ctx, fmt.Errorf("pgstore: try insert: %w", store.ErrSessionDead))
 }
 
 // acquireMulti is Acquire of a slot: attempts, woken by the notifications
@@ -137,7 +135,7 @@ func (s *Store) tryMulti(ctx context.Context, id store.SessionID, key string, o 
 func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions) (store.Grant, error) {
 	w, err := s.addWaiter(id, key)
 	if err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()
@@ -147,10 +145,9 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 		g, out, err := s.attemptMulti(ctx, id, key, o, true)
 		if err != nil {
 			s.leaveSlotQueue(id, key)
-			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
-			return store.Grant{}, err
+			return store.Grant{}, s.acquireFailed(ctx, err)
 		}
-		if done, g, err := s.acquireDone(out, g, key, o, start); done {
+		if done, g, err := s.acquireDone(ctx, out, g, key, o, start); done {
 			return g, err
 		}
 		recheck.Reset(s.recheck)
@@ -159,12 +156,10 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 		case <-recheck.C:
 		case <-ctx.Done():
 			s.leaveSlotQueue(id, key)
-			s.metrics.Acquire(telemetry.AcquireTimeout, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", ctx.Err())
+			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
 		case <-s.closing:
 			s.leaveSlotQueue(id, key)
-			s.metrics.Acquire(telemetry.AcquireError, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
+			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errClosed))
 		}
 	}
 }

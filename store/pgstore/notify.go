@@ -222,11 +222,7 @@ func (s *Store) dispatchLocked(n notice) {
 			s.endWatch(w, errSlowConsumer)
 			continue
 		}
-		if w.cursors {
-			w.ch <- withCursor(ev)
-			continue
-		}
-		w.ch <- ev
+		w.ch <- withCursor(ev)
 	}
 }
 

@@ -32,9 +32,9 @@ func TestListenerLossBreaksWatchAndRecovers(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
 	s := newStore(t, dsn)
-	ch, err := s.Watch(testCtx(t), "")
+	_, ch, err := s.WatchFrom(testCtx(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	holder := openSession(t, s)
 	g := mustTry(t, s, holder, "k")
@@ -69,7 +69,7 @@ func TestListenerLossBreaksWatchAndRecovers(t *testing.T) {
 	// take recheckInterval).
 	var ch2 <-chan store.Event
 	testkit.Eventually(t, 10*time.Second, "Watch works again", func() error {
-		ch2, err = s.Watch(testCtx(t), "")
+		_, ch2, err = s.WatchFrom(testCtx(t), "", "")
 		return err
 	})
 	released := time.Now()
@@ -104,9 +104,9 @@ func TestListenerProbeKeepsHealthyWatch(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	defer s.Close()
-	ch, err := s.Watch(testCtx(t), "")
+	_, ch, err := s.WatchFrom(testCtx(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, s)
 	for i := range 10 {
@@ -179,9 +179,9 @@ func TestEventPayloads(t *testing.T) {
 func TestTriggerPayloads(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, pgtest.NewDatabase(t))
-	ch, err := s.Watch(testCtx(t), "tp/")
+	_, ch, err := s.WatchFrom(testCtx(t), "tp/", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, s)
 	// 2n events stay within the watch's buffer (the test reads as they
@@ -238,9 +238,9 @@ func TestForgedNotifyIgnored(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
 	s := newStore(t, dsn)
-	ch, err := s.Watch(testCtx(t), "")
+	_, ch, err := s.WatchFrom(testCtx(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	holder := openSession(t, s)
 	g := mustTry(t, s, holder, "k")

@@ -61,9 +61,9 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 	}
 	defer s.metrics.Observe(telemetry.OpHeartbeat)(&err)
 	r := &hbReq{id: id}
-	j, err := s.hbQ.submit(ctx, "", r)
+	j, err := s.hbQ.Submit(ctx, "", r)
 	if err == nil {
-		if _, err = s.hbQ.wait(ctx, j); err == nil {
+		if _, err = s.hbQ.Wait(ctx, j); err == nil {
 			err = r.err
 		}
 	}
@@ -187,9 +187,9 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 	// Concurrent calls share one SELECT (runLocksOfBatch): a server over
 	// PostgreSQL reads every session's grants after its heartbeat.
 	r := &locksReq{id: id}
-	j, err := s.locksQ.submit(ctx, "", r)
+	j, err := s.locksQ.Submit(ctx, "", r)
 	if err == nil {
-		if _, err = s.locksQ.wait(ctx, j); err == nil {
+		if _, err = s.locksQ.Wait(ctx, j); err == nil {
 			err = r.err
 		}
 	}
@@ -204,5 +204,5 @@ func (s *Store) LocksOf(ctx context.Context, id store.SessionID) (_ []store.Gran
 }
 
 // SharesSessions reports that every Store on a schema can use every
-// session (store.SharedSessions).
+// session (store.LockStore).
 func (s *Store) SharesSessions() bool { return true }

@@ -167,7 +167,7 @@ func TestLocksOfBatched(t *testing.T) {
 		call(i)
 	}
 	testkit.Eventually(t, 30*time.Second, "the other LocksOf queued", func() error {
-		if q := s.locksQ.queued(); q != len(asked)-first {
+		if q := s.locksQ.Queued(); q != len(asked)-first {
 			return fmt.Errorf("%d queued", q)
 		}
 		return nil

@@ -11,9 +11,7 @@ import (
 	"lock.dev/lockd/store"
 )
 
-var _ store.SessionLister = (*Store)(nil)
-
-// ListSessions implements store.SessionLister (C2 #ct2-list-sessions):
+// ListSessions implements store.LockStore (C2 #ct2-list-sessions):
 // every live session of the schema, read in one statement. It extends
 // nothing: Remaining is expires_at − now() on the database clock.
 func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) (_ []store.SessionInfo, err error) {

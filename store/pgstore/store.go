@@ -17,6 +17,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/groupcommit"
 )
 
 // Defaults of Options.
@@ -92,10 +93,10 @@ type Store struct {
 	wg        sync.WaitGroup     // the reaper and the listener
 	closeOnce sync.Once
 
-	lockQ       *batchQueue[*lockReq]  // group commit of grants and releases
-	hbQ         *batchQueue[*hbReq]    // group commit of heartbeats
-	locksQ      *batchQueue[*locksReq] // shared reads of LocksOf
-	batchers    sync.WaitGroup         // the workers of lockQ, hbQ and locksQ
+	lockQ       *groupcommit.Queue[*lockReq]  // group commit of grants and releases
+	hbQ         *groupcommit.Queue[*hbReq]    // group commit of heartbeats
+	locksQ      *groupcommit.Queue[*locksReq] // shared reads of LocksOf
+	batchers    sync.WaitGroup                // the workers of lockQ, hbQ and locksQ
 	onLockBatch func(batch []*lockReq)
 	onLocksOf   func(n int)
 

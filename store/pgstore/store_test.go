@@ -31,9 +31,9 @@ func TestCloseEndsWaitersAndWatches(t *testing.T) {
 		}
 		return nil
 	})
-	ch, err := b.Watch(testCtx(t), "")
+	_, ch, err := b.WatchFrom(testCtx(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -76,9 +76,9 @@ func TestSchemasAreIsolated(t *testing.T) {
 		return s
 	}
 	a, b := open("lockd_a"), open("lockd_b")
-	ch, err := b.Watch(testCtx(t), "")
+	_, ch, err := b.WatchFrom(testCtx(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	ida := openSession(t, a)
 	mustTry(t, a, ida, "k")

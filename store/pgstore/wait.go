@@ -118,21 +118,21 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		}
 	}
 	if err := validateGrantArgs("acquire", id, key); err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	o, err := store.NewAcquireOptions(opts...)
 	if err != nil {
-		return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", err)
+		return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", err))
 	}
 	if err := s.begin(ctx, "acquire"); err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	if o.Multi() {
 		return s.acquireMulti(ctx, id, key, o) // multi.go
 	}
 	w, err := s.addWaiter(id, key)
 	if err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
 	start := time.Now()
@@ -142,10 +142,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		r, err := s.attempt(ctx, id, key, keep)
 		if err != nil {
 			leave()
-			s.metrics.Acquire(telemetry.AcquireResult(err), 0)
-			return store.Grant{}, err
+			return store.Grant{}, s.acquireFailed(ctx, err)
 		}
-		if done, g, err := s.acquireDone(r.out, r.g, key, o, start); done {
+		if done, g, err := s.acquireDone(ctx, r.out, r.g, key, o, start); done {
 			return g, err
 		}
 		wait := s.recheck
@@ -159,12 +158,10 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		case <-recheck.C:
 		case <-ctx.Done():
 			leave()
-			s.metrics.Acquire(telemetry.AcquireTimeout, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", ctx.Err())
+			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
 		case <-s.closing:
 			leave()
-			s.metrics.Acquire(telemetry.AcquireError, 0)
-			return store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errClosed)
+			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errClosed))
 		}
 	}
 }
@@ -206,19 +203,18 @@ func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) 
 // acquireDone ends a waiting Acquire on an attempt's outcome: a grant (new
 // or already held), a dead session or a mismatch ends it (done), anything
 // else (busy) has it wait on. start is when the Acquire began.
-func (s *Store) acquireDone(out outcome, g store.Grant, key string, o store.AcquireOptions, start time.Time) (bool, store.Grant, error) {
+func (s *Store) acquireDone(ctx context.Context, out outcome, g store.Grant, key string, o store.AcquireOptions, start time.Time) (bool, store.Grant, error) {
 	switch out {
 	case granted:
 		s.newGrant(g, time.Since(start))
 		return true, g, nil
 	case held:
+		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return true, g, nil
 	case dead:
-		s.metrics.Acquire(telemetry.AcquireError, 0)
-		return true, store.Grant{}, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead)
+		return true, store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", store.ErrSessionDead))
 	case mismatch:
-		s.metrics.Acquire(telemetry.AcquireError, 0)
-		return true, store.Grant{}, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o))
+		return true, store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errMismatch(key, o)))
 	}
 	return false, store.Grant{}, nil
 }

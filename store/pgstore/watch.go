@@ -15,7 +15,7 @@ const (
 	watchBuffer = 256
 )
 
-// watch is one Watch call's subscription. All fields are guarded by s.mu.
+// watch is one WatchFrom call's subscription. All fields are guarded by s.mu.
 type watch struct {
 	prefix string
 	// ch has room for watchBuffer events plus the final error event: the
@@ -28,8 +28,6 @@ type watch struct {
 	done   bool
 	err    error  // why a watch ended before it became active
 	stop   func() // unregisters the context.AfterFunc
-	// cursors: a WatchFrom, whose events carry pgCursor (Watch's none).
-	cursors bool
 }
 
 // withCursor is ev with the cursor of a PostgreSQL watch.
@@ -38,34 +36,29 @@ func withCursor(ev store.Event) store.Event {
 	return ev
 }
 
-// Watch implements store.LockStore. The watch becomes active when a sync
-// marker it sends through the database comes back on the listening
-// connection: NOTIFY delivers in commit order, so from then on it sees every
-// change committed after the marker, hence every change committed after
-// Watch returns, and nothing committed before Watch was called.
-func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	return s.watch(ctx, prefix, false, false)
-}
-
 // pgCursor is the one cursor of a PostgreSQL watch: NOTIFY keeps no
 // history, so it names no position (C2 #ct2-watch-resume).
 const pgCursor = "pg"
 
-// WatchFrom implements store.LockStore. PostgreSQL cannot replay what
-// happened after a cursor (NOTIFY keeps no history): a watch resumed after
-// any cursor starts with EventResync, then goes on as Watch (C2
-// #ct2-watch-resume, a divergence of docs/backends.md).
+// WatchFrom implements store.LockStore. The watch becomes active when a
+// sync marker it sends through the database comes back on the listening
+// connection: NOTIFY delivers in commit order, so from then on it sees every
+// change committed after the marker, hence every change committed after
+// WatchFrom returns, and nothing committed before it was called.
+// PostgreSQL cannot replay what happened after a cursor (NOTIFY keeps no
+// history): a watch resumed after any cursor (after not "") starts with
+// EventResync, then goes on from now (C2 #ct2-watch-resume, a divergence of
+// docs/backends.md).
 func (s *Store) WatchFrom(ctx context.Context, prefix, after string) (string, <-chan store.Event, error) {
-	ch, err := s.watch(ctx, prefix, true, after != "")
+	ch, err := s.watch(ctx, prefix, after != "")
 	if err != nil {
 		return "", nil, err
 	}
 	return pgCursor, ch, nil
 }
 
-// watch is Watch; with cursors WatchFrom's, whose first event is
-// EventResync with resync.
-func (s *Store) watch(ctx context.Context, prefix string, cursors, resync bool) (_ <-chan store.Event, err error) {
+// watch is WatchFrom, whose first event is EventResync with resync.
+func (s *Store) watch(ctx context.Context, prefix string, resync bool) (_ <-chan store.Event, err error) {
 	if err := store.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("pgstore: watch: %w", err)
 	}
@@ -80,11 +73,10 @@ func (s *Store) watch(ctx context.Context, prefix string, cursors, resync bool) 
 	}
 	s.syncSeq++
 	w := &watch{
-		prefix:  prefix,
-		ch:      make(chan store.Event, watchBuffer+1),
-		sync:    fmt.Sprintf("%s/%d", s.instance, s.syncSeq),
-		ready:   make(chan struct{}),
-		cursors: cursors,
+		prefix: prefix,
+		ch:     make(chan store.Event, watchBuffer+1),
+		sync:   fmt.Sprintf("%s/%d", s.instance, s.syncSeq),
+		ready:  make(chan struct{}),
 	}
 	if resync { // before any event: the watch is not registered yet
 		w.ch <- store.Event{Kind: store.EventResync, Cursor: pgCursor}

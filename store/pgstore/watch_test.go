@@ -14,9 +14,9 @@ import (
 func TestWatchSlowConsumerBreaks(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, pgtest.NewDatabase(t))
-	ch, err := s.Watch(testCtx(t), "slow/")
+	_, ch, err := s.WatchFrom(testCtx(t), "slow/", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, s)
 	// Each grant and release is two events; nobody reads the channel.
@@ -67,9 +67,9 @@ func TestWatchSeesNothingBeforeIt(t *testing.T) {
 	for i := range 20 {
 		mustTry(t, s, id, fmt.Sprintf("before/%d", i))
 	}
-	ch, err := s.Watch(testCtx(t), "")
+	_, ch, err := s.WatchFrom(testCtx(t), "", "")
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
+		t.Fatalf("WatchFrom: %v", err)
 	}
 	g := mustTry(t, s, id, "after")
 	select {

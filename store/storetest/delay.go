@@ -194,10 +194,7 @@ func (s *suite) testMaxHold(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	events, err := b.Watch(ctx, "hold/")
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
+	events := watchNow(t, ctx, b, "hold/")
 	w := openSession(t, b)
 	ch := timedAcquire(ctxT(t), b, w, key)
 	waitersAre(t, b, key, []store.SessionID{w})

@@ -36,8 +36,8 @@ func (s *suite) testBadInput(t *testing.T) {
 			if k != "" {
 				_, err = st.List(ctxT(t), k, "", 0)
 				wantErr(t, "List prefix", err, store.ErrInvalidArgument)
-				_, err = st.Watch(ctxT(t), k)
-				wantErr(t, "Watch prefix", err, store.ErrInvalidArgument)
+				_, _, err = st.WatchFrom(ctxT(t), k, "")
+				wantErr(t, "WatchFrom prefix", err, store.ErrInvalidArgument)
 			}
 		})
 	}
@@ -91,8 +91,8 @@ func (s *suite) testCancellation(t *testing.T) {
 	check("LocksOf", err)
 	_, err = st.CloseSession(cancelled, id)
 	check("CloseSession", err)
-	_, err = st.Watch(cancelled, "")
-	check("Watch", err)
+	_, _, err = st.WatchFrom(cancelled, "", "")
+	check("WatchFrom", err)
 	// Nothing changed.
 	if info, found := inspect(t, insts[1], "cx/held"); !found || info.Token != g.Token {
 		t.Fatalf("cx/held after cancelled calls = %+v, %v; want intact", info, found)

@@ -18,10 +18,7 @@ func (s *suite) testWatchOrder(t *testing.T) {
 	a, b := insts[0], insts[1]
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch, err := b.Watch(ctx, "w/")
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
+	ch := watchNow(t, ctx, b, "w/")
 	id := openSession(t, a)
 	g1 := mustTry(t, a, id, "w/1")
 	mustTry(t, a, id, "x/outside")
@@ -57,9 +54,7 @@ func (s *suite) testWatchOrder(t *testing.T) {
 			if ev.Err != nil {
 				t.Fatalf("event %d: watch broke: %v", i, ev.Err)
 			}
-			if ev != w {
-				t.Fatalf("event %d = %+v (%v), want %+v (%v)", i, ev, ev.Kind, w, w.Kind)
-			}
+			wantEvent(t, i, ev, w)
 		case <-timeout:
 			t.Fatalf("event %d (%v %s) not delivered", i, w.Kind, w.Key)
 		}
@@ -87,10 +82,7 @@ func (s *suite) testWatchValue(t *testing.T) {
 	a, b := insts[0], insts[1]
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch, err := b.Watch(ctx, "wv/")
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
+	ch := watchNow(t, ctx, b, "wv/")
 	id := openSession(t, a)
 	g := mustTry(t, a, id, "wv/1")
 	out := mustTry(t, a, id, "xv/outside")
@@ -118,14 +110,35 @@ func (s *suite) testWatchValue(t *testing.T) {
 			if !ok || ev.Err != nil {
 				t.Fatalf("event %d: watch ended (%v)", i, ev.Err)
 			}
-			if ev != w {
-				t.Fatalf("event %d = %+v (%v), want %+v (%v)", i, ev, ev.Kind, w, w.Kind)
-			}
+			wantEvent(t, i, ev, w)
 		case <-timeout:
 			t.Fatalf("event %d (%v %s) not delivered", i, w.Kind, w.Key)
 		}
 	}
 	if info, found := inspect(t, b, "wv/1"); found {
 		t.Fatalf("wv/1 still held after release: %+v", info)
+	}
+}
+
+// watchNow watches prefix of st from now (WatchFrom after ""), until ctx
+// ends.
+func watchNow(t *testing.T, ctx context.Context, st store.LockStore, prefix string) <-chan store.Event {
+	t.Helper()
+	_, ch, err := st.WatchFrom(ctx, prefix, "")
+	if err != nil {
+		t.Fatalf("WatchFrom(%q, now): %v", prefix, err)
+	}
+	return ch
+}
+
+// wantEvent checks that ev, a watch's event number i, is w and carries a
+// cursor (C2 #ct2-watch-resume: every event does).
+func wantEvent(t *testing.T, i int, ev, w store.Event) {
+	t.Helper()
+	if ev.Cursor == "" {
+		t.Fatalf("event %d = %+v carries no cursor (C2 #ct2-watch-resume)", i, ev)
+	}
+	if ev.Cursor = ""; ev != w {
+		t.Fatalf("event %d = %+v (%v), want %+v (%v)", i, ev, ev.Kind, w, w.Kind)
 	}
 }

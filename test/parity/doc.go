@@ -18,6 +18,12 @@
 // cluster, an external etcd, PostgreSQL — and clients given every address:
 // a SIGKILL of the replica a holder and a waiter talk to, and a rolling
 // restart under load.
+// TestParityPython (sdkagent_test.go, issue 25) runs the scenarios that
+// apply through another SDK: the Python SDK's JSON-lines agent
+// (sdk/python/lockd/_agent.py, protocol in its doc string; agent_test.go
+// drives it) on the embedded, etcd and pg rows, and requires the outcome
+// strings the Go SDK reports; the scenarios not run through it are listed
+// with why (sdkSkipped).
 // lockd runs as a real child process, built once per run, so that scenarios
 // can SIGKILL and restart it. Each scenario reports a short observed outcome
 // per backend and declares the outcome it expects. Identical outcomes are the

@@ -1,0 +1,153 @@
+"""Acquiring: waits in a key's FIFO queue, tries, semaphores, read/write
+locks, lock-delay and max hold, election campaigns (the Session methods)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from . import errors
+from ._cancel import Cancel, link
+from .client import validate_key
+from .lock import MAX_VALUE, Lock
+from .v1 import lockd_pb2 as pb
+
+log = logging.getLogger("lockd")
+
+
+class AcquireMixin:
+    """Session's acquire calls (session.py holds its trust state)."""
+
+    def _request(self, key, value, limit, shared, exclusive, lock_delay, max_hold, wait) -> pb.AcquireRequest:
+        validate_key(key)
+        value = bytes(value or b"")
+        if len(value) > MAX_VALUE:
+            raise errors.InvalidArgument(f"value: {len(value)} bytes, at most {MAX_VALUE}", field="value")
+        if shared and exclusive:
+            raise errors.InvalidArgument("give shared or exclusive, not both", field="mode")
+        mode = pb.LOCK_MODE_SHARED if shared else pb.LOCK_MODE_EXCLUSIVE if exclusive else pb.LOCK_MODE_UNSPECIFIED
+        if not 0 <= limit <= 1024:
+            raise errors.InvalidArgument(f"limit: {limit}, want 0..1024", field="limit")
+        multi = limit > 1 or mode != pb.LOCK_MODE_UNSPECIFIED
+        if mode != pb.LOCK_MODE_UNSPECIFIED and limit > 1:
+            raise errors.InvalidArgument("limit: shared and exclusive take no limit", field="limit")
+        if multi and lock_delay:
+            raise errors.InvalidArgument("lock_delay: only for plain locks", field="lock_delay")
+        if multi and max_hold:
+            raise errors.InvalidArgument("max_hold: only for plain locks", field="max_hold")
+        delay = lock_delay if lock_delay is not None else (0 if multi else self.lock_delay)
+        if delay < 0 or (max_hold or 0) < 0:
+            raise errors.InvalidArgument("lock_delay and max_hold must not be negative", field="lock_delay")
+        return pb.AcquireRequest(session_id=self.id, session_secret=self._secret, key=key, wait=wait, value=value,
+                                 limit=limit, mode=mode, keep_place=wait, lock_delay_ms=round(delay * 1000),
+                                 max_hold_ms=round((max_hold or 0) * 1000))
+
+    def acquire(self, key: str, timeout: float | None = None, cancel: Cancel | None = None, *, value: bytes = b"",
+                limit: int = 0, shared: bool = False, exclusive: bool = False, lock_delay: float | None = None,
+                max_hold: float | None = None) -> "Lock":
+        """Takes the lock named key, waiting in the key's FIFO queue until it
+        is granted, ``timeout`` seconds pass (:class:`lockd.WaitTimeout`),
+        ``cancel`` fires (:class:`lockd.Cancelled`) or the session ends.
+        ``limit`` makes the key a semaphore of N; ``shared``/``exclusive`` a
+        read/write lock; ``lock_delay``/``max_hold`` (seconds) plain locks
+        only. The place in the queue survives retries and replica moves; when
+        acquire gives up it is left (LeaveQueue)."""
+        req = self._request(key, value, limit, shared, exclusive, lock_delay, max_hold, True)
+        if timeout is not None:
+            if timeout < 0:
+                raise errors.InvalidArgument("timeout: negative", field="timeout")
+            req.wait_timeout_ms = max(1, math.ceil(timeout * 1000))
+        # A wait with a timeout gives up retrying an unreachable server a
+        # call_timeout after the wait would have ended.
+        bound = None if timeout is None else timeout + self.c.call_timeout
+        try:
+            return self._acquire(req, until_cancel=timeout is None, cancel=cancel, timeout=bound)
+        except (errors.InvalidArgument, errors.PermissionDenied):
+            raise
+        except errors.LockdError:
+            if self.error is None:
+                self._leave_queue(key)
+            raise
+
+    def try_acquire(self, key: str, *, value: bytes = b"", limit: int = 0, shared: bool = False,
+                    exclusive: bool = False, lock_delay: float | None = None, max_hold: float | None = None,
+                    timeout: float | None = -1.0) -> "Lock":
+        """Takes the lock if it is free and nobody waits; else raises :class:`lockd.Locked` naming the holder."""
+        req = self._request(key, value, limit, shared, exclusive, lock_delay, max_hold, False)
+        try:
+            return self._acquire(req, until_cancel=False, cancel=None, timeout=timeout)
+        except errors.Locked:
+            try:
+                info = self.c.inspect(key, timeout=1.0)
+            except errors.LockdError:
+                raise errors.Locked(f"{key!r} is locked") from None
+            if not info.held:
+                raise
+            raise errors.Locked(f"{key!r} is locked by {info.holder()}") from None
+
+    def _leave_queue(self, key: str) -> None:
+        req = pb.LeaveQueueRequest(session_id=self.id, session_secret=self._secret, key=key)
+
+        def run():
+            try:
+                self.c._call("LeaveQueue", req, timeout=None, cancel=self._ended)
+            except errors.LockdError as e:
+                log.debug("leaving the queue of %r failed: %s", key, e)
+        self.c._spawn(run, "lockd-leave")
+
+    def _acquire(self, req, until_cancel: bool, cancel: Cancel | None, timeout: float | None = None) -> "Lock":
+        if self.error is not None:
+            raise self.error
+        done = self._busy(req.key)
+        both, unlink = link(cancel, self._ended)
+        try:
+            while True:
+                try:
+                    resp, sent = self.c._call("Acquire", req, timeout=timeout, cancel=both)
+                    break
+                except errors.WaitTimeout:
+                    if until_cancel:
+                        continue  # the server's maximum wait: the place is kept, ask again
+                    raise
+                except errors.Cancelled:
+                    if self.error is not None and not (cancel is not None and cancel.cancelled):
+                        raise self.error from None
+                    raise
+                except errors.LockdError as e:
+                    self._check_server_err(e)
+                    raise
+            if not resp.granted:
+                raise errors.Locked(f"{req.key!r} is locked")
+            d = self._extend(sent, resp.remaining_ms / 1000.0)
+            return self._add_lock(req.key, resp.token, d)
+        finally:
+            unlink()
+            done()
+
+    def _add_lock(self, key: str, token: int, deadline: float) -> "Lock":
+        with self.mu:
+            if self._err is not None:
+                raise self._err
+            deadline = max(deadline, self._deadline)
+            if token <= self.lost_tok.get(key, 0):
+                raise errors.LockLost(f"lock {key!r} lost before its grant reply arrived")
+            l = self.locks.get(key)
+            if l is not None and l.token == token:
+                l._deadline = max(l._deadline, deadline)
+                return l
+            self.lock_seq += 1
+            l = Lock(self, key, token, self.lock_seq, deadline)
+            self.locks[key] = l
+            if deadline < self._timer_at:
+                self._arm()
+            return l
+
+    def campaign(self, name: str, value: bytes = b"", timeout: float | None = None, cancel: Cancel | None = None):
+        """Waits in election name's FIFO queue until this session leads it;
+        value is published with the leadership (docs/contracts/C2.md
+        #ct2-election). Returns a :class:`lockd.Leadership`."""
+        from .election import Leadership
+        l = self.acquire(name, timeout=timeout, cancel=cancel, value=value)
+        return Leadership(l, bytes(value))
+
+

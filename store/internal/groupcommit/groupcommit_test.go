@@ -1,0 +1,182 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"lock.dev/lockd/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
+
+var errClosed = errors.New("closed")
+
+func submit(t *testing.T, q *Queue[int], ctx context.Context, key string, req int) *Job[int] {
+	t.Helper()
+	j, err := q.Submit(ctx, key, req)
+	if err != nil {
+		t.Fatalf("Submit(%q, %d): %v", key, req, err)
+	}
+	return j
+}
+
+// TestBatchesInArrivalOrder: a batch takes what is queued in arrival order,
+// at most maxSize jobs, each key at most once; a key being run keeps its
+// later jobs queued, in place, until Finish frees it.
+func TestBatchesInArrivalOrder(t *testing.T) {
+	q := New[int](3, errClosed)
+	ctx := context.Background()
+	for i, k := range []string{"a", "b", "a", "", "", "c"} {
+		submit(t, q, ctx, k, i)
+	}
+	first := q.Next()
+	if got := Reqs(first); !slices.Equal(got, []int{0, 1, 3}) {
+		t.Fatalf("first batch %v; want [0 1 3] (a once, cap 3)", got)
+	}
+	second := q.Next() // a and b are busy: 2 waits
+	if got := Reqs(second); !slices.Equal(got, []int{4, 5}) {
+		t.Fatalf("second batch %v; want [4 5] (a's second job waits for the first)", got)
+	}
+	if n := q.Queued(); n != 1 {
+		t.Fatalf("Queued() = %d; want 1", n)
+	}
+	if ab := q.Finish(first); len(ab) != 0 {
+		t.Fatalf("Finish returned abandoned jobs %v", Reqs(ab))
+	}
+	for _, j := range first {
+		select {
+		case <-j.Done():
+		default:
+			t.Fatalf("job %d not answered by Finish", j.Req)
+		}
+	}
+	if got := Reqs(q.Next()); !slices.Equal(got, []int{2}) {
+		t.Fatalf("third batch %v; want [2] once a is free", got)
+	}
+}
+
+// TestLoneJobNoLinger: an idle worker takes a lone job at once: Next,
+// blocked on an empty queue, returns it as a batch of one.
+func TestLoneJobNoLinger(t *testing.T) {
+	q := New[int](8, errClosed)
+	got := make(chan []*Job[int])
+	go func() { got <- q.Next() }() // exits when Next returns (the Submit below)
+	submit(t, q, context.Background(), "k", 7)
+	if b := <-got; !slices.Equal(Reqs(b), []int{7}) {
+		t.Fatalf("batch %v; want [7]", Reqs(b))
+	}
+}
+
+// TestCallerGivesUp: a queued job whose caller gives up is answered with
+// its ctx error and never sent; one whose batch runs is abandoned, handed
+// back by Finish, and answered then.
+func TestCallerGivesUp(t *testing.T) {
+	q := New[int](8, errClosed)
+	ctxQ, cancelQ := context.WithCancel(context.Background())
+	ctxS, cancelS := context.WithCancel(context.Background())
+	defer cancelS()
+	s := submit(t, q, ctxS, "s", 1)
+	batch := q.Next()
+	j := submit(t, q, ctxQ, "q", 2)
+	cancelQ()
+	if inFlight, err := q.Wait(ctxQ, j); inFlight || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait of a queued job whose ctx ended = %v, %v; want not in flight, Canceled", inFlight, err)
+	}
+	if n := q.Queued(); n != 0 {
+		t.Fatalf("Queued() = %d after the caller gave up; want 0", n)
+	}
+	cancelS()
+	if inFlight, err := q.Wait(ctxS, s); !inFlight || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait of a sent job whose ctx ended = %v, %v; want in flight, Canceled", inFlight, err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("an abandoned job is answered before its batch finished")
+	default:
+	}
+	s.Req = 10 // the batch's result
+	if ab := q.Finish(batch); len(ab) != 1 || ab[0] != s {
+		t.Fatalf("Finish = %v; want the abandoned job", Reqs(ab))
+	}
+	<-s.Done()
+}
+
+// TestNextDropsGoneCallers: Next answers and drops a job whose caller's ctx
+// ended before it was taken.
+func TestNextDropsGoneCallers(t *testing.T) {
+	q := New[int](8, errClosed)
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := submit(t, q, ctx, "a", 1)
+	cancel()
+	submit(t, q, context.Background(), "b", 2)
+	if got := Reqs(q.Next()); !slices.Equal(got, []int{2}) {
+		t.Fatalf("batch %v; want [2]", got)
+	}
+	if inFlight, err := q.Wait(context.Background(), gone); inFlight || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait of a dropped job = %v, %v; want its ctx error", inFlight, err)
+	}
+}
+
+// TestWaitAnswered: a job a worker ran is answered with nil and its result.
+func TestWaitAnswered(t *testing.T) {
+	q := New[int](8, errClosed)
+	j := submit(t, q, context.Background(), "k", 1)
+	batch := q.Next()
+	batch[0].Req = 42
+	q.Finish(batch)
+	if inFlight, err := q.Wait(context.Background(), j); inFlight || err != nil || j.Req != 42 {
+		t.Fatalf("Wait = %v, %v, result %d; want nil and 42", inFlight, err, j.Req)
+	}
+}
+
+// TestShrink: a refused batch of n halves the cap (never below one).
+func TestShrink(t *testing.T) {
+	q := New[int](64, errClosed)
+	for _, c := range []struct{ n, want int }{{64, 32}, {40, 16}, {3, 1}, {1, 1}} {
+		q.Shrink(c.n)
+		if q.maxSize != c.want {
+			t.Fatalf("Shrink(%d): cap %d; want %d", c.n, q.maxSize, c.want)
+		}
+	}
+	ctx := context.Background()
+	submit(t, q, ctx, "a", 1)
+	submit(t, q, ctx, "b", 2)
+	if got := Reqs(q.Next()); len(got) != 1 {
+		t.Fatalf("batch %v after shrinking to 1; want one job", got)
+	}
+}
+
+// TestClose: Close answers every queued job with the closed error, makes
+// Next return nil (also a Next blocked on an empty queue) and refuses
+// later Submits; a batch being run still finishes.
+func TestClose(t *testing.T) {
+	q := New[int](1, errClosed)
+	ctx := context.Background()
+	running := submit(t, q, ctx, "a", 1)
+	batch := q.Next()
+	queuedJob := submit(t, q, ctx, "b", 2)
+	q.Close()
+	if _, err := q.Wait(ctx, queuedJob); !errors.Is(err, errClosed) {
+		t.Fatalf("Wait of a job queued at Close = %v; want the closed error", err)
+	}
+	if b := q.Next(); b != nil {
+		t.Fatalf("Next after Close = %v; want nil", Reqs(b))
+	}
+	if _, err := q.Submit(ctx, "c", 3); !errors.Is(err, errClosed) {
+		t.Fatalf("Submit after Close = %v; want the closed error", err)
+	}
+	q.Finish(batch)
+	if _, err := q.Wait(ctx, running); err != nil {
+		t.Fatalf("Wait of the batch run across Close = %v; want nil", err)
+	}
+
+	q2 := New[int](1, errClosed)
+	got := make(chan []*Job[int])
+	go func() { got <- q2.Next() }() // exits when Close wakes it
+	q2.Close()
+	if b := <-got; b != nil {
+		t.Fatalf("a Next blocked at Close returned %v; want nil", Reqs(b))
+	}
+}

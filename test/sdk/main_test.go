@@ -1,9 +1,0 @@
-package sdk_test
-
-import (
-	"testing"
-
-	"lock.dev/lockd/internal/lockdtest"
-)
-
-func TestMain(m *testing.M) { lockdtest.Main(m) }
