@@ -25,6 +25,9 @@ func removeBuildDir() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
+	if tsDir != "" {
+		_ = os.RemoveAll(tsDir)
+	}
 }
 
 // Backend names as the table prints them. The TLS rows run the same
