@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // An SDK agent: another language's SDK driven over JSON lines on its

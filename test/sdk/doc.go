@@ -1,6 +1,6 @@
 // Package sdk runs the SDKs in other languages against real lockd servers
 // (in process, over the shared embedded etcd and PostgreSQL of
-// internal/lockdtest, also over TLS/mTLS, with bearer tokens and as replicas
+// internal/testing/lockdtest, also over TLS/mTLS, with bearer tokens and as replicas
 // of one backend; docs/contracts/C2.md #ct2-sdk).
 //
 // TestPythonSDK runs sdk/python's unittest suite against them with Debian's

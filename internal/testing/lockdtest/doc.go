@@ -28,5 +28,5 @@
 // backend namespace, Faulty (a store wrapper that injects errors and fixes
 // Remaining), Logs (captured log records), and ExampleAddr (a shared server
 // for runnable Example functions). Polling, fault proxies and log buffers
-// are in internal/testkit.
+// are in internal/testing/testkit.
 package lockdtest

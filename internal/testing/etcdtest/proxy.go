@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // NewProxy starts a fault proxy (testkit.Proxy) to the shared server, closed

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // Ticks of the shared server: etcd's minimum lease TTL is then one second.

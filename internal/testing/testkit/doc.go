@@ -7,5 +7,5 @@
 // It is a leaf: it imports nothing from lockd, so the tests of any package
 // (store backends, server, client, cli, chaos, parity) can use it without an
 // import cycle. Wiring of lockd servers and clients lives in
-// internal/lockdtest, which builds on this package.
+// internal/testing/lockdtest, which builds on this package.
 package testkit

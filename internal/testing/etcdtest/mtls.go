@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // MTLS is an etcd server of a test's own that serves clients over TLS and

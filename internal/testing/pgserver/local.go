@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // ErrNoBinaries is returned when initdb and postgres are not found.

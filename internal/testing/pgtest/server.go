@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"testing"
 
-	"lock.dev/lockd/internal/pgserver"
+	"lock.dev/lockd/internal/testing/pgserver"
 )
 
 // Server is a PostgreSQL server started from the local binaries (package
-// internal/pgserver). Its methods are safe for concurrent use.
+// internal/testing/pgserver). Its methods are safe for concurrent use.
 type Server = pgserver.Server
 
 // NewServer starts a server of the test's own, separate from the shared

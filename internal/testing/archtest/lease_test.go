@@ -49,7 +49,7 @@ var allowed = []string{"store/etcdstore"}
 
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs("../..")
+	dir, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/pgserver"
+	"lock.dev/lockd/internal/testing/pgserver"
 
 	"github.com/jackc/pgx/v5"
 )

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 	"lock.dev/lockd/store"
 )
 

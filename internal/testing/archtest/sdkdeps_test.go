@@ -93,3 +93,20 @@ func stderrOf(err error) string {
 	}
 	return ""
 }
+
+// TestShippedImportGraph pins what ships (issue 22: tooling apart from
+// product): `go list -deps ./cmd/lockd` names no test kit (nothing under
+// lock.dev/lockd/internal/testing) and nothing under lock.dev/lockd/test.
+func TestShippedImportGraph(t *testing.T) {
+	deps := goListDeps(t, "./cmd/lockd")
+	if !slices.Contains(deps, "lock.dev/lockd/server") {
+		t.Fatalf("go list -deps ./cmd/lockd does not list the server: %v", deps)
+	}
+	for _, dep := range deps {
+		for _, bad := range []string{"lock.dev/lockd/internal/testing", "lock.dev/lockd/test", "lock.dev/lockd/store/storetest"} {
+			if dep == bad || strings.HasPrefix(dep, bad+"/") {
+				t.Errorf("the lockd binary links %s (test tooling)", dep)
+			}
+		}
+	}
+}

@@ -15,10 +15,10 @@ import (
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 )

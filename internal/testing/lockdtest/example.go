@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 )

@@ -11,7 +11,7 @@
 //	}
 //
 // The server is started from the local PostgreSQL binaries by package
-// internal/pgserver (which the chaos suite uses too): initdb and postgres
+// internal/testing/pgserver (which the chaos suite uses too): initdb and postgres
 // are looked up on PATH, then in the highest-versioned
 // /usr/lib/postgresql/*/bin (Debian's layout). It listens on a random
 // 127.0.0.1 port, keeps its unix socket and data in a fresh temporary

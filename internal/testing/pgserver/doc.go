@@ -1,5 +1,5 @@
 // Package pgserver runs PostgreSQL servers from the local binaries, for
-// lockd's tests (through internal/pgtest) and the chaos suite
+// lockd's tests (through internal/testing/pgtest) and the chaos suite
 // (test/chaos/runner). It is test tooling, not part of lockd.
 //
 // initdb and postgres are looked up on PATH, then in the highest-versioned
