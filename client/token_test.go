@@ -11,7 +11,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/auth"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // tokenPolicy gives alice lock and read on every key, nobody else anything.

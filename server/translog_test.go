@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // TestHTTPServerErrorsAreJSONAndLimited: plaintext requests to the HTTPS

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
 )
 
 // The scenarios themselves run against real backends in the smoke test of

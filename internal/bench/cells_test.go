@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
 	"lock.dev/lockd/store/etcdstore"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/bench"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 )
 
 // init makes this test binary act as the lockd executable when `lockd

@@ -47,14 +47,18 @@ with the gRPC listener's TLS and the same access rules.
 With --http-console as well, it serves the read-only web console on that
 listener under /console/ (docs/contracts/C5.md #ct5-console).
 
-Logs (C4 events) are JSON lines on stderr. SIGINT or SIGTERM shuts it down:
+Logs (C4 events) are JSON lines on stderr, net/http's and gRPC's own lines
+included (rate-limited). SIGINT or SIGTERM shuts it down:
 sessions are left to expire unless --close-sessions-on-shutdown.
 
 TLS: --tls-cert-file and --tls-key-file serve the gRPC API over TLS; add
 --tls-client-ca-file to require client certificates (mTLS). The metrics
 listener has its own --metrics-tls-* flags. Certificate files, the
 --etcd-tls-* ones included, are re-read when they change and on SIGHUP. A listen address that is not loopback needs
-TLS, or --insecure-allow-remote (docs/contracts/C5.md #ct5-tls).`,
+TLS, or --insecure-allow-remote (docs/contracts/C5.md #ct5-tls); with TLS it also
+needs --tls-client-ca-file or --auth-policy-file, since otherwise every caller
+is an anonymous admin (#ct5-unsafe). A connection that makes no allowed call
+within --conn-auth-timeout is closed (#ct5-idle).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	config.RegisterFlags(cmd.Flags())

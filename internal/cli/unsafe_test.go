@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // TestServeRefusesAnonymousAdmin: off loopback, TLS without a client CA and

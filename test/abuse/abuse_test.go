@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +22,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/client"
+
+	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )
@@ -310,6 +313,7 @@ func TestF2F4StreamsAndWatches(t *testing.T) {
 		}
 		return nil
 	}
+	unloaded := acquireP50(t, ctx, s)
 	alice := lockdv1.NewLockServiceClient(s.dial(t, "alice"))
 	held := 0
 	for range bound {
@@ -332,4 +336,41 @@ func TestF2F4StreamsAndWatches(t *testing.T) {
 	if r := holdRun(t, s); r.code != 0 {
 		t.Errorf("bob's lockd run while alice holds her share: %v", r)
 	}
+	// Bob's acquire latency is not hurt by alice's streams: p50 within 2 ×
+	// the unloaded one (plus 20 ms, a scheduling hiccup on 2 cores).
+	loaded := acquireP50(t, ctx, s)
+	t.Logf("bob's acquire p50: %v unloaded, %v while alice holds her share", unloaded, loaded)
+	if loaded > 2*unloaded+20*time.Millisecond {
+		t.Errorf("bob's acquire p50 %v while alice holds her share; want within 2 × %v", loaded, unloaded)
+	}
+}
+
+// acquireP50 is the median of 21 TryAcquire+Release round trips of bob
+// through the SDK (one session).
+func acquireP50(t *testing.T, ctx context.Context, s *server) time.Duration {
+	t.Helper()
+	c, err := client.New(s.grpc, client.WithTLS(s.pki.tlsConfig(t, "bob")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatalf("bob's NewSession: %v", err)
+	}
+	defer sess.Close(ctx)
+	var took []time.Duration
+	for range 21 {
+		began := time.Now()
+		l, err := sess.TryAcquire(ctx, "jobs/latency")
+		if err != nil {
+			t.Fatalf("bob's TryAcquire: %v", err)
+		}
+		took = append(took, time.Since(began))
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("bob's Release: %v", err)
+		}
+	}
+	slices.Sort(took)
+	return took[len(took)/2]
 }
