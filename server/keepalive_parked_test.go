@@ -88,3 +88,17 @@ func TestKeepAliveStreamWithoutLiveSessionEnds(t *testing.T) {
 		beat(live.SessionId, 3, true)
 	})
 }
+
+// carryOwnSession opens a session through api and heartbeats it on ka, so
+// that ka carries a live session of its caller: the refusal tests that
+// send many refused heartbeats on one stream need one (a stream carrying
+// none is ended after its first refused or not-live answer, C2
+// #ct2-ownership).
+func carryOwnSession(t *testing.T, ctx context.Context, api lockdv1.LockServiceClient, ka lockdv1.LockService_KeepAliveClient) {
+	t.Helper()
+	own := openRaw(t, ctx, api, longTTL)
+	const rid = 1 << 40 // no test's own request id
+	if r := kaAnswer(t, ka, &lockdv1.KeepAliveRequest{SessionId: own.SessionId, SessionSecret: own.SessionSecret, RequestId: rid}); !r.Live {
+		t.Fatalf("the stream's own session answered %v; want live", r)
+	}
+}
