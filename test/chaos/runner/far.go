@@ -295,7 +295,10 @@ func (r *run) startFar() error {
 func (r *run) planFar(ws *workerSpec) {
 	ws.lockd = []string{r.far.px.addr()}
 	ws.heartbeatInterval = farHeartbeat
-	if r.spec.breaks(RecvTimeSDK) {
+	switch {
+	case r.spec.breaks(RecvTimeSDK) && ws.python:
+		ws.env = append(ws.env, "LOCKD_PYSDK_CONTROL=recvtime") // built into the Python SDK (lockd.session)
+	case r.spec.breaks(RecvTimeSDK):
 		ws.bin = r.env.bins.WorkerRecvTime
 	}
 }
