@@ -482,8 +482,9 @@ def main(argv: list[str]) -> int:
     t.start()
     while t.is_alive():
         got = signal.sigtimedwait(sigs, 0.2)
-        # Checked: after a SIGSTOP and SIGCONT, sigtimedwait returns a
-        # siginfo of garbage (its EINTR path), not None.
+        # Checked: when its timeout ran out while the process was stopped
+        # (SIGSTOP, SIGCONT), sigtimedwait returns a siginfo of garbage,
+        # not None.
         if got is not None and got.si_signo in sigs:
             stop.set()
             w.cancel.cancel()  # ends a waiting acquire; a held grant is finished properly
