@@ -130,3 +130,31 @@ func TestPythonWorkerSurvivesStopCont(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowControlOnly: the far link's activity ignores chunks of
+// flow-control frames only (what gRPC's C core sends after each reply).
+func TestFlowControlOnly(t *testing.T) {
+	// Two WINDOW_UPDATEs as the Python SDK sent them after a heartbeat's
+	// answer (stream 3 and the connection, 42 bytes each).
+	windows := []byte{0, 0, 4, 8, 0, 0, 0, 0, 3, 0, 0, 0, 0x2a, 0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0x2a}
+	pingAck := []byte{0, 0, 8, 6, 1, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
+	ping := []byte{0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
+	data := []byte{0, 0, 5, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0}
+	for _, c := range []struct {
+		name  string
+		chunk []byte
+		want  bool
+	}{
+		{"window updates", windows, true},
+		{"ping ack after window updates", append(append([]byte{}, windows...), pingAck...), true},
+		{"ping", ping, false},
+		{"data", data, false},
+		{"window update then data", append(append([]byte{}, windows...), data...), false},
+		{"cut frame", windows[:20], false},
+		{"empty", nil, false},
+	} {
+		if got := flowControlOnly(c.chunk); got != c.want {
+			t.Errorf("%s: flowControlOnly = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
