@@ -82,9 +82,20 @@ var (
 	// accept (UNAUTHENTICATED). The message says why.
 	ErrPermissionDenied = errors.New("client: permission denied")
 
+	// ErrUnauthenticated: the server did not accept the caller's
+	// credentials (UNAUTHENTICATED, HTTP 401): an unknown bearer token, or a
+	// certificate and a token naming different principals (C5 #ct5-auth).
+	// It matches ErrPermissionDenied too.
+	ErrUnauthenticated error = unauthenticatedError{}
+
 	// ErrInternal: the server failed unexpectedly; details are in its log.
 	ErrInternal = errors.New("client: internal server error")
 )
+
+type unauthenticatedError struct{}
+
+func (unauthenticatedError) Error() string        { return "client: unauthenticated" }
+func (unauthenticatedError) Is(target error) bool { return target == ErrPermissionDenied }
 
 type maxHoldError struct{}
 
@@ -162,7 +173,7 @@ func mapCode(code codes.Code, reason, msg string) error {
 	case codes.ResourceExhausted:
 		sentinel = ErrLimit
 	case codes.Unauthenticated:
-		sentinel = ErrPermissionDenied
+		sentinel = ErrUnauthenticated
 	default:
 		sentinel = ErrInternal
 	}

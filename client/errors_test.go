@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/store"
 )
 
@@ -94,9 +94,10 @@ func TestErrorsRoundTrip(t *testing.T) {
 		add("not owner", err, "", []error{client.ErrNotOwner})
 		faulty.Fail("release", nil)
 
-		// A server limit (the request is larger than the server accepts).
+		// A request larger than the server accepts is invalid input (C2
+		// #ct2-bad-input), not a limit.
 		_, _, err = c.List(ctx, strings.Repeat("p", 70<<10), client.ListOptions{})
-		add("request too large", err, "", []error{client.ErrLimit})
+		add("request too large", err, "", []error{client.ErrInvalidArgument})
 
 		// Session dead: terminal, and it ends the session.
 		dead := newSession(t, ctx, c)

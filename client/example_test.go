@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // The examples run against an in-process lockd (lockdtest.ExampleAddr); a

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestHolderIdentity: issue #15 §1 in the SDK. The owner, labels and value

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // childEnv, when set to a lockd address, makes the test binary act as the

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // TestReconnectAfterCut: the connection to lockd is cut for less than the

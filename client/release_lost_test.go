@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 

@@ -19,9 +19,9 @@ import (
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/cli"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // replicaEnv, when set, makes the test binary a lockd replica (see

@@ -8,7 +8,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestTargets: New takes a dns:/// name and a comma-separated list (C2

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestNewChecksTiming: New rejects a safety margin or heartbeat interval the

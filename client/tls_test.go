@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func TestNewRefusesRemotePlaintext(t *testing.T) {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/auth"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // tokenPolicy gives alice lock and read on every key, nobody else anything.
@@ -93,6 +94,12 @@ func TestBearerToken(t *testing.T) {
 		_, err = c.Inspect(ctx, "tok/x")
 		if !errors.Is(err, client.ErrPermissionDenied) {
 			t.Errorf("%s: Inspect = %v; want ErrPermissionDenied", name, err)
+		}
+		// An unknown token is unauthenticated (401 over HTTP), not a
+		// denial by the rules (issue 23); no token is anonymous, denied.
+		if unauth := errors.Is(err, client.ErrUnauthenticated); unauth != (name == "unknown token") ||
+			unauth != strings.Contains(fmt.Sprint(err), "unauthenticated") {
+			t.Errorf("%s: Inspect = %v; ErrUnauthenticated %v, want %v and said so", name, err, unauth, name == "unknown token")
 		}
 		_ = c.Close()
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // A request that does not decode — most often because a string field (a
@@ -28,24 +29,25 @@ type badRequests struct {
 	n atomic.Int64
 }
 
-// mark records that v failed to decode.
-func (b *badRequests) mark(v any) {
-	if _, loaded := b.m.LoadOrStore(v, struct{}{}); !loaded {
+// mark records that v failed to decode, and why (a *fieldError).
+func (b *badRequests) mark(v any, why error) {
+	if _, loaded := b.m.LoadOrStore(v, why); !loaded {
 		b.n.Add(1)
 	}
 }
 
-// take reports whether v was marked bad, and forgets it. The decoding of a
-// request happens before, and on the same goroutine as, its interceptor.
-func (b *badRequests) take(v any) bool {
+// take returns why v was marked bad (nil: it was not), and forgets it. The
+// decoding of a request happens before, and on the same goroutine as, its
+// interceptor.
+func (b *badRequests) take(v any) error {
 	if b.n.Load() == 0 {
-		return false
+		return nil
 	}
-	if _, bad := b.m.LoadAndDelete(v); bad {
+	if why, bad := b.m.LoadAndDelete(v); bad {
 		b.n.Add(-1)
-		return true
+		return why.(error)
 	}
-	return false
+	return nil
 }
 
 // requestCodec is the standard proto codec, except that a request that does
@@ -60,19 +62,31 @@ func newRequestCodec(bad *badRequests) requestCodec {
 }
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if n := data.Len(); n > MaxRecvMsgSize {
+		c.bad.mark(v, errOversized(n)) // C2 #ct2-bad-input; not decoded
+		return nil
+	}
 	if err := c.CodecV2.Unmarshal(data, v); err != nil {
-		c.bad.mark(v)
+		c.bad.mark(v, whyBad(data, v))
 	}
 	return nil
 }
 
-func errBadUTF8() error {
+// whyBad names the field of a request that failed to decode: the string
+// field that is not valid UTF-8, else the request as a whole.
+func whyBad(data mem.BufferSlice, v any) error {
+	if m, ok := v.(protoreflect.ProtoMessage); ok {
+		buf := data.Materialize()
+		if f := badWire(m.ProtoReflect().Descriptor(), buf); f != "" {
+			return errBadUTF8Field(f)
+		}
+	}
 	return invalidf("request", "not a valid %s message (is every string field — key, prefix, session id, page token — valid UTF-8?)", "protobuf")
 }
 
 func (s *Server) unaryBadUTF8(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if s.bad.take(req) {
-		return nil, s.toStatus(ctx, info.FullMethod, errBadUTF8())
+	if why := s.bad.take(req); why != nil {
+		return nil, s.toStatus(ctx, info.FullMethod, why)
 	}
 	return handler(ctx, req)
 }
@@ -93,8 +107,8 @@ func (cs *checkedStream) RecvMsg(m any) error {
 	if err := cs.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if cs.s.bad.take(m) {
-		return cs.s.toStatus(cs.Context(), cs.method, errBadUTF8())
+	if why := cs.s.bad.take(m); why != nil {
+		return cs.s.toStatus(cs.Context(), cs.method, why)
 	}
 	return nil
 }

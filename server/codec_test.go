@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )
@@ -34,7 +35,9 @@ func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // TestInvalidUTF8OnTheWire: a non-Go client can send a key that is not valid
-// UTF-8; it must get InvalidArgument naming the request, not Internal.
+// UTF-8; it must get InvalidArgument naming the field, not Internal (C2
+// #ct2-bad-input). A message over MaxRecvMsgSize is InvalidArgument naming
+// the request, not ResourceExhausted without a reason.
 func TestInvalidUTF8OnTheWire(t *testing.T) {
 	srv := lockdtest.StartBackend(t, backend.Etcd, lockdtest.Options{NoClient: true})
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -49,21 +52,29 @@ func TestInvalidUTF8OnTheWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b = bytes.Replace(b, []byte("PLACEHOLDER"), []byte("bad\xff\xfekeys!"), 1) // same length
+		b = bytes.Replace(b, []byte("PLACEHOLDER"), []byte("bad\xff\xfekeyss!"), 1) // same length (11 bytes)
 		return &b
 	}
 	for _, tc := range []struct {
 		method string
 		req    *[]byte
 		resp   proto.Message
+		field  string
 	}{
-		{"/lockd.v1.LockService/Inspect", bad(&lockdv1.InspectRequest{Key: "PLACEHOLDER"}), &lockdv1.InspectResponse{}},
-		{"/lockd.v1.LockService/Acquire", bad(&lockdv1.AcquireRequest{SessionId: "x", Key: "PLACEHOLDER"}), &lockdv1.AcquireResponse{}},
-		{"/lockd.v1.LockService/List", bad(&lockdv1.ListRequest{Prefix: "PLACEHOLDER"}), &lockdv1.ListResponse{}},
+		{"/lockd.v1.LockService/Inspect", bad(&lockdv1.InspectRequest{Key: "PLACEHOLDER"}), &lockdv1.InspectResponse{}, "key"},
+		{"/lockd.v1.LockService/Acquire", bad(&lockdv1.AcquireRequest{SessionId: "x", Key: "PLACEHOLDER"}), &lockdv1.AcquireResponse{}, "key"},
+		{"/lockd.v1.LockService/Acquire", bad(&lockdv1.AcquireRequest{SessionId: "PLACEHOLDER", Key: "k"}), &lockdv1.AcquireResponse{}, "session_id"},
+		{"/lockd.v1.LockService/List", bad(&lockdv1.ListRequest{Prefix: "PLACEHOLDER"}), &lockdv1.ListResponse{}, "prefix"},
+		{"/lockd.v1.LockService/List", &[]byte{0xff, 0xff, 0xff}, &lockdv1.ListResponse{}, "request"},
+		{"/lockd.v1.LockService/List", oversized(t), &lockdv1.ListResponse{}, "request"},
 	} {
 		err := conn.Invoke(ctx, tc.method, tc.req, tc.resp)
-		if st := status.Convert(err); st.Code() != codes.InvalidArgument || reason(err) != wireerr.ReasonInvalidArgument {
-			t.Errorf("%s with invalid UTF-8: %v (reason %q), want InvalidArgument/%s", tc.method, err, reason(err), wireerr.ReasonInvalidArgument)
+		st := status.Convert(err)
+		if st.Code() != codes.InvalidArgument || reason(err) != wireerr.ReasonInvalidArgument {
+			t.Errorf("%s with bad input (%s): %v (reason %q), want InvalidArgument/%s", tc.method, tc.field, err, reason(err), wireerr.ReasonInvalidArgument)
+		}
+		if v, ok := wireerr.FieldViolation(st); !ok || v.Field != tc.field {
+			t.Errorf("%s with bad input: violation %+v (present %v); want field %q", tc.method, v, ok, tc.field)
 		}
 	}
 	// A streaming RPC too.
@@ -79,4 +90,14 @@ func TestInvalidUTF8OnTheWire(t *testing.T) {
 	if err := cs.RecvMsg(&lockdv1.WatchResponse{}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Watch with invalid UTF-8: %v, want InvalidArgument", err)
 	}
+}
+
+// oversized is a List request of 100 KiB: over MaxRecvMsgSize, under what
+// the transport reads.
+func oversized(t *testing.T) *[]byte {
+	b, err := proto.Marshal(&lockdv1.ListRequest{Prefix: strings.Repeat("p", 100<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &b
 }

@@ -96,6 +96,28 @@ type Config struct {
 	// MaxHoldLimit is lock.server.max-hold-limit: the longest maximum hold
 	// an Acquire may ask for (C2 #ct2-delay); 0 refuses every maximum hold.
 	MaxHoldLimit time.Duration `koanf:"lock.server.max-hold-limit"`
+
+	// Idle and unauthorised connections (C5 #ct5-idle; idle.go).
+
+	// ConnAuthTimeout is lock.server.conn-auth-timeout: a client connection
+	// that has made no authorised call this long after it was accepted is
+	// closed.
+	ConnAuthTimeout time.Duration `koanf:"lock.server.conn-auth-timeout"`
+	// IdleTimeout is lock.server.idle-timeout: a client connection with no
+	// call in progress this long is closed.
+	IdleTimeout time.Duration `koanf:"lock.server.idle-timeout"`
+	// HTTPReadHeaderTimeout is lock.server.http.read-header-timeout: the
+	// bound of an HTTP request's headers and of the TLS handshake.
+	HTTPReadHeaderTimeout time.Duration `koanf:"lock.server.http.read-header-timeout"`
+
+	// Per-principal shares (C5 #ct5-principal-limits; principal_limits.go),
+	// applied while an access policy is in force; 0 is 25 % of the global
+	// bound (at least 1).
+
+	// PrincipalMaxStreams is lock.server.principal.max-streams.
+	PrincipalMaxStreams int `koanf:"lock.server.principal.max-streams"`
+	// PrincipalMaxWatches is lock.server.principal.max-watches.
+	PrincipalMaxWatches int `koanf:"lock.server.principal.max-watches"`
 }
 
 // MaxLimit is the upper bound of every lock.server.max-* key.
@@ -122,6 +144,10 @@ func DefaultConfig() Config {
 		RefusalRate:        10,
 		MaxLockDelay:       time.Minute,
 		MaxHoldLimit:       24 * time.Hour,
+
+		ConnAuthTimeout:       10 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		HTTPReadHeaderTimeout: 10 * time.Second,
 	}
 }
 
@@ -163,6 +189,19 @@ func (c Config) Validate() error {
 	if d := c.MaxHoldLimit; d != 0 && (d < store.MinMaxHold || d > store.MaxMaxHold) || d%time.Millisecond != 0 {
 		bad("lock.server.max-hold-limit", "%v must be 0 or whole milliseconds in [%v, %v]", d, store.MinMaxHold, store.MaxMaxHold)
 	}
+	for _, d := range []struct {
+		key      string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"lock.server.conn-auth-timeout", c.ConnAuthTimeout, time.Second, 10 * time.Minute},
+		{"lock.server.idle-timeout", c.IdleTimeout, 10 * time.Second, 24 * time.Hour},
+		{"lock.server.http.read-header-timeout", c.HTTPReadHeaderTimeout, time.Second, time.Minute},
+	} {
+		if d.v < d.min || d.v > d.max || d.v%time.Millisecond != 0 {
+			bad(d.key, "%v must be whole milliseconds in [%v, %v]", d.v, d.min, d.max)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -190,6 +229,17 @@ func (c Config) validateLimits(bad func(key, format string, args ...any)) {
 			bad(l.key, "%d out of bounds [1, %d]", l.v, MaxLimit)
 		case l.v > l.upper:
 			bad(l.key, "%d must not exceed %s (%d)", l.v, l.upperKey, l.upper)
+		}
+	}
+	for _, l := range []struct {
+		key string
+		v   int
+	}{
+		{"lock.server.principal.max-streams", c.PrincipalMaxStreams},
+		{"lock.server.principal.max-watches", c.PrincipalMaxWatches},
+	} {
+		if l.v < 0 || l.v > MaxLimit {
+			bad(l.key, "%d out of bounds [0 (25 %% of the global bound), %d]", l.v, MaxLimit)
 		}
 	}
 	if c.RefusalRate < 0 || c.RefusalRate > MaxLimit {

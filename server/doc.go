@@ -71,7 +71,9 @@
 //
 // # Limits
 //
-//   - A request message is at most MaxRecvMsgSize (64 KiB).
+//   - A request message is at most MaxRecvMsgSize (64 KiB); a larger one (up
+//     to 256 KiB read) is INVALID_ARGUMENT naming the request (C2
+//     #ct2-bad-input), as is invalid UTF-8, naming its field (badinput.go).
 //   - Keys follow store.ValidateKey (UTF-8, 1..512 bytes, no NUL); session
 //     TTLs store.ValidateTTL (2s..1h) and must exceed twice the safety
 //     margin; List pages hold at most store.MaxListLimit keys.

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"

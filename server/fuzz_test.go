@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 

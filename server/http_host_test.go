@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestHTTPLoopbackHost: a listener bound to loopback answers only requests

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestHTTPCrossOrigin: a write (POST) that a browser marks as cross-origin

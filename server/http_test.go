@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // The HTTP/JSON API tests (C2 #ct2-http, C5 #ct5-http). The client side is

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"lock.dev/lockd/internal/lockdtest"
 	"lock.dev/lockd/internal/telemetry"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"lock.dev/lockd/internal/lockdtest"
 	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )

@@ -11,9 +11,9 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/lockdtest"
 	"lock.dev/lockd/internal/telemetry"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"

@@ -76,21 +76,27 @@ type Options struct {
 	// C5 #ct5-auth); nil allows every call. It stays the caller's: Shutdown
 	// does not close it.
 	Auth *auth.Authorizer
+	// TransportLog receives net/http's own error log lines (translog.go);
+	// nil makes one over Logger and Registry.
+	TransportLog *TransportLog
 }
 
 // Server is a lockd gRPC server over one store.
 type Server struct {
-	cfg     Config
-	st      store.LockStore
-	log     *slog.Logger
-	tlog    telemetry.Log
-	metrics *telemetry.Metrics
-	reg     *prometheus.Registry
-	grpc    *grpc.Server
-	health  *health.Server
-	bad     badRequests // requests that failed to decode on invalid UTF-8 (codec.go)
-	lim     *limits     // the limits of C2 #ct2-limits (limits.go)
-	refused *refusals   // the refusal rate per peer (refusals.go)
+	cfg      Config
+	st       store.LockStore
+	log      *slog.Logger
+	tlog     telemetry.Log
+	metrics  *telemetry.Metrics
+	reg      *prometheus.Registry
+	grpc     *grpc.Server
+	health   *health.Server
+	bad      badRequests      // requests that failed to decode on invalid UTF-8 (codec.go)
+	lim      *limits          // the limits of C2 #ct2-limits (limits.go)
+	refused  *refusals        // the refusal rate per peer (refusals.go)
+	guard    *connGuard       // closes connections without an authorised call (idle.go)
+	translog *TransportLog    // net/http's error log as C4 events (translog.go)
+	plim     *principalLimits // per-principal shares (principal_limits.go)
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
@@ -149,18 +155,34 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	tm, err := telemetry.NewTransportMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
 	log := telemetry.OrDiscard(opts.Logger)
+	tl := opts.TransportLog
+	if tl == nil {
+		if tl, err = NewTransportLog(log, reg); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
+	}
 	s := &Server{
-		lim:     newLimits(cfg, lm),
-		refused: newRefusals(cfg.RefusalRate),
-		cfg:     cfg,
-		st:      st,
-		log:     log,
-		tlog:    telemetry.Log{L: log, Backend: label},
-		metrics: m,
-		reg:     reg,
+		lim:      newLimits(cfg, lm),
+		refused:  newRefusals(cfg.RefusalRate),
+		guard:    newConnGuard(cfg.ConnAuthTimeout, tm),
+		translog: tl,
+		cfg:      cfg,
+		st:       st,
+		log:      log,
+		tlog:     telemetry.Log{L: log, Backend: label},
+		metrics:  m,
+		reg:      reg,
 	}
 	s.maxWait.Store(int64(MaxWait))
+	s.plim = newPrincipalLimits(cfg, s.lim, log)
+	if err := cfg.checkAnonymousAdmin(opts.Auth.Policy() != nil, log); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if s.grpcTLS, s.metricsTLS, s.httpTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -193,17 +215,20 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 // (http.go) are the same server but for them.
 func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxRecvMsgSize(maxReadMsgSize), // MaxRecvMsgSize is the codec's (badinput.go)
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
 		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(az), s.unaryLimits),
-		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(az), s.streamLimits),
-		grpc.StatsHandler(s.lim), // counts connections (limits.go)
+		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(az), s.streamLimits, s.principalStreams(az)),
+		grpc.StatsHandler(s.lim),   // counts connections (limits.go)
+		grpc.StatsHandler(s.guard), // finds a call's connection (idle.go)
 		// Find dead client connections (a waiting Acquire of a client
-		// that vanished then ends, and its waiter leaves the queue).
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// that vanished then ends, and its waiter leaves the queue), and
+		// close connections with no call in progress (C5 #ct5-idle).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionIdle: s.cfg.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 }
@@ -211,7 +236,7 @@ func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 // Serve accepts gRPC connections on lis until Shutdown; it returns nil after
 // Shutdown and the listener's error otherwise.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(lis)
+	err := s.grpc.Serve(s.guard.listener(lis, telemetry.ListenerGRPC))
 	if errors.Is(err, grpc.ErrServerStopped) || s.ctx.Err() != nil {
 		return nil
 	}
@@ -246,6 +271,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) shutdown(ctx context.Context) error {
 	s.health.Shutdown()
+	defer s.guard.close()
 	var errs []error
 	if s.cfg.CloseSessionsOnShutdown {
 		errs = append(errs, s.closeAll(ctx))

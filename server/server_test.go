@@ -14,7 +14,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/server"
@@ -256,10 +256,11 @@ func TestBadInput(t *testing.T) {
 		if info, err := api.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"}); err != nil || info.Held {
 			t.Errorf("Inspect(k) after bad acquires = %v, %v; want not held", info, err)
 		}
-		// A request above the size limit is refused by gRPC itself.
+		// A request above the size limit is invalid input naming the
+		// request (C2 #ct2-bad-input), not a limit to retry.
 		_, err := api.List(ctx, &lockdv1.ListRequest{Prefix: strings.Repeat("p", server.MaxRecvMsgSize)})
-		if status.Code(err) != codes.ResourceExhausted {
-			t.Errorf("List with a %d-byte prefix: %v; want ResourceExhausted", server.MaxRecvMsgSize, err)
+		if status.Code(err) != codes.InvalidArgument || reason(err) != wireerr.ReasonInvalidArgument {
+			t.Errorf("List with a %d-byte prefix: %v; want InvalidArgument, reason %s", server.MaxRecvMsgSize, err, wireerr.ReasonInvalidArgument)
 		}
 	})
 }

@@ -38,6 +38,7 @@ func (s *Server) authorizeSessions(ctx context.Context, az *auth.Authorizer, met
 			errors.New(strings.TrimPrefix(lastLine(err), "auth: ")))
 	}
 	if all, _, rule := az.Scope(principal, auth.ActionAdmin, ""); all {
+		s.guard.authorised(ctx) // idle.go
 		ctx = telemetry.WithCaller(ctx, principal, rule)
 		return context.WithValue(ctx, sessionScopeKey{}, sessionScope{all: true}), nil
 	}
@@ -56,6 +57,7 @@ func (s *Server) authorizeSessions(ctx context.Context, az *auth.Authorizer, met
 	if !allowed {
 		return ctx, s.deny(ctx, method, principal, "", rule, telemetry.DeniedAccess, errors.New("access denied: "+why))
 	}
+	s.guard.authorised(ctx) // idle.go
 	ctx = telemetry.WithCaller(ctx, principal, rule)
 	return context.WithValue(ctx, sessionScopeKey{}, sessionScope{principal: principal}), nil
 }

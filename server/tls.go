@@ -222,14 +222,14 @@ func (c Config) tlsSetup(logger *slog.Logger) (grpcTLS, metricsTLS, httpTLS *TLS
 			return nil, nil, nil, err
 		}
 	} else if !IsLoopback(c.Listen) {
-		telemetry.InsecureListener(logger, telemetry.ListenerGRPC, c.Listen)
+		telemetry.InsecureListener(logger, telemetry.ListenerGRPC, c.Listen, telemetry.InsecurePlaintext)
 	}
 	if c.MetricsTLS().Enabled() {
 		if metricsTLS, err = NewTLSReloader(c.MetricsTLS(), telemetry.ListenerMetrics, []string{"http/1.1"}, logger); err != nil {
 			return nil, nil, nil, err
 		}
 	} else if c.MetricsListen != MetricsOff && !IsLoopback(c.MetricsListen) {
-		telemetry.InsecureListener(logger, telemetry.ListenerMetrics, c.MetricsListen)
+		telemetry.InsecureListener(logger, telemetry.ListenerMetrics, c.MetricsListen, telemetry.InsecurePlaintext)
 	}
 	// The HTTP/JSON API serves the gRPC listener's files (C5 #ct5-http)
 	// through a reloader of its own (ALPN http/1.1, listener label http).
@@ -239,7 +239,7 @@ func (c Config) tlsSetup(logger *slog.Logger) (grpcTLS, metricsTLS, httpTLS *TLS
 				return nil, nil, nil, err
 			}
 		} else if !IsLoopback(c.HTTPListen) {
-			telemetry.InsecureListener(logger, telemetry.ListenerHTTP, c.HTTPListen)
+			telemetry.InsecureListener(logger, telemetry.ListenerHTTP, c.HTTPListen, telemetry.InsecurePlaintext)
 		}
 	}
 	return grpcTLS, metricsTLS, httpTLS, nil

@@ -15,7 +15,7 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )

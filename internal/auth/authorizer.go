@@ -147,6 +147,9 @@ func (a *Authorizer) load(force bool) error {
 			return 0, err
 		}
 		a.policy.Store(p)
+		for _, r := range p.UnsafeRules() {
+			telemetry.AuthPolicyUnsafe(a.log, a.cfg.PolicyFile, r)
+		}
 		return len(p.rules), nil
 	})
 	if a.cfg.TokensFile != "" {

@@ -72,6 +72,18 @@ type Policy struct {
 	rules []Rule
 }
 
+// UnsafeRules returns the names of the rules that grant admin to Anonymous
+// (C5 #ct5-unsafe: every caller without credentials may revoke).
+func (p *Policy) UnsafeRules() []string {
+	var out []string
+	for _, r := range p.Rules() {
+		if r.allows(ActionAdmin) && r.names(Anonymous) {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
 // Rules returns the policy's rules in file order.
 func (p *Policy) Rules() []Rule {
 	if p == nil {

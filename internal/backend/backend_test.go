@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/pgstore"
 )

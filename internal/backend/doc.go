@@ -1,7 +1,7 @@
 // Package backend is lockd's composition root for storage: it turns the
 // backend part of the C5 configuration (Config: lock.backend, lock.etcd.*,
 // lock.pg.*, lock.embedded.*) into a running store and closes it again.
-// `lockd serve`, the test harness (internal/lockdtest) and `lockd bench` all
+// `lockd serve`, the test harness (internal/testing/lockdtest) and `lockd bench` all
 // open their backend here, so opening a backend is written once.
 //
 //	b, err := backend.Open(ctx, cfg, logger, metrics)

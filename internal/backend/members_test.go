@@ -14,7 +14,7 @@ import (
 
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // TestEtcdFollowsMembers replaces the only member of an etcd cluster under

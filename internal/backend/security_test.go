@@ -14,9 +14,9 @@ import (
 
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // roundTrip opens a session, takes a key and closes the session.

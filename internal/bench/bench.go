@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -91,6 +90,12 @@ type Config struct {
 	// LockdCommand is the argv prefix that runs lockd (the idle scenario
 	// appends "serve" and its flags); required when idle runs.
 	LockdCommand []string
+	// InProcess runs lockd's server, its SDK clients and the baselines'
+	// clients in this process, as the bench did before issue 24. Otherwise
+	// (--backend etcd and pg) each system runs in processes of its own:
+	// see ownProcesses and cells.go. The embedded etcd and CPUProfile
+	// imply it.
+	InProcess bool
 	// Progress receives one line per measurement; nil discards them.
 	Progress io.Writer
 	// CPUProfile, when set, receives a pprof CPU profile of this process
@@ -217,6 +222,9 @@ func (c Config) Validate() error {
 type runner struct {
 	cfg Config
 	bed *bed
+	// workerRetries counts, by system, the transient errors its worker
+	// processes retried.
+	workerRetries map[string]int64
 }
 
 func (r *runner) progressf(format string, args ...any) {
@@ -257,6 +265,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		FailoverKills:        cfg.FailoverKills,
 		SessionTTL:           sessionTTL.String(),
 		SystemOrder:          "order rotated by one each round",
+		Processes:            layoutShared,
+	}
+	if ownProcesses(cfg) {
+		rep.Settings.Processes = layoutOwn
 	}
 	b, err := newBed(ctx, cfg)
 	if err != nil {
@@ -275,7 +287,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep.Settings.DataDir = b.dataDir
 	rep.Settings.DataDirFS = fsType(b.dataDir)
 	rep.Settings.DataDirNote = b.dataDirNote
-	r := &runner{cfg: cfg, bed: b}
+	r := &runner{cfg: cfg, bed: b, workerRetries: map[string]int64{}}
 	if cfg.CPUProfile != nil {
 		if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil {
 			return nil, fmt.Errorf("bench: cpu profile: %w", err)
@@ -315,27 +327,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		rep.Rows = append(rep.Rows, rows...)
 	}
-	var named []interface{ name() string }
-	for _, sys := range b.systems {
-		named = append(named, sys)
-	}
-	for _, el := range b.electors {
-		named = append(named, el)
-	}
-	for _, sm := range b.semaphorers {
-		named = append(named, sm)
-	}
-	noted := map[string]bool{} // a system that takes part in several scenarios
-	for _, sys := range named {
-		if noted[sys.name()] {
-			continue
-		}
-		noted[sys.name()] = true
-		if rs, ok := sys.(interface{ retries() int64 }); ok && rs.retries() > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s retried %d transient etcd errors (request timed out / unavailable), as user code would",
-				sys.name(), rs.retries()))
-		}
-	}
+	r.noteRetries(rep)
 	rep.Machine.LoadEnd = loadavg()
 	rep.Took = time.Since(rep.Start).Round(time.Second).String()
 	if len(failed) > 0 {
@@ -369,8 +361,9 @@ func systemEntries(systems []system, one func(ctx context.Context, sys system, r
 
 // rounds measures every entry rounds times and returns the results by
 // name. Each round starts one entry later than the one before (round 2
-// runs entries 2, 3, …, 1), so that no system always runs first, or
-// always right after the same other one.
+// runs entries 2, 3, …, 1), so that no system always runs first. The
+// cyclic order stays: a system runs right after the same other one in
+// every round it does not open (etcd-txn after lockd).
 func (r *runner) rounds(ctx context.Context, what string, entries []entry) (map[string][]loadResult, error) {
 	out := map[string][]loadResult{}
 	for round := 1; round <= r.cfg.Rounds; round++ {
@@ -385,201 +378,6 @@ func (r *runner) rounds(ctx context.Context, what string, entries []entry) (map[
 		}
 	}
 	return out, nil
-}
-
-// commitsPerPair is how many commits one acquire + release pair makes on
-// the backend, for every system: the grant and the release each commit
-// once.
-const commitsPerPair = 2
-
-// ceilingShare returns commits/s of pairs/s as a percentage of ceil.
-func ceilingShare(pairs, ceil Value) *Value {
-	r := ratio(pairs*commitsPerPair*100, ceil)
-	return r
-}
-
-func (r *runner) distinct(ctx context.Context) ([]Row, error) {
-	var rows []Row
-	prevRates := map[string]Value{} // median pairs/s at the previous concurrency
-	prevC := 0
-	for _, c := range r.cfg.DistinctConcurrency {
-		var entries []entry
-		for _, ce := range r.bed.ceilings {
-			entries = append(entries, entry{ce.name, func(ctx context.Context, round int) (loadResult, string, error) {
-				lr, err := measureCeiling(ctx, ce, c, r.cfg.Duration, fmt.Sprintf("ceiling-c%d-r%d", c, round))
-				return lr, fmt.Sprintf("%s ops/s (ceiling)", lr.rate()), err
-			}})
-		}
-		entries = append(entries, systemEntries(r.bed.systems,
-			func(ctx context.Context, sys system, round int) (loadResult, string, error) {
-				tag := fmt.Sprintf("distinct-c%d-r%d", c, round)
-				lr, err := measure(ctx, sys, c, r.cfg.Duration, tag, distinctLoad)
-				lat := sortedLatencies([]loadResult{lr})
-				return lr, fmt.Sprintf("%s pairs/s  p50 %s ms  p99 %s ms", lr.rate(), percentile(lat, 50), percentile(lat, 99)), err
-			})...)
-		res, err := r.rounds(ctx, fmt.Sprintf("distinct c=%d", c), entries)
-		if err != nil {
-			return nil, err
-		}
-		// The ceiling rows, and the backend's ceiling that commits/s are
-		// a share of.
-		backendCeil := Value(math.NaN())
-		for _, ce := range r.bed.ceilings {
-			vs := rates(res[ce.name])
-			v := median(vs)
-			rows = append(rows, Row{Scenario: scCeiling, Concurrency: c, Metric: MetricOpsPerSec, Lockd: Value(math.NaN()),
-				Baseline: ce.name, Raw: &v, RawRounds: vs, Note: ceilingNote})
-			if ce.name != ceilFsync {
-				backendCeil = v
-			}
-		}
-		lockdRates, lockdLat := rates(res[sysLockd]), sortedLatencies(res[sysLockd])
-		lockdPairs := median(lockdRates)
-		for _, sys := range r.bed.systems[1:] {
-			name := sys.name()
-			rawRates, rawLat := rates(res[name]), sortedLatencies(res[name])
-			rawPairs := median(rawRates)
-			pairs := compare(scDistinct, c, MetricPairsPerSec, name, lockdPairs, rawPairs)
-			pairs.LockdRounds, pairs.RawRounds = lockdRates, rawRates
-			pairs.LockdCeil, pairs.RawCeil = ceilingShare(lockdPairs, backendCeil), ceilingShare(rawPairs, backendCeil)
-			pairs.Note = shareNote
-			if pairs.RawCeil != nil && *pairs.RawCeil < 50 {
-				pairs.Flags = append(pairs.Flags, "raw<50%ceil")
-			}
-			if prev, ok := prevRates[name]; ok && rawPairs < prev {
-				pairs.Flags = append(pairs.Flags, fmt.Sprintf("raw slower than at c=%d", prevC))
-			}
-			if prev, ok := prevRates[sysLockd]; ok && lockdPairs < prev {
-				pairs.Flags = append(pairs.Flags, fmt.Sprintf("lockd slower than at c=%d", prevC))
-			}
-			prevRates[name] = rawPairs
-			p50 := compare(scDistinct, c, MetricP50, name, percentile(lockdLat, 50), percentile(rawLat, 50))
-			p99 := compare(scDistinct, c, MetricP99, name, percentile(lockdLat, 99), percentile(rawLat, 99))
-			if name == r.primaryBaseline() {
-				switch c {
-				case 1:
-					ratioAtMost(&p50, 1.2)
-				case 64:
-					ratioAtLeast(&pairs, 1.5)
-				default:
-					ratioAtLeast(&pairs, 1.0)
-				}
-			}
-			rows = append(rows, pairs, p50, p99)
-		}
-		prevRates[sysLockd], prevC = lockdPairs, c
-	}
-	return rows, nil
-}
-
-// ceilingNote and shareNote explain the ceiling rows and the %CEIL columns.
-const (
-	ceilingNote = "ceiling: the same run, the same data directory, the same concurrency and window: fsync-4k = 4 KiB pwrite + fdatasync " +
-		"in a loop, one file per worker, in the backend's data directory; etcd-put = Put of a key per worker; pg-insert = autocommit " +
-		"INSERT into an index-free table, one connection per worker"
-	shareNote = "%CEIL: commits/s (2 per pair: the grant and the release) as a percentage of the backend's ceiling (etcd-put or pg-insert) " +
-		"at the same concurrency; flagged: a baseline below 50 % of it, or one slower than at the previous concurrency"
-)
-
-func (r *runner) contended(ctx context.Context) ([]Row, error) {
-	var rows []Row
-	for _, c := range r.cfg.ContendedConcurrency {
-		res, err := r.rounds(ctx, fmt.Sprintf("contended c=%d", c), systemEntries(r.bed.systems,
-			func(ctx context.Context, sys system, round int) (loadResult, string, error) {
-				tag := fmt.Sprintf("contended-c%d-r%d", c, round)
-				lr, err := measure(ctx, sys, c, r.cfg.Duration, tag, contendedLoad)
-				return lr, fmt.Sprintf("%s hand-overs/s  fairness %s", lr.rate(), fairness(lr.perClient)), err
-			}))
-		if err != nil {
-			return nil, err
-		}
-		lockdRates, lockdFair := rates(res[sysLockd]), fairnesses(res[sysLockd])
-		for _, sys := range r.bed.systems[1:] {
-			name := sys.name()
-			rawRates, rawFair := rates(res[name]), fairnesses(res[name])
-			ho := compare(scContended, c, MetricHandoversPerSec, name, median(lockdRates), median(rawRates))
-			ho.LockdRounds, ho.RawRounds = lockdRates, rawRates
-			fair := compare(scContended, c, MetricFairness, name, median(lockdFair), median(rawFair))
-			fair.LockdRounds, fair.RawRounds = lockdFair, rawFair
-			switch name {
-			case r.primaryBaseline():
-				ratioAtLeast(&ho, 1.0)
-				lockdAtMost(&fair, 1.1)
-			case sysEtcdMutex:
-				ho.Note = mutexNote
-			}
-			rows = append(rows, ho, fair)
-		}
-	}
-	return rows, nil
-}
-
-// mutexNote labels the ratio against concurrency.Mutex.
-const mutexNote = "x Mutex: concurrency.Mutex's hand-over rate is set by etcd's 100 ms resync of lagging watchers " +
-	"(≈80/s at c=8), not by commits; the ratio is shown for reference and is not a target — the primary contended baseline is etcd-txn (raw Txn + watch)"
-
-func (r *runner) death(ctx context.Context) ([]Row, error) {
-	// lockd and the primary baseline: the one with sessions.
-	var systems []system
-	for _, sys := range r.bed.systems {
-		if _, ok := sys.(dier); ok && (sys.name() == sysLockd || sys.name() == r.primaryBaseline()) {
-			systems = append(systems, sys)
-		}
-	}
-	times := func(rs []loadResult) []Value {
-		var vs []Value
-		for _, r := range rs {
-			vs = append(vs, ms(r.elapsed))
-		}
-		return vs
-	}
-	var rows []Row
-	for _, n := range r.cfg.DeathLocks {
-		res, err := r.rounds(ctx, fmt.Sprintf("death N=%d", n), systemEntries(systems,
-			func(ctx context.Context, sys system, round int) (loadResult, string, error) {
-				tag := fmt.Sprintf("death-n%d-r%d", n, round)
-				var (
-					d   time.Duration
-					err error
-				)
-				pprof.Do(ctx, pprof.Labels(labelSystem, sys.name()), func(ctx context.Context) {
-					d, err = sys.(dier).die(ctx, tag, n)
-				})
-				if err != nil {
-					return loadResult{}, "", fmt.Errorf("%s: %w", sys.name(), err)
-				}
-				// One "op" taking d: rate() is then 1/d.
-				return loadResult{ops: 1, elapsed: d}, fmt.Sprintf("%s ms until all %d keys gone", ms(d), n), nil
-			}))
-		if err != nil {
-			return rows, err
-		}
-		for _, sys := range systems[1:] {
-			lt, rt := times(res[sysLockd]), times(res[sys.name()])
-			row := compare(scDeath, 0, MetricGoneMs, sys.name(), median(lt), median(rt))
-			row.N, row.LockdRounds, row.RawRounds = n, lt, rt
-			row.Note = "death: lockd = the client closes its session (Session.Close); etcd-txn = lease revoke; pg-raw = DELETE of the sessions row (cascade)"
-			ratioAtMost(&row, 2.0)
-			rows = append(rows, row)
-		}
-	}
-	return rows, nil
-}
-
-func rates(rs []loadResult) []Value {
-	var vs []Value
-	for _, r := range rs {
-		vs = append(vs, r.rate())
-	}
-	return vs
-}
-
-func fairnesses(rs []loadResult) []Value {
-	var vs []Value
-	for _, r := range rs {
-		vs = append(vs, fairness(r.perClient))
-	}
-	return vs
 }
 
 // compare builds the row of one metric, lockd against one baseline.

@@ -14,14 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
 )
 
 // The scenarios themselves run against real backends in the smoke test of
 // `lockd bench` (internal/cli/bench_test.go); these tests cover the pure
 // parts.
 
-func TestMain(m *testing.M) { testkit.Main(m, nil) }
+func TestMain(m *testing.M) { etcdtest.Main(m) }
 
 func TestMedian(t *testing.T) {
 	inf := Value(math.Inf(1))

@@ -1,6 +1,5 @@
 // Package bench is the engine of `lockd bench`: it measures lockd (its gRPC
-// server in this process on 127.0.0.1, driven through the Go SDK, over a
-// real backend) side by side with the locking a user would build directly on
+// server on 127.0.0.1, driven through the Go SDK, over a real backend) side by side with the locking a user would build directly on
 // that backend instead, on the same backend instance, and reports the
 // figures and the ratio lockd / raw for each scenario.
 //
@@ -67,6 +66,20 @@
 //     sessions, which run in this process, are not counted. With the
 //     embedded backend the child runs its own embedded etcd, as the
 //     zero-configuration deployment does, and that is counted.
+//
+// # Processes
+//
+// Over --backend etcd and pg every measured system runs in processes of its
+// own (cells.go): lockd's server is a `lockd serve` child for the run, and
+// each cell (system, scenario, concurrency, round) of distinct, contended,
+// election and semaphore runs its clients in a `lockd bench worker` child
+// (worker.go), lockd's SDK clients as much as a baseline's. The worker
+// reads the CPU time of itself, of lockd's server and of the etcd child at
+// the opening and closing of the load's window (cpu.go): the CPU per
+// operation rows. Config.InProcess (the embedded etcd, a CPU profile) runs
+// everything in this process, as before issue 24, without those rows. Every
+// cell checks that the backend committed something while the system counted
+// operations (checkWork).
 //
 // # Alternation
 //

@@ -95,6 +95,11 @@ type bed struct {
 	dataDir     string
 	dataDirNote string
 
+	// own says whether the systems run in processes of their own (see
+	// ownProcesses); lockdProc is then lockd's `lockd serve` child.
+	own       bool
+	lockdProc *child
+
 	srv      *server.Server
 	served   chan error
 	lockd    *client.Client
@@ -113,7 +118,7 @@ type bed struct {
 // newBed starts or connects to the backend of cfg and starts lockd on it.
 // On error everything started so far is stopped again.
 func newBed(ctx context.Context, cfg Config) (b *bed, err error) {
-	b = &bed{run: strings.ToLower(rand.Text()[:8])}
+	b = &bed{run: strings.ToLower(rand.Text()[:8]), own: ownProcesses(cfg)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, b.close())
@@ -136,6 +141,9 @@ func newBed(ctx context.Context, cfg Config) (b *bed, err error) {
 	maxLocks := 0
 	for _, n := range cfg.DeathLocks {
 		maxLocks = max(maxLocks, n)
+	}
+	if b.own {
+		return b, b.startLockdProcess(ctx, cfg, etcdLockdPrefix+b.run+"/", maxLocks)
 	}
 	if err := b.startLockd(st, maxLocks); err != nil {
 		return b, err
@@ -213,12 +221,16 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 		b.dataDirNote = "a temporary directory: the external etcd's data directory is not known here"
 	}
 	var lb *backend.Backend
-	withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
-	if err != nil {
-		return nil, err
+	if b.own {
+		b.endpoints = bcfg.EtcdEndpoints // lockd's server is a child of its own (startLockdProcess)
+	} else {
+		withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
+		if err != nil {
+			return nil, err
+		}
+		b.onClose(func(context.Context) error { return lb.Close() })
+		b.endpoints = lb.Endpoints()
 	}
-	b.onClose(func(context.Context) error { return lb.Close() })
-	b.endpoints = lb.Endpoints()
 
 	// The baselines' client, also used for counting and cleanup.
 	raw, err := clientv3.New(etcdstore.ClientConfig(b.endpoints, dialTimeout))
@@ -243,9 +255,11 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 		}
 		return errors.Join(errs...)
 	})
-	// The store stops before its keys are deleted; lb.Close closes it again
-	// (a no-op), then its client and the embedded etcd.
-	b.onClose(func(context.Context) error { return lb.LockStore.Close() })
+	if lb != nil {
+		// The store stops before its keys are deleted; lb.Close closes it
+		// again (a no-op), then its client and the embedded etcd.
+		b.onClose(func(context.Context) error { return lb.LockStore.Close() })
+	}
 
 	lockd := &lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
 		resp, err := raw.Get(ctx, lockdPrefix+"l/"+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -259,6 +273,9 @@ func (b *bed) startEtcd(ctx context.Context, cfg Config) (store.LockStore, error
 	b.electors = []elector{lockd, &etcdElectionSystem{cli: raw, prefix: etcdElectPrefix + b.run + "/"}, txn}
 	b.semaphorers = []semaphorer{lockd, &etcdSemSystem{etcdTxnSystem{cli: raw, prefix: etcdSemPrefix + b.run + "/"}}}
 	b.ceilings = []ceiling{fsyncCeiling(b.dataDir), etcdPutCeiling(raw, etcdCeilPrefix+b.run+"/")}
+	if lb == nil {
+		return nil, nil
+	}
 	return lb, nil
 }
 
@@ -306,7 +323,7 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 		return nil, err
 	}
 	b.onClose(drop)
-	full, minimal := newPGRawQueries(pgRawSchema, false), newPGRawQueries(pgMinSchema, true)
+	full, minimal := newPGRawQueries(pgRawSchema, false), newPGRawQueries(pgMinSchema, true) // as newPGRawSystem's
 	for _, ddl := range slices.Concat(full.schema, minimal.schema, []string{pgCeilingDDL(pgRawSchema)}) {
 		if _, err := pool.Exec(ctx, ddl); err != nil {
 			return nil, fmt.Errorf("create the baselines' schemas: %w", err)
@@ -316,29 +333,28 @@ func (b *bed) startPG(ctx context.Context, cfg Config) (store.LockStore, error) 
 	bcfg := backend.DefaultConfig()
 	bcfg.Kind, bcfg.PGDSN, bcfg.PGSchema = BackendPG, cfg.PGDSN, pgLockdSchema
 	b.lockdConns = bcfg.PGMaxConns
-	var lb *backend.Backend
-	withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
-	if err != nil {
-		return nil, err
+	var st store.LockStore
+	if !b.own { // else lockd's server is a child of its own (startLockdProcess)
+		var lb *backend.Backend
+		withLabel(sysLockd, func() { lb, err = backend.Open(ctx, bcfg, nil, nil) })
+		if err != nil {
+			return nil, err
+		}
+		b.onClose(func(context.Context) error { return lb.Close() })
+		st = lb
 	}
-	b.onClose(func(context.Context) error { return lb.Close() })
 	countQ := `SELECT count(*) FROM ` + pgx.Identifier{pgLockdSchema}.Sanitize() + `.locks WHERE starts_with(key, $1)`
 	lockd := &lockdSystem{count: func(ctx context.Context, prefix string) (int64, error) {
 		var n int64
 		err := pool.QueryRow(ctx, countQ, prefix).Scan(&n)
 		return n, err
 	}}
-	pgRaw := &pgRawSystem{sysName: sysPGRaw, sized: true, base: pcfg, setup: pool, q: full}
+	pgRaw := newPGRawSystem(sysPGRaw, pcfg, pool)
 	b.electors = []elector{lockd, pgRaw}
-	b.semaphorers = []semaphorer{lockd, &pgRawSystem{sysName: sysPGSem, sized: true, base: pcfg, setup: pool, q: full}}
-	b.systems = []system{
-		lockd,
-		pgRaw,
-		&pgRawSystem{sysName: sysPGRawMin, minimal: true, sized: true, base: pcfg, setup: pool, q: minimal},
-		&pgRawSystem{sysName: sysPGRawDef, base: pcfg, setup: pool, q: full},
-	}
+	b.semaphorers = []semaphorer{lockd, newPGRawSystem(sysPGSem, pcfg, pool)}
+	b.systems = []system{lockd, pgRaw, newPGRawSystem(sysPGRawMin, pcfg, pool), newPGRawSystem(sysPGRawDef, pcfg, pool)}
 	b.ceilings = []ceiling{fsyncCeiling(b.dataDir), pgInsertCeiling(pcfg, pgRawSchema)}
-	return lb, nil
+	return st, nil
 }
 
 // pgFsyncDir returns a directory on PostgreSQL's data directory for the
@@ -371,11 +387,7 @@ func (b *bed) startLockd(st store.LockStore, maxLocks int) (err error) {
 
 func (b *bed) startLockdLabelled(st store.LockStore, maxLocks int) error {
 	cfg := server.DefaultConfig()
-	// Headroom of the death scenario's acquire width: the server counts a
-	// granted Acquire both as held and as in progress until the call
-	// returns, so at the limit a concurrent acquire can be refused (a run
-	// of TestBenchSmoke was, at 1030 of 1030).
-	cfg.MaxLocksPerSession = max(cfg.MaxLocksPerSession, maxLocks+setupWidth)
+	cfg.MaxLocksPerSession = maxLocksPerSession(maxLocks)
 	cfg.Listen = "127.0.0.1:0"
 	cfg.MetricsListen = "off"
 	cfg.SessionTTL = sessionTTL
@@ -404,6 +416,15 @@ func (b *bed) startLockdLabelled(st store.LockStore, maxLocks int) error {
 	b.onClose(func(context.Context) error { return c.Close() })
 	b.systems[0].(*lockdSystem).c = c
 	return nil
+}
+
+// maxLocksPerSession is lockd's lock.server.max-locks-per-session for a
+// death scenario of at most maxLocks locks: the headroom of its acquire
+// width, since the server counts a granted Acquire both as held and as in
+// progress until the call returns, so at the limit a concurrent acquire can
+// be refused (a run of TestBenchSmoke was, at 1030 of 1030).
+func maxLocksPerSession(maxLocks int) int {
+	return max(server.DefaultConfig().MaxLocksPerSession, maxLocks+setupWidth)
 }
 
 // etcdWritable waits until etcd accepts a write of key (an empty value),

@@ -57,7 +57,7 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 			"--etcd-prefix", etcdFailoverPrefix+b.run+"/")
 		note += "the bench's etcd (" + cfg.Backend + ")"
 	case BackendPG:
-		args = append(args, "--backend", BackendPG, "--pg-dsn", b.dsn, "--pg-schema", pgFailoverSchema)
+		args = append(args, "--backend", BackendPG, "--pg-schema", pgFailoverSchema)
 		note += "the bench's PostgreSQL"
 	}
 	note += fmt.Sprintf(", default session TTL %v; one holder given every address; time from the SIGKILL of its replica "+
@@ -78,7 +78,7 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 		}
 	}
 	for i := range kids {
-		k, err := startChild(ctx, cfg.LockdCommand, append(slices.Clone(args), "--listen", "127.0.0.1:0"), servingLine)
+		k, err := startChild(ctx, cfg.LockdCommand, append(slices.Clone(args), "--listen", "127.0.0.1:0"), servingLine, r.bed.childEnv()...)
 		if err != nil {
 			return nil, fmt.Errorf("failover: %w", err)
 		}
@@ -129,7 +129,7 @@ func (r *runner) failover(ctx context.Context) ([]Row, error) {
 		took = append(took, d)
 		r.progressf("failover: kill %d of %d (replica %s): next heartbeat answered after %v", n+1, cfg.FailoverKills, at,
 			d.Round(time.Millisecond))
-		if kids[i], err = startChild(ctx, cfg.LockdCommand, append(slices.Clone(args), "--listen", at), servingLine); err != nil {
+		if kids[i], err = startChild(ctx, cfg.LockdCommand, append(slices.Clone(args), "--listen", at), servingLine, r.bed.childEnv()...); err != nil {
 			return nil, fmt.Errorf("failover: restart %s: %w", at, err)
 		}
 		// A random phase of the heartbeat cycle for the next kill.

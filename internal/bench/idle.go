@@ -36,10 +36,6 @@ const sessionsPerClient = 1000
 // childStartTimeout bounds the start of the lockd child.
 const childStartTimeout = 2 * time.Minute
 
-// userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on
-// every Linux architecture).
-const userHZ = 100
-
 // settleFor is how long the idle sessions run before the measurement
 // starts, so that the burst of opening them is over: a quarter of the
 // measurement, at most 5 s.
@@ -119,13 +115,15 @@ func (r *runner) idle(ctx context.Context) ([]Row, error) {
 		{Scenario: scIdle, N: n, Metric: MetricRSS, Lockd: lf.rss, Note: note},
 		{Scenario: scIdle, N: n, Metric: MetricPeakRSS, Lockd: lf.hwm, Note: note},
 		{Scenario: scIdle, N: n, Metric: MetricAlive, Lockd: Value(lf.alive), Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricCPUPerSessionSec, Lockd: perSessionSecond(lf.server, n), Note: note},
+		{Scenario: scIdle, N: n, Metric: MetricClientCPUPerSessionSec, Lockd: perSessionSecond(lf.client, n), Note: note},
 	}
 	if r.bed.backend == BackendEtcd {
 		rf, err := r.idleRawEtcd(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for i, v := range []Value{rf.server, rf.client} {
+		for i, v := range map[int]Value{0: rf.server, 1: rf.client, 5: perSessionSecond(rf.server, n), 6: perSessionSecond(rf.client, n)} {
 			rows[i].Baseline, rows[i].Raw, rows[i].Ratio = sysEtcdSession, &v, ratio(rows[i].Lockd, v)
 		}
 	}
@@ -140,6 +138,12 @@ func (r *runner) idle(ctx context.Context) ([]Row, error) {
 			n-lf.alive, n)
 	}
 	return rows, nil
+}
+
+// perSessionSecond converts CPU in % of a core, used by n idle sessions,
+// to CPU µs per session and second.
+func perSessionSecond(pct Value, n int) Value {
+	return pct / 100 * Value(time.Second/time.Microsecond) / Value(n)
 }
 
 // idleLockd measures lockd's idle sessions.
@@ -166,11 +170,11 @@ func (r *runner) idleLockd(ctx context.Context) (f idleFigures, note string, err
 			note += "; the external etcd is not counted"
 		}
 	case BackendPG:
-		args = append(args, "--backend", BackendPG, "--pg-dsn", b.dsn, "--pg-schema", pgIdleSchema)
+		args = append(args, "--backend", BackendPG, "--pg-schema", pgIdleSchema)
 		note += "; PostgreSQL is not counted, and there is no raw idle baseline on PostgreSQL"
 	}
 	r.progressf("idle: starting the lockd child")
-	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine)
+	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine, b.childEnv()...)
 	if err != nil {
 		return f, "", fmt.Errorf("idle: %w", err)
 	}
@@ -296,13 +300,15 @@ type child struct {
 var servingLine = regexp.MustCompile(`^lockd serving grpc=(\S+) `)
 
 // startChild runs argv+args and waits for its first line to match serving,
-// whose first group is the address it serves on.
-func startChild(ctx context.Context, argv, args []string, serving *regexp.Regexp) (*child, error) {
+// whose first group is the address it serves on; env are variables added
+// to its environment (bed.childEnv).
+func startChild(ctx context.Context, argv, args []string, serving *regexp.Regexp, env ...string) (*child, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no lockd executable to start (LockdCommand)")
 	}
 	cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], args...)...)
 	cmd.Env = append(os.Environ(), EnvChild+"=1")
+	cmd.Env = append(cmd.Env, env...)
 	ch := &child{cmd: cmd, stderr: &tailBuffer{max: 8 << 10}}
 	cmd.Stderr = ch.stderr
 	out, err := cmd.StdoutPipe()
@@ -364,107 +370,6 @@ func (c *child) stop() {
 		_ = c.cmd.Process.Kill()
 		<-done
 	}
-}
-
-// procCPU returns the CPU time process pid has used: the sum over its
-// threads of /proc/<pid>/task/<tid>/schedstat (nanoseconds; the time of
-// threads that already exited is missing, which Go's threads rarely do), or
-// where that is not available, utime+stime from /proc/<pid>/stat (clock
-// ticks of 10 ms).
-func procCPU(pid int) (time.Duration, error) {
-	if d, err := procSchedCPU(pid); err == nil {
-		return d, nil
-	}
-	return procStatCPU(pid)
-}
-
-func procSchedCPU(pid int) (time.Duration, error) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return 0, err
-	}
-	var total time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
-		if errors.Is(err, os.ErrNotExist) {
-			continue // the thread exited meanwhile
-		}
-		if err != nil {
-			return 0, err
-		}
-		f := strings.Fields(string(b))
-		if len(f) < 1 {
-			return 0, fmt.Errorf("unexpected %s/%s/schedstat: %q", dir, t.Name(), b)
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("unexpected %s/%s/schedstat: %q", dir, t.Name(), b)
-		}
-		total += time.Duration(ns)
-	}
-	return total, nil
-}
-
-func procStatCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("read cpu time (needs Linux /proc): %w", err)
-	}
-	// The command name (field 2) may contain spaces; the fields after it
-	// start with the state (field 3). utime and stime are fields 14 and 15.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
-	}
-	var ticks int64
-	for _, v := range f[11:13] {
-		t, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
-		}
-		ticks += t
-	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
-}
-
-// procRSS returns the resident set size of process pid and its peak, in
-// MiB.
-func procRSS(pid int) (rss, peak Value, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0, fmt.Errorf("read memory use (needs Linux /proc): %w", err)
-	}
-	found := 0
-	for line := range strings.Lines(string(b)) {
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("unexpected /proc/%d/status line %q", pid, line)
-		}
-		kb, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("unexpected /proc/%d/status line %q", pid, line)
-		}
-		if name == "VmRSS" {
-			rss = Value(kb / 1024)
-		} else {
-			peak = Value(kb / 1024)
-		}
-		found++
-	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("no VmRSS/VmHWM in /proc/%d/status", pid)
-	}
-	return rss, peak, nil
 }
 
 // tailBuffer keeps the last max bytes written to it. It is safe for

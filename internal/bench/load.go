@@ -35,6 +35,9 @@ type loadResult struct {
 	perClient []int
 	// most is the most clients that held a slot at once (semaphore).
 	most int
+	// cpu is the CPU time each process of the system (by role: client,
+	// server, backend) used in the window, when it was metered.
+	cpu map[string]time.Duration
 }
 
 // rate is ops per second of the window.
@@ -106,13 +109,14 @@ func measure(ctx context.Context, sys system, c int, dur time.Duration, tag stri
 // measured window ends when the last client finished its last pair.
 func distinctLoad(ctx context.Context, clients []locker, warm, dur time.Duration, tag string) (loadResult, error) {
 	if warm > 0 {
-		if _, err := distinctLoad(ctx, clients, 0, warm, tag+"-warm"); err != nil {
+		if _, err := distinctLoad(withoutCPUWindow(ctx), clients, 0, warm, tag+"-warm"); err != nil {
 			return loadResult{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lats := make([][]time.Duration, len(clients))
+	windowOpened(ctx)
 	start := time.Now()
 	deadline := start.Add(dur)
 	var wg sync.WaitGroup
@@ -137,6 +141,7 @@ func distinctLoad(ctx context.Context, clients []locker, warm, dur time.Duration
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	windowClosed(ctx)
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}
@@ -257,6 +262,7 @@ func startWindow(ctx context.Context, cancel context.CancelCauseFunc, wcancel co
 		defer noGrant.Stop()
 		select {
 		case w.start = <-first:
+			windowOpened(ctx)
 		case <-noGrant.C:
 			cancel(fmt.Errorf("no %s within %v", what, firstGrantTimeout))
 			return
@@ -267,6 +273,7 @@ func startWindow(ctx context.Context, cancel context.CancelCauseFunc, wcancel co
 		defer end.Stop()
 		select {
 		case <-end.C:
+			windowClosed(ctx)
 		case <-ctx.Done():
 		}
 	}()

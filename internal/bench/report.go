@@ -153,6 +153,8 @@ type Settings struct {
 	DataDirNote string `json:"data_dir_note,omitempty"`
 	// SystemOrder says how the systems take turns.
 	SystemOrder string `json:"system_order"`
+	// Processes says which process each system runs in.
+	Processes string `json:"processes"`
 }
 
 // Report is the outcome of Run.
@@ -178,7 +180,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 
 // systemLegend explains the system names of the table.
 var systemLegend = []string{
-	"lockd           lockd gRPC server in this process (127.0.0.1) + Go SDK, one session per client",
+	"lockd           lockd gRPC server (127.0.0.1; a `lockd serve` child unless in one process) + Go SDK, one session per client",
 	"etcd-txn        raw etcd (primary): Txn(If CreateRevision==0 Then Put with lease) + Delete; waiters watch the key; death = lease revoke",
 	"etcd-mutex      go.etcd.io/etcd/client/v3/concurrency.Mutex, one concurrency.Session per client (reference only, not a target)",
 	"etcd-election   election: go.etcd.io/etcd/client/v3/concurrency.Election (Campaign, Resign, Observe), one concurrency.Session per candidate (primary election baseline)",
@@ -239,6 +241,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\nsettings:  %s per measurement, %d rounds (%s), scenarios %s, session TTL %s\n",
 		s.Duration, s.Rounds, orDash(s.SystemOrder), strings.Join(s.Scenarios, ","), s.SessionTTL)
+	if s.Processes != "" {
+		fmt.Fprintf(&b, "processes: %s\n", s.Processes)
+	}
 	b.WriteString("figures:   rates, fairness and death times are medians over rounds; latencies are percentiles of all pairs\n")
 	for _, l := range systemLegend {
 		name, _, _ := strings.Cut(l, " ")

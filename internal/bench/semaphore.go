@@ -76,7 +76,9 @@ func (r *runner) semaphore(ctx context.Context) ([]Row, error) {
 		for _, sm := range r.bed.semaphorers {
 			entries = append(entries, entry{sm.name(), func(ctx context.Context, round int) (loadResult, string, error) {
 				tag := fmt.Sprintf("semaphore-c%d-r%d", c, round)
-				lr, err := measureSemaphore(ctx, sm, c, n, r.cfg.Duration, tag)
+				lr, err := r.cell(ctx, scSemaphore, sm, c, tag, func(ctx context.Context) (loadResult, error) {
+					return measureSemaphore(ctx, sm, c, n, r.cfg.Duration, tag)
+				})
 				wait := sortedLatencies([]loadResult{lr})
 				return lr, fmt.Sprintf("%s acquisitions/s  wait p50 %s ms  fairness %s  most holders %d of %d",
 					lr.rate(), percentile(wait, 50), fairness(lr.perClient), lr.most, n), err
@@ -101,11 +103,16 @@ func (r *runner) semaphore(ctx context.Context) ([]Row, error) {
 			lm, rm := mosts(lockd), mosts(raw)
 			most := compare(scSemaphore, c, MetricMostHolders, name, slices.Max(lm), slices.Max(rm))
 			most.LockdRounds, most.RawRounds = lm, rm
+			for _, row := range []*Row{&acq, &p50, &p99, &fair, &most} {
+				row.Note = semaphoreNote
+			}
 			rows = append(rows, acq, p50, p99, fair, most)
 		}
-	}
-	for i := range rows {
-		rows[i].Note = semaphoreNote
+		var names []string
+		for _, sm := range r.bed.semaphorers {
+			names = append(names, sm.name())
+		}
+		rows = append(rows, cpuRows(scSemaphore, c, res, names, "", 0)...)
 	}
 	return rows, nil
 }

@@ -39,7 +39,9 @@ without a server, and prints the decision and the rule that made it:
 PRINCIPAL is a certificate's URI SAN or CN, a token's principal, or
 "anonymous". ACTION is read (Inspect, List, Watch), lock (sessions,
 Acquire, Release) or admin (Revoke). KEY "" asks about any key (the
-session calls). With --prefix, KEY is a List/Watch prefix and the answer
+session calls); admin with KEY "" asks about listing every session
+(ListSessions), which needs admin on every key (a rule with prefix "*"),
+as lockd serve decides it. With --prefix, KEY is a List/Watch prefix and the answer
 says whether every key under it, only some (results filtered), or none
 may be read.
 
@@ -89,6 +91,15 @@ status is 0 when allowed, 1 when denied or the file is malformed.`,
 				what = fmt.Sprintf("some keys under %q (results filtered to them)", key)
 			default:
 				what = fmt.Sprintf("any key under %q", key)
+			}
+		} else if key == "" && act == auth.ActionAdmin {
+			// admin on no key is ListSessions of every session: the
+			// server needs admin on every key for it (C5 #ct5-auth).
+			var all bool
+			all, _, rule = p.Scope(principal, act, "")
+			allowed, what = all, "every session (ListSessions needs admin on every key)"
+			if !all && rule != auth.RuleNoPolicy {
+				rule = auth.RuleDefaultDeny
 			}
 		} else {
 			allowed, rule = p.Decide(principal, act, key)

@@ -18,7 +18,8 @@ func TestAuthCheck(t *testing.T) {
 	dir := t.TempDir()
 	pf := filepath.Join(dir, "policy.yaml")
 	policy := "rules:\n  - name: billing\n    principals: [alice]\n    prefixes: [billing/]\n    allow: [read, lock]\n" +
-		"  - principals: [ops]\n    prefixes: [\"*\"]\n    allow: [admin]\n"
+		"  - principals: [ops]\n    prefixes: [\"*\"]\n    allow: [admin]\n" +
+		"  - name: carol-jobs\n    principals: [carol]\n    prefixes: [jobs/]\n    allow: [admin]\n"
 	if err := os.WriteFile(pf, []byte(policy), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +50,12 @@ func TestAuthCheck(t *testing.T) {
 			"allowed: alice may read every key under \"billing/\" (rule \"billing\", line 2)\n", ""},
 		{[]string{"--prefix", "alice", "read", "bill/", "--policy-file", pf}, nil, 1,
 			"denied: alice may not read any key under \"bill/\" (default-deny: no rule allows it)\n", ""},
+		// admin on no key is ListSessions of every session: admin on jobs/
+		// is not enough, as the server decides (issue 23).
+		{[]string{"carol", "admin", "", "--policy-file", pf}, nil, 1,
+			"denied: carol may not admin every session (ListSessions needs admin on every key) (default-deny: no rule allows it)\n", ""},
+		{[]string{"ops", "admin", "", "--policy-file", pf}, nil, 0,
+			"allowed: ops may admin every session (ListSessions needs admin on every key) (rule \"rule 2 (line 6)\", line 6)\n", ""},
 		{[]string{"anonymous", "admin", "x"}, nil, 0,
 			"allowed: anonymous may admin x (no-policy: no policy file, every call is allowed)\n", ""},
 		{[]string{"alice", "write", "x"}, nil, ExitUsage, "", `unknown action "write"`},

@@ -16,10 +16,22 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure lockd side by side with raw etcd / PostgreSQL locking on the same backend",
-		Long: `Bench measures lockd (its gRPC server in this process on 127.0.0.1, through
-the Go SDK, over a real backend) and the locking a user would build directly
-on that backend instead, on the same backend instance, alternating them round
-by round, and prints one table with the ratio lockd/raw of every figure.
+		Long: `Bench measures lockd (its gRPC server on 127.0.0.1, through the Go SDK, over
+a real backend) and the locking a user would build directly on that backend
+instead, on the same backend instance, alternating them round by round, and
+prints one table with the ratio lockd/raw of every figure.
+
+Processes: with --backend etcd and pg every system runs in processes of its
+own. lockd's server is a 'lockd serve' child for the whole run; each cell
+(system, scenario, concurrency, round) of distinct, contended, election and
+semaphore runs its clients in a child of its own (lockd's SDK clients as much
+as a baseline's clientv3 or pgx clients). Those rows come with the CPU per
+operation (pair, hand-over, acquisition) of each process inside the measured
+window: lockd's server, its clients' process, a baseline's clients' process,
+and the etcd process when the bench started it. --in-process (implied by
+--backend embedded and --cpuprofile) runs everything in this process instead,
+without CPU rows. A cell whose system counted operations while the backend
+committed nothing is refused.
 
   --backend etcd       an etcd in a process of its own, started by the bench
                        (data in --data-dir, default a temporary directory),
@@ -87,7 +99,7 @@ Progress goes to stderr; the table (or --json) to stdout. Each measurement
 lasts --duration after a short warm-up and is repeated --rounds times.
 
 --cpuprofile FILE writes a pprof CPU profile of the scenarios (setup
-excluded). Samples are labelled by system, so
+excluded), with every system in this process (--in-process). Samples are labelled by system, so
   go tool pprof -tagfocus system=lockd lockd FILE
 shows what lockd itself (SDK, gRPC server, store) costs; the other values
 are the baselines' names and "backend" (the embedded etcd).`,
@@ -122,6 +134,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
 	f.IntVar(&cfg.FailoverKills, "failover-kills", bench.DefaultFailoverKills, "replica kills of the failover scenario")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
+	f.BoolVar(&cfg.InProcess, "in-process", false, "run lockd's server and every system's clients in this process (the layout before issue 24)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the scenarios to this file (labelled by system)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Scenarios = splitList(scenarios)
@@ -171,8 +184,23 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		}
 		return errors.Join(write(e.stdout), err)
 	}
-	cmd.AddCommand(newBenchEtcdServerCmd(e))
+	cmd.AddCommand(newBenchEtcdServerCmd(e), newBenchWorkerCmd(e))
 	return cmd
+}
+
+// newBenchWorkerCmd is the hidden `lockd bench worker`: one cell of one
+// system (a job as JSON on stdin, its figures as JSON on stdout), which
+// `lockd bench` starts as a process of its own per system and cell.
+func newBenchWorkerCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:    bench.WorkerCommand[len(bench.WorkerCommand)-1],
+		Short:  "Measure one cell of one system (started by lockd bench)",
+		Args:   exactArgs(0, "no arguments"),
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.RunWorker(cmd.Context(), e.stdin, e.stdout)
+		},
+	}
 }
 
 // newBenchEtcdServerCmd is the hidden `lockd bench etcd-server`: only an

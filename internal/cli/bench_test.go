@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/bench"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 )
 
 // init makes this test binary act as the lockd executable when `lockd
@@ -40,6 +40,13 @@ func init() {
 var smallBench = []string{"--duration", "100ms", "--rounds", "1", "--death-locks", "1,50",
 	"--idle-sessions", "50", "--idle-duration", "500ms", "--failover-kills", "2"}
 
+// benchWait bounds a `lockd bench` run of the tests: a guard against a hang,
+// not a speed bound. Each cell of distinct, contended, election and
+// semaphore starts a worker process (this -race test binary) that opens its
+// clients afresh: the full smoke run starts about 35 of them, and lockd's
+// server, etcd and the idle and failover children besides.
+const benchWait = 5 * time.Minute
+
 // wantRow names a row the report must contain.
 type wantRow struct {
 	scenario string
@@ -60,10 +67,25 @@ var electionMetrics = []string{bench.MetricHandoversPerSec, bench.MetricHandover
 var semaphoreMetrics = []string{bench.MetricAcquisitionsPerSec, bench.MetricWaitP50, bench.MetricWaitP99,
 	bench.MetricFairness, bench.MetricMostHolders}
 
+// cpuRows lists the CPU rows of one scenario and concurrency against
+// baselines (issue 24): lockd's server alone, then per baseline the total,
+// the clients' process and, when the bench started etcd, the etcd process.
+func cpuRows(scenario string, c int, baselines []string, backendCPU bool) []wantRow {
+	want := []wantRow{{scenario, c, bench.MetricServerCPUPerOp, ""}}
+	for _, b := range baselines {
+		want = append(want, wantRow{scenario, c, bench.MetricCPUPerOp, b}, wantRow{scenario, c, bench.MetricClientCPUPerOp, b})
+		if backendCPU {
+			want = append(want, wantRow{scenario, c, bench.MetricBackendCPUPerOp, b})
+		}
+	}
+	return want
+}
+
 // wantRows lists every row of a full run with the smoke sizes against the
 // given baselines (primary first), ceilings, election baselines and idle
-// baseline ("" for none).
-func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline string) []wantRow {
+// baseline ("" for none), with the CPU rows of systems in processes of
+// their own (and of the etcd process, with backendCPU).
+func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline string, backendCPU bool) []wantRow {
 	var want []wantRow
 	for _, c := range []int{1, 8, 64} {
 		for _, ce := range ceilings {
@@ -74,6 +96,7 @@ func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline st
 				want = append(want, wantRow{"distinct", c, m, b})
 			}
 		}
+		want = append(want, cpuRows("distinct", c, baselines, backendCPU)...)
 	}
 	for _, c := range []int{8, 64} {
 		for _, b := range baselines {
@@ -81,6 +104,7 @@ func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline st
 				want = append(want, wantRow{"contended", c, m, b})
 			}
 		}
+		want = append(want, cpuRows("contended", c, baselines, backendCPU)...)
 	}
 	for _, c := range []int{2, 8} {
 		for _, b := range electors {
@@ -88,16 +112,18 @@ func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline st
 				want = append(want, wantRow{"election", c, m, b})
 			}
 		}
+		want = append(want, cpuRows("election", c, electors, backendCPU)...)
 	}
 	for _, c := range []int{8, 64} {
 		for _, m := range semaphoreMetrics {
 			want = append(want, wantRow{"semaphore", c, m, semaphore})
 		}
+		want = append(want, cpuRows("semaphore", c, []string{semaphore}, backendCPU)...)
 	}
 	for _, n := range []int{1, 50} {
 		want = append(want, wantRow{"death", n, bench.MetricGoneMs, baselines[0]})
 	}
-	for _, m := range []string{bench.MetricCPU, bench.MetricClientCPU} {
+	for _, m := range []string{bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec} {
 		want = append(want, wantRow{"idle", 50, m, idleBaseline})
 	}
 	for _, m := range []string{bench.MetricRSS, bench.MetricPeakRSS, bench.MetricAlive} {
@@ -140,6 +166,7 @@ type jsonReport struct {
 		DataDir        string   `json:"data_dir"`
 		DataDirFS      string   `json:"data_dir_fs"`
 		SystemOrder    string   `json:"system_order"`
+		Processes      string   `json:"processes"`
 	} `json:"settings"`
 	Rows []jsonRow `json:"rows"`
 }
@@ -169,7 +196,7 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 			t.Errorf("row %v: %s fairness %v, want >= 1 or null", w, which, *v)
 		}
 		return
-	case bench.MetricCPU, bench.MetricClientCPU:
+	case bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec:
 		if v == nil || !(*v >= 0) {
 			t.Errorf("row %v: %s cpu %s, want >= 0", w, which, show(v))
 		}
@@ -191,9 +218,100 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 		}
 		return
 	}
+	// The rest, the CPU per operation of a system's processes included,
+	// must be positive: a process that served operations used CPU.
 	if v == nil || !(*v > 0) {
 		t.Errorf("row %v: %s figure %s, want > 0", w, which, show(v))
 	}
+}
+
+// TestBenchOwnProcesses runs one tiny cell per system of distinct,
+// election and semaphore over an etcd the bench starts and over PostgreSQL,
+// each system in processes of its own (issue 24): every system's row has
+// its figures and the CPU per operation of its processes (lockd's server,
+// every system's clients, the etcd process). The same cell with
+// --in-process has the figures and no CPU rows.
+func TestBenchOwnProcesses(t *testing.T) {
+	cells := []string{"--scenarios", "distinct,election,semaphore", "--distinct-concurrency", "2", "--election-concurrency", "2",
+		"--semaphore-concurrency", "3", "--semaphore-limit", "2", "--duration", "100ms", "--rounds", "1"}
+	for _, tc := range []struct {
+		name    string
+		args    func(t *testing.T) []string
+		systems []string // the baselines, every one of them measured in a cell
+		etcd    bool
+	}{
+		{"etcd", func(t *testing.T) []string { return []string{"--backend", "etcd", "--data-dir", t.TempDir()} },
+			[]string{"etcd-txn", "etcd-mutex", "etcd-election", "etcd-sem"}, true},
+		{"pg", func(t *testing.T) []string { return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)} },
+			[]string{"pg-raw", "pg-raw-min", "pg-raw-defpool", "pg-sem"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			backend := tc.args(t)
+			rep := benchJSON(t, append(append([]string{"bench", "--json"}, backend...), cells...)...)
+			if !strings.HasPrefix(rep.Settings.Processes, "own processes") {
+				t.Errorf("processes = %q, want own processes", rep.Settings.Processes)
+			}
+			find := func(metric, baseline string) *jsonRow {
+				for i, r := range rep.Rows {
+					if r.Metric == metric && r.Baseline == baseline {
+						return &rep.Rows[i]
+					}
+				}
+				return nil
+			}
+			positive := func(v *float64) bool { return v != nil && *v > 0 }
+			if r := find(bench.MetricServerCPUPerOp, ""); r == nil || !positive(r.Lockd) {
+				t.Errorf("lockd's server cpu per operation: %+v, want > 0", r)
+			}
+			for _, sys := range tc.systems {
+				metrics := []string{bench.MetricCPUPerOp, bench.MetricClientCPUPerOp}
+				if tc.etcd {
+					metrics = append(metrics, bench.MetricBackendCPUPerOp)
+				}
+				for _, m := range metrics {
+					if r := find(m, sys); r == nil || !positive(r.Lockd) || !positive(r.Raw) || !positive(r.Ratio) {
+						t.Errorf("row %q vs %s: %+v; want lockd's and the baseline's figures and their ratio > 0", m, sys, r)
+					}
+				}
+				if r := find(bench.MetricCPUPerOp, sys); r != nil && r.Lockd != nil && r.Raw != nil {
+					t.Logf("%s: cpu µs/op lockd %.0f, %s %.0f", tc.name, *r.Lockd, sys, *r.Raw)
+				}
+			}
+			for _, r := range rep.Rows { // a figure per system: every cell measured something
+				if (r.Metric == bench.MetricPairsPerSec || r.Metric == bench.MetricHandoversPerSec || r.Metric == bench.MetricAcquisitionsPerSec) &&
+					(!positive(r.Lockd) || !positive(r.Raw)) {
+					t.Errorf("row %+v: want lockd's and %s's rates > 0", r, r.Baseline)
+				}
+			}
+			if tc.etcd { // the old layout: figures, no CPU rows
+				in := benchJSON(t, append(append([]string{"bench", "--json", "--in-process"}, backend...),
+					"--scenarios", "distinct", "--distinct-concurrency", "1", "--duration", "100ms", "--rounds", "1")...)
+				if !strings.HasPrefix(in.Settings.Processes, "one process") || len(in.Rows) == 0 {
+					t.Errorf("--in-process: processes %q, %d rows; want one process and rows", in.Settings.Processes, len(in.Rows))
+				}
+				for _, r := range in.Rows {
+					if strings.Contains(r.Metric, "µs/op") {
+						t.Errorf("--in-process has a cpu row %+v; want none (one process cannot tell the systems' cpu apart)", r)
+					}
+				}
+			}
+		})
+	}
+}
+
+// benchJSON runs lockd with args (a `bench --json`) and parses the report.
+func benchJSON(t *testing.T, args ...string) jsonReport {
+	t.Helper()
+	res := start(t, nil, args...).wait(t, benchWait)
+	if res.code != 0 {
+		t.Fatalf("lockd %s: %v", strings.Join(args, " "), res)
+	}
+	var rep jsonReport
+	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+		t.Fatalf("lockd bench --json: output does not parse: %v\n%s", err, res.stdout)
+	}
+	return rep
 }
 
 // TestBenchSmoke runs every scenario of `lockd bench` with tiny sizes over
@@ -211,21 +329,22 @@ func TestBenchSmoke(t *testing.T) {
 		semaphore  string   // the semaphore baseline
 		idle       string   // the idle baseline
 		durability string   // in settings.durability
+		backendCPU bool     // the bench starts etcd: its CPU per operation is metered
 	}{
 		{"etcd", func(t *testing.T) []string {
 			return []string{"--backend", "etcd", "--data-dir", t.TempDir()}
-		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, []string{"etcd-election", "etcd-txn"}, "etcd-sem", "etcd-session", "etcd fsync on"},
+		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, []string{"etcd-election", "etcd-txn"}, "etcd-sem", "etcd-session", "etcd fsync on", true},
 		{"pg", func(t *testing.T) []string {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
-		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "pg-sem", "", "synchronous_commit="},
+		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "pg-sem", "", "synchronous_commit=", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			args := append(append([]string{"bench", "--json"}, tc.args(t)...), smallBench...)
-			start := time.Now()
-			res := lockd(t, nil, args...)
-			t.Logf("lockd %s took %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+			began := time.Now()
+			res := start(t, nil, args...).wait(t, benchWait)
+			t.Logf("lockd %s took %v", strings.Join(args, " "), time.Since(began).Round(time.Millisecond))
 			if res.code != 0 {
 				t.Fatalf("lockd bench: %v", res)
 			}
@@ -241,10 +360,12 @@ func TestBenchSmoke(t *testing.T) {
 			}
 			st := rep.Settings
 			if !strings.Contains(st.Durability, tc.durability) || st.DataDir == "" || st.DataDirFS == "" || st.SystemOrder == "" ||
-				st.BackendProcess == "" || (tc.name == "etcd" && !strings.Contains(st.BackendProcess, "own process")) {
-				t.Errorf("settings = %+v; want durability with %q, the data dir and its filesystem, the system order and the backend's process", st, tc.durability)
+				st.BackendProcess == "" || (tc.name == "etcd" && !strings.Contains(st.BackendProcess, "own process")) ||
+				!strings.HasPrefix(st.Processes, "own processes") {
+				t.Errorf("settings = %+v; want durability with %q, the data dir and its filesystem, the system order, the backend's process "+
+					"and every system in processes of its own", st, tc.durability)
 			}
-			want := wantRows(tc.baselines, tc.ceilings, tc.electors, tc.semaphore, tc.idle)
+			want := wantRows(tc.baselines, tc.ceilings, tc.electors, tc.semaphore, tc.idle, tc.backendCPU)
 			if len(rep.Rows) != len(want) {
 				t.Errorf("got %d rows, want %d", len(rep.Rows), len(want))
 			}
@@ -350,6 +471,7 @@ func TestBenchSmoke(t *testing.T) {
 			`(?m)^lockd bench  \d{4}-\d\d-\d\dT`,
 			`(?m)^backend:   embedded \(etcd \d`,
 			`(?m)^process:   etcd embedded in the bench process`,
+			`(?m)^processes: one process: lockd's server, its SDK clients and the baselines' clients share the bench process`,
 			`(?m)^durable:   etcd fsync on`,
 			`(?m)^data dir:  .+ on .+`,
 			`(?m)^SCENARIO +C/N +METRIC +LOCKD +BASELINE +RAW +LOCKD/RAW +LOCKD%CEIL +RAW%CEIL +TARGET +FLAGS$`,

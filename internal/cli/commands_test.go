@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // TestInspectLsRevoke checks the read commands in text and JSON, and revoke.

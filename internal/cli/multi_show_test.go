@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestMultiHoldersShown: issue #15 §3–§4 in the CLI. inspect and ls show

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"lock.dev/lockd/internal/backend"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestServerList: --server and LOCKD_SERVER take several replicas

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // closedAddr returns a loopback address nobody listens on.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // readmeCronSection is the README section whose examples

@@ -47,14 +47,18 @@ with the gRPC listener's TLS and the same access rules.
 With --http-console as well, it serves the read-only web console on that
 listener under /console/ (docs/contracts/C5.md #ct5-console).
 
-Logs (C4 events) are JSON lines on stderr. SIGINT or SIGTERM shuts it down:
+Logs (C4 events) are JSON lines on stderr, net/http's and gRPC's own lines
+included (rate-limited). SIGINT or SIGTERM shuts it down:
 sessions are left to expire unless --close-sessions-on-shutdown.
 
 TLS: --tls-cert-file and --tls-key-file serve the gRPC API over TLS; add
 --tls-client-ca-file to require client certificates (mTLS). The metrics
 listener has its own --metrics-tls-* flags. Certificate files, the
 --etcd-tls-* ones included, are re-read when they change and on SIGHUP. A listen address that is not loopback needs
-TLS, or --insecure-allow-remote (docs/contracts/C5.md #ct5-tls).`,
+TLS, or --insecure-allow-remote (docs/contracts/C5.md #ct5-tls); with TLS it also
+needs --tls-client-ca-file or --auth-policy-file, since otherwise every caller
+is an anonymous admin (#ct5-unsafe). A connection that makes no allowed call
+within --conn-auth-timeout is closed (#ct5-idle).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	config.RegisterFlags(cmd.Flags())
@@ -77,6 +81,13 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
+	// net/http's and grpc-go's own log lines as C4 events (cmd/lockd
+	// installs server.GRPCLogger).
+	tlog, err := server.NewTransportLog(logger, reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	tlog.ReceiveGRPCLogs()
 
 	// Access rules (C5 #ct5-auth): read before the backend opens, so a bad
 	// policy fails the start at once; re-read on change and SIGHUP (below).
@@ -92,7 +103,7 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	}
 	defer func() { err = errors.Join(err, b.Close()) }()
 
-	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label, Auth: az})
+	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label, Auth: az, TransportLog: tlog})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
@@ -122,7 +133,8 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 		if tc := srv.MetricsTLSConfig(); tc != nil {
 			mlis = tls.NewListener(mlis, tc)
 		}
-		httpSrv = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		httpSrv = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: tlog.HTTPErrorLog(telemetry.ListenerMetrics)}
 		metricsAt = mlis.Addr().String()
 	}
 

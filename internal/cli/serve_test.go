@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 )
 
 // acquireToken takes key through the SDK on the server at addr, releases it

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // TestSessionsCmd: `lockd sessions` lists the live sessions (every one, on

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // TestServeMTLSEndToEnd runs `lockd serve` with mTLS on the API and TLS on

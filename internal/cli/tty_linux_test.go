@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // openPTY returns a pseudo-terminal's terminal side and a buffer collecting

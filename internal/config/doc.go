@@ -81,6 +81,11 @@
 //	lock.server.refusal-rate                 10              0 (off), or 1..1000000 per second per peer   LOCKD_SERVER_REFUSAL_RATE                --refusal-rate
 //	lock.server.max-lock-delay               1m              0..1h                                        LOCKD_SERVER_MAX_LOCK_DELAY              --max-lock-delay
 //	lock.server.max-hold-limit               24h             0, or 1s..168h                               LOCKD_SERVER_MAX_HOLD_LIMIT              --max-hold-limit
+//	lock.server.conn-auth-timeout           10s             1s..10m; no authorised call: closed           LOCKD_SERVER_CONN_AUTH_TIMEOUT           --conn-auth-timeout
+//	lock.server.idle-timeout                 2m              10s..24h; no call in progress: closed        LOCKD_SERVER_IDLE_TIMEOUT                --idle-timeout
+//	lock.server.http.read-header-timeout     10s             1s..1m (TLS handshake and headers)           LOCKD_SERVER_HTTP_READ_HEADER_TIMEOUT    --http-read-header-timeout
+//	lock.server.principal.max-streams        0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_STREAMS       --principal-max-streams
+//	lock.server.principal.max-watches        0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_WATCHES       --principal-max-watches
 //
 //	lock.auth.policy-file                    (none)          a YAML policy file (C5 #ct5-auth)             LOCKD_AUTH_POLICY_FILE                   --auth-policy-file
 //	lock.auth.tokens-file                    (none)          a tokens file; needs lock.auth.policy-file   LOCKD_AUTH_TOKENS_FILE                   --auth-tokens-file

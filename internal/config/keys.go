@@ -88,6 +88,13 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.refusal-rate", "refusal-rate", "calls per second one peer gets refused for access before refusals are answered LIMIT; 0: off"},
 	{"lock.server.max-lock-delay", "max-lock-delay", "longest lock-delay an Acquire may ask for (0..1h; 0 refuses lock-delays)"},
 	{"lock.server.max-hold-limit", "max-hold-limit", "longest maximum hold an Acquire may ask for (0 or 1s..168h; 0 refuses it)"},
+	// Idle and unauthorised connections (#ct5-idle).
+	{"lock.server.conn-auth-timeout", "conn-auth-timeout", "close a connection that made no authorised call this long after it was accepted (1s..10m)"},
+	{"lock.server.idle-timeout", "idle-timeout", "close a connection with no call in progress this long (10s..24h)"},
+	{"lock.server.http.read-header-timeout", "http-read-header-timeout", "bound of an HTTP request's headers (and the TLS handshake) (1s..1m)"},
+	// Per-principal shares (#ct5-principal-limits).
+	{"lock.server.principal.max-streams", "principal-max-streams", "KeepAlive and Watch streams one principal may hold under a policy (0: 25% of --max-streams)"},
+	{"lock.server.principal.max-watches", "principal-max-watches", "Watch streams one principal may hold under a policy (0: 25% of --max-watches)"},
 	// Access control (C5 #ct5-auth).
 	{"lock.auth.policy-file", "auth-policy-file", "YAML access policy (rules of principals, prefixes, actions); unset: every call allowed"},
 	{"lock.auth.tokens-file", "auth-tokens-file", "bearer tokens: SHA-256 of each token and its principal (needs --auth-policy-file)"},

@@ -21,8 +21,8 @@ import (
 
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/auth"
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/server"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"lock.dev/lockd/internal/console"
-	"lock.dev/lockd/internal/lockdtest"
+	"lock.dev/lockd/internal/testing/lockdtest"
 )
 
 // noRedirect is an HTTP client that reports redirects instead of following

@@ -1,6 +1,6 @@
 // Package embedetcd runs a single-node etcd server inside the lockd process:
 // the default backend (lock.backend=embedded) and the server behind the
-// tests (internal/etcdtest).
+// tests (internal/testing/etcdtest).
 //
 // The server listens on loopback only. With Config.Socket (lockd's embedded
 // backend) its clients connect through a unix socket in the data dir, which

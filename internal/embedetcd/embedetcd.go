@@ -243,7 +243,8 @@ func prepareSocket(dataDir string) error {
 	}
 	if c, err := net.Dial("unix", u.Path); err == nil {
 		c.Close()
-		return fmt.Errorf("embedetcd: %s: another etcd serves this data dir", u.Path)
+		return fmt.Errorf("embedetcd: %s: another etcd serves this data dir (a lockd still running or still shutting "+
+			"down on it: wait for that process to exit, or use another --data-dir)", u.Path)
 	}
 	if err := os.Remove(u.Path); err != nil {
 		return fmt.Errorf("embedetcd: remove stale client socket: %w", err)

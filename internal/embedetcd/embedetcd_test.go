@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) {

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func client(t *testing.T, s *embedetcd.Server) *clientv3.Client {

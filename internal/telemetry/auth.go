@@ -16,6 +16,7 @@ const (
 	EventAuthDenied       = "auth_denied"
 	EventAuthReloaded     = "auth_reloaded"
 	EventAuthReloadFailed = "auth_reload_failed"
+	EventAuthPolicyUnsafe = "auth_policy_unsafe"
 )
 
 // Reasons a call is refused (auth_denied.reason,
@@ -89,4 +90,12 @@ func CallerOf(ctx context.Context) (by, rule string, ok bool) {
 // never a secret.
 func (g Log) AuthDenied(method, reason string, id store.SessionID) {
 	g.warn(EventAuthDenied, slog.String("method", method), slog.String("reason", reason), slog.String("session", string(id)))
+}
+
+// AuthPolicyUnsafe logs auth_policy_unsafe {file, rule, reason}: the policy
+// taking effect grants admin to anonymous (C5 #ct5-unsafe); reason is
+// InsecureAnonymousAdmin.
+func AuthPolicyUnsafe(l *slog.Logger, file, rule string) {
+	OrDiscard(l).LogAttrs(context.Background(), slog.LevelWarn, EventAuthPolicyUnsafe, slog.String("file", file),
+		slog.String("rule", rule), slog.String("reason", InsecureAnonymousAdmin))
 }

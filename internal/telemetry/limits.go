@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -40,4 +42,14 @@ func (m *LimitMetrics) Rejected(limit string) {
 		return
 	}
 	m.rejections.WithLabelValues(limit).Inc()
+}
+
+// EventPrincipalLimitReached is the C4 event of a call refused for its
+// principal's share (C5 #ct5-principal-limits).
+const EventPrincipalLimitReached = "principal_limit_reached"
+
+// PrincipalLimitReached logs principal_limit_reached {limit, by, method}.
+func PrincipalLimitReached(l *slog.Logger, limit, by, method string) {
+	OrDiscard(l).LogAttrs(context.Background(), slog.LevelWarn, EventPrincipalLimitReached,
+		slog.String("limit", limit), slog.String("by", by), slog.String("method", method))
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m, nil) }

@@ -16,8 +16,11 @@ const (
 	ListenerMetrics       = "metrics" // listener label: lock.server.metrics-listen
 	ListenerHTTP          = "http"    // listener label: lock.server.http.listen (C5 #ct5-http)
 	ListenerEtcd          = "etcd"    // not a listener: the etcd client's lock.etcd.tls.* files (C5 #ct5-tls)
-	PGTLSOptional         = "optional"
-	PGTLSUnverified       = "unverified"
+	// Reasons of insecure_listener (C5 #ct5-tls, #ct5-unsafe).
+	InsecurePlaintext      = "plaintext"
+	InsecureAnonymousAdmin = "anonymous_admin"
+	PGTLSOptional          = "optional"
+	PGTLSUnverified        = "unverified"
 )
 
 // TLSReloaded logs tls_reloaded {listener}: new certificate or CA files are
@@ -33,12 +36,13 @@ func TLSReloadFailed(l *slog.Logger, listener string, err error) {
 		slog.String("listener", listener), slog.String("error", err.Error()))
 }
 
-// InsecureListener logs insecure_listener {listener, address}: a listener
-// on a non-loopback address serves plaintext because
-// lock.server.insecure-allow-remote is set.
-func InsecureListener(l *slog.Logger, listener, address string) {
+// InsecureListener logs insecure_listener {listener, address, reason}: a
+// listener on a non-loopback address serves plaintext (InsecurePlaintext),
+// or makes every caller an anonymous admin (InsecureAnonymousAdmin),
+// because lock.server.insecure-allow-remote is set.
+func InsecureListener(l *slog.Logger, listener, address, reason string) {
 	OrDiscard(l).LogAttrs(context.Background(), slog.LevelWarn, EventInsecureListener,
-		slog.String("listener", listener), slog.String("address", address))
+		slog.String("listener", listener), slog.String("address", address), slog.String("reason", reason))
 }
 
 // PGTLSWeak logs pg_tls_weak {host, tls}: a non-local PostgreSQL host is

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 

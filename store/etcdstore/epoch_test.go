@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/storetest"
 )

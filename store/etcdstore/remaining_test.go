@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/storetest"
 )

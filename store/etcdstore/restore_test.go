@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
 )
 
 // TestTokensAboveAnOlderDataDir: an exclusive Store (lockd's embedded etcd)

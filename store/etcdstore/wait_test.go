@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"lock.dev/lockd/internal/etcdtest"
+	"lock.dev/lockd/internal/testing/etcdtest"
 )
 
 // contender takes and releases one contended lock; grantAt is taken when

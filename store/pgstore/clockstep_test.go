@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/pgserver"
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgserver"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 

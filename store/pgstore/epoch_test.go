@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/etcdtest"
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/etcdstore"
 	"lock.dev/lockd/store/storetest"

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 	"lock.dev/lockd/store"
 )
 

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 )
 
 // TestTokensIncreaseUnderContention has many sessions on two instances take

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 )
 
 // TestMigrationRace starts several instances on an empty database at once:

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 

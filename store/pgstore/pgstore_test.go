@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/storetest"
 )

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"lock.dev/lockd/internal/pgtest"
+	"lock.dev/lockd/internal/testing/pgtest"
 	"lock.dev/lockd/store"
 )
 

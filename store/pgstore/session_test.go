@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"lock.dev/lockd/internal/pgtest"
 	"lock.dev/lockd/internal/telemetry"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 

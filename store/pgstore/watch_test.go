@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 

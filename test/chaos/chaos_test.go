@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/test/chaos/runner"
 )
 

@@ -42,7 +42,7 @@ var chartCases = []chartCase{
 		"etcd.tlsSecretName=etcd-client", "etcd.username=lockd", "etcd.passwordSecret.name=etcd-password"}, "Deployment", 3, true},
 	{"etcd-server-ca-only", []string{"mode=etcd", "etcd.endpoints={https://etcd:2379}", "etcd.tlsSecretName=etcd-ca",
 		"etcd.tlsClientCert=false"}, "Deployment", 3, true},
-	{"pg", []string{"mode=pg", "replicas=2", "pg.dsnSecret.name=lockd-pg", "tls.clientAuth=none"}, "Deployment", 2, true},
+	{"pg", []string{"mode=pg", "replicas=2", "pg.dsnSecret.name=lockd-pg", "tls.clientAuth=none", "insecureAllowRemote=true"}, "Deployment", 2, true},
 	{"embedded-http-console", []string{"http.enabled=true", "http.console=true"}, "StatefulSet", 1, true},
 	{"pg-http", []string{"mode=pg", "pg.dsnSecret.name=lockd-pg", "http.enabled=true"}, "Deployment", 3, true},
 }
@@ -293,6 +293,8 @@ func TestHelmChartRefuses(t *testing.T) {
 		{[]string{"mode=pg"}, "mode pg needs pg.dsnSecret.name"},
 		{[]string{"tls.secretName="}, "set tls.secretName, or insecureAllowRemote=true"},
 		{[]string{"http.console=true"}, "http.console needs http.enabled"},
+		{[]string{"tls.clientAuth=none"}, "tls.clientAuth none lets clients without a certificate in as anonymous"},
+		{[]string{"tls.clientAuth=request"}, "tls.clientAuth request lets clients without a certificate in as anonymous"},
 	} {
 		out, err := helm(t, append([]string{"template", "rel", chartDir}, setArgs(tc.set)...)...)
 		if err == nil || !strings.Contains(out, tc.want) {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // An SDK agent: another language's SDK driven over JSON lines on its
@@ -117,6 +117,12 @@ func startPythonAgent(t *testing.T) *agent {
 	cmd := exec.Command(python, "-m", "lockd._agent")
 	cmd.Dir = filepath.Join("..", "..", "sdk", "python")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
+	return startAgent(t, cmd)
+}
+
+// startAgent starts an SDK's agent command; it quits when t ends.
+func startAgent(t *testing.T, cmd *exec.Cmd) *agent {
+	t.Helper()
 	a := &agent{t: t, wait: map[int]chan reply{}, events: make(chan reply, 1024), cmd: cmd}
 	cmd.Stderr = &a.stderr
 	in, err := cmd.StdinPipe()
@@ -128,7 +134,7 @@ func startPythonAgent(t *testing.T) *agent {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the Python agent (apt-get install python3-grpcio python3-protobuf): %v", err)
+		t.Fatalf("start the agent %s: %v", cmd.Path, err)
 	}
 	a.in = in
 	read := make(chan struct{})

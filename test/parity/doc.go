@@ -6,7 +6,7 @@
 //   - embedded: `lockd serve --backend embedded` (etcd inside lockd);
 //   - etcd: an external etcd running as a process of its own
 //     (test/cmd/etcd), `lockd serve --backend etcd`;
-//   - pg: PostgreSQL (internal/pgtest), `lockd serve --backend pg`;
+//   - pg: PostgreSQL (internal/testing/pgtest), `lockd serve --backend pg`;
 //   - etcd-tls: etcd as above serving clients over TLS with client
 //     certificates required, lockd with --etcd-tls-ca-file/-cert-file/-key-file;
 //   - pg-tls: a PostgreSQL of its own with ssl=on, lockd with --pg-dsn-file

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 func removeBuildDir() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
+	}
+	if tsDir != "" {
+		_ = os.RemoveAll(tsDir)
 	}
 }
 

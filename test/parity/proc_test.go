@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // Timeouts for child processes on a loaded two-core machine.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // The multi-replica rows (issue 13): three lockd replicas over one backend

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/client"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 

@@ -47,7 +47,7 @@ var sdkSkipped = map[string]string{
 	"death-client-silence":   "a raw session falls silent (no SDK)",
 	"fencing-across-restart": "restarts lockd (server behaviour, not the SDK's)",
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
-	"bad-input-sdk":          "Go SDK argument checks (the Python SDK's are in sdk/python/tests)",
+	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
 }
 
@@ -58,7 +58,14 @@ var sdkBackends = []string{backendEmbedded, backendEtcd, backendPG}
 
 // TestParityPython runs sdkScenarios through the Python SDK's agent on every
 // base backend and compares each outcome with the Go SDK's expectation.
-func TestParityPython(t *testing.T) {
+func TestParityPython(t *testing.T) { runSDKParity(t, "python", startPythonAgent) }
+
+// TestParityTypeScript runs sdkScenarios through the TypeScript SDK's agent
+// (sdk/typescript/test/agent.ts, built once by npm ci) likewise.
+func TestParityTypeScript(t *testing.T) { runSDKParity(t, "typescript", startTypeScriptAgent) }
+
+// runSDKParity runs sdkScenarios through the agents start starts.
+func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 	byName := map[string]scenario{}
 	for _, sc := range scenarios {
 		byName[sc.name] = sc
@@ -85,8 +92,8 @@ func TestParityPython(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		slices.Sort(rows)
-		fmt.Printf("\nparity-python: %d scenarios x %d backends through the Python SDK (%d passed)\n%s", len(sdkScenarios),
-			len(sdkBackends), n, strings.Join(rows, ""))
+		fmt.Printf("\nparity-%s: %d scenarios x %d backends through the %s SDK (%d passed)\n%s", lang, len(sdkScenarios),
+			len(sdkBackends), lang, n, strings.Join(rows, ""))
 		for _, sc := range scenarios {
 			if why, ok := sdkSkipped[sc.name]; ok {
 				fmt.Printf("  not through the agents: %s (%s)\n", sc.name, why)
@@ -101,10 +108,10 @@ func TestParityPython(t *testing.T) {
 				want := byName[s.name].expect(name)
 				var outcome string
 				t.Run(s.name, func(t *testing.T) {
-					a := startPythonAgent(t)
+					a := start(t)
 					outcome = s.run(t, a, e)
 					if outcome != want {
-						t.Errorf("python outcome on %s:\n got: %s\nwant: %s", name, outcome, want)
+						t.Errorf("%s outcome on %s:\n got: %s\nwant: %s", lang, name, outcome, want)
 					}
 				})
 				ok := "ok"
@@ -112,7 +119,7 @@ func TestParityPython(t *testing.T) {
 					ok = "FAIL"
 				}
 				mu.Lock()
-				rows = append(rows, fmt.Sprintf("%-20s | %-8s | python | %s | %s\n", s.name, name, outcome, ok))
+				rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | %s\n", s.name, name, lang, outcome, ok))
 				if ok == "ok" {
 					n++
 				}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"lock.dev/lockd/internal/pgserver"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgserver"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // tlsFiles are the PEM files of a TLS row: a CA made for the test, a

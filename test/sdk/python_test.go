@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/auth"
-	"lock.dev/lockd/internal/lockdtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) { lockdtest.Main(m) }

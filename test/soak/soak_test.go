@@ -19,8 +19,8 @@ import (
 
 	"lock.dev/lockd/internal/backend"
 	"lock.dev/lockd/internal/embedetcd"
-	"lock.dev/lockd/internal/pgtest"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 	"lock.dev/lockd/store/etcdstore"
 	"lock.dev/lockd/store/pgstore"

@@ -9,7 +9,7 @@ import urllib.request
 
 BACKENDS = [b for b in os.environ.get("PYSDK_BACKENDS", "").split(",") if b]
 
-# lockdtest's server settings (internal/lockdtest: TTL 3 s, margin 0.5 s,
+# lockdtest's server settings (internal/testing/lockdtest: TTL 3 s, margin 0.5 s,
 # heartbeat interval TTL/3).
 TTL = 3.0
 MARGIN = 0.5

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/telemetry"
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/test/chaos/history"
 )
 

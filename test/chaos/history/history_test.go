@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m, nil) }

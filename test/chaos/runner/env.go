@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"lock.dev/lockd/internal/pgserver"
+	"lock.dev/lockd/internal/testing/pgserver"
 )
 
 // Binaries are the programs a run starts, built once per suite.

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // process is a child process of the harness: its stdout is read line by

@@ -15,7 +15,7 @@ import (
 
 	"lock.dev/lockd/client"
 
-	"lock.dev/lockd/internal/pgserver"
+	"lock.dev/lockd/internal/testing/pgserver"
 	"lock.dev/lockd/test/chaos/check"
 	"lock.dev/lockd/test/chaos/fenced"
 	"lock.dev/lockd/test/chaos/history"

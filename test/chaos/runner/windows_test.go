@@ -14,7 +14,7 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2/toxics"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/test/chaos/fenced"
 	"lock.dev/lockd/test/chaos/history"
 )

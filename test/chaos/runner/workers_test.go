@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // TestWithheldHoldAnswer drives workerProc.onLine with a shell script that

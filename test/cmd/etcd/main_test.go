@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"lock.dev/lockd/internal/testkit"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) {

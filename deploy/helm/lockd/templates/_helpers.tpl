@@ -39,6 +39,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (empty .Values.tls.secretName) (not .Values.insecureAllowRemote) -}}
 {{- fail "lockd listens on the pod network: set tls.secretName, or insecureAllowRemote=true for plaintext (C5 #ct5-tls)" -}}
 {{- end -}}
+{{- if and .Values.tls.secretName (ne .Values.tls.clientAuth "require") (not .Values.insecureAllowRemote) -}}
+{{- fail (printf "tls.clientAuth %s lets clients without a certificate in as anonymous, and the chart sets no access policy: every one of them would be an admin. Use tls.clientAuth=require, or insecureAllowRemote=true to accept that (C5 #ct5-unsafe)" .Values.tls.clientAuth) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* lockd.pod is the pod template shared by the StatefulSet and the Deployment. */}}

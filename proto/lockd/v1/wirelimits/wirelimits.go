@@ -11,7 +11,7 @@
 // It is written by hand next to the generated package lockdv1 and the
 // wire-error vocabulary wireerr, imports the standard library only, and
 // exists so that a program that links the SDK links neither the storage SPI
-// nor anything of the server (internal/archtest pins it).
+// nor anything of the server (internal/testing/archtest pins it).
 package wirelimits
 
 import (

@@ -1,0 +1,11 @@
+// Package testkit holds the helpers every package's tests need: polling
+// with a deadline (Eventually), contexts bound to a test (Context), log
+// capture (LogBuffer), one TCP fault proxy (Proxy), a child process's
+// environment (ChildEnv) and a TestMain that checks for leaked goroutines
+// (Main).
+//
+// It is a leaf: it imports nothing from lockd, so the tests of any package
+// (store backends, server, client, cli, chaos, parity) can use it without an
+// import cycle. Wiring of lockd servers and clients lives in
+// internal/testing/lockdtest, which builds on this package.
+package testkit

@@ -1,0 +1,298 @@
+// The wire: lockd's LockService over @grpc/grpc-js, with messages encoded by
+// @bufbuild/protobuf from the code generated into src/gen (make generate-ts).
+// LockApi is what the rest of the SDK sees; the unit tests give it a fake.
+// grpcApi keeps one channel per address and sends every call to the replica
+// in use, moving on when one fails, drains or stalls (C2 #ct2-failover).
+import * as grpc from "@grpc/grpc-js";
+import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import {
+  LockService,
+  type AcquireRequest, type AcquireResponse, type CloseSessionRequest, type CloseSessionResponse,
+  type InspectRequest, type InspectResponse, type KeepAliveRequest, type KeepAliveResponse,
+  type LeaveQueueRequest, type LeaveQueueResponse, type ListRequest, type ListResponse,
+  type ListSessionsRequest, type ListSessionsResponse, type OpenSessionRequest, type OpenSessionResponse,
+  type ReleaseRequest, type ReleaseResponse, type RevokeRequest, type RevokeResponse,
+  type SetValueRequest, type SetValueResponse, type WatchRequest, type WatchResponse,
+} from "./gen/lockd/v1/lockd_pb.js";
+import { fromGrpcError, UnavailableError } from "./errors.js";
+
+/** Options of one call. */
+export interface CallOpts {
+  signal?: AbortSignal;
+}
+
+/** A bidirectional stream: the KeepAlive stream. */
+export interface BidiStream<I, O> {
+  /** The address of the replica this stream goes to. */
+  readonly peer: string;
+  send(m: I): void;
+  /** Registers the handlers; called once, before any message arrives. */
+  start(onMessage: (m: O) => void, onEnd: (err: unknown) => void): void;
+  /** Cuts the stream; onEnd is not called afterwards. */
+  cancel(): void;
+}
+
+/** A server stream: Watch. */
+export interface ServerStream<O> {
+  readonly peer: string;
+  start(onMessage: (m: O) => void, onEnd: (err: unknown) => void): void;
+  cancel(): void;
+}
+
+/** The calls of lockd's LockService the SDK makes. Errors are already mapped (errors.ts). */
+export interface LockApi {
+  openSession(req: OpenSessionRequest, o?: CallOpts): Promise<OpenSessionResponse>;
+  closeSession(req: CloseSessionRequest, o?: CallOpts): Promise<CloseSessionResponse>;
+  acquire(req: AcquireRequest, o?: CallOpts): Promise<AcquireResponse>;
+  leaveQueue(req: LeaveQueueRequest, o?: CallOpts): Promise<LeaveQueueResponse>;
+  release(req: ReleaseRequest, o?: CallOpts): Promise<ReleaseResponse>;
+  setValue(req: SetValueRequest, o?: CallOpts): Promise<SetValueResponse>;
+  inspect(req: InspectRequest, o?: CallOpts): Promise<InspectResponse>;
+  list(req: ListRequest, o?: CallOpts): Promise<ListResponse>;
+  revoke(req: RevokeRequest, o?: CallOpts): Promise<RevokeResponse>;
+  listSessions(req: ListSessionsRequest, o?: CallOpts): Promise<ListSessionsResponse>;
+  keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse>;
+  watch(req: WatchRequest): ServerStream<WatchResponse>;
+  /**
+   * Sets the replica at `peer` aside (it drains or stalled) so that the next
+   * call goes elsewhere; false when there is nowhere else to go (one address,
+   * or, for a stall, every other address already set aside).
+   */
+  setAside(peer: string, draining: boolean): boolean;
+  /** Lets the replicas set aside be tried again (nothing answered). */
+  clearAside(): void;
+  /** Whether the client has several addresses (failover applies). */
+  readonly several: boolean;
+  close(): void;
+}
+
+/** Builds a message of a generated schema (re-exported for the SDK's modules). */
+export function msg<D extends DescMessage>(schema: D, init?: MessageInitShape<D>): MessageShape<D> {
+  return create(schema, init);
+}
+
+/** How long a replica set aside is avoided (C2 #ct2-failover). */
+export const ASIDE_MS = 30_000;
+
+/** What grpcApi needs to reach the replicas. */
+export interface ChannelConfig {
+  addresses: string[];
+  credentials: grpc.ChannelCredentials;
+  /** Per-call metadata (the bearer token), or undefined. */
+  metadata?: () => grpc.Metadata;
+  /** Overrides the TLS server name (tests, IP addresses in certificates). */
+  serverName?: string;
+  now: () => number;
+}
+
+type Method = (typeof LockService.method)[keyof typeof LockService.method];
+
+/** The grpc-js implementation of LockApi. */
+export class GrpcApi implements LockApi {
+  private readonly channels = new Map<string, grpc.Client>();
+  private current = 0;
+  private readonly aside = new Map<string, number>(); // address → until
+  /** The unary calls in flight, by address: a replica set aside has its calls moved (setAside). */
+  private readonly inflight = new Map<string, Set<() => void>>();
+  private closed = false;
+
+  constructor(private readonly cfg: ChannelConfig) {}
+
+  get several(): boolean {
+    return this.cfg.addresses.length > 1;
+  }
+
+  /** The address calls go to now: the current one, unless it is set aside. */
+  private pick(): string {
+    const n = this.cfg.addresses.length;
+    const now = this.cfg.now();
+    for (let i = 0; i < n; i++) {
+      const a = this.cfg.addresses[(this.current + i) % n]!;
+      const until = this.aside.get(a);
+      if (until === undefined || until <= now) {
+        this.aside.delete(a);
+        this.current = (this.current + i) % n;
+        return a;
+      }
+    }
+    // Every address set aside: forget the asides and use the current one.
+    this.aside.clear();
+    return this.cfg.addresses[this.current % n]!;
+  }
+
+  private channel(addr: string): grpc.Client {
+    let ch = this.channels.get(addr);
+    if (!ch) {
+      const opts: grpc.ChannelOptions = { "grpc.initial_reconnect_backoff_ms": 100, "grpc.max_reconnect_backoff_ms": 2000 };
+      if (this.cfg.serverName) opts["grpc.ssl_target_name_override"] = this.cfg.serverName;
+      ch = new grpc.Client(addr, this.cfg.credentials, opts);
+      this.channels.set(addr, ch);
+    }
+    return ch;
+  }
+
+  /** A call to addr failed as if the replica were gone: the next call tries the next address (pick_first's move). */
+  private failed(addr: string): void {
+    const n = this.cfg.addresses.length;
+    if (n > 1 && this.cfg.addresses[this.current % n] === addr) this.current = (this.current + 1) % n;
+  }
+
+  setAside(peer: string, draining: boolean): boolean {
+    const others = this.cfg.addresses.filter((a) => a !== peer);
+    if (others.length === 0) return false;
+    const now = this.cfg.now();
+    const allAside = others.every((a) => (this.aside.get(a) ?? 0) > now);
+    if (allAside) {
+      if (!draining) return false; // a stall with every other replica aside: stay
+      this.aside.clear(); // a drain: the others are likely back (C2 #ct2-failover)
+    }
+    this.aside.set(peer, now + ASIDE_MS);
+    this.failed(peer);
+    // The calls waiting there move with the client (as gRPC's pick_first
+    // drops a connection whose address is gone): cancelled here, they fail
+    // retryable and are sent again to the replica in use — a waiting
+    // Acquire resumes its kept place there (C2 #ct2-keep-place) instead of
+    // being cut, and its place left, when the draining replica stops.
+    for (const move of this.inflight.get(peer) ?? []) move();
+    return true;
+  }
+
+  clearAside(): void {
+    this.aside.clear();
+  }
+
+  private metadata(): grpc.Metadata {
+    return this.cfg.metadata?.() ?? new grpc.Metadata();
+  }
+
+  private unary<M extends Method>(m: M, req: MessageShape<M["input"]>, o?: CallOpts): Promise<MessageShape<M["output"]>> {
+    if (this.closed) return Promise.reject(new UnavailableError("client closed"));
+    const addr = this.pick();
+    const path = `/${LockService.typeName}/${m.name}`;
+    return new Promise((resolve, reject) => {
+      if (o?.signal?.aborted) {
+        reject(o.signal.reason);
+        return;
+      }
+      let moved = false;
+      const move = () => {
+        moved = true;
+        call.cancel();
+      };
+      let calls = this.inflight.get(addr);
+      if (!calls) this.inflight.set(addr, (calls = new Set()));
+      calls.add(move);
+      const call = this.channel(addr).makeUnaryRequest(
+        path,
+        (v: MessageShape<M["input"]>) => Buffer.from(toBinary(m.input, v)),
+        (b: Buffer) => fromBinary(m.output, b) as MessageShape<M["output"]>,
+        req,
+        this.metadata(),
+        {},
+        (err, resp) => {
+          o?.signal?.removeEventListener("abort", onAbort);
+          calls.delete(move);
+          if (o?.signal?.aborted) {
+            reject(o.signal.reason);
+            return;
+          }
+          if (moved) {
+            reject(new UnavailableError(`${m.name}: moved off replica ${addr}, set aside`));
+            return;
+          }
+          if (err) {
+            const mapped = fromGrpcError(err);
+            if (mapped instanceof UnavailableError) {
+              if (mapped.reason === "SHUTTING_DOWN") this.setAside(addr, true);
+              else if (mapped.reason === "") this.failed(addr); // the connection, not the backend
+            }
+            reject(mapped);
+            return;
+          }
+          resolve(resp!);
+        },
+      );
+      const onAbort = () => call.cancel();
+      o?.signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  openSession(req: OpenSessionRequest, o?: CallOpts) { return this.unary(LockService.method.openSession, req, o); }
+  closeSession(req: CloseSessionRequest, o?: CallOpts) { return this.unary(LockService.method.closeSession, req, o); }
+  acquire(req: AcquireRequest, o?: CallOpts) { return this.unary(LockService.method.acquire, req, o); }
+  leaveQueue(req: LeaveQueueRequest, o?: CallOpts) { return this.unary(LockService.method.leaveQueue, req, o); }
+  release(req: ReleaseRequest, o?: CallOpts) { return this.unary(LockService.method.release, req, o); }
+  setValue(req: SetValueRequest, o?: CallOpts) { return this.unary(LockService.method.setValue, req, o); }
+  inspect(req: InspectRequest, o?: CallOpts) { return this.unary(LockService.method.inspect, req, o); }
+  list(req: ListRequest, o?: CallOpts) { return this.unary(LockService.method.list, req, o); }
+  revoke(req: RevokeRequest, o?: CallOpts) { return this.unary(LockService.method.revoke, req, o); }
+  listSessions(req: ListSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.listSessions, req, o); }
+
+  keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse> {
+    const m = LockService.method.keepAlive;
+    const addr = this.pick();
+    const call = this.channel(addr).makeBidiStreamRequest(
+      `/${LockService.typeName}/${m.name}`,
+      (v: KeepAliveRequest) => Buffer.from(toBinary(m.input, v)),
+      (b: Buffer) => fromBinary(m.output, b),
+      this.metadata(),
+    );
+    return this.wrap(addr, call, (v) => call.write(v));
+  }
+
+  watch(req: WatchRequest): ServerStream<WatchResponse> {
+    const m = LockService.method.watch;
+    const addr = this.pick();
+    const call = this.channel(addr).makeServerStreamRequest(
+      `/${LockService.typeName}/${m.name}`,
+      (v: WatchRequest) => Buffer.from(toBinary(m.input, v)),
+      (b: Buffer) => fromBinary(m.output, b),
+      req,
+      this.metadata(),
+    );
+    return this.wrap(addr, call, () => undefined);
+  }
+
+  private wrap<I, O>(addr: string, call: grpc.ClientReadableStream<O>, write: (m: I) => void): BidiStream<I, O> {
+    let cancelled = false;
+    let ended = false;
+    let onEnd: (err: unknown) => void = () => undefined;
+    const end = (err: unknown) => {
+      if (ended || cancelled) return;
+      ended = true;
+      const mapped = fromGrpcError(err);
+      if (mapped instanceof UnavailableError) {
+        if (mapped.reason === "SHUTTING_DOWN") this.setAside(addr, true);
+        else if (mapped.reason === "") this.failed(addr);
+      }
+      onEnd(mapped);
+    };
+    return {
+      peer: addr,
+      send: (v: I) => {
+        if (!ended && !cancelled) write(v);
+      },
+      start: (onMessage, onEndCb) => {
+        onEnd = onEndCb;
+        call.on("data", (v: O) => {
+          if (!cancelled) onMessage(v);
+        });
+        call.on("error", (err) => end(err));
+        // An error status is reported by "error"; an "end" without one is a
+        // stream the server closed (looked at after "error" had its turn).
+        call.on("end", () => setImmediate(() => end(new UnavailableError("stream ended"))));
+      },
+      cancel: () => {
+        if (cancelled) return;
+        cancelled = true;
+        call.cancel();
+      },
+    };
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const ch of this.channels.values()) ch.close();
+    this.channels.clear();
+  }
+}

@@ -1,0 +1,376 @@
+package abuse
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	"lock.dev/lockd/client"
+
+	"lock.dev/lockd/internal/testing/testkit"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
+)
+
+// holdRun is `lockd run` of bob holding jobs/bob for 3 × TTL.
+func holdRun(t *testing.T, s *server) result {
+	t.Helper()
+	return s.client(t, "bob", "run", "--owner", "bob", "jobs/bob", "--", "sleep", strconv.Itoa(int(3*ttl/time.Second)))
+}
+
+// TestF1UnauthorisedConnections: mallory, whose certificate no rule names,
+// fills lock.server.max-connections with connections that make one refused
+// call each; bob's `lockd run` is refused LIMIT connections; within a few
+// lock.server.conn-auth-timeout the server has closed mallory's connections
+// and bob's `lockd run` is granted, holds its lock for 3 × TTL and exits 0.
+// Every call of mallory was refused with a reason. (Before issue 23 the
+// connections stayed open: bob was refused for as long as mallory liked.)
+func TestF1UnauthorisedConnections(t *testing.T) {
+	const slots = 16
+	s := serve(t, newPKI(t), "--max-connections", strconv.Itoa(slots))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var flood []interface{ GetState() connectivity.State }
+	for i := range slots {
+		conn := s.dial(t, "mallory")
+		_, err := lockdv1.NewLockServiceClient(conn).Inspect(ctx, &lockdv1.InspectRequest{Key: "jobs/x"})
+		if st := status.Convert(err); st.Code() != codes.PermissionDenied || wireerr.Reason(st) != wireerr.ReasonAccessDenied {
+			t.Fatalf("mallory's call %d: %v (reason %q); want PERMISSION_DENIED with reason ACCESS_DENIED", i, err, wireerr.Reason(st))
+		}
+		flood = append(flood, conn)
+	}
+	if r := holdRun(t, s); r.code == 0 || !strings.Contains(r.stderr, "connections") {
+		t.Fatalf("bob's lockd run while mallory holds every connection: %v\nwant refused, limit connections", r)
+	}
+	var granted result
+	testkit.Eventually(t, 6*connAuthTimeout, "bob's lockd run granted once mallory's connections are closed", func() bool {
+		granted = holdRun(t, s)
+		return granted.code == 0
+	})
+	if granted.took < 3*ttl {
+		t.Errorf("bob's lockd run exited 0 after %v; want it to have held its lock %v", granted.took, 3*ttl)
+	}
+	for i, c := range flood {
+		if st := c.GetState(); st == connectivity.Ready {
+			t.Errorf("mallory's connection %d is still %v; want closed by the server", i, st)
+		}
+	}
+}
+
+// TestF5AnonymousAdminRefused: off loopback with TLS but neither a client CA
+// nor a policy every caller is an anonymous admin: lockd serve refuses to
+// start, naming the keys to set. (Before issue 23 it started without a
+// word and an anonymous revoke was allowed.)
+func TestF5AnonymousAdminRefused(t *testing.T) {
+	p := newPKI(t)
+	s, line := start(t, []string{"serve", "--data-dir", t.TempDir(), "--listen", "0.0.0.0:0", "--metrics-listen", "off",
+		"--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile})
+	if line != "" {
+		t.Fatalf("lockd serve with anonymous admin off loopback started: %q", line)
+	}
+	<-s.exited
+	b, _ := os.ReadFile(s.stderr)
+	for _, want := range []string{"lock.server.tls.client-ca-file", "lock.auth.policy-file", "insecure-allow-remote"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("lockd serve refused without naming %s:\n%s", want, b)
+		}
+	}
+}
+
+// TestNetwork runs the scenarios that share one server.
+func TestNetwork(t *testing.T) {
+	p := newPKI(t)
+	s := serve(t, p)
+	t.Run("F6", func(t *testing.T) { testF6(t, s) })
+	t.Run("F7", func(t *testing.T) { testF7(t, s) })
+	t.Run("docs", func(t *testing.T) { testDocs(t, s) })
+	// During all of it, bob's lockd run is granted and keeps its lock.
+	if r := holdRun(t, s); r.code != 0 {
+		t.Errorf("bob's lockd run after the scenarios: %v", r)
+	}
+}
+
+// testF6: 500 plaintext requests to the TLS HTTP port, as fast as they go:
+// every line the server writes is JSON, the handshake errors are
+// http_server_error events, at most about the burst of them, and the rest
+// is counted in lockd_log_lines_dropped_total{source="http"}. (Before issue
+// 23: 500 plain-text "http: TLS handshake error" lines.)
+func testF6(t *testing.T, s *server) {
+	const flood = 500
+	began := time.Now()
+	for range flood {
+		c, err := net.Dial("tcp", s.http)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte("GET /v1/locks HTTP/1.1\r\nHost: x\r\n\r\n"))
+		_ = c.SetReadDeadline(time.Now().Add(runTimeout))
+		_, _ = c.Read(make([]byte, 512))
+		_ = c.Close()
+	}
+	took := time.Since(began)
+	events := func() (n int, plain []string) {
+		for _, line := range s.stderrLines(t) {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				plain = append(plain, line)
+				continue
+			}
+			if rec["msg"] == "http_server_error" {
+				n++
+			}
+		}
+		return n, plain
+	}
+	testkit.Eventually(t, runTimeout, "every handshake error logged or counted", func() bool {
+		n, plain := events()
+		return n+int(metric(t, s, `lockd_log_lines_dropped_total{source="http"}`))+len(plain) >= flood
+	})
+	n, plain := events()
+	if len(plain) > 0 {
+		t.Errorf("%d of the server's log lines are not JSON, e.g. %q", len(plain), plain[0])
+	}
+	// The burst (100) and 10 a second while the flood lasted, and some slack
+	// for the refill while the test reads.
+	if limit := 100 + int(10*took.Seconds()) + 20; n > limit {
+		t.Errorf("%d http_server_error lines for %d handshake errors in %v; want at most %d (rate-limited)", n, flood, took, limit)
+	}
+	if d := metric(t, s, `lockd_log_lines_dropped_total{source="http"}`); d < 1 {
+		t.Errorf("lockd_log_lines_dropped_total{source=\"http\"} = %v; want > 0", d)
+	}
+}
+
+// testF7: over HTTPS as alice, a key that is not UTF-8 is 400
+// INVALID_ARGUMENT naming the field, and a 150 KB value is 413
+// INVALID_ARGUMENT naming the request. (Before issue 23: 500 "error while
+// marshaling", and 429 with an empty reason.)
+func testF7(t *testing.T, s *server) {
+	c := s.https(t, "alice")
+	code, out := c.do(t, "GET", "/v1/locks/jobs/%FF%FE", nil)
+	wantBad(t, "GET /v1/locks/jobs/%FF%FE", code, out, http.StatusBadRequest, "key")
+	sess := c.open(t)
+	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("v"), 150_000))
+	code, out = c.do(t, "POST", "/v1/locks/jobs/big:acquire", map[string]any{"session_id": sess[0], "session_secret": sess[1], "value": big})
+	wantBad(t, "Acquire with a 150 KB value", code, out, http.StatusRequestEntityTooLarge, "request")
+}
+
+// testDocs: what the README and the contracts say, as a stranger reads
+// them: an encoded "/" is decoded; a rule for "jobs/" covers the bare key
+// "jobs"; `lockd auth check carol admin ""` agrees with the server, which
+// refuses carol's ListSessions; an unknown bearer token is shown as
+// unauthenticated, a principal without a rule as permission denied.
+func testDocs(t *testing.T, s *server) {
+	c := s.https(t, "alice")
+	sess := c.open(t)
+	if code, out := c.do(t, "POST", "/v1/locks/jobs/a%2Fb:acquire", map[string]any{"session_id": sess[0], "session_secret": sess[1]}); code != http.StatusOK {
+		t.Fatalf("acquire jobs/a%%2Fb = %d %v", code, out)
+	}
+	if code, out := c.do(t, "GET", "/v1/locks/jobs/a/b", nil); code != http.StatusOK || out["held"] != true {
+		t.Errorf("GET /v1/locks/jobs/a/b after acquiring jobs/a%%2Fb = %d %v; want held (%%2F is decoded)", code, out)
+	}
+
+	pf := filepath.Join(s.pki.dir, "policy.yaml")
+	if r := run(t, "auth", "check", "--policy-file", pf, "alice", "lock", "jobs"); r.code != 0 {
+		t.Errorf("lockd auth check alice lock jobs: %v; want allowed (jobs/ covers the bare key)", r)
+	}
+	if r := s.client(t, "alice", "run", "jobs", "--", "true"); r.code != 0 {
+		t.Errorf("alice's lockd run jobs: %v; want granted (jobs/ covers the bare key)", r)
+	}
+
+	check := run(t, "auth", "check", "--policy-file", pf, "carol", "admin", "")
+	list := s.client(t, "carol", "sessions")
+	if (check.code == 0) != (list.code == 0) {
+		t.Errorf("lockd auth check carol admin \"\" (%v)\ndisagrees with the server's ListSessions for carol (%v)", check, list)
+	}
+
+	tf := filepath.Join(s.pki.dir, "token")
+	if err := os.WriteFile(tf, []byte("not-a-known-token-0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, "alice", "inspect", "jobs/x", "--token-file", tf); r.code == 0 || !strings.Contains(r.stderr, "unauthenticated") {
+		t.Errorf("lockd inspect with an unknown bearer token: %v; want refused as unauthenticated", r)
+	}
+	if r := s.client(t, "mallory", "inspect", "jobs/x"); r.code == 0 || !strings.Contains(r.stderr, "permission denied") {
+		t.Errorf("lockd inspect as mallory (no rule): %v; want refused as permission denied", r)
+	}
+}
+
+// metric reads one sample of the server's /metrics ("name{labels}"); 0
+// when absent.
+func metric(t *testing.T, s *server, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + s.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+// jclient is an HTTPS/JSON client of s as one principal.
+type jclient struct {
+	base string
+	hc   *http.Client
+}
+
+func (s *server) https(t *testing.T, principal string) *jclient {
+	tr := &http.Transport{TLSClientConfig: s.pki.tlsConfig(t, principal)}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &jclient{base: "https://" + s.http, hc: &http.Client{Transport: tr, Timeout: runTimeout}}
+}
+
+func (c *jclient) do(t *testing.T, method, path string, body any) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s %s = %d %q: not JSON", method, path, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
+// open opens a session and returns its id and secret.
+func (c *jclient) open(t *testing.T) [2]string {
+	t.Helper()
+	code, out := c.do(t, "POST", "/v1/sessions", map[string]any{"owner": "abuse"})
+	id, _ := out["session_id"].(string)
+	secret, _ := out["session_secret"].(string)
+	if code != http.StatusOK || id == "" {
+		t.Fatalf("open session = %d %v", code, out)
+	}
+	return [2]string{id, secret}
+}
+
+// wantBad checks an INVALID_ARGUMENT answer with its HTTP status, reason
+// and field.
+func wantBad(t *testing.T, what string, code int, out map[string]any, wantCode int, field string) {
+	t.Helper()
+	if code != wantCode || out["reason"] != wireerr.ReasonInvalidArgument || !strings.Contains(fmt.Sprint(out["details"]), "field:"+field) {
+		t.Errorf("%s = %d %v; want %d, reason %s, field %s", what, code, out, wantCode, wireerr.ReasonInvalidArgument, field)
+	}
+}
+
+// TestF2F4StreamsAndWatches: alice, who may read and lock, opens Watch
+// streams until the server refuses her; she gets her share (a quarter of
+// lock.server.max-streams and max-watches, 16 each here), refused LIMIT
+// principal_* beyond it, and bob can still watch and run: his `lockd run`
+// opens its KeepAlive stream, holds its lock for 3 × TTL and exits 0.
+// (Before issue 23 alice took every stream: bob's run could not keep its
+// session alive, and his watch was refused.)
+func TestF2F4StreamsAndWatches(t *testing.T) {
+	const bound = 16
+	s := serve(t, newPKI(t), "--max-streams", strconv.Itoa(bound), "--max-watches", strconv.Itoa(bound))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	watch := func(api lockdv1.LockServiceClient) error {
+		w, err := api.Watch(ctx, &lockdv1.WatchRequest{Prefix: "jobs/"})
+		if err != nil {
+			return err
+		}
+		if md, err := w.Header(); err != nil || len(md) == 0 {
+			_, err := w.Recv() // refused before it was established
+			return err
+		}
+		return nil
+	}
+	unloaded := acquireP50(t, ctx, s)
+	alice := lockdv1.NewLockServiceClient(s.dial(t, "alice"))
+	held := 0
+	for range bound {
+		err := watch(alice)
+		if err == nil {
+			held++
+			continue
+		}
+		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || wireerr.Reason(st) != wireerr.ReasonLimit ||
+			!strings.HasPrefix(wireerr.Limit(st), "principal_") {
+			t.Errorf("alice's watch %d refused with %v (limit %q); want LIMIT principal_*", held+1, err, wireerr.Limit(st))
+		}
+	}
+	if held >= bound {
+		t.Errorf("alice holds all %d streams; want at most her share", held)
+	}
+	if err := watch(lockdv1.NewLockServiceClient(s.dial(t, "bob"))); err != nil {
+		t.Errorf("bob's watch while alice holds her share: %v", err)
+	}
+	if r := holdRun(t, s); r.code != 0 {
+		t.Errorf("bob's lockd run while alice holds her share: %v", r)
+	}
+	// Bob's acquire latency is not hurt by alice's streams: p50 within 2 ×
+	// the unloaded one (plus 20 ms, a scheduling hiccup on 2 cores).
+	loaded := acquireP50(t, ctx, s)
+	t.Logf("bob's acquire p50: %v unloaded, %v while alice holds her share", unloaded, loaded)
+	if loaded > 2*unloaded+20*time.Millisecond {
+		t.Errorf("bob's acquire p50 %v while alice holds her share; want within 2 × %v", loaded, unloaded)
+	}
+}
+
+// acquireP50 is the median of 21 TryAcquire+Release round trips of bob
+// through the SDK (one session).
+func acquireP50(t *testing.T, ctx context.Context, s *server) time.Duration {
+	t.Helper()
+	c, err := client.New(s.grpc, client.WithTLS(s.pki.tlsConfig(t, "bob")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatalf("bob's NewSession: %v", err)
+	}
+	defer sess.Close(ctx)
+	var took []time.Duration
+	for range 21 {
+		began := time.Now()
+		l, err := sess.TryAcquire(ctx, "jobs/latency")
+		if err != nil {
+			t.Fatalf("bob's TryAcquire: %v", err)
+		}
+		took = append(took, time.Since(began))
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("bob's Release: %v", err)
+		}
+	}
+	slices.Sort(took)
+	return took[len(took)/2]
+}

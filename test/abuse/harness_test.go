@@ -1,0 +1,285 @@
+package abuse
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"lock.dev/lockd/internal/testing/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
+
+// Bounds on a loaded two-core machine.
+const (
+	startTimeout = 90 * time.Second // until the ready line (embedded etcd fsyncs on start)
+	runTimeout   = 60 * time.Second // one client command
+	// connAuthTimeout is lock.server.conn-auth-timeout's default (C5
+	// #ct5-idle), which the suite leaves in force.
+	connAuthTimeout = 10 * time.Second
+	// The session TTL the suite serves (lockd run holds for 3 × it).
+	ttl = 2 * time.Second
+)
+
+// policy: alice and bob may read and lock under jobs/; carol may admin
+// under jobs/ only; mallory has a certificate and no rule.
+const policy = `
+rules:
+  - name: jobs
+    principals: [alice, bob]
+    prefixes: ["jobs/"]
+    allow: [read, lock]
+  - name: carol-jobs-admin
+    principals: [carol]
+    prefixes: ["jobs/"]
+    allow: [admin]
+`
+
+var (
+	buildOnce sync.Once
+	lockdBin  string
+	buildErr  error
+)
+
+// lockd returns the lockd binary: LOCKD_TEST_ABUSE_LOCKD, else cmd/lockd
+// built once (with -race when the test has it).
+func lockd(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("LOCKD_TEST_ABUSE_LOCKD"); bin != "" {
+		return bin
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lockd-abuse-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		lockdBin = filepath.Join(dir, "lockd")
+		args := []string{"build", "-o", lockdBin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "lock.dev/lockd/cmd/lockd")...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return lockdBin
+}
+
+// pki is the suite's CA and the files of the server and of each principal.
+type pki struct {
+	dir, caFile, certFile, keyFile string
+	ca                             *testkit.CA
+	clients                        map[string][2]string // principal → cert, key files
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, "abuse-ca")
+	p := &pki{dir: dir, ca: ca, caFile: ca.WriteCA(t, dir, "ca.pem"), clients: map[string][2]string{}}
+	p.certFile, p.keyFile = ca.Issue(t, testkit.CertOptions{DNSNames: []string{"localhost"},
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}}).Write(t, dir, "server")
+	for _, name := range []string{"alice", "bob", "carol", "mallory"} {
+		c, k := ca.Issue(t, testkit.CertOptions{CommonName: name}).Write(t, dir, name)
+		p.clients[name] = [2]string{c, k}
+	}
+	return p
+}
+
+// tlsConfig is the client TLS of principal.
+func (p *pki) tlsConfig(t *testing.T, principal string) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(p.clients[principal][0], p.clients[principal][1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{RootCAs: p.ca.Pool(), Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+}
+
+// server is a running `lockd serve`.
+type server struct {
+	cmd                 *exec.Cmd
+	grpc, http, metrics string
+	stderr              string // path of its stderr
+	exited              chan struct{}
+	pki                 *pki
+}
+
+// serve starts lockd serve with mTLS and the policy on loopback, extra
+// flags appended, and waits for its ready line.
+func serve(t *testing.T, p *pki, extra ...string) *server {
+	t.Helper()
+	pf := filepath.Join(p.dir, "policy.yaml")
+	if err := os.WriteFile(pf, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+		"--session-ttl", ttl.String(), "--safety-margin", "500ms",
+		"--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-client-ca-file", p.caFile,
+		"--auth-policy-file", pf}, extra...)
+	s, line := start(t, args)
+	s.pki = p
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "grpc":
+			s.grpc = v
+		case "http":
+			s.http = v
+		case "metrics":
+			s.metrics = v
+		}
+	}
+	return s
+}
+
+// start runs lockd with args and waits for its first stdout line (""
+// when it exited first).
+func start(t *testing.T, args []string) (*server, string) {
+	t.Helper()
+	errf, err := os.CreateTemp(t.TempDir(), "lockd-*.stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errf.Close()
+	cmd := exec.Command(lockd(t), args...)
+	cmd.Env = testkit.ChildEnv([]string{"LOCKD_"})
+	cmd.Stderr = errf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, stderr: errf.Name(), exited: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() { // exits when the process closes its stdout (it exited)
+		sc := bufio.NewScanner(out)
+		first := true
+		for sc.Scan() {
+			if first {
+				lines <- sc.Text()
+				first = false
+			}
+		}
+		close(lines)
+	}()
+	go func() { // exits when the process has exited
+		_ = cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-s.exited
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(s.stderr)
+			t.Logf("lockd serve stderr (last 4 KiB):\n%s", tail(b, 4096))
+		}
+	})
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			<-s.exited
+		}
+		return s, l
+	case <-time.After(startTimeout):
+		t.Fatalf("lockd %v printed no ready line within %v", args, startTimeout)
+	}
+	return nil, ""
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// result is a finished client command.
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d after %v\nstdout: %s\nstderr: %s", r.code, r.took, r.stdout, r.stderr)
+}
+
+// client runs a lockd client command as principal (its certificate)
+// against s.
+func (s *server) client(t *testing.T, principal string, args ...string) result {
+	t.Helper()
+	flags := []string{"--server", s.grpc, "--tls-ca", s.pki.caFile,
+		"--tls-cert", s.pki.clients[principal][0], "--tls-key", s.pki.clients[principal][1]}
+	// Flags follow the command word (and precede "--" for run).
+	full := append([]string{args[0]}, flags...)
+	full = append(full, args[1:]...)
+	return run(t, full...)
+}
+
+// run runs lockd with args.
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, lockd(t), args...)
+	cmd.Env = testkit.ChildEnv([]string{"LOCKD_"})
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	began := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(began)}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("lockd %v: %v", args, err)
+	}
+	return r
+}
+
+// dial opens a gRPC connection to s as principal.
+func (s *server) dial(t *testing.T, principal string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(s.pki.tlsConfig(t, principal))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// stderrLines returns the server's stderr so far, one string per line.
+func (s *server) stderrLines(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(s.stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}

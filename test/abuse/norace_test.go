@@ -1,0 +1,5 @@
+//go:build !race
+
+package abuse
+
+const raceEnabled = false
