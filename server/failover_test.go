@@ -510,7 +510,13 @@ func TestFailoverKeepsAnswersInFlight(t *testing.T) {
 				defer releaseA()
 				heldB, releaseB := holdHeartbeats(fb, true)
 				defer releaseB()
-				<-heldA // the holder's next heartbeat is in flight on A
+				select { // the holder's next heartbeat is in flight on A
+				case <-heldA:
+				case <-time.After(ttl):
+					// Bounded: a wait without one hung a whole run for 9 minutes
+					// on a loaded machine (the client had left A before the hold).
+					t.Fatalf("no heartbeat of the holder reached A within %v", ttl)
+				}
 				answeredA := len(fa.Reported())
 				stopped := make(chan error, 1)
 				if why == "draining" {

@@ -25,6 +25,7 @@ const (
 	envRace     = "LOCKD_CHAOS_RACE"
 	envSeed     = "LOCKD_CHAOS_SEED"
 	envBreakOff = "LOCKD_CHAOS_BREAK_OFF"
+	envSuite    = "LOCKD_CHAOS_SUITE"
 )
 
 // minLongPhase is the least fault phase of a scenario in long mode.
@@ -35,7 +36,15 @@ const minLongPhase = 20 * time.Second
 // LOCKD_CHAOS_BREAK_OFF=1 every control runs with its break removed
 // (runner.Spec.BreakOff) and fails if it finds anything.
 func TestChaos(t *testing.T) {
-	specs := runner.Suite()
+	var specs []runner.Spec
+	switch v := os.Getenv(envSuite); v {
+	case "", "go":
+		specs = runner.Suite()
+	case "python":
+		specs = runner.PythonSuite()
+	default:
+		t.Fatalf("%s=%q: want go or python", envSuite, v)
+	}
 	if v := os.Getenv(envBreakOff); v != "" {
 		off, err := strconv.ParseBool(v)
 		if err != nil {

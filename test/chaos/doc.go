@@ -57,6 +57,10 @@
 //	                       (same scenario, same trigger): each must then
 //	                       find 0 violations, which shows that what it
 //	                       catches is its break
+//	LOCKD_CHAOS_SUITE=python  run the Python SDK's scenarios instead
+//	                       (runner.PythonSuite, make chaos-python); the
+//	                       interpreter is LOCKD_CHAOS_PYTHON (default
+//	                       /usr/bin/python3)
 //
 // # Controls
 //

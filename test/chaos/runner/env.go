@@ -25,6 +25,9 @@ type Binaries struct {
 	// LockdStale is lockd built with the server's stale-record control
 	// (build tag lockd_stale_control): the stale-record control.
 	LockdStale string
+	// Python is the interpreter of the Python workers and PythonPath the
+	// directory of the Python SDK (SDK PythonSDK, python.go).
+	Python, PythonPath string
 }
 
 // Build builds lockd, the worker and the etcd member into dir with the go
@@ -73,13 +76,15 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	return Binaries{
+	b := Binaries{
 		LockdStale:     filepath.Join(staleDir, "lockd"),
 		Lockd:          filepath.Join(dir, "lockd"),
 		Worker:         filepath.Join(dir, "chaos-worker"),
 		Etcd:           filepath.Join(dir, "etcd"),
 		WorkerRecvTime: filepath.Join(recvDir, "chaos-worker"),
-	}, nil
+	}
+	pythonBinaries(root, &b)
+	return b, nil
 }
 
 // Env is what the scenarios of one suite share: the binaries and, started

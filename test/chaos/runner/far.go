@@ -217,7 +217,7 @@ func (t *farToxic) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			if t.Observe == "up" {
+			if t.Observe == "up" && !flowControlOnly(c.Data) {
 				act.saw(c.Timestamp, false)
 			}
 			wait := time.NewTimer(delay - time.Since(c.Timestamp))
@@ -295,7 +295,10 @@ func (r *run) startFar() error {
 func (r *run) planFar(ws *workerSpec) {
 	ws.lockd = []string{r.far.px.addr()}
 	ws.heartbeatInterval = farHeartbeat
-	if r.spec.breaks(RecvTimeSDK) {
+	switch {
+	case r.spec.breaks(RecvTimeSDK) && ws.python:
+		ws.env = append(ws.env, "LOCKD_PYSDK_CONTROL=recvtime") // built into the Python SDK (lockd.session)
+	case r.spec.breaks(RecvTimeSDK):
 		ws.bin = r.env.bins.WorkerRecvTime
 	}
 }
@@ -365,4 +368,40 @@ func (r *run) trustEnded(w *workerProc, key string, token uint64) bool {
 		}
 	}
 	return false
+}
+
+// flowControlOnly reports whether chunk is whole HTTP/2 frames that carry
+// no request: WINDOW_UPDATE, and the acks of a PING or SETTINGS. gRPC's
+// C core (the Python SDK) sends a WINDOW_UPDATE for every reply it reads,
+// at once; counted as a send, it would leave the far link never idle after
+// an answer (linkActivity.answered), and the far holder never pausable. A
+// chunk with anything else, or a frame cut at its end, is a send.
+func flowControlOnly(chunk []byte) bool {
+	const (
+		frameSettings     = 0x4
+		framePing         = 0x6
+		frameWindowUpdate = 0x8
+		flagAck           = 0x1
+	)
+	if len(chunk) == 0 {
+		return false
+	}
+	for len(chunk) > 0 {
+		if len(chunk) < 9 {
+			return false
+		}
+		n := int(chunk[0])<<16 | int(chunk[1])<<8 | int(chunk[2])
+		typ, flags := chunk[3], chunk[4]
+		if len(chunk) < 9+n {
+			return false
+		}
+		switch {
+		case typ == frameWindowUpdate:
+		case (typ == framePing || typ == frameSettings) && flags&flagAck != 0:
+		default:
+			return false
+		}
+		chunk = chunk[9+n:]
+	}
+	return true
 }

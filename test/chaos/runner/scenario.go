@@ -141,6 +141,9 @@ type Spec struct {
 	// that what the control catches is its break, not its trigger
 	// (LOCKD_CHAOS_BREAK_OFF, package chaos).
 	BreakOff bool
+	// SDK is the SDK the workers run on: GoSDK (default) or PythonSDK
+	// (python.go).
+	SDK SDK
 }
 
 // breaks reports whether the scenario runs control c with its break on.
@@ -647,7 +650,8 @@ func (r *run) planWorkers() {
 		workers = multiWorkers
 	}
 	for slot := range workers {
-		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax}
+		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax,
+			python: r.spec.SDK == PythonSDK}
 		if r.spec.Fault == PartitionReplica {
 			// Holds across heartbeats, some longer than the TTL: trust
 			// must be kept by heartbeats, and lost when they fail.

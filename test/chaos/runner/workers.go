@@ -26,6 +26,10 @@ type workerSpec struct {
 	rw                bool     // read/write lock grants (-rw)
 	// sessionTTL is the TTL of the worker's sessions (-ttl); 0 is lockd's.
 	sessionTTL time.Duration
+	// python runs the Python worker instead of the Go one (PythonSDK).
+	python bool
+	// env adds to the worker's environment.
+	env []string
 }
 
 // workerProc is one incarnation of a worker slot. Its state follows the
@@ -261,8 +265,13 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 	if ws.bin != "" {
 		bin = ws.bin
 	}
-	p, err := startProcess(w.proc, bin, args,
-		[]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())},
+	env := append([]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())}, ws.env...)
+	if ws.python {
+		var extra []string
+		bin, args, extra = r.pythonCommand(args)
+		env = append(env, extra...)
+	}
+	p, err := startProcess(w.proc, bin, args, env,
 		filepath.Join(r.dir, w.proc+".log"), w.onLine)
 	if err != nil {
 		return nil, err

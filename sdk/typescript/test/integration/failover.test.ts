@@ -11,10 +11,14 @@ async function control(i: number, action: "stop" | "kill"): Promise<void> {
   assert.equal(r.status, 200, `replica ${i} ${action}: ${await r.text()}`);
 }
 
-test("a lock stays trusted while its client leaves a draining replica, then a killed one", { timeout: 60_000 }, async (t) => {
+// Timing: the holder's session has a 20 s TTL (as server.TestFailoverKeepsAnswersInFlight),
+// so an answer before a move leaves about 19 s of trust — far more than the new replica's
+// first answer takes on a loaded 2-core machine. With the harness's 3 s TTL a clean-clone CI
+// run (load 9-12) lost the lock 1.3 s after the stop, before the adopting replica answered.
+test("a lock stays trusted while its client leaves a draining replica, then a killed one", { timeout: 150_000 }, async (t) => {
   const c = new Client(need("LOCKDTEST_REPLICAS"), { backoffMinMs: 10, backoffMaxMs: 200 });
   t.after(() => c.close());
-  const s = await c.newSession();
+  const s = await c.newSession({ ttlMs: 20_000 });
   const l = await s.acquire(key("failover"));
   // A waiter of the client queued behind l, then one of another client on
   // the last replica: the first keeps its place across both moves (C2
