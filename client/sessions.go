@@ -64,3 +64,22 @@ func (c *Client) ListSessions(ctx context.Context, opts ListSessionsOptions) ([]
 	}
 	return out, resp.GetNextPageToken(), nil
 }
+
+// CloseSessions closes every live session bound to principal, as each
+// session's own Close would (its locks released, its client told at its
+// next heartbeat): an admin remedy that needs admin on every key (C2
+// #ct2-close-sessions). It returns how many sessions it closed and how
+// many locks they released. Retrying after an error is safe: what was
+// closed stays closed.
+func (c *Client) CloseSessions(ctx context.Context, principal string) (closed, released int, err error) {
+	var resp *lockdv1.CloseSessionsResponse
+	err = c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.api.CloseSessions(ctx, &lockdv1.CloseSessionsRequest{Principal: principal})
+		return fromStatus(ctx, err)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("close sessions: %w", err)
+	}
+	return int(resp.GetClosed()), int(resp.GetReleased()), nil
+}

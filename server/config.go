@@ -118,6 +118,8 @@ type Config struct {
 	PrincipalMaxStreams int `koanf:"lock.server.principal.max-streams"`
 	// PrincipalMaxWatches is lock.server.principal.max-watches.
 	PrincipalMaxWatches int `koanf:"lock.server.principal.max-watches"`
+	// PrincipalMaxSessions is lock.server.principal.max-sessions.
+	PrincipalMaxSessions int `koanf:"lock.server.principal.max-sessions"`
 }
 
 // MaxLimit is the upper bound of every lock.server.max-* key.
@@ -237,6 +239,7 @@ func (c Config) validateLimits(bad func(key, format string, args ...any)) {
 	}{
 		{"lock.server.principal.max-streams", c.PrincipalMaxStreams},
 		{"lock.server.principal.max-watches", c.PrincipalMaxWatches},
+		{"lock.server.principal.max-sessions", c.PrincipalMaxSessions},
 	} {
 		if l.v < 0 || l.v > MaxLimit {
 			bad(l.key, "%d out of bounds [0 (25 %% of the global bound), %d]", l.v, MaxLimit)

@@ -141,6 +141,8 @@ func (s *Server) streamEnd(ctx context.Context, cause error) error {
 		return nil // the client closed its side
 	case errors.Is(cause, errShuttingDown), errors.Is(cause, errLimit):
 		return s.toStatus(ctx, "KeepAlive", cause)
+	case errors.Is(cause, errNoLiveSession):
+		return wireerr.Status(wireerr.ReasonSessionDead, cause.Error(), nil).Err()
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	}

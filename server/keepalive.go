@@ -2,17 +2,25 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
 
 // errSlowConsumer ends a KeepAlive stream whose client stopped reading.
 var errSlowConsumer = fmt.Errorf("%w: keepalive stream: client is not reading replies", errLimit)
+
+// errNoLiveSession ends a KeepAlive stream that carries no live session of
+// its caller (C2 #ct2-ownership, issue 23 F2).
+var errNoLiveSession = errors.New("keepalive stream carries no live session of its caller")
 
 // kaStream is the server side of one KeepAlive stream.
 type kaStream struct {
@@ -22,6 +30,30 @@ type kaStream struct {
 	// reg is the stream in the session table's registry (the sessions
 	// whose notices go to it).
 	reg *sessions.Stream
+	// endAfter is the last answer that named no live session of the
+	// caller while the stream carried none: once it is sent, the stream
+	// ends if it still carries none (errNoLiveSession).
+	endAfter atomic.Pointer[lockdv1.KeepAliveResponse]
+}
+
+// refusedOrDead reports whether resp answers a request naming no live
+// session of its caller: not live, or refused for access (C2
+// #ct2-ownership). A transient error is neither.
+func refusedOrDead(resp *lockdv1.KeepAliveResponse) bool {
+	if resp.Error == nil {
+		return !resp.Live
+	}
+	return slices.Contains([]string{wireerr.ReasonSessionDead, wireerr.ReasonSessionSecretRequired,
+		wireerr.ReasonSessionSecretMismatch, wireerr.ReasonSessionPrincipalMismatch}, resp.Error.Reason)
+}
+
+// answer queues resp, and marks the stream to end after it when it names
+// no live session of the caller and the stream carries none.
+func (s *Server) answer(ks *kaStream, resp *lockdv1.KeepAliveResponse) {
+	if refusedOrDead(resp) && s.sess.StreamSessions(ks.reg) == 0 {
+		ks.endAfter.Store(resp)
+	}
+	ks.push(resp)
 }
 
 // push queues a reply without blocking. A client that does not read its
@@ -89,6 +121,10 @@ func (s service) KeepAlive(stream lockdv1.LockService_KeepAliveServer) error {
 					cancel(err)
 					return
 				}
+				if ks.endAfter.Load() == r && s.sess.StreamSessions(ks.reg) == 0 {
+					cancel(errNoLiveSession) // sent what it named; nothing of its own is left on it
+					return
+				}
 			}
 		}
 	}()
@@ -129,7 +165,7 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 	}
 	id := store.SessionID(req.SessionId)
 	if store.ValidateSessionID(id) != nil {
-		ks.push(resp) // no such session can exist: not live
+		s.answer(ks, resp) // no such session can exist: not live
 		return
 	}
 	answer, err := s.beat(ctx, "KeepAlive", ks, id, req.SessionSecret, req.Ack, resp)
@@ -139,7 +175,7 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 	if err != nil {
 		resp.Error = s.sessionError(ctx, err)
 	}
-	ks.push(resp)
+	s.answer(ks, resp)
 }
 
 // beat is one heartbeat of session id, received on the KeepAlive stream ks

@@ -62,17 +62,29 @@ func (s *Server) checkMaxTTL(ttl time.Duration) error {
 	return nil
 }
 
-// admitOpen admits one OpenSession call, or refuses it when
-// max-session-opens calls are in progress or max-sessions sessions are kept
-// (counting those being opened; the session table counts both). The
-// returned release must be called once the call has registered its session
-// or failed.
-func (s *Server) admitOpen() (release func(), err error) {
-	release, err = s.sess.AdmitOpen()
-	if err != nil {
-		return nil, s.lim.refuseTable(err)
+// admitOpen admits one OpenSession call of the caller of ctx, or refuses
+// it when max-session-opens calls are in progress, max-sessions sessions
+// are kept (counting those being opened) or, under a policy, the caller's
+// principal keeps its share of sessions (principal_sessions, C5
+// #ct5-principal-limits); the session table counts all three. The
+// returned release must be called once the call has registered its
+// session or failed.
+func (s *Server) admitOpen(ctx context.Context) (release func(), err error) {
+	principal, share := "", 0
+	if s.plim.az.Policy() != nil {
+		principal, share = callerPrincipal(ctx), s.plim.sessions
 	}
-	return release, nil
+	release, err = s.sess.AdmitOpen(principal, share)
+	var le *sessions.LimitError
+	switch {
+	case err == nil:
+		return release, nil
+	case errors.As(err, &le) && le.Limit == wireerr.LimitPrincipalSessions:
+		by, _, _ := telemetry.CallerOf(ctx)
+		return nil, s.plim.refuse(le.Limit, by, "OpenSession",
+			"this principal keeps %d sessions (lock.server.principal.max-sessions)", le.N)
+	}
+	return nil, s.lim.refuseTable(err)
 }
 
 // refuseTable turns a refusal of the session table (*sessions.LimitError)

@@ -19,8 +19,8 @@ import (
 // issue 23 F2, F4): while an access policy is in force, one principal may
 // hold at most a share of the KeepAlive and Watch streams and of the
 // watches, so that it cannot take every slot of max-streams or max-watches
-// from the others. They sit after the global bounds (limits.go) and count
-// nothing of the session table.
+// from the others. Streams and watches sit after the global bounds
+// (limits.go); sessions are counted by the session table (admitOpen).
 
 // principalCounts counts what each principal holds of one bounded
 // resource. It is safe for concurrent use.
@@ -67,18 +67,24 @@ func share(v, global int) int {
 // principalLimits are the per-principal shares of one server.
 type principalLimits struct {
 	streams, watches *principalCounts
-	lim              *limits
-	log              *slog.Logger
-	logRate          *rate.Limiter // principal_limit_reached lines (C4)
+	// sessions is the share of sessions, counted by the session table
+	// (admitOpen); az tells whether a policy is in force.
+	sessions int
+	az       *auth.Authorizer
+	lim      *limits
+	log      *slog.Logger
+	logRate  *rate.Limiter // principal_limit_reached lines (C4)
 }
 
-func newPrincipalLimits(cfg Config, lim *limits, log *slog.Logger) *principalLimits {
+func newPrincipalLimits(cfg Config, lim *limits, az *auth.Authorizer, log *slog.Logger) *principalLimits {
 	return &principalLimits{
-		streams: newPrincipalCounts(share(cfg.PrincipalMaxStreams, cfg.MaxStreams)),
-		watches: newPrincipalCounts(share(cfg.PrincipalMaxWatches, cfg.MaxWatches)),
-		lim:     lim,
-		log:     log,
-		logRate: rate.NewLimiter(transportLogRate, transportLogBurst),
+		sessions: share(cfg.PrincipalMaxSessions, cfg.MaxSessions),
+		az:       az,
+		streams:  newPrincipalCounts(share(cfg.PrincipalMaxStreams, cfg.MaxStreams)),
+		watches:  newPrincipalCounts(share(cfg.PrincipalMaxWatches, cfg.MaxWatches)),
+		lim:      lim,
+		log:      log,
+		logRate:  rate.NewLimiter(transportLogRate, transportLogBurst),
 	}
 }
 

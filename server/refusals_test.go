@@ -67,6 +67,7 @@ func TestRefusalRate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		carryOwnSession(t, ctx, attacker, ka) // keepalive_parked_test.go
 		const flood = 100
 		denied, limited := 0, 0
 		start := time.Now()

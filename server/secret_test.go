@@ -103,6 +103,7 @@ func TestSessionOwnership(t *testing.T) {
 		if err != nil {
 			t.Fatalf("KeepAlive: %v", err)
 		}
+		carryOwnSession(t, ctx, api, stream) // keepalive_parked_test.go
 		rid := uint64(0)
 		// beat sends one refused heartbeat (acknowledging notice ids the
 		// holder may have pending) and reads up to its answer; no message
@@ -317,6 +318,7 @@ func TestSessionSecretBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("KeepAlive: %v", err)
 		}
+		carryOwnSession(t, ctx, api, stream) // keepalive_parked_test.go
 		// At most window requests in flight, far below what the server
 		// buffers per stream, so it never ends the stream as a slow reader.
 		const window = 128

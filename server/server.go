@@ -179,7 +179,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		reg:      reg,
 	}
 	s.maxWait.Store(int64(MaxWait))
-	s.plim = newPrincipalLimits(cfg, s.lim, log)
+	s.plim = newPrincipalLimits(cfg, s.lim, opts.Auth, log)
 	if err := cfg.checkAnonymousAdmin(opts.Auth.Policy() != nil, log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

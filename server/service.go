@@ -48,7 +48,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 	if err := s.checkMaxTTL(ttl); err != nil {
 		return nil, s.toStatus(ctx, "OpenSession", err)
 	}
-	release, err := s.admitOpen() // limits.go
+	release, err := s.admitOpen(ctx) // limits.go
 	if err != nil {
 		return nil, err
 	}

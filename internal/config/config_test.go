@@ -127,6 +127,7 @@ func TestEveryKeyEverySource(t *testing.T) {
 		"lock.server.http.read-header-timeout": {"2s", "2s", 2 * time.Second},
 		"lock.server.principal.max-streams":    {"5", "5", 5},
 		"lock.server.principal.max-watches":    {"3", "3", 3},
+		"lock.server.principal.max-sessions":   {"5", "5", 5},
 		// Transport security (C5 #ct5-tls); their partners are in needs.
 		"lock.server.tls.cert-file":              {"/c.pem", "/c.pem", "/c.pem"},
 		"lock.server.tls.key-file":               {"/k.pem", "/k.pem", "/k.pem"},
@@ -265,6 +266,7 @@ func TestNamingRules(t *testing.T) {
 		"lock.server.http.read-header-timeout":   {"LOCKD_SERVER_HTTP_READ_HEADER_TIMEOUT", "http-read-header-timeout"},
 		"lock.server.principal.max-streams":      {"LOCKD_SERVER_PRINCIPAL_MAX_STREAMS", "principal-max-streams"},
 		"lock.server.principal.max-watches":      {"LOCKD_SERVER_PRINCIPAL_MAX_WATCHES", "principal-max-watches"},
+		"lock.server.principal.max-sessions":     {"LOCKD_SERVER_PRINCIPAL_MAX_SESSIONS", "principal-max-sessions"},
 		"lock.server.tls.cert-file":              {"LOCKD_SERVER_TLS_CERT_FILE", "tls-cert-file"},
 		"lock.server.tls.key-file":               {"LOCKD_SERVER_TLS_KEY_FILE", "tls-key-file"},
 		"lock.server.tls.client-ca-file":         {"LOCKD_SERVER_TLS_CLIENT_CA_FILE", "tls-client-ca-file"},

@@ -86,6 +86,7 @@
 //	lock.server.http.read-header-timeout     10s             1s..1m (TLS handshake and headers)           LOCKD_SERVER_HTTP_READ_HEADER_TIMEOUT    --http-read-header-timeout
 //	lock.server.principal.max-streams        0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_STREAMS       --principal-max-streams
 //	lock.server.principal.max-watches        0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_WATCHES       --principal-max-watches
+//	lock.server.principal.max-sessions       0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_SESSIONS      --principal-max-sessions
 //
 //	lock.auth.policy-file                    (none)          a YAML policy file (C5 #ct5-auth)             LOCKD_AUTH_POLICY_FILE                   --auth-policy-file
 //	lock.auth.tokens-file                    (none)          a tokens file; needs lock.auth.policy-file   LOCKD_AUTH_TOKENS_FILE                   --auth-tokens-file

@@ -95,6 +95,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	// Per-principal shares (#ct5-principal-limits).
 	{"lock.server.principal.max-streams", "principal-max-streams", "KeepAlive and Watch streams one principal may hold under a policy (0: 25% of --max-streams)"},
 	{"lock.server.principal.max-watches", "principal-max-watches", "Watch streams one principal may hold under a policy (0: 25% of --max-watches)"},
+	{"lock.server.principal.max-sessions", "principal-max-sessions", "sessions one principal may keep under a policy (0: 25% of --max-sessions)"},
 	// Access control (C5 #ct5-auth).
 	{"lock.auth.policy-file", "auth-policy-file", "YAML access policy (rules of principals, prefixes, actions); unset: every call allowed"},
 	{"lock.auth.tokens-file", "auth-tokens-file", "bearer tokens: SHA-256 of each token and its principal (needs --auth-policy-file)"},

@@ -2660,6 +2660,107 @@ func (x *ListSessionsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// CloseSessionsRequest names the principal whose sessions to close.
+type CloseSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// principal is the principal the sessions are bound to; required.
+	Principal     string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionsRequest) Reset() {
+	*x = CloseSessionsRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionsRequest) ProtoMessage() {}
+
+func (x *CloseSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionsRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CloseSessionsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+// CloseSessionsResponse reports what CloseSessions ended.
+type CloseSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// closed is the number of sessions this call closed.
+	Closed int64 `protobuf:"varint,1,opt,name=closed,proto3" json:"closed,omitempty"`
+	// released is the number of locks those closes released.
+	Released      int64 `protobuf:"varint,2,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionsResponse) Reset() {
+	*x = CloseSessionsResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionsResponse) ProtoMessage() {}
+
+func (x *CloseSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionsResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CloseSessionsResponse) GetClosed() int64 {
+	if x != nil {
+		return x.Closed
+	}
+	return 0
+}
+
+func (x *CloseSessionsResponse) GetReleased() int64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
 // SessionInfo describes one live session. It never carries the session
 // secret.
 type SessionInfo struct {
@@ -2687,7 +2788,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2800,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2813,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -2953,7 +3054,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"q\n" +
 	"\x14ListSessionsResponse\x121\n" +
 	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"4\n" +
+	"\x14CloseSessionsRequest\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\"K\n" +
+	"\x15CloseSessionsResponse\x12\x16\n" +
+	"\x06closed\x18\x01 \x01(\x03R\x06closed\x12\x1a\n" +
+	"\breleased\x18\x02 \x01(\x03R\breleased\"\xa6\x02\n" +
 	"\vSessionInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
@@ -2985,7 +3091,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x10EVENT_KIND_VALUE\x10\x05\x12\x17\n" +
 	"\x13EVENT_KIND_MAX_HOLD\x10\x06\x12\x15\n" +
 	"\x11EVENT_KIND_RESYNC\x10\a\x12\x17\n" +
-	"\x13EVENT_KIND_PROGRESS\x10\b2\x83\a\n" +
+	"\x13EVENT_KIND_PROGRESS\x10\b2\xd5\a\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +
@@ -3000,7 +3106,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x06Revoke\x12\x17.lockd.v1.RevokeRequest\x1a\x18.lockd.v1.RevokeResponse\x12:\n" +
 	"\x05Watch\x12\x16.lockd.v1.WatchRequest\x1a\x17.lockd.v1.WatchResponse0\x01\x12A\n" +
 	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\x12M\n" +
-	"\fListSessions\x12\x1d.lockd.v1.ListSessionsRequest\x1a\x1e.lockd.v1.ListSessionsResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\fListSessions\x12\x1d.lockd.v1.ListSessionsRequest\x1a\x1e.lockd.v1.ListSessionsResponse\x12P\n" +
+	"\rCloseSessions\x12\x1e.lockd.v1.CloseSessionsRequest\x1a\x1f.lockd.v1.CloseSessionsResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -3015,7 +3122,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(LockMode)(0),                 // 1: lockd.v1.LockMode
@@ -3052,16 +3159,18 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*SetValueResponse)(nil),      // 32: lockd.v1.SetValueResponse
 	(*ListSessionsRequest)(nil),   // 33: lockd.v1.ListSessionsRequest
 	(*ListSessionsResponse)(nil),  // 34: lockd.v1.ListSessionsResponse
-	(*SessionInfo)(nil),           // 35: lockd.v1.SessionInfo
-	nil,                           // 36: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 37: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 38: lockd.v1.LockHolder.LabelsEntry
-	nil,                           // 39: lockd.v1.WatchResponse.LabelsEntry
-	nil,                           // 40: lockd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*CloseSessionsRequest)(nil),  // 35: lockd.v1.CloseSessionsRequest
+	(*CloseSessionsResponse)(nil), // 36: lockd.v1.CloseSessionsResponse
+	(*SessionInfo)(nil),           // 37: lockd.v1.SessionInfo
+	nil,                           // 38: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 39: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 40: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 41: lockd.v1.WatchResponse.LabelsEntry
+	nil,                           // 42: lockd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	36, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	38, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
 	9,  // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
 	12, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
 	11, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
@@ -3071,17 +3180,17 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	0,  // 7: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
 	1,  // 8: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
 	23, // 9: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	41, // 10: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	37, // 11: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	43, // 10: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	39, // 11: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
 	24, // 12: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	41, // 13: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	43, // 13: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	38, // 15: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	40, // 15: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
 	23, // 16: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
 	2,  // 17: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	39, // 18: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	35, // 19: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	40, // 20: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	41, // 18: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	37, // 19: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	42, // 20: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
 	3,  // 21: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
 	5,  // 22: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
 	6,  // 23: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
@@ -3095,21 +3204,23 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	29, // 31: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
 	31, // 32: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
 	33, // 33: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	4,  // 34: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	8,  // 35: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	7,  // 36: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
-	14, // 37: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	18, // 38: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	17, // 39: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	20, // 40: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	22, // 41: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	26, // 42: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	28, // 43: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	30, // 44: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	32, // 45: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	34, // 46: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	34, // [34:47] is the sub-list for method output_type
-	21, // [21:34] is the sub-list for method input_type
+	35, // 34: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
+	4,  // 35: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	8,  // 36: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	7,  // 37: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	14, // 38: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	18, // 39: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	17, // 40: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	20, // 41: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	22, // 42: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	26, // 43: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	28, // 44: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	30, // 45: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	32, // 46: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	34, // 47: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	36, // 48: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
+	35, // [35:49] is the sub-list for method output_type
+	21, // [21:35] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -3126,7 +3237,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -76,19 +76,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LockService_OpenSession_FullMethodName  = "/lockd.v1.LockService/OpenSession"
-	LockService_KeepAlive_FullMethodName    = "/lockd.v1.LockService/KeepAlive"
-	LockService_Heartbeat_FullMethodName    = "/lockd.v1.LockService/Heartbeat"
-	LockService_CloseSession_FullMethodName = "/lockd.v1.LockService/CloseSession"
-	LockService_Acquire_FullMethodName      = "/lockd.v1.LockService/Acquire"
-	LockService_LeaveQueue_FullMethodName   = "/lockd.v1.LockService/LeaveQueue"
-	LockService_Release_FullMethodName      = "/lockd.v1.LockService/Release"
-	LockService_Inspect_FullMethodName      = "/lockd.v1.LockService/Inspect"
-	LockService_List_FullMethodName         = "/lockd.v1.LockService/List"
-	LockService_Revoke_FullMethodName       = "/lockd.v1.LockService/Revoke"
-	LockService_Watch_FullMethodName        = "/lockd.v1.LockService/Watch"
-	LockService_SetValue_FullMethodName     = "/lockd.v1.LockService/SetValue"
-	LockService_ListSessions_FullMethodName = "/lockd.v1.LockService/ListSessions"
+	LockService_OpenSession_FullMethodName   = "/lockd.v1.LockService/OpenSession"
+	LockService_KeepAlive_FullMethodName     = "/lockd.v1.LockService/KeepAlive"
+	LockService_Heartbeat_FullMethodName     = "/lockd.v1.LockService/Heartbeat"
+	LockService_CloseSession_FullMethodName  = "/lockd.v1.LockService/CloseSession"
+	LockService_Acquire_FullMethodName       = "/lockd.v1.LockService/Acquire"
+	LockService_LeaveQueue_FullMethodName    = "/lockd.v1.LockService/LeaveQueue"
+	LockService_Release_FullMethodName       = "/lockd.v1.LockService/Release"
+	LockService_Inspect_FullMethodName       = "/lockd.v1.LockService/Inspect"
+	LockService_List_FullMethodName          = "/lockd.v1.LockService/List"
+	LockService_Revoke_FullMethodName        = "/lockd.v1.LockService/Revoke"
+	LockService_Watch_FullMethodName         = "/lockd.v1.LockService/Watch"
+	LockService_SetValue_FullMethodName      = "/lockd.v1.LockService/SetValue"
+	LockService_ListSessions_FullMethodName  = "/lockd.v1.LockService/ListSessions"
+	LockService_CloseSessions_FullMethodName = "/lockd.v1.LockService/CloseSessions"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -180,6 +181,12 @@ type LockServiceClient interface {
 	// replica of one backend lists the same sessions, whichever replica
 	// opened them (C2 #ct2-list-sessions).
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// CloseSessions closes every live session bound to a principal, as each
+	// session's CloseSession would, without its secret: an admin remedy for
+	// a principal that holds too many (C2 #ct2-close-sessions). Only a
+	// caller with admin on every key may call it (C5 #ct5-auth); each close
+	// is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
+	CloseSessions(ctx context.Context, in *CloseSessionsRequest, opts ...grpc.CallOption) (*CloseSessionsResponse, error)
 }
 
 type lockServiceClient struct {
@@ -332,6 +339,16 @@ func (c *lockServiceClient) ListSessions(ctx context.Context, in *ListSessionsRe
 	return out, nil
 }
 
+func (c *lockServiceClient) CloseSessions(ctx context.Context, in *CloseSessionsRequest, opts ...grpc.CallOption) (*CloseSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSessionsResponse)
+	err := c.cc.Invoke(ctx, LockService_CloseSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -421,6 +438,12 @@ type LockServiceServer interface {
 	// replica of one backend lists the same sessions, whichever replica
 	// opened them (C2 #ct2-list-sessions).
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// CloseSessions closes every live session bound to a principal, as each
+	// session's CloseSession would, without its secret: an admin remedy for
+	// a principal that holds too many (C2 #ct2-close-sessions). Only a
+	// caller with admin on every key may call it (C5 #ct5-auth); each close
+	// is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
+	CloseSessions(context.Context, *CloseSessionsRequest) (*CloseSessionsResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -469,6 +492,9 @@ func (UnimplementedLockServiceServer) SetValue(context.Context, *SetValueRequest
 }
 func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
+}
+func (UnimplementedLockServiceServer) CloseSessions(context.Context, *CloseSessionsRequest) (*CloseSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSessions not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -707,6 +733,24 @@ func _LockService_ListSessions_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_CloseSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).CloseSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_CloseSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).CloseSessions(ctx, req.(*CloseSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -757,6 +801,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSessions",
 			Handler:    _LockService_ListSessions_Handler,
+		},
+		{
+			MethodName: "CloseSessions",
+			Handler:    _LockService_CloseSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -2,8 +2,8 @@
 // server's session state. A Table holds the records of the sessions this
 // replica serves, the mutex that guards them, the silence heap and the one
 // goroutine that closes silent sessions (owned: it stops on Close, which
-// waits for it), the counts the limits need (sessions being opened, Acquire
-// calls in progress), the grants each session holds as this server knows them
+// waits for it), the counts the limits need (sessions being opened, the
+// sessions and opens of each principal, Acquire calls in progress), the grants each session holds as this server knows them
 // (tracking and gone tokens), the lock-lost notices and their
 // acknowledgements, and the registry of KeepAlive streams. The server's
 // handlers (service, keepalive, drain, notify) call its methods and never

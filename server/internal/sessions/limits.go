@@ -19,11 +19,14 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("sessions: limit %s reached (%d)", e.Limit, e.N)
 }
 
-// AdmitOpen admits one OpenSession call, or refuses it (*LimitError) when
-// MaxSessionOpens calls are in progress or MaxSessions sessions are kept
-// (counting those being opened). The returned release must be called once
-// the call has opened its session (Open) or failed.
-func (t *Table) AdmitOpen() (release func(), err error) {
+// AdmitOpen admits one OpenSession call of principal ("" for an anonymous
+// caller), or refuses it (*LimitError) when MaxSessionOpens calls are in
+// progress, MaxSessions sessions are kept (counting those being opened), or
+// — when share > 0 (a per-principal share is in force, C5
+// #ct5-principal-limits) — principal holds share sessions (counting its
+// opens in progress). The returned release must be called once the call
+// has opened its session (Open) or failed.
+func (t *Table) AdmitOpen(principal string, share int) (release func(), err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -31,13 +34,47 @@ func (t *Table) AdmitOpen() (release func(), err error) {
 		return nil, &LimitError{Limit: wireerr.LimitSessionOpens, N: t.opens}
 	case len(t.recs)+t.opens >= t.cfg.MaxSessions:
 		return nil, &LimitError{Limit: wireerr.LimitSessions, N: t.cfg.MaxSessions}
+	case share > 0 && t.byPrincipal[principal]+t.opensBy[principal] >= share:
+		return nil, &LimitError{Limit: wireerr.LimitPrincipalSessions, N: share}
 	}
 	t.opens++
+	t.opensBy[principal]++
 	return func() {
 		t.mu.Lock()
 		t.opens--
+		if t.opensBy[principal]--; t.opensBy[principal] <= 0 {
+			delete(t.opensBy, principal)
+		}
 		t.mu.Unlock()
 	}, nil
+}
+
+// PrincipalSessions is the number of sessions bound to principal that the
+// table keeps (principal known), without opens in progress.
+func (t *Table) PrincipalSessions(principal string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byPrincipal[principal]
+}
+
+// setPrincipalLocked binds r to p once and counts it (t.mu held; a
+// session's principal never changes).
+func (t *Table) setPrincipalLocked(r *Record, p string) {
+	if r.principalKnown {
+		return
+	}
+	r.principal, r.principalKnown = p, true
+	t.byPrincipal[p]++
+}
+
+// forgetPrincipalLocked uncounts r, dropped from the table (t.mu held).
+func (t *Table) forgetPrincipalLocked(r *Record) {
+	if !r.principalKnown {
+		return
+	}
+	if t.byPrincipal[r.principal]--; t.byPrincipal[r.principal] <= 0 {
+		delete(t.byPrincipal, r.principal)
+	}
 }
 
 // Slot is one admitted Acquire call's place in the in-progress count.

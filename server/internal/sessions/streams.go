@@ -33,6 +33,14 @@ func (t *Table) AddStream(push func(*lockdv1.KeepAliveResponse) bool) (*Stream, 
 	return s, true
 }
 
+// StreamSessions is the number of sessions attached to s (their notices go
+// to it), Provisional ones included.
+func (t *Table) StreamSessions(s *Stream) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return s.sessions
+}
+
 // RemoveStream forgets an ended KeepAlive stream and wakes Drain.
 func (t *Table) RemoveStream(s *Stream) {
 	t.mu.Lock()

@@ -104,8 +104,12 @@ type Table struct {
 	closingAll bool // CloseAll began
 	badMoves   int  // refused moves (move): a bug; the tests check it stays 0
 
-	opens     int                     // OpenSession calls past admission and not yet registered
-	acquiring map[store.SessionID]int // Acquire calls in progress, per session
+	opens int // OpenSession calls past admission and not yet registered
+	// byPrincipal counts the records of each known principal (anonymous
+	// is ""), opensBy its OpenSession calls counted in opens
+	// (#ct5-principal-limits); no entry for 0.
+	byPrincipal, opensBy map[string]int
+	acquiring            map[store.SessionID]int // Acquire calls in progress, per session
 
 	noticeSeq uint64        // the last lock-lost notice id
 	drainWake chan struct{} // set by CloseAll: an acknowledgement arrived
@@ -134,6 +138,8 @@ func newTable(cfg Config, be Backend) *Table {
 		recs:        map[store.SessionID]*Record{},
 		wake:        make(chan struct{}, 1),
 		acquiring:   map[store.SessionID]int{},
+		byPrincipal: map[string]int{},
+		opensBy:     map[string]int{},
 		streams:     map[*Stream]struct{}{},
 		streamsGone: make(chan struct{}, 1),
 	}
@@ -172,7 +178,7 @@ func (t *Table) Open(sess store.Session, recv time.Time, secretHash []byte, prin
 	}
 	r := newRecord(sess.ID)
 	r.state, r.kept, r.seeded, r.ttl, r.secretHash = Live, true, true, sess.TTL, secretHash
-	r.principal, r.principalKnown = principal, true
+	t.setPrincipalLocked(r, principal)
 	r.expireAt, r.trustUntil = recv.Add(max(sess.TTL, sess.Remaining)), recv.Add(sess.Remaining)
 	t.recs[sess.ID] = r
 	t.schedule(r)
@@ -237,6 +243,7 @@ func (t *Table) dropIfDone(r *Record) {
 	}
 	if t.recs[r.id] == r {
 		delete(t.recs, r.id)
+		t.forgetPrincipalLocked(r)
 	}
 	r.locks = nil
 	r.notices = nil
@@ -346,7 +353,7 @@ func (t *Table) SetPrincipal(id store.SessionID, p string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r := t.recs[id]; r != nil {
-		r.principal, r.principalKnown = p, true
+		t.setPrincipalLocked(r, p)
 	}
 }
 

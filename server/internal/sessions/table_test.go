@@ -29,22 +29,22 @@ func limitOf(err error) string {
 // acquires in progress; asking again for a held key is always admitted.
 func TestLimits(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.MaxSessionOpens, c.MaxSessions, c.MaxLocksPerSession = 2, 3, 2 })
-	rel1, err := f.AdmitOpen()
+	rel1, err := f.AdmitOpen("", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel2, _ := f.AdmitOpen()
-	if _, err := f.AdmitOpen(); limitOf(err) != wireerr.LimitSessionOpens || !strings.Contains(err.Error(), "session_opens") {
+	rel2, _ := f.AdmitOpen("", 0)
+	if _, err := f.AdmitOpen("", 0); limitOf(err) != wireerr.LimitSessionOpens || !strings.Contains(err.Error(), "session_opens") {
 		t.Fatalf("third open in progress: %v; want the session_opens limit", err)
 	}
 	rel1()
 	f.open(t, "a")
 	f.open(t, "b")
-	if _, err := f.AdmitOpen(); limitOf(err) != wireerr.LimitSessions {
+	if _, err := f.AdmitOpen("", 0); limitOf(err) != wireerr.LimitSessions {
 		t.Fatalf("open with 2 sessions and 1 open in progress of 3: %v; want the sessions limit", err)
 	}
 	rel2()
-	rel3, err := f.AdmitOpen()
+	rel3, err := f.AdmitOpen("", 0)
 	if err != nil {
 		t.Fatalf("open with 2 sessions of 3: %v; want admitted", err)
 	}

@@ -80,6 +80,11 @@ class LockServiceStub(object):
                 request_serializer=lockd_dot_v1_dot_lockd__pb2.ListSessionsRequest.SerializeToString,
                 response_deserializer=lockd_dot_v1_dot_lockd__pb2.ListSessionsResponse.FromString,
                 )
+        self.CloseSessions = channel.unary_unary(
+                '/lockd.v1.LockService/CloseSessions',
+                request_serializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsRequest.SerializeToString,
+                response_deserializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsResponse.FromString,
+                )
 
 
 class LockServiceServicer(object):
@@ -234,6 +239,17 @@ class LockServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CloseSessions(self, request, context):
+        """CloseSessions closes every live session bound to a principal, as each
+        session's CloseSession would, without its secret: an admin remedy for
+        a principal that holds too many (C2 #ct2-close-sessions). Only a
+        caller with admin on every key may call it (C5 #ct5-auth); each close
+        is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LockServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -301,6 +317,11 @@ def add_LockServiceServicer_to_server(servicer, server):
                     servicer.ListSessions,
                     request_deserializer=lockd_dot_v1_dot_lockd__pb2.ListSessionsRequest.FromString,
                     response_serializer=lockd_dot_v1_dot_lockd__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'CloseSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSessions,
+                    request_deserializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsRequest.FromString,
+                    response_serializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -531,5 +552,22 @@ class LockService(object):
         return grpc.experimental.unary_unary(request, target, '/lockd.v1.LockService/ListSessions',
             lockd_dot_v1_dot_lockd__pb2.ListSessionsRequest.SerializeToString,
             lockd_dot_v1_dot_lockd__pb2.ListSessionsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CloseSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/lockd.v1.LockService/CloseSessions',
+            lockd_dot_v1_dot_lockd__pb2.CloseSessionsRequest.SerializeToString,
+            lockd_dot_v1_dot_lockd__pb2.CloseSessionsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
