@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"lock.dev/lockd/internal/testing/lockdtest"
@@ -172,5 +175,54 @@ func TestPrincipalSessionOpensOverride(t *testing.T) {
 	}
 	if opened, _ := burst("alice"); opened != 6 {
 		t.Errorf("alice's 6 opens at once after the reload without her entry: %d opened; want 6", opened)
+	}
+}
+
+// TestRefusedConnectionClosed: a connection whose every lockd call is
+// refused for a connection bound — over max-connections, or over its
+// principal's share — is never authorised, so conn-auth-timeout closes it
+// even though access control allows its calls (C2 #ct2-limits, C5
+// #ct5-idle). Before, its first allowed call marked it authorised and it
+// stayed open until the idle timeout (2 m).
+func TestRefusedConnectionClosed(t *testing.T) {
+	cfg := lockdtest.Config()
+	cfg.MaxConnections, cfg.PrincipalMaxConnections = 2, 1
+	cfg.ConnAuthTimeout = time.Second
+	az, _ := authFiles(t, sharesPolicy+"limits:\n  - principals: [bob]\n    max-connections: 2\n", "alice", "bob")
+	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{Config: &cfg, NoClient: true, Auth: az})
+	ctx := testCtx(t, time.Minute)
+	dialConn := func() (*grpc.ClientConn, lockdv1.LockServiceClient) {
+		conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return conn, lockdv1.NewLockServiceClient(conn)
+	}
+	inspect := func(api lockdv1.LockServiceClient, p string) error {
+		_, err := api.Inspect(as(ctx, p), &lockdv1.InspectRequest{Key: "k"})
+		return err
+	}
+	_, a1 := dialConn()
+	if err := inspect(a1, "alice"); err != nil {
+		t.Fatalf("alice's first connection: %v", err)
+	}
+	a2conn, a2 := dialConn()
+	wantLimit(t, "alice's second connection", inspect(a2, "alice"), wireerr.LimitPrincipalConnections)
+	_, b1 := dialConn()
+	if err := inspect(b1, "bob"); err != nil {
+		t.Fatalf("bob's connection: %v", err)
+	}
+	// Bob's second connection is within his share (2) but the third counted
+	// (alice's second holds no slot): over max-connections.
+	b2conn, b2 := dialConn()
+	wantLimit(t, "bob's second connection", inspect(b2, "bob"), wireerr.LimitConnections)
+	// Generous against load: the guard closes at the bound, the test waits
+	// far longer for the effect.
+	testkit.Eventually(t, 20*cfg.ConnAuthTimeout, "alice's and bob's refused connections closed by the server", func() bool {
+		return a2conn.GetState() != connectivity.Ready && b2conn.GetState() != connectivity.Ready
+	})
+	if err := inspect(a1, "alice"); err != nil {
+		t.Errorf("alice's first connection after her second was closed: %v", err)
 	}
 }
