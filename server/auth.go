@@ -96,7 +96,8 @@ func (s *Server) authorize(ctx context.Context, az *auth.Authorizer, method stri
 		return ctx, principal, false, s.deny(ctx, method, principal, key, rule, telemetry.DeniedAccess,
 			fmt.Errorf("access denied: %s may not %s %s", principal, act, what))
 	}
-	s.guard.authorised(ctx) // idle.go
+	s.identifyConn(ctx, principal, method) // principal_conns.go
+	s.guard.authorised(ctx)                // idle.go
 	return telemetry.WithCaller(ctx, principal, rule), principal, filter, nil
 }
 

@@ -120,6 +120,16 @@ type Config struct {
 	PrincipalMaxWatches int `koanf:"lock.server.principal.max-watches"`
 	// PrincipalMaxSessions is lock.server.principal.max-sessions.
 	PrincipalMaxSessions int `koanf:"lock.server.principal.max-sessions"`
+	// PrincipalMaxConnections is lock.server.principal.max-connections.
+	PrincipalMaxConnections int `koanf:"lock.server.principal.max-connections"`
+	// PrincipalMaxWaiters is lock.server.principal.max-waiters.
+	PrincipalMaxWaiters int `koanf:"lock.server.principal.max-waiters"`
+	// PrincipalMaxInflight is lock.server.principal.max-inflight (0: 4 ×
+	// max-connections, a quarter of max-connections × 16).
+	PrincipalMaxInflight int `koanf:"lock.server.principal.max-inflight"`
+	// PrincipalMaxSessionOpens is lock.server.principal.max-session-opens
+	// (OpenSession calls per second).
+	PrincipalMaxSessionOpens int `koanf:"lock.server.principal.max-session-opens"`
 }
 
 // MaxLimit is the upper bound of every lock.server.max-* key.
@@ -240,6 +250,10 @@ func (c Config) validateLimits(bad func(key, format string, args ...any)) {
 		{"lock.server.principal.max-streams", c.PrincipalMaxStreams},
 		{"lock.server.principal.max-watches", c.PrincipalMaxWatches},
 		{"lock.server.principal.max-sessions", c.PrincipalMaxSessions},
+		{"lock.server.principal.max-connections", c.PrincipalMaxConnections},
+		{"lock.server.principal.max-waiters", c.PrincipalMaxWaiters},
+		{"lock.server.principal.max-inflight", c.PrincipalMaxInflight},
+		{"lock.server.principal.max-session-opens", c.PrincipalMaxSessionOpens},
 	} {
 		if l.v < 0 || l.v > MaxLimit {
 			bad(l.key, "%d out of bounds [0 (25 %% of the global bound), %d]", l.v, MaxLimit)

@@ -94,8 +94,12 @@ func (g *connGuard) close() {
 
 // authorised marks the connection of a call that access control allowed:
 // it is never closed for want of one (a no-op for a connection not from a
-// guarded listener).
+// guarded listener, and for one whose every lockd call is refused: over
+// max-connections or its principal's share, principal_conns.go).
 func (g *connGuard) authorised(ctx context.Context) {
+	if connRefused(ctx) {
+		return
+	}
 	if gc, ok := ctx.Value(guardedConnKey{}).(*guardedConn); ok && !gc.authed.Load() {
 		gc.authed.Store(true)
 		gc.timer.Stop()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 
+	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
@@ -71,8 +73,9 @@ func (s *Server) checkMaxTTL(ttl time.Duration) error {
 // session or failed.
 func (s *Server) admitOpen(ctx context.Context) (release func(), err error) {
 	principal, share := "", 0
-	if s.plim.az.Policy() != nil {
-		principal, share = callerPrincipal(ctx), s.plim.sessions
+	if pol := s.plim.az.Policy(); pol != nil {
+		principal = callerPrincipal(ctx)
+		share = s.plim.share(pol, cmp.Or(principal, auth.Anonymous), auth.LimitSessions)
 	}
 	release, err = s.sess.AdmitOpen(principal, share)
 	var le *sessions.LimitError
@@ -174,7 +177,10 @@ func lockdMethod(fullMethod string) bool {
 }
 
 // connState is what the stats handler knows of one connection.
-type connState struct{ admitted atomic.Bool }
+type connState struct {
+	admitted atomic.Bool
+	counted  atomic.Bool // holds a slot of max-connections
+}
 
 type connStateKey struct{}
 
@@ -193,8 +199,20 @@ func (l *limits) HandleConn(ctx context.Context, cs stats.ConnStats) {
 	}
 	switch cs.(type) {
 	case *stats.ConnBegin:
+		if pc := pconnOf(ctx); pc != nil && pc.over.Load() {
+			return // over its principal's share: no slot (principal_conns.go)
+		}
+		st.counted.Store(true)
 		st.admitted.Store(l.conns.Add(1) <= int64(l.cfg.MaxConnections))
 	case *stats.ConnEnd:
+		l.uncount(ctx)
+	}
+}
+
+// uncount gives back the slot of max-connections of the connection of ctx,
+// once.
+func (l *limits) uncount(ctx context.Context) {
+	if st, _ := ctx.Value(connStateKey{}).(*connState); st != nil && st.counted.CompareAndSwap(true, false) {
 		l.conns.Add(-1)
 	}
 }
@@ -202,8 +220,12 @@ func (l *limits) HandleConn(ctx context.Context, cs stats.ConnStats) {
 func (l *limits) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 func (l *limits) HandleRPC(context.Context, stats.RPCStats)                       {}
 
-// admitConn refuses an RPC on a connection that was not admitted.
+// admitConn refuses an RPC on a connection that was not admitted, or
+// that is over its principal's share (principal_conns.go).
 func (l *limits) admitConn(ctx context.Context) error {
+	if pc := pconnOf(ctx); pc != nil && pc.over.Load() {
+		return l.refuse(wireerr.LimitPrincipalConnections, "this principal holds its share of connections (lock.server.principal.max-connections)")
+	}
 	if st, _ := ctx.Value(connStateKey{}).(*connState); st != nil && !st.admitted.Load() {
 		return l.refuse(wireerr.LimitConnections, "over %d connections (lock.server.max-connections)", l.cfg.MaxConnections)
 	}

@@ -25,21 +25,19 @@ import (
 // principalCounts counts what each principal holds of one bounded
 // resource. It is safe for concurrent use.
 type principalCounts struct {
-	max int
-
 	mu sync.Mutex
 	n  map[string]int // principal → held; no entry for 0
 }
 
-func newPrincipalCounts(max int) *principalCounts {
-	return &principalCounts{max: max, n: map[string]int{}}
+func newPrincipalCounts() *principalCounts {
+	return &principalCounts{n: map[string]int{}}
 }
 
 // take counts one more for p, or reports false when p holds max already.
-func (c *principalCounts) take(p string) bool {
+func (c *principalCounts) take(p string, max int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n[p] >= c.max {
+	if c.n[p] >= max {
 		return false
 	}
 	c.n[p]++
@@ -66,26 +64,54 @@ func share(v, global int) int {
 
 // principalLimits are the per-principal shares of one server.
 type principalLimits struct {
-	streams, watches *principalCounts
-	// sessions is the share of sessions, counted by the session table
-	// (admitOpen); az tells whether a policy is in force.
-	sessions int
-	az       *auth.Authorizer
-	lim      *limits
-	log      *slog.Logger
-	logRate  *rate.Limiter // principal_limit_reached lines (C4)
+	streams, watches, conns, waiters, inflight *principalCounts
+	opens                                      *openRates // session opens per second (principal_conns.go)
+	// defaults are the server's shares by key (C5 keys, or 25 % of the
+	// global bounds); the policy's limits: override them per principal.
+	defaults map[auth.LimitKey]int
+	// az tells whether a policy is in force, and holds its overrides.
+	az      *auth.Authorizer
+	lim     *limits
+	log     *slog.Logger
+	logRate *rate.Limiter // principal_limit_reached lines (C4)
 }
 
 func newPrincipalLimits(cfg Config, lim *limits, az *auth.Authorizer, log *slog.Logger) *principalLimits {
 	return &principalLimits{
-		sessions: share(cfg.PrincipalMaxSessions, cfg.MaxSessions),
+		defaults: map[auth.LimitKey]int{
+			auth.LimitSessions:     share(cfg.PrincipalMaxSessions, cfg.MaxSessions),
+			auth.LimitStreams:      share(cfg.PrincipalMaxStreams, cfg.MaxStreams),
+			auth.LimitWatches:      share(cfg.PrincipalMaxWatches, cfg.MaxWatches),
+			auth.LimitConnections:  share(cfg.PrincipalMaxConnections, cfg.MaxConnections),
+			auth.LimitWaiters:      share(cfg.PrincipalMaxWaiters, cfg.MaxWaiters),
+			auth.LimitInflight:     share(cfg.PrincipalMaxInflight, cfg.MaxConnections*inflightPerConnection),
+			auth.LimitSessionOpens: share(cfg.PrincipalMaxSessionOpens, cfg.MaxSessionOpens),
+		},
 		az:       az,
-		streams:  newPrincipalCounts(share(cfg.PrincipalMaxStreams, cfg.MaxStreams)),
-		watches:  newPrincipalCounts(share(cfg.PrincipalMaxWatches, cfg.MaxWatches)),
+		streams:  newPrincipalCounts(),
+		watches:  newPrincipalCounts(),
+		conns:    newPrincipalCounts(),
+		waiters:  newPrincipalCounts(),
+		inflight: newPrincipalCounts(),
+		opens:    newOpenRates(),
 		lim:      lim,
 		log:      log,
 		logRate:  rate.NewLimiter(transportLogRate, transportLogBurst),
 	}
+}
+
+// inflightPerConnection: the global bound of unary calls in progress that
+// the default in-flight share is a quarter of is max-connections × it (C5
+// #ct5-principal-limits).
+const inflightPerConnection = 16
+
+// share is principal's share of key under pol (non-nil): the policy's
+// override, else the server's.
+func (pl *principalLimits) share(pol *auth.Policy, principal string, key auth.LimitKey) int {
+	if n, _, ok := pol.Limit(principal, key); ok {
+		return n
+	}
+	return pl.defaults[key]
 }
 
 // refuse answers a call of principal by over its share limit (counted and
@@ -113,16 +139,17 @@ func (s *Server) principalStreams(az *auth.Authorizer) grpc.StreamServerIntercep
 			return handler(srv, ss)
 		}
 		pl := s.plim
+		pol := az.Policy()
 		method := strings.TrimPrefix(info.FullMethod, lockServicePrefix)
-		if !pl.streams.take(by) {
+		if n := pl.share(pol, by, auth.LimitStreams); !pl.streams.take(by, n) {
 			return pl.refuse(wireerr.LimitPrincipalStreams, by, method,
-				"this principal holds %d streams (lock.server.principal.max-streams)", pl.streams.max)
+				"this principal holds %d streams (lock.server.principal.max-streams)", n)
 		}
 		defer pl.streams.give(by)
 		if info.FullMethod == lockdv1.LockService_Watch_FullMethodName {
-			if !pl.watches.take(by) {
+			if n := pl.share(pol, by, auth.LimitWatches); !pl.watches.take(by, n) {
 				return pl.refuse(wireerr.LimitPrincipalWatches, by, method,
-					"this principal holds %d watches (lock.server.principal.max-watches)", pl.watches.max)
+					"this principal holds %d watches (lock.server.principal.max-watches)", n)
 			}
 			defer pl.watches.give(by)
 		}

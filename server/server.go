@@ -220,10 +220,11 @@ func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 		grpc.StaticConnWindowSize(connWindow),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(newRequestCodec(&s.bad)),
-		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(az), s.unaryLimits),
+		grpc.ChainUnaryInterceptor(s.unaryBadUTF8, s.authUnary(az), s.unaryLimits, s.principalUnary(az)),
 		grpc.ChainStreamInterceptor(s.streamBadUTF8, s.authStream(az), s.streamLimits, s.principalStreams(az)),
-		grpc.StatsHandler(s.lim),   // counts connections (limits.go)
-		grpc.StatsHandler(s.guard), // finds a call's connection (idle.go)
+		grpc.StatsHandler(principalConns{s.plim}), // per principal, before s.lim (principal_conns.go)
+		grpc.StatsHandler(s.lim),                  // counts connections (limits.go)
+		grpc.StatsHandler(s.guard),                // finds a call's connection (idle.go)
 		// Find dead client connections (a waiting Acquire of a client
 		// that vanished then ends, and its waiter leaves the queue), and
 		// close connections with no call in progress (C5 #ct5-idle).

@@ -15,6 +15,7 @@ func FuzzParsePolicy(f *testing.F) {
 	f.Add([]byte("rules:\n  - name: x\n    principals: [a]\n    prefixes: [a/, b]\n    allow: [admin]\n"))
 	f.Add([]byte("x: &a [1]\nrules: *a\n"))
 	f.Add([]byte("rules:\n  - principals: [a\n"))
+	f.Add([]byte("rules:\n  - name: w\n    principals: [a, b]\n    prefixes: [x/]\n    allow: [lock]\nlimits:\n  - rule: w\n    max-sessions: 3\n  - principals: [\"*\"]\n    max-connections: 2\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParsePolicy(data)
 		if err != nil {
@@ -30,6 +31,16 @@ func FuzzParsePolicy(f *testing.F) {
 				t.Fatalf("rule %+v has an empty part", r)
 			}
 			names[r.Name] = true
+		}
+		for _, e := range p.Limits() {
+			if len(e.Principals) == 0 || len(e.Values) == 0 {
+				t.Fatalf("limits entry %+v names no principal or sets nothing", e)
+			}
+		}
+		for _, k := range LimitKeys() {
+			if n, _, ok := p.Limit("a", k); ok && (n < 1 || n > MaxLimitValue) {
+				t.Fatalf("Limit(a, %s) = %d, out of bounds", k, n)
+			}
 		}
 		for _, a := range []Action{ActionRead, ActionLock, ActionAdmin} {
 			for _, k := range []string{"", "a", "a/x", "ab", "*"} {

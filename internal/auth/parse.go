@@ -134,7 +134,7 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	top, err := fields(root, "policy", "rules")
+	top, err := fields(root, "policy", "rules", "limits")
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +157,11 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		}
 		names[r.Name] = r.Line
 		p.rules = append(p.rules, r)
+	}
+	if ln, ok := top["limits"]; ok {
+		if err := parseLimits(ln, p); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }

@@ -69,7 +69,8 @@ type Rule struct {
 // everything (RuleNoPolicy). A Policy is immutable and safe for concurrent
 // use.
 type Policy struct {
-	rules []Rule
+	rules  []Rule
+	limits []LimitEntry // per-principal shares (limits.go)
 }
 
 // UnsafeRules returns the names of the rules that grant admin to Anonymous

@@ -45,6 +45,10 @@ as lockd serve decides it. With --prefix, KEY is a List/Watch prefix and the ans
 says whether every key under it, only some (results filtered), or none
 may be read.
 
+Under a policy it then prints the principal's per-principal shares that the
+policy's limits: list sets (each with its line), or that no rule names it
+(it holds no connection; docs/contracts/C5.md #ct5-principal-limits).
+
 The policy file is --policy-file, else LOCKD_AUTH_POLICY_FILE; without
 either, everything is allowed (rule no-policy), as in lockd serve. The exit
 status is 0 when allowed, 1 when denied or the file is malformed.`,
@@ -106,12 +110,44 @@ status is 0 when allowed, 1 when denied or the file is malformed.`,
 		}
 		if !allowed {
 			fmt.Fprintf(e.stdout, "denied: %s may not %s %s (%s)\n", principal, verb, what, describeRule(p, rule))
+			printShares(e, p, principal)
 			return &exitError{code: ExitError}
 		}
-		_, err := fmt.Fprintf(e.stdout, "allowed: %s may %s %s (%s)\n", principal, verb, what, describeRule(p, rule))
-		return err
+		if _, err := fmt.Fprintf(e.stdout, "allowed: %s may %s %s (%s)\n", principal, verb, what, describeRule(p, rule)); err != nil {
+			return err
+		}
+		printShares(e, p, principal)
+		return nil
 	}
 	return cmd
+}
+
+// printShares prints the principal's per-principal shares under p (C5
+// #ct5-principal-limits): nothing without a policy; a principal no rule
+// names holds no connection; the limits: entries that set a share of the
+// principal, each with its line, when the policy has a limits: list.
+func printShares(e *env, p *auth.Policy, principal string) {
+	if p == nil {
+		return
+	}
+	if !p.Names(principal) {
+		fmt.Fprintf(e.stdout, "limits: no rule names %s: it holds no connection (max-connections 0)\n", principal)
+		return
+	}
+	if len(p.Limits()) == 0 {
+		return
+	}
+	var set []string
+	for _, k := range auth.LimitKeys() {
+		if n, line, ok := p.Limit(principal, k); ok {
+			set = append(set, fmt.Sprintf("%s %d (line %d)", k, n, line))
+		}
+	}
+	if len(set) == 0 {
+		fmt.Fprintf(e.stdout, "limits: the server's shares (lock.server.principal.*)\n")
+		return
+	}
+	fmt.Fprintf(e.stdout, "limits: %s; the rest are the server's shares (lock.server.principal.*)\n", strings.Join(set, ", "))
 }
 
 // describeRule says which rule decided: its name and line, or why none.

@@ -23,6 +23,11 @@ func TestAuthCheck(t *testing.T) {
 	if err := os.WriteFile(pf, []byte(policy), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	limited := filepath.Join(dir, "limited.yaml")
+	if err := os.WriteFile(limited, []byte("rules:\n  - name: billing\n    principals: [alice, bob]\n    prefixes: [billing/]\n    allow: [lock]\nlimits:\n"+
+		"  - rule: billing\n    max-sessions: 100\n  - principals: [alice]\n    max-connections: 8\n    max-sessions: 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("rules:\n  - principals: [a]\n    prefixes: [a]\n    allow: [rread]\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -59,6 +64,13 @@ func TestAuthCheck(t *testing.T) {
 		{[]string{"anonymous", "admin", "x"}, nil, 0,
 			"allowed: anonymous may admin x (no-policy: no policy file, every call is allowed)\n", ""},
 		{[]string{"alice", "write", "x"}, nil, ExitUsage, "", `unknown action "write"`},
+		// The shares (C5 #ct5-principal-limits).
+		{[]string{"mallory", "read", "x", "--policy-file", pf}, nil, 1,
+			"denied: mallory may not read x (default-deny: no rule allows it)\nlimits: no rule names mallory: it holds no connection (max-connections 0)\n", ""},
+		{[]string{"alice", "lock", "billing/x", "--policy-file", limited}, nil, 0,
+			"allowed: alice may lock billing/x (rule \"billing\", line 2)\nlimits: max-sessions 100 (line 7), max-connections 8 (line 9); the rest are the server's shares (lock.server.principal.*)\n", ""},
+		{[]string{"bob", "lock", "billing/x", "--policy-file", limited}, nil, 0,
+			"allowed: bob may lock billing/x (rule \"billing\", line 2)\nlimits: max-sessions 100 (line 7); the rest are the server's shares (lock.server.principal.*)\n", ""},
 		{[]string{"alice", "read", "x", "--policy-file", bad}, nil, 1, "", "policy file " + bad + ": line 4: rule 1 allow: unknown action \"rread\""},
 	} {
 		res := lockd(t, c.environ, append([]string{"auth", "check"}, c.args...)...)

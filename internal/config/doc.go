@@ -87,6 +87,10 @@
 //	lock.server.principal.max-streams        0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_STREAMS       --principal-max-streams
 //	lock.server.principal.max-watches        0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_WATCHES       --principal-max-watches
 //	lock.server.principal.max-sessions       0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_SESSIONS      --principal-max-sessions
+//	lock.server.principal.max-connections    0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_CONNECTIONS   --principal-max-connections
+//	lock.server.principal.max-waiters        0 (= 25 %)      0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_WAITERS       --principal-max-waiters
+//	lock.server.principal.max-inflight       0 (= 4 × conns) 0..1000000, under a policy                   LOCKD_SERVER_PRINCIPAL_MAX_INFLIGHT      --principal-max-inflight
+//	lock.server.principal.max-session-opens  0 (= 25 %)      0..1000000 per second, under a policy        LOCKD_SERVER_PRINCIPAL_MAX_SESSION_OPENS --principal-max-session-opens
 //
 //	lock.auth.policy-file                    (none)          a YAML policy file (C5 #ct5-auth)             LOCKD_AUTH_POLICY_FILE                   --auth-policy-file
 //	lock.auth.tokens-file                    (none)          a tokens file; needs lock.auth.policy-file   LOCKD_AUTH_TOKENS_FILE                   --auth-tokens-file

@@ -96,6 +96,10 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.principal.max-streams", "principal-max-streams", "KeepAlive and Watch streams one principal may hold under a policy (0: 25% of --max-streams)"},
 	{"lock.server.principal.max-watches", "principal-max-watches", "Watch streams one principal may hold under a policy (0: 25% of --max-watches)"},
 	{"lock.server.principal.max-sessions", "principal-max-sessions", "sessions one principal may keep under a policy (0: 25% of --max-sessions)"},
+	{"lock.server.principal.max-connections", "principal-max-connections", "connections one principal may hold under a policy (0: 25% of --max-connections)"},
+	{"lock.server.principal.max-waiters", "principal-max-waiters", "waiting acquires one principal may have under a policy (0: 25% of --max-waiters)"},
+	{"lock.server.principal.max-inflight", "principal-max-inflight", "unary calls one principal may have in progress under a policy (0: 4 × --max-connections)"},
+	{"lock.server.principal.max-session-opens", "principal-max-session-opens", "sessions one principal may open per second under a policy (0: 25% of --max-session-opens)"},
 	// Access control (C5 #ct5-auth).
 	{"lock.auth.policy-file", "auth-policy-file", "YAML access policy (rules of principals, prefixes, actions); unset: every call allowed"},
 	{"lock.auth.tokens-file", "auth-tokens-file", "bearer tokens: SHA-256 of each token and its principal (needs --auth-policy-file)"},

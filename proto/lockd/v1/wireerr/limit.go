@@ -22,16 +22,20 @@ const (
 	LimitLocksPerSession = "locks_per_session" // lock.server.max-locks-per-session
 	LimitRefusals        = "refusals"          // lock.server.refusal-rate (refusals for access, per peer)
 	// A principal's share (C5 #ct5-principal-limits).
-	LimitPrincipalStreams  = "principal_streams"  // lock.server.principal.max-streams
-	LimitPrincipalWatches  = "principal_watches"  // lock.server.principal.max-watches
-	LimitPrincipalSessions = "principal_sessions" // lock.server.principal.max-sessions
+	LimitPrincipalStreams      = "principal_streams"       // lock.server.principal.max-streams
+	LimitPrincipalWatches      = "principal_watches"       // lock.server.principal.max-watches
+	LimitPrincipalSessions     = "principal_sessions"      // lock.server.principal.max-sessions
+	LimitPrincipalSessionOpens = "principal_session_opens" // lock.server.principal.max-session-opens (per second)
+	LimitPrincipalConnections  = "principal_connections"   // lock.server.principal.max-connections
+	LimitPrincipalWaiters      = "principal_waiters"       // lock.server.principal.max-waiters
+	LimitPrincipalInflight     = "principal_inflight"      // lock.server.principal.max-inflight
 )
 
 // Limits lists every Limit* value, in the order of C2 #ct2-limits.
 func Limits() []string {
 	return []string{LimitSessions, LimitSessionOpens, LimitConnections, LimitStreams, LimitWatches,
 		LimitWaiters, LimitWaitersPerKey, LimitLocksPerSession, LimitRefusals, LimitPrincipalStreams, LimitPrincipalWatches,
-		LimitPrincipalSessions}
+		LimitPrincipalSessions, LimitPrincipalSessionOpens, LimitPrincipalConnections, LimitPrincipalWaiters, LimitPrincipalInflight}
 }
 
 // LimitStatus is the status of a request refused by the server bound limit
