@@ -88,7 +88,10 @@ rules:
 			_, err := alice.CheckToken(ctx, "theirs/k", 1, client.CheckOptions{})
 			return err
 		},
-		"anonymous": func() error { _, err := anon.CheckToken(ctx, "mine/k", 1, client.CheckOptions{Cached: true}); return err },
+		"anonymous": func() error {
+			_, err := anon.CheckToken(ctx, "mine/k", 1, client.CheckOptions{Cached: true})
+			return err
+		},
 	} {
 		if err := call(); !errors.Is(err, client.ErrPermissionDenied) {
 			t.Errorf("CheckToken %s = %v; want ErrPermissionDenied", name, err)
