@@ -10,15 +10,40 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/lockd/fence/fencepg"
+	"lock.dev/lockd/internal/testing/pgtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/test/chaos/history"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m, nil) }
+func TestMain(m *testing.M) { testkit.Main(pgtest.M{M: m}, nil) }
 
 func start(t *testing.T, check bool) (*Server, *Client) {
 	t.Helper()
-	s, err := Start(Config{CheckTokens: check})
+	return startCfg(t, Config{CheckTokens: check})
+}
+
+// pgFence returns a pool on a fresh database with the shipped PostgreSQL
+// fence applied (fence/fencepg).
+func pgFence(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := testCtx(t)
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatalf("pgxpool.New: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := fencepg.Apply(ctx, pool); err != nil {
+		t.Fatalf("fencepg.Apply: %v", err)
+	}
+	return pool
+}
+
+func startCfg(t *testing.T, cfg Config) (*Server, *Client) {
+	t.Helper()
+	s, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -40,7 +65,20 @@ func testCtx(t *testing.T) context.Context {
 
 func TestCheckTokensRefusesStale(t *testing.T) {
 	t.Parallel()
-	s, c := start(t, true)
+	for _, pg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "fencepg"}[pg], func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{CheckTokens: true}
+			if pg {
+				cfg.PGFence = pgFence(t)
+			}
+			checkTokensRefusesStale(t, cfg)
+		})
+	}
+}
+
+func checkTokensRefusesStale(t *testing.T, cfg Config) {
+	s, c := startCfg(t, cfg)
 	ctx := testCtx(t)
 	if !strings.HasPrefix(s.URL(), "http://127.0.0.1:") {
 		t.Fatalf("URL() = %s, want a loopback address", s.URL())
@@ -85,6 +123,9 @@ func TestCheckTokensRefusesStale(t *testing.T) {
 	}
 	if r := s.Rejected(); r != 1 {
 		t.Fatalf("Rejected() = %d, want 1", r)
+	}
+	if r, want := s.RejectedByPG(), map[bool]int{false: 0, true: 1}[cfg.PGFence != nil]; r != want {
+		t.Fatalf("RejectedByPG() = %d, want %d", r, want)
 	}
 	remote, err := c.Writes(ctx)
 	if err != nil {
