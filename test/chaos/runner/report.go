@@ -226,9 +226,9 @@ linearizable (per key; "-" for semaphores and read/write locks), trusted-ovl = o
 (more than a semaphore's N, or an exclusive grant with another), tokens = token order, liveness = waiters kept
 out of a dead holder's key past TTL + reaper + slack ("N?" = undecided), recover = keys not granted again
 within TTL + reaper + slack after a fault ended, pauses = holder pauses whose late write the token check
-refused / pauses (pause faults only); refused = writes the fenced resource refused for a stale token (of them,
-pg = those the shipped PostgreSQL fence, fence/fencepg, refused: plain locks' writes); handover = delay from a holder's death to the next grant; regrant = delay
-from a fault's end to each key's next grant; release = Release call latency. Semaphore and read/write keys
+refused / pauses (pause faults only); refused = writes the fenced resource refused for a stale token (pg: of
+them, those the shipped PostgreSQL fence, fence/fencepg, refused: plain locks' writes); handover = delay from a
+holder's death to the next grant; regrant = delay from a fault's end to each key's next grant; release = Release call latency. Semaphore and read/write keys
 (multi-*): overlap-w counts writers acting beyond the key's kind, stale follows the resource's shared and
 exclusive rules, a semaphore slot's write is checked against lockd's holders (test/chaos/fenced).
 `
