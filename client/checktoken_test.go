@@ -59,8 +59,13 @@ func TestCheckToken(t *testing.T) {
 }
 
 // TestCheckTokenDenied: a caller without read on the key is refused
-// (ErrPermissionDenied), like Inspect; one with read is answered.
+// (ErrPermissionDenied), like Inspect; one with read is answered. Both
+// backends.
 func TestCheckTokenDenied(t *testing.T) {
+	forBackends(t, checkTokenDenied)
+}
+
+func checkTokenDenied(t *testing.T, backend string) {
 	dir := t.TempDir()
 	az, err := auth.New(auth.Config{
 		PolicyFile: writeFile(t, dir, "policy.yaml", `
@@ -76,7 +81,7 @@ rules:
 		t.Fatalf("auth.New: %v", err)
 	}
 	t.Cleanup(func() { _ = az.Close() })
-	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{Auth: az, NoClient: true})
+	srv := lockdtest.StartBackend(t, backend, lockdtest.Options{Auth: az, NoClient: true})
 	ctx := testCtx(t, time.Minute)
 	alice := srv.NewClient(t, client.WithBearerToken("token-of-alice-0123456789"))
 	anon := srv.NewClient(t)
