@@ -87,17 +87,21 @@ func TestCheckToken(t *testing.T) {
 			}
 		}
 
-		// HTTP: GET /v1/locks/{key}:check?token=T.
+		// HTTP: GET /v1/tokens/{key}?token=T.
 		hc := newJClient(t, "http://"+srv.HTTPAddr, nil)
-		out := hc.ok("GET", fmt.Sprintf("/v1/locks/fence/k:check?token=%d", g2.Token), nil)
+		out := hc.ok("GET", fmt.Sprintf("/v1/tokens/fence/k?token=%d", g2.Token), nil)
 		if out["current"] != true {
-			t.Fatalf("GET :check(current token) = %v; want current", out)
+			t.Fatalf("GET /v1/tokens (current token) = %v; want current", out)
 		}
-		out = hc.ok("GET", fmt.Sprintf("/v1/locks/fence/k:check?token=%d&consistency=CHECK_CONSISTENCY_CACHED", g1.Token), nil)
+		out = hc.ok("GET", fmt.Sprintf("/v1/tokens/fence/k?token=%d&consistency=CHECK_CONSISTENCY_CACHED", g1.Token), nil)
 		if out["current"] != false {
-			t.Fatalf("GET :check(stale token, cached) = %v; want not current", out)
+			t.Fatalf("GET /v1/tokens (stale token, cached) = %v; want not current", out)
 		}
-		st, out := hc.do("GET", "/v1/locks/fence/k:check?token=0", nil)
-		wantErr(t, "GET :check(token 0)", st, out, http.StatusBadRequest, wireerr.ReasonInvalidArgument)
+		st, out := hc.do("GET", "/v1/tokens/fence/k?token=0", nil)
+		wantErr(t, "GET /v1/tokens (token 0)", st, out, http.StatusBadRequest, wireerr.ReasonInvalidArgument)
+		// A key ending in ":check" is still inspected by GET /v1/locks/{key}.
+		if out := hc.ok("GET", "/v1/locks/fence/x:check", nil); out["held"] != false {
+			t.Fatalf("GET /v1/locks/fence/x:check = %v; want Inspect's answer", out)
+		}
 	})
 }

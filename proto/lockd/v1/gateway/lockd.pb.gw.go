@@ -905,7 +905,7 @@ func RegisterLockServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/lockd.v1.LockService/CheckToken", runtime.WithHTTPPathPattern("/v1/locks/{key=**}:check"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/lockd.v1.LockService/CheckToken", runtime.WithHTTPPathPattern("/v1/tokens/{key=**}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -1167,7 +1167,7 @@ func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/lockd.v1.LockService/CheckToken", runtime.WithHTTPPathPattern("/v1/locks/{key=**}:check"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/lockd.v1.LockService/CheckToken", runtime.WithHTTPPathPattern("/v1/tokens/{key=**}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -1196,7 +1196,7 @@ var (
 	pattern_LockService_Watch_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "watch"}, ""))
 	pattern_LockService_SetValue_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "value"))
 	pattern_LockService_ListSessions_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, ""))
-	pattern_LockService_CheckToken_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "check"))
+	pattern_LockService_CheckToken_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "tokens", "key"}, ""))
 )
 
 var (
