@@ -295,3 +295,32 @@ func TestModes(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotCheck: with SlotCheck set, a slot write is accepted iff SlotCheck
+// says its token is current (SlotHolders is not asked), and a failing
+// check is an error, never an acceptance.
+func TestSlotCheck(t *testing.T) {
+	t.Parallel()
+	current := map[uint64]bool{7: true}
+	s, c := startCfg(t, Config{CheckTokens: true,
+		SlotHolders: func(context.Context, string) ([]uint64, error) { return nil, errors.New("SlotHolders asked") },
+		SlotCheck: func(_ context.Context, key string, token uint64) (bool, error) {
+			if key == "down" {
+				return false, errors.New("lockd unreachable")
+			}
+			return current[token], nil
+		}})
+	ctx := testCtx(t)
+	if _, err := c.WriteMode(ctx, "sem", "a", ModeSlot, 7); err != nil {
+		t.Fatalf("slot write with a current token: %v", err)
+	}
+	if _, err := c.WriteMode(ctx, "sem", "b", ModeSlot, 5); !errors.Is(err, ErrStale) {
+		t.Fatalf("slot write with a token that is not current = %v; want ErrStale", err)
+	}
+	if _, err := c.WriteMode(ctx, "down", "a", ModeSlot, 7); err == nil || OutcomeOf(err) != history.Unknown {
+		t.Fatalf("slot write with the check failing = %v; want an unknown outcome", err)
+	}
+	if n := len(s.Writes()); n != 1 {
+		t.Fatalf("%d writes accepted; want 1", n)
+	}
+}

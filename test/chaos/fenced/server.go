@@ -34,6 +34,10 @@ type Config struct {
 	// the check of ModeSlot writes. Without it, with CheckTokens on, every
 	// ModeSlot write is refused.
 	SlotHolders func(ctx context.Context, key string) ([]uint64, error)
+	// SlotCheck, if set, replaces SlotHolders: whether token is a current
+	// grant of key, as the lock service answers it (lockd's CheckToken,
+	// C2 #ct2-check-token).
+	SlotCheck func(ctx context.Context, key string, token uint64) (bool, error)
 	// PGFence, if set (with CheckTokens on), fences plain writes with the
 	// shipped PostgreSQL fence (fence/fencepg, C2 #ct2-fence-kit) instead
 	// of the in-memory check: each write is one transaction that calls
@@ -236,8 +240,18 @@ func (s *Server) acceptPG(key, writer string, token uint64) (seq uint64, highest
 	return seq, 0, true, nil
 }
 
-// isSlotHolder asks SlotHolders whether token holds a slot of key now.
+// isSlotHolder asks SlotCheck, else SlotHolders, whether token holds a
+// slot of key now.
 func (s *Server) isSlotHolder(key string, token uint64) (bool, error) {
+	if s.cfg.SlotCheck != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), slotCheckTimeout)
+		defer cancel()
+		current, err := s.cfg.SlotCheck(ctx, key, token)
+		if err != nil {
+			return false, fmt.Errorf("fenced: check %q: %w", key, err)
+		}
+		return current, nil
+	}
 	if s.cfg.SlotHolders == nil {
 		return false, nil
 	}

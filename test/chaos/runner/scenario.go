@@ -324,7 +324,7 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 		}
 	}
 	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: checkTokens,
-		Clock: r.clock, SlotHolders: r.slotHolders, PGFence: r.fencePool})
+		Clock: r.clock, SlotCheck: r.slotCheck, PGFence: r.fencePool})
 	if err != nil {
 		if r.fencePool != nil {
 			r.fencePool.Close()
