@@ -10,10 +10,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
+	"lock.dev/lockd/store"
 )
 
 // TestCheckToken is C2 #ct2-check-token on both backends, over gRPC and
@@ -103,5 +105,40 @@ func TestCheckToken(t *testing.T) {
 		if out := hc.ok("GET", "/v1/locks/fence/x:check", nil); out["held"] != false {
 			t.Fatalf("GET /v1/locks/fence/x:check = %v; want Inspect's answer", out)
 		}
+	})
+}
+
+// TestCheckTokenCachedNeedsWatch: the cached mode never answers from an
+// index whose watch is not running (C2 #ct2-check-token): while the
+// server's lock-loss watch cannot be established every cached check reads
+// the backend (cached false, still correct); once the watch is up, a key
+// checked again is answered from the index.
+func TestCheckTokenCachedNeedsWatch(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		var faulty *lockdtest.Faulty
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true, Wrap: func(st store.LockStore) store.LockStore {
+			faulty = lockdtest.NewFaulty(st)
+			faulty.Fail(telemetry.OpWatch, store.ErrUnavailable)
+			return faulty
+		}})
+		api := dial(t, srv.Addr)
+		ctx := testCtx(t, time.Minute)
+		a := openRaw(t, ctx, api, longTTL)
+		g, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: a.SessionId, Key: "fence/w"})
+		if err != nil || !g.Granted {
+			t.Fatalf("Acquire = %v, %v", g, err)
+		}
+		cached := &lockdv1.CheckTokenRequest{Key: "fence/w", Token: g.Token, Consistency: lockdv1.CheckConsistency_CHECK_CONSISTENCY_CACHED}
+		for i := range 3 {
+			r, err := api.CheckToken(ctx, cached)
+			if err != nil || !r.Current || r.Cached {
+				t.Fatalf("cached check %d with no watch = %v, %v; want current, read from the backend", i, r, err)
+			}
+		}
+		faulty.Fail(telemetry.OpWatch, nil)
+		testkit.Eventually(t, 20*time.Second, "a cached answer once the watch is up", func() bool {
+			r, err := api.CheckToken(ctx, cached)
+			return err == nil && r.Current && r.Cached
+		})
 	})
 }
