@@ -43,6 +43,8 @@ func checkOf(req any) (auth.Action, string) {
 		return auth.ActionLock, r.Key
 	case *lockdv1.InspectRequest:
 		return auth.ActionRead, r.Key
+	case *lockdv1.CheckTokenRequest:
+		return auth.ActionRead, r.Key
 	case *lockdv1.RevokeRequest:
 		return auth.ActionAdmin, r.Key
 	}

@@ -161,6 +161,12 @@ func TestPolicyMatrix(t *testing.T) {
 			}
 			return err
 		}},
+		{"CheckToken", "read", func(ctx context.Context, top, _ string) error {
+			// Token 1 is no grant's: answered not current, which shows
+			// the call passed access control.
+			_, err := api.CheckToken(ctx, &lockdv1.CheckTokenRequest{Key: key(top, "held"), Token: 1})
+			return err
+		}},
 		{"List", "read", func(ctx context.Context, top, _ string) error {
 			r, err := api.List(ctx, &lockdv1.ListRequest{Prefix: top})
 			if err == nil && len(r.Locks) == 0 {

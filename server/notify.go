@@ -43,6 +43,7 @@ func (s *Server) lostLoop() {
 			continue
 		}
 		attempt = 0
+		s.tokens.watchUp() // CheckToken's cached index (tokenindex.go)
 		s.reconcile()
 		for ev := range ch {
 			if ev.Err != nil {
@@ -50,11 +51,15 @@ func (s *Server) lostLoop() {
 				break
 			}
 			if ev.Kind == store.EventResync {
+				s.tokens.watchDown() // events may have been missed: empty it
+				s.tokens.watchUp()
 				s.reconcile() // events may have been missed
 				continue
 			}
+			s.tokens.apply(ev)
 			s.route(ev)
 		}
+		s.tokens.watchDown()
 		if s.ctx.Err() != nil {
 			return
 		}

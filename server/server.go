@@ -97,6 +97,7 @@ type Server struct {
 	guard    *connGuard       // closes connections without an authorised call (idle.go)
 	translog *TransportLog    // net/http's error log as C4 events (translog.go)
 	plim     *principalLimits // per-principal shares (principal_limits.go)
+	tokens   tokenIndex       // CheckToken's cached mode (tokenindex.go), fed by lostLoop
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off

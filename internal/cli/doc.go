@@ -8,6 +8,7 @@
 //	lockd inspect KEY                        describe one key
 //	lockd ls [PREFIX]                        list held keys
 //	lockd revoke KEY                         revoke a key's grant (administrative)
+//	lockd check [--cached] KEY TOKEN         is TOKEN a current grant of KEY (exit 0 yes, 3 no)
 //	lockd watch [PREFIX]                     one line per lock event
 //	lockd elect [--value V] [--owner S] NAME -- CMD [ARGS...]
 //	                                         run CMD only while leader of election NAME
@@ -15,9 +16,9 @@
 //	lockd auth check PRINCIPAL ACTION KEY    decide a call against a policy file (offline)
 //	lockd auth hash-token PRINCIPAL          a tokens-file line for the token on stdin
 //
-// Client commands (run, inspect, ls, revoke, watch, elect, leader) reach the
+// Client commands (run, inspect, ls, revoke, check, watch, elect, leader) reach the
 // server at --server, else $LOCKD_SERVER, else 127.0.0.1:7420. inspect, ls,
-// watch and leader take --output text|json.
+// check, watch and leader take --output text|json.
 //
 // # Exit codes
 //
@@ -25,6 +26,7 @@
 //	1    an error (message on stderr, prefixed with the command); lockd auth
 //	     check: the call is denied
 //	2    a usage error (bad flag, missing or extra argument)
+//	3    lockd check: TOKEN is not a current grant of KEY
 //	69   lockd run: the server could not be reached before the lock was held
 //	     (lockd elect: before the session was open, or while campaigning)
 //	75   lockd run: the lock was lost while CMD ran; CMD was terminated

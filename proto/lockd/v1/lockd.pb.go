@@ -200,6 +200,63 @@ func (LockMode) EnumDescriptor() ([]byte, []int) {
 	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{1}
 }
 
+// CheckConsistency says how CheckToken reads (C2 #ct2-check-token).
+type CheckConsistency int32
+
+const (
+	// CHECK_CONSISTENCY_UNSPECIFIED is the linearizable mode.
+	CheckConsistency_CHECK_CONSISTENCY_UNSPECIFIED CheckConsistency = 0
+	// CHECK_CONSISTENCY_LINEARIZABLE reads the key through the backend: the
+	// answer is the backend's state at a point during the call.
+	CheckConsistency_CHECK_CONSISTENCY_LINEARIZABLE CheckConsistency = 1
+	// CHECK_CONSISTENCY_CACHED answers from the server's index of held
+	// grants, kept by its watch of every key: no backend read, at most one
+	// watch delivery delay behind the backend. While the index is not usable
+	// the server reads through the backend (CheckTokenResponse.cached false).
+	CheckConsistency_CHECK_CONSISTENCY_CACHED CheckConsistency = 2
+)
+
+// Enum value maps for CheckConsistency.
+var (
+	CheckConsistency_name = map[int32]string{
+		0: "CHECK_CONSISTENCY_UNSPECIFIED",
+		1: "CHECK_CONSISTENCY_LINEARIZABLE",
+		2: "CHECK_CONSISTENCY_CACHED",
+	}
+	CheckConsistency_value = map[string]int32{
+		"CHECK_CONSISTENCY_UNSPECIFIED":  0,
+		"CHECK_CONSISTENCY_LINEARIZABLE": 1,
+		"CHECK_CONSISTENCY_CACHED":       2,
+	}
+)
+
+func (x CheckConsistency) Enum() *CheckConsistency {
+	p := new(CheckConsistency)
+	*p = x
+	return p
+}
+
+func (x CheckConsistency) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CheckConsistency) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockd_v1_lockd_proto_enumTypes[2].Descriptor()
+}
+
+func (CheckConsistency) Type() protoreflect.EnumType {
+	return &file_lockd_v1_lockd_proto_enumTypes[2]
+}
+
+func (x CheckConsistency) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CheckConsistency.Descriptor instead.
+func (CheckConsistency) EnumDescriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{2}
+}
+
 // EventKind says what happened to a key.
 type EventKind int32
 
@@ -272,11 +329,11 @@ func (x EventKind) String() string {
 }
 
 func (EventKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_lockd_v1_lockd_proto_enumTypes[2].Descriptor()
+	return file_lockd_v1_lockd_proto_enumTypes[3].Descriptor()
 }
 
 func (EventKind) Type() protoreflect.EnumType {
-	return &file_lockd_v1_lockd_proto_enumTypes[2]
+	return &file_lockd_v1_lockd_proto_enumTypes[3]
 }
 
 func (x EventKind) Number() protoreflect.EnumNumber {
@@ -285,7 +342,7 @@ func (x EventKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventKind.Descriptor instead.
 func (EventKind) EnumDescriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{2}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
 }
 
 // OpenSessionRequest asks for a new session.
@@ -1730,6 +1787,138 @@ func (x *InspectResponse) GetLock() *LockInfo {
 	return nil
 }
 
+// CheckTokenRequest names a key and a fencing token.
+type CheckTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the lock's key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// token is the fencing token to check; 0 is invalid.
+	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// consistency picks the mode; unset is linearizable.
+	Consistency   CheckConsistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=lockd.v1.CheckConsistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTokenRequest) Reset() {
+	*x = CheckTokenRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTokenRequest) ProtoMessage() {}
+
+func (x *CheckTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTokenRequest.ProtoReflect.Descriptor instead.
+func (*CheckTokenRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CheckTokenRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CheckTokenRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *CheckTokenRequest) GetConsistency() CheckConsistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return CheckConsistency_CHECK_CONSISTENCY_UNSPECIFIED
+}
+
+// CheckTokenResponse says whether the token is current.
+type CheckTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// current is true when a grant of the key with exactly this token is
+	// held (the holder of a plain lock, any holder of a semaphore or
+	// read/write key).
+	Current bool `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
+	// tokens are the tokens of the key's current grants, lowest first;
+	// empty when nobody holds the key.
+	Tokens []uint64 `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	// cached is true when the server's index answered (cached mode), false
+	// when the backend was read.
+	Cached        bool `protobuf:"varint,3,opt,name=cached,proto3" json:"cached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTokenResponse) Reset() {
+	*x = CheckTokenResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTokenResponse) ProtoMessage() {}
+
+func (x *CheckTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTokenResponse.ProtoReflect.Descriptor instead.
+func (*CheckTokenResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CheckTokenResponse) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+func (x *CheckTokenResponse) GetTokens() []uint64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *CheckTokenResponse) GetCached() bool {
+	if x != nil {
+		return x.Cached
+	}
+	return false
+}
+
 // LockInfo describes one held key.
 type LockInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1769,7 +1958,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1970,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1983,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LockInfo) GetKey() string {
@@ -1905,7 +2094,7 @@ type LockHolder struct {
 
 func (x *LockHolder) Reset() {
 	*x = LockHolder{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2106,7 @@ func (x *LockHolder) String() string {
 func (*LockHolder) ProtoMessage() {}
 
 func (x *LockHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2119,7 @@ func (x *LockHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
 func (*LockHolder) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LockHolder) GetSessionId() string {
@@ -1998,7 +2187,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2199,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2212,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2060,7 +2249,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2261,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2274,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -2113,7 +2302,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2314,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2327,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -2163,7 +2352,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2364,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2377,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -2242,7 +2431,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2443,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2456,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -2329,7 +2518,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2530,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2543,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -2439,7 +2628,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2640,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2653,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetValueRequest) GetSessionId() string {
@@ -2511,7 +2700,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2712,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2725,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
 }
 
 // ListSessionsRequest selects a page of sessions.
@@ -2556,7 +2745,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2757,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2770,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSessionsRequest) GetPrincipal() string {
@@ -2618,7 +2807,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2819,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2832,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -2671,7 +2860,7 @@ type CloseSessionsRequest struct {
 
 func (x *CloseSessionsRequest) Reset() {
 	*x = CloseSessionsRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2872,7 @@ func (x *CloseSessionsRequest) String() string {
 func (*CloseSessionsRequest) ProtoMessage() {}
 
 func (x *CloseSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2885,7 @@ func (x *CloseSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionsRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CloseSessionsRequest) GetPrincipal() string {
@@ -2719,7 +2908,7 @@ type CloseSessionsResponse struct {
 
 func (x *CloseSessionsResponse) Reset() {
 	*x = CloseSessionsResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2920,7 @@ func (x *CloseSessionsResponse) String() string {
 func (*CloseSessionsResponse) ProtoMessage() {}
 
 func (x *CloseSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2933,7 @@ func (x *CloseSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionsResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CloseSessionsResponse) GetClosed() int64 {
@@ -2788,7 +2977,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2989,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3002,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -2971,7 +3160,15 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"M\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
-	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xdf\x03\n" +
+	"\x04lock\x18\x02 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"y\n" +
+	"\x11CheckTokenRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12<\n" +
+	"\vconsistency\x18\x03 \x01(\x0e2\x1a.lockd.v1.CheckConsistencyR\vconsistency\"^\n" +
+	"\x12CheckTokenResponse\x12\x18\n" +
+	"\acurrent\x18\x01 \x01(\bR\acurrent\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\x04R\x06tokens\x12\x16\n" +
+	"\x06cached\x18\x03 \x01(\bR\x06cached\"\xdf\x03\n" +
 	"\bLockInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -3081,7 +3278,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\bLockMode\x12\x19\n" +
 	"\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LOCK_MODE_EXCLUSIVE\x10\x01\x12\x14\n" +
-	"\x10LOCK_MODE_SHARED\x10\x02*\xe8\x01\n" +
+	"\x10LOCK_MODE_SHARED\x10\x02*w\n" +
+	"\x10CheckConsistency\x12!\n" +
+	"\x1dCHECK_CONSISTENCY_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eCHECK_CONSISTENCY_LINEARIZABLE\x10\x01\x12\x1c\n" +
+	"\x18CHECK_CONSISTENCY_CACHED\x10\x02*\xe8\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_ACQUIRED\x10\x01\x12\x17\n" +
@@ -3091,7 +3292,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x10EVENT_KIND_VALUE\x10\x05\x12\x17\n" +
 	"\x13EVENT_KIND_MAX_HOLD\x10\x06\x12\x15\n" +
 	"\x11EVENT_KIND_RESYNC\x10\a\x12\x17\n" +
-	"\x13EVENT_KIND_PROGRESS\x10\b2\xd5\a\n" +
+	"\x13EVENT_KIND_PROGRESS\x10\b2\x9e\b\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +
@@ -3107,7 +3308,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05Watch\x12\x16.lockd.v1.WatchRequest\x1a\x17.lockd.v1.WatchResponse0\x01\x12A\n" +
 	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\x12M\n" +
 	"\fListSessions\x12\x1d.lockd.v1.ListSessionsRequest\x1a\x1e.lockd.v1.ListSessionsResponse\x12P\n" +
-	"\rCloseSessions\x12\x1e.lockd.v1.CloseSessionsRequest\x1a\x1f.lockd.v1.CloseSessionsResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\rCloseSessions\x12\x1e.lockd.v1.CloseSessionsRequest\x1a\x1f.lockd.v1.CloseSessionsResponse\x12G\n" +
+	"\n" +
+	"CheckToken\x12\x1b.lockd.v1.CheckTokenRequest\x1a\x1c.lockd.v1.CheckTokenResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -3121,109 +3324,115 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 	return file_lockd_v1_lockd_proto_rawDescData
 }
 
-var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(LockMode)(0),                 // 1: lockd.v1.LockMode
-	(EventKind)(0),                // 2: lockd.v1.EventKind
-	(*OpenSessionRequest)(nil),    // 3: lockd.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 4: lockd.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),      // 5: lockd.v1.KeepAliveRequest
-	(*HeartbeatRequest)(nil),      // 6: lockd.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 7: lockd.v1.HeartbeatResponse
-	(*KeepAliveResponse)(nil),     // 8: lockd.v1.KeepAliveResponse
-	(*HeldLocks)(nil),             // 9: lockd.v1.HeldLocks
-	(*HeldLock)(nil),              // 10: lockd.v1.HeldLock
-	(*SessionError)(nil),          // 11: lockd.v1.SessionError
-	(*LockLost)(nil),              // 12: lockd.v1.LockLost
-	(*CloseSessionRequest)(nil),   // 13: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 14: lockd.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 15: lockd.v1.AcquireRequest
-	(*LeaveQueueRequest)(nil),     // 16: lockd.v1.LeaveQueueRequest
-	(*LeaveQueueResponse)(nil),    // 17: lockd.v1.LeaveQueueResponse
-	(*AcquireResponse)(nil),       // 18: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 19: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 20: lockd.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 21: lockd.v1.InspectRequest
-	(*InspectResponse)(nil),       // 22: lockd.v1.InspectResponse
-	(*LockInfo)(nil),              // 23: lockd.v1.LockInfo
-	(*LockHolder)(nil),            // 24: lockd.v1.LockHolder
-	(*ListRequest)(nil),           // 25: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 26: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 27: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 28: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 29: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 30: lockd.v1.WatchResponse
-	(*SetValueRequest)(nil),       // 31: lockd.v1.SetValueRequest
-	(*SetValueResponse)(nil),      // 32: lockd.v1.SetValueResponse
-	(*ListSessionsRequest)(nil),   // 33: lockd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 34: lockd.v1.ListSessionsResponse
-	(*CloseSessionsRequest)(nil),  // 35: lockd.v1.CloseSessionsRequest
-	(*CloseSessionsResponse)(nil), // 36: lockd.v1.CloseSessionsResponse
-	(*SessionInfo)(nil),           // 37: lockd.v1.SessionInfo
-	nil,                           // 38: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 39: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 40: lockd.v1.LockHolder.LabelsEntry
-	nil,                           // 41: lockd.v1.WatchResponse.LabelsEntry
-	nil,                           // 42: lockd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
+	(CheckConsistency)(0),         // 2: lockd.v1.CheckConsistency
+	(EventKind)(0),                // 3: lockd.v1.EventKind
+	(*OpenSessionRequest)(nil),    // 4: lockd.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 5: lockd.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),      // 6: lockd.v1.KeepAliveRequest
+	(*HeartbeatRequest)(nil),      // 7: lockd.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 8: lockd.v1.HeartbeatResponse
+	(*KeepAliveResponse)(nil),     // 9: lockd.v1.KeepAliveResponse
+	(*HeldLocks)(nil),             // 10: lockd.v1.HeldLocks
+	(*HeldLock)(nil),              // 11: lockd.v1.HeldLock
+	(*SessionError)(nil),          // 12: lockd.v1.SessionError
+	(*LockLost)(nil),              // 13: lockd.v1.LockLost
+	(*CloseSessionRequest)(nil),   // 14: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 15: lockd.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 16: lockd.v1.AcquireRequest
+	(*LeaveQueueRequest)(nil),     // 17: lockd.v1.LeaveQueueRequest
+	(*LeaveQueueResponse)(nil),    // 18: lockd.v1.LeaveQueueResponse
+	(*AcquireResponse)(nil),       // 19: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 20: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 21: lockd.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 22: lockd.v1.InspectRequest
+	(*InspectResponse)(nil),       // 23: lockd.v1.InspectResponse
+	(*CheckTokenRequest)(nil),     // 24: lockd.v1.CheckTokenRequest
+	(*CheckTokenResponse)(nil),    // 25: lockd.v1.CheckTokenResponse
+	(*LockInfo)(nil),              // 26: lockd.v1.LockInfo
+	(*LockHolder)(nil),            // 27: lockd.v1.LockHolder
+	(*ListRequest)(nil),           // 28: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 29: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 30: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 31: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 32: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 33: lockd.v1.WatchResponse
+	(*SetValueRequest)(nil),       // 34: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),      // 35: lockd.v1.SetValueResponse
+	(*ListSessionsRequest)(nil),   // 36: lockd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 37: lockd.v1.ListSessionsResponse
+	(*CloseSessionsRequest)(nil),  // 38: lockd.v1.CloseSessionsRequest
+	(*CloseSessionsResponse)(nil), // 39: lockd.v1.CloseSessionsResponse
+	(*SessionInfo)(nil),           // 40: lockd.v1.SessionInfo
+	nil,                           // 41: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 42: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 43: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 44: lockd.v1.WatchResponse.LabelsEntry
+	nil,                           // 45: lockd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	38, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
-	9,  // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
-	12, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
-	11, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
-	12, // 4: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
-	9,  // 5: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
-	10, // 6: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
+	41, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	10, // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
+	13, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
+	12, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
+	13, // 4: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
+	10, // 5: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
+	11, // 6: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
 	0,  // 7: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
 	1,  // 8: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
-	23, // 9: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	43, // 10: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	39, // 11: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	24, // 12: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	43, // 13: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	40, // 15: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
-	23, // 16: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	2,  // 17: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	41, // 18: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	37, // 19: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	42, // 20: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
-	3,  // 21: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	5,  // 22: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	6,  // 23: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
-	13, // 24: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	15, // 25: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	16, // 26: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
-	19, // 27: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	21, // 28: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	25, // 29: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	27, // 30: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	29, // 31: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	31, // 32: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	33, // 33: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	35, // 34: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
-	4,  // 35: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	8,  // 36: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	7,  // 37: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
-	14, // 38: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	18, // 39: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	17, // 40: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	20, // 41: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	22, // 42: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	26, // 43: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	28, // 44: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	30, // 45: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	32, // 46: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	34, // 47: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	36, // 48: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
-	35, // [35:49] is the sub-list for method output_type
-	21, // [21:35] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	26, // 9: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	2,  // 10: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
+	46, // 11: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	42, // 12: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	27, // 13: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	46, // 14: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	1,  // 15: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
+	43, // 16: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	26, // 17: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	3,  // 18: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	44, // 19: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	40, // 20: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	45, // 21: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	4,  // 22: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	6,  // 23: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	7,  // 24: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	14, // 25: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	16, // 26: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 27: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	20, // 28: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	22, // 29: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	28, // 30: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	30, // 31: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	32, // 32: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	34, // 33: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	36, // 34: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	38, // 35: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
+	24, // 36: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	5,  // 37: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	9,  // 38: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	8,  // 39: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	15, // 40: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	19, // 41: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 42: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	21, // 43: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	23, // 44: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	29, // 45: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	31, // 46: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	33, // 47: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	35, // 48: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	37, // 49: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	39, // 50: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
+	25, // 51: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	37, // [37:52] is the sub-list for method output_type
+	22, // [22:37] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -3236,8 +3445,8 @@ func file_lockd_v1_lockd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   40,
+			NumEnums:      4,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -90,6 +90,7 @@ const (
 	LockService_SetValue_FullMethodName      = "/lockd.v1.LockService/SetValue"
 	LockService_ListSessions_FullMethodName  = "/lockd.v1.LockService/ListSessions"
 	LockService_CloseSessions_FullMethodName = "/lockd.v1.LockService/CloseSessions"
+	LockService_CheckToken_FullMethodName    = "/lockd.v1.LockService/CheckToken"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -187,6 +188,14 @@ type LockServiceClient interface {
 	// caller with admin on every key may call it (C5 #ct5-auth); each close
 	// is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
 	CloseSessions(ctx context.Context, in *CloseSessionsRequest, opts ...grpc.CallOption) (*CloseSessionsResponse, error)
+	// CheckToken answers whether (key, token) is a current grant of the key:
+	// Chubby's CheckSequencer, for a resource handed a fencing token
+	// (docs/contracts/C2.md #ct2-check-token). Authorised like Inspect (read
+	// on the key). A key nobody holds answers current = false. The
+	// linearizable mode (the default) reads through the backend; the cached
+	// mode answers from the server's watch-fed index of held grants, at most
+	// one watch delivery delay behind the backend.
+	CheckToken(ctx context.Context, in *CheckTokenRequest, opts ...grpc.CallOption) (*CheckTokenResponse, error)
 }
 
 type lockServiceClient struct {
@@ -349,6 +358,16 @@ func (c *lockServiceClient) CloseSessions(ctx context.Context, in *CloseSessions
 	return out, nil
 }
 
+func (c *lockServiceClient) CheckToken(ctx context.Context, in *CheckTokenRequest, opts ...grpc.CallOption) (*CheckTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckTokenResponse)
+	err := c.cc.Invoke(ctx, LockService_CheckToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -444,6 +463,14 @@ type LockServiceServer interface {
 	// caller with admin on every key may call it (C5 #ct5-auth); each close
 	// is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
 	CloseSessions(context.Context, *CloseSessionsRequest) (*CloseSessionsResponse, error)
+	// CheckToken answers whether (key, token) is a current grant of the key:
+	// Chubby's CheckSequencer, for a resource handed a fencing token
+	// (docs/contracts/C2.md #ct2-check-token). Authorised like Inspect (read
+	// on the key). A key nobody holds answers current = false. The
+	// linearizable mode (the default) reads through the backend; the cached
+	// mode answers from the server's watch-fed index of held grants, at most
+	// one watch delivery delay behind the backend.
+	CheckToken(context.Context, *CheckTokenRequest) (*CheckTokenResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -495,6 +522,9 @@ func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSession
 }
 func (UnimplementedLockServiceServer) CloseSessions(context.Context, *CloseSessionsRequest) (*CloseSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSessions not implemented")
+}
+func (UnimplementedLockServiceServer) CheckToken(context.Context, *CheckTokenRequest) (*CheckTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckToken not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -751,6 +781,24 @@ func _LockService_CloseSessions_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_CheckToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).CheckToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_CheckToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).CheckToken(ctx, req.(*CheckTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -805,6 +853,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CloseSessions",
 			Handler:    _LockService_CloseSessions_Handler,
+		},
+		{
+			MethodName: "CheckToken",
+			Handler:    _LockService_CheckToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -65,6 +65,18 @@ def lock_info(p) -> LockInfo:
     return info
 
 
+@dataclass
+class TokenCheck:
+    """What :meth:`lockd.Client.check_token` answers (C2 #ct2-check-token):
+    ``current`` when a grant of the key with the checked token is held;
+    ``tokens`` the key's current grants' tokens, lowest first (empty: nobody
+    holds it); ``cached`` when the server's index answered rather than the
+    backend."""
+    current: bool = False
+    tokens: list[int] = field(default_factory=list)
+    cached: bool = False
+
+
 class EventKind(enum.IntEnum):
     """What happened to a key (the proto's EventKind numbers)."""
     ACQUIRED = 1

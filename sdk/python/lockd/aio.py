@@ -216,6 +216,9 @@ class Client:
     async def inspect(self, key: str, timeout=-1.0):
         return await _run(self.sync.inspect, key, timeout)
 
+    async def check_token(self, key: str, token: int, cached: bool = False, timeout=-1.0):
+        return await _run(self.sync.check_token, key, token, cached, timeout)
+
     async def list(self, prefix: str = "", page_token: str = "", limit: int = 0):
         return await _run(self.sync.list, prefix, page_token, limit)
 

@@ -33,6 +33,28 @@ class IntegrationTest(unittest.TestCase):
             with self.subTest(backend=b):
                 fn(b, self.client(b))
 
+    def test_check_token(self):
+        """C2 #ct2-check-token: the holder's token is current in both modes,
+        stale after the key passes to another session; a free key is not
+        current; token 0 is refused before anything is sent."""
+        def run(b, c):
+            with c.session() as s1, c.session() as s2:
+                l1 = s1.acquire("chk/k", timeout=10)
+                for cached in (False, True):
+                    got = c.check_token("chk/k", l1.token, cached=cached)
+                    self.assertTrue(got.current, (b, cached, got))
+                    self.assertEqual(got.tokens, [l1.token])
+                l1.release()
+                l2 = s2.acquire("chk/k", timeout=10)
+                got = c.check_token("chk/k", l1.token)
+                self.assertEqual((got.current, got.tokens, got.cached), (False, [l2.token], False))
+                self.assertTrue(poll(lambda: not c.check_token("chk/k", l1.token, cached=True).current, timeout=10))
+                self.assertFalse(c.check_token("chk/free", 7).current)
+                with self.assertRaises(lockd.InvalidArgument):
+                    c.check_token("chk/k", 0)
+                l2.release()
+        self.each(run)
+
     def test_lock_lifecycle(self):
         def run(b, c):
             with c.session(owner="py-worker (pid 1)", labels={"job": "t"}) as s:

@@ -8,7 +8,7 @@ import { create } from "@bufbuild/protobuf";
 import { sleep, realClock, type Clock } from "./clock.js";
 import { ClosedError, InvalidArgumentError, retryable } from "./errors.js";
 import {
-  InspectRequestSchema, ListRequestSchema, ListSessionsRequestSchema, LockMode, RevokeRequestSchema,
+  CheckConsistency, CheckTokenRequestSchema, InspectRequestSchema, ListRequestSchema, ListSessionsRequestSchema, LockMode, RevokeRequestSchema,
   type LockInfo as PbLockInfo,
 } from "./gen/lockd/v1/lockd_pb.js";
 import { KeepAliver } from "./keepalive.js";
@@ -71,6 +71,16 @@ export interface HolderInfo {
   owner: string;
   labels: Record<string, string>;
   value: Uint8Array;
+}
+
+/** What {@link Client.checkToken} answers (C2 #ct2-check-token). */
+export interface TokenCheck {
+  /** A grant of the key with the checked token is held. */
+  current: boolean;
+  /** The key's current grants' tokens, lowest first; empty when nobody holds it. */
+  tokens: bigint[];
+  /** The server's index answered, not the backend. */
+  cached: boolean;
 }
 
 /** What {@link Client.inspect} and {@link Client.list} say about a key. */
@@ -268,6 +278,24 @@ export class Client {
     checkKey(key);
     const r = await this.retry(opts.signal, (signal) => this.api.inspect(create(InspectRequestSchema, { key }), { signal }));
     return lockInfo(r.lock, r.held, key);
+  }
+
+  /**
+   * Whether (key, token) is a current grant of key: Chubby's CheckSequencer,
+   * for a resource handed a fencing token (C2 #ct2-check-token). A key nobody
+   * holds is not current. By default the server reads the backend; `cached`
+   * answers from its watch-fed index, at most one watch delivery delay
+   * behind. Needs read access to the key, like inspect.
+   */
+  async checkToken(key: string, token: bigint, opts: { cached?: boolean; signal?: AbortSignal } = {}): Promise<TokenCheck> {
+    checkKey(key);
+    if (typeof token !== "bigint" || token <= 0n || token >= 1n << 64n) {
+      throw new InvalidArgumentError("token: want a fencing token (1 to 2^64-1)", "token");
+    }
+    const consistency = opts.cached ? CheckConsistency.CACHED : CheckConsistency.LINEARIZABLE;
+    const r = await this.retry(opts.signal, (signal) =>
+      this.api.checkToken(create(CheckTokenRequestSchema, { key, token, consistency }), { signal }));
+    return { current: r.current, tokens: [...r.tokens], cached: r.cached };
   }
 
   /** One page of the held keys that start with prefix, in key order, and the next page's token ("" after the last). */

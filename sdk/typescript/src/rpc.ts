@@ -8,7 +8,7 @@ import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, 
 import {
   LockService,
   type AcquireRequest, type AcquireResponse, type CloseSessionRequest, type CloseSessionResponse,
-  type InspectRequest, type InspectResponse, type KeepAliveRequest, type KeepAliveResponse,
+  type CheckTokenRequest, type CheckTokenResponse, type InspectRequest, type InspectResponse, type KeepAliveRequest, type KeepAliveResponse,
   type LeaveQueueRequest, type LeaveQueueResponse, type ListRequest, type ListResponse,
   type ListSessionsRequest, type ListSessionsResponse, type OpenSessionRequest, type OpenSessionResponse,
   type ReleaseRequest, type ReleaseResponse, type RevokeRequest, type RevokeResponse,
@@ -48,6 +48,7 @@ export interface LockApi {
   release(req: ReleaseRequest, o?: CallOpts): Promise<ReleaseResponse>;
   setValue(req: SetValueRequest, o?: CallOpts): Promise<SetValueResponse>;
   inspect(req: InspectRequest, o?: CallOpts): Promise<InspectResponse>;
+  checkToken(req: CheckTokenRequest, o?: CallOpts): Promise<CheckTokenResponse>;
   list(req: ListRequest, o?: CallOpts): Promise<ListResponse>;
   revoke(req: RevokeRequest, o?: CallOpts): Promise<RevokeResponse>;
   listSessions(req: ListSessionsRequest, o?: CallOpts): Promise<ListSessionsResponse>;
@@ -224,6 +225,7 @@ export class GrpcApi implements LockApi {
   release(req: ReleaseRequest, o?: CallOpts) { return this.unary(LockService.method.release, req, o); }
   setValue(req: SetValueRequest, o?: CallOpts) { return this.unary(LockService.method.setValue, req, o); }
   inspect(req: InspectRequest, o?: CallOpts) { return this.unary(LockService.method.inspect, req, o); }
+  checkToken(req: CheckTokenRequest, o?: CallOpts) { return this.unary(LockService.method.checkToken, req, o); }
   list(req: ListRequest, o?: CallOpts) { return this.unary(LockService.method.list, req, o); }
   revoke(req: RevokeRequest, o?: CallOpts) { return this.unary(LockService.method.revoke, req, o); }
   listSessions(req: ListSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.listSessions, req, o); }

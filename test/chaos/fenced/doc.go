@@ -27,7 +27,8 @@
 //     other; a reader whose grant ended before a writer's began has a lower
 //     token than that writer, and is refused once the writer has written;
 //   - slot (a semaphore's): the token is among the key's current holders as
-//     the lock service reports them (Config.SlotHolders, lockd's Inspect),
+//     the lock service reports them (Config.SlotCheck, lockd's CheckToken, or
+//     Config.SlotHolders, lockd's Inspect),
 //     asked while no other slot write is applied. Token order alone cannot
 //     fence a semaphore: a live slot may carry a lower token than several
 //     slots that came and went since, so the resource asks who holds.

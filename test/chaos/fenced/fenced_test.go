@@ -10,15 +10,40 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/lockd/fence/fencepg"
+	"lock.dev/lockd/internal/testing/pgtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/test/chaos/history"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m, nil) }
+func TestMain(m *testing.M) { testkit.Main(pgtest.M{M: m}, nil) }
 
 func start(t *testing.T, check bool) (*Server, *Client) {
 	t.Helper()
-	s, err := Start(Config{CheckTokens: check})
+	return startCfg(t, Config{CheckTokens: check})
+}
+
+// pgFence returns a pool on a fresh database with the shipped PostgreSQL
+// fence applied (fence/fencepg).
+func pgFence(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := testCtx(t)
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatalf("pgxpool.New: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := fencepg.Apply(ctx, pool); err != nil {
+		t.Fatalf("fencepg.Apply: %v", err)
+	}
+	return pool
+}
+
+func startCfg(t *testing.T, cfg Config) (*Server, *Client) {
+	t.Helper()
+	s, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -40,7 +65,20 @@ func testCtx(t *testing.T) context.Context {
 
 func TestCheckTokensRefusesStale(t *testing.T) {
 	t.Parallel()
-	s, c := start(t, true)
+	for _, pg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "fencepg"}[pg], func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{CheckTokens: true}
+			if pg {
+				cfg.PGFence = pgFence(t)
+			}
+			checkTokensRefusesStale(t, cfg)
+		})
+	}
+}
+
+func checkTokensRefusesStale(t *testing.T, cfg Config) {
+	s, c := startCfg(t, cfg)
 	ctx := testCtx(t)
 	if !strings.HasPrefix(s.URL(), "http://127.0.0.1:") {
 		t.Fatalf("URL() = %s, want a loopback address", s.URL())
@@ -85,6 +123,9 @@ func TestCheckTokensRefusesStale(t *testing.T) {
 	}
 	if r := s.Rejected(); r != 1 {
 		t.Fatalf("Rejected() = %d, want 1", r)
+	}
+	if r, want := s.RejectedByPG(), map[bool]int{false: 0, true: 1}[cfg.PGFence != nil]; r != want {
+		t.Fatalf("RejectedByPG() = %d, want %d", r, want)
 	}
 	remote, err := c.Writes(ctx)
 	if err != nil {
@@ -252,5 +293,34 @@ func TestModes(t *testing.T) {
 		if _, _, ok, err := off.AcceptMode(st.key, st.writer, st.mode, st.token); !ok || err != nil {
 			t.Fatalf("check off: AcceptMode(%+v) = %v, %v; want accepted", st, ok, err)
 		}
+	}
+}
+
+// TestSlotCheck: with SlotCheck set, a slot write is accepted iff SlotCheck
+// says its token is current (SlotHolders is not asked), and a failing
+// check is an error, never an acceptance.
+func TestSlotCheck(t *testing.T) {
+	t.Parallel()
+	current := map[uint64]bool{7: true}
+	s, c := startCfg(t, Config{CheckTokens: true,
+		SlotHolders: func(context.Context, string) ([]uint64, error) { return nil, errors.New("SlotHolders asked") },
+		SlotCheck: func(_ context.Context, key string, token uint64) (bool, error) {
+			if key == "down" {
+				return false, errors.New("lockd unreachable")
+			}
+			return current[token], nil
+		}})
+	ctx := testCtx(t)
+	if _, err := c.WriteMode(ctx, "sem", "a", ModeSlot, 7); err != nil {
+		t.Fatalf("slot write with a current token: %v", err)
+	}
+	if _, err := c.WriteMode(ctx, "sem", "b", ModeSlot, 5); !errors.Is(err, ErrStale) {
+		t.Fatalf("slot write with a token that is not current = %v; want ErrStale", err)
+	}
+	if _, err := c.WriteMode(ctx, "down", "a", ModeSlot, 7); err == nil || OutcomeOf(err) != history.Unknown {
+		t.Fatalf("slot write with the check failing = %v; want an unknown outcome", err)
+	}
+	if n := len(s.Writes()); n != 1 {
+		t.Fatalf("%d writes accepted; want 1", n)
 	}
 }

@@ -3,6 +3,7 @@ package fenced
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/lockd/fence"
+	"lock.dev/lockd/fence/fencepg"
 	"lock.dev/lockd/test/chaos/history"
 )
 
@@ -28,6 +34,16 @@ type Config struct {
 	// the check of ModeSlot writes. Without it, with CheckTokens on, every
 	// ModeSlot write is refused.
 	SlotHolders func(ctx context.Context, key string) ([]uint64, error)
+	// SlotCheck, if set, replaces SlotHolders: whether token is a current
+	// grant of key, as the lock service answers it (lockd's CheckToken,
+	// C2 #ct2-check-token).
+	SlotCheck func(ctx context.Context, key string, token uint64) (bool, error)
+	// PGFence, if set (with CheckTokens on), fences plain writes with the
+	// shipped PostgreSQL fence (fence/fencepg, C2 #ct2-fence-kit) instead
+	// of the in-memory check: each write is one transaction that calls
+	// lockd_fence_check on this pool, whose lockd_fence table must exist
+	// (fencepg.Apply). The other modes keep their in-memory rules.
+	PGFence *pgxpool.Pool
 }
 
 // Modes of a write: which grant of a key wrote (package doc, Modes).
@@ -83,11 +99,17 @@ type Server struct {
 	// its acceptance: no other slot write comes in between.
 	slotMu sync.Mutex
 
-	mu       sync.Mutex
-	highest  map[string]uint64 // any mode
-	excl     map[string]uint64 // ModeExclusive only
-	writes   []Write
-	rejected int
+	// pgMu serialises plain writes through the PostgreSQL fence, each from
+	// its transaction's start to its record: acceptance order is the
+	// fence's commit order.
+	pgMu sync.Mutex
+
+	mu         sync.Mutex
+	highest    map[string]uint64 // any mode
+	excl       map[string]uint64 // ModeExclusive only
+	writes     []Write
+	rejected   int
+	pgRejected int // of rejected, those the PostgreSQL fence refused
 }
 
 // Start starts a server on 127.0.0.1 with a kernel-chosen port.
@@ -135,7 +157,11 @@ func (s *Server) Accept(key, writer string, token uint64) (seq uint64, highest u
 // read or the mode is unknown.
 func (s *Server) AcceptMode(key, writer, mode string, token uint64) (seq uint64, highest uint64, ok bool, err error) {
 	switch mode {
-	case ModePlain, ModeExclusive, ModeShared:
+	case ModePlain:
+		if s.cfg.CheckTokens && s.cfg.PGFence != nil {
+			return s.acceptPG(key, writer, token)
+		}
+	case ModeExclusive, ModeShared:
 	case ModeSlot:
 		if s.cfg.CheckTokens {
 			s.slotMu.Lock()
@@ -180,8 +206,52 @@ func (s *Server) AcceptMode(key, writer, mode string, token uint64) (seq uint64,
 	return seq, 0, true, nil
 }
 
-// isSlotHolder asks SlotHolders whether token holds a slot of key now.
+// pgFenceTimeout bounds one write's transaction through the PostgreSQL
+// fence.
+const pgFenceTimeout = 5 * time.Second
+
+// acceptPG is AcceptMode of a plain write through the PostgreSQL fence:
+// one transaction calling lockd_fence_check (fencepg.Check), recorded once
+// it committed.
+func (s *Server) acceptPG(key, writer string, token uint64) (seq uint64, highest uint64, ok bool, err error) {
+	s.pgMu.Lock()
+	defer s.pgMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), pgFenceTimeout)
+	defer cancel()
+	err = pgx.BeginFunc(ctx, s.cfg.PGFence, func(tx pgx.Tx) error {
+		return fencepg.Check(ctx, tx, key, token)
+	})
+	if se, stale := errors.AsType[*fence.StaleError](err); stale {
+		s.mu.Lock()
+		s.rejected++
+		s.pgRejected++
+		s.mu.Unlock()
+		return 0, se.HighWater, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("fenced: PostgreSQL fence: %w", err)
+	}
+	at := s.cfg.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.highest[key] = max(s.highest[key], token)
+	seq = uint64(len(s.writes)) + 1
+	s.writes = append(s.writes, Write{Seq: seq, Key: key, Writer: writer, Token: token, Mode: ModePlain, At: at})
+	return seq, 0, true, nil
+}
+
+// isSlotHolder asks SlotCheck, else SlotHolders, whether token holds a
+// slot of key now.
 func (s *Server) isSlotHolder(key string, token uint64) (bool, error) {
+	if s.cfg.SlotCheck != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), slotCheckTimeout)
+		defer cancel()
+		current, err := s.cfg.SlotCheck(ctx, key, token)
+		if err != nil {
+			return false, fmt.Errorf("fenced: check %q: %w", key, err)
+		}
+		return current, nil
+	}
 	if s.cfg.SlotHolders == nil {
 		return false, nil
 	}
@@ -206,6 +276,14 @@ func (s *Server) Rejected() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rejected
+}
+
+// RejectedByPG returns how many of the refused writes the PostgreSQL
+// fence (Config.PGFence) refused.
+func (s *Server) RejectedByPG() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pgRejected
 }
 
 // Close stops the server, closing open connections, and waits for its

@@ -168,25 +168,19 @@ func (r *run) startSlotClient() error {
 	return nil
 }
 
-// slotHolders is the fenced resource's SlotHolders: the tokens of key's
-// current holders, from lockd's Inspect.
-func (r *run) slotHolders(ctx context.Context, key string) ([]uint64, error) {
+// slotCheck is the fenced resource's SlotCheck: whether token is a
+// current grant of key, from lockd's CheckToken (linearizable, C2
+// #ct2-check-token; issue 26 dogfoods it here).
+func (r *run) slotCheck(ctx context.Context, key string, token uint64) (bool, error) {
 	c := r.slotClient.Load()
 	if c == nil {
-		return nil, errors.New("no lockd client for the slot check")
+		return false, errors.New("no lockd client for the slot check")
 	}
-	info, err := c.Inspect(ctx, key)
+	res, err := c.CheckToken(ctx, key, token, client.CheckOptions{})
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	tokens := make([]uint64, 0, len(info.Holders)+1)
-	for _, h := range info.Holders {
-		tokens = append(tokens, h.Token)
-	}
-	if len(info.Holders) == 0 && info.Held {
-		tokens = append(tokens, info.Token)
-	}
-	return tokens, nil
+	return res.Current, nil
 }
 
 // KeyChecks are the multi checkers' results on one key.

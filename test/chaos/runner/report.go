@@ -18,6 +18,9 @@ type Report struct {
 	// Acquisitions counts granted acquires (OK), Writes the writes the
 	// fenced resource accepted, Rejected those its token check refused.
 	Acquisitions, Writes, Rejected int
+	// RejectedByPG counts, of Rejected, the writes the shipped PostgreSQL
+	// fence (fence/fencepg) refused.
+	RejectedByPG int
 	// Faults counts the faults injected.
 	Faults int
 	// The checkers' results.
@@ -60,7 +63,7 @@ func (r *run) evaluateWith(lin bool) (*Report, error) {
 		return nil, fmt.Errorf("read histories: %w", err)
 	}
 	writes := r.fenced.Writes()
-	rep := &Report{Spec: r.spec, Writes: len(writes), Rejected: r.fenced.Rejected(), Faults: r.faults,
+	rep := &Report{Spec: r.spec, Writes: len(writes), Rejected: r.fenced.Rejected(), RejectedByPG: r.fenced.RejectedByPG(), Faults: r.faults,
 		Problems: r.problems, Pauses: len(r.pauses)}
 	var rel []time.Duration
 	for _, op := range h {
@@ -182,7 +185,8 @@ func (rep *Report) controlVerdict() (ok bool, why string) {
 // Details renders every checker's result, for logs.
 func (rep *Report) Details() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d refused by the token check\n", rep.Writes, rep.Rejected)
+	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d refused by the token check (%d by the PostgreSQL fence, fence/fencepg)\n",
+		rep.Writes, rep.Rejected, rep.RejectedByPG)
 	fmt.Fprintf(&b, "grants lost (trust ended otherwise than by the release): %d\n", rep.Lost)
 	for _, res := range []check.Result{rep.Fenced, rep.Overlapping, rep.Linearizable, rep.Trusted, rep.Tokens,
 		rep.PauseHits} {
@@ -222,8 +226,9 @@ linearizable (per key; "-" for semaphores and read/write locks), trusted-ovl = o
 (more than a semaphore's N, or an exclusive grant with another), tokens = token order, liveness = waiters kept
 out of a dead holder's key past TTL + reaper + slack ("N?" = undecided), recover = keys not granted again
 within TTL + reaper + slack after a fault ended, pauses = holder pauses whose late write the token check
-refused / pauses (pause faults only); handover = delay from a holder's death to the next grant; regrant = delay
-from a fault's end to each key's next grant; release = Release call latency. Semaphore and read/write keys
+refused / pauses (pause faults only); refused = writes the fenced resource refused for a stale token (pg: of
+them, those the shipped PostgreSQL fence, fence/fencepg, refused: plain locks' writes); handover = delay from a
+holder's death to the next grant; regrant = delay from a fault's end to each key's next grant; release = Release call latency. Semaphore and read/write keys
 (multi-*): overlap-w counts writers acting beyond the key's kind, stale follows the resource's shared and
 exclusive rules, a semaphore slot's write is checked against lockd's holders (test/chaos/fenced).
 `
@@ -236,7 +241,7 @@ exclusive rules, a semaphore slot's write is checked against lockd's holders (te
 func Table(reps []*Report) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tbackend\tfault\tacq\tfaults\tstale\toverlap-w\tlin\ttrusted-ovl\ttokens\tliveness\trecover\tpauses\thandover p50/p99/max ms\tregrant p99/max ms\trelease p99/max ms\tverdict")
+	fmt.Fprintln(tw, "scenario\tbackend\tfault\tacq\tfaults\tstale\toverlap-w\tlin\ttrusted-ovl\ttokens\tliveness\trecover\tpauses\trefused (pg)\thandover p50/p99/max ms\tregrant p99/max ms\trelease p99/max ms\tverdict")
 	for _, rep := range reps {
 		ok, why := rep.Verdict()
 		verdict := "PASS"
@@ -264,10 +269,10 @@ func Table(reps []*Report) string {
 		if rep.Spec.pausesHolders() {
 			pauses = fmt.Sprintf("%d/%d", rep.Pauses-rep.PauseHits.Violations, rep.Pauses)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d (%d)\t%s\t%s\t%s/%s\t%s\n",
 			rep.Spec.Name, rep.Spec.Backend, rep.Spec.Fault, rep.Acquisitions, rep.Faults,
 			viol(rep.Fenced), viol(rep.Overlapping), lin, viol(rep.Trusted), viol(rep.Tokens),
-			viol(rep.Liveness.Result), viol(rep.Recovery.Result), pauses, handover, regrant,
+			viol(rep.Liveness.Result), viol(rep.Recovery.Result), pauses, rep.Rejected, rep.RejectedByPG, handover, regrant,
 			ms(rep.ReleaseP99), ms(rep.ReleaseMax), verdict)
 	}
 	_ = tw.Flush()

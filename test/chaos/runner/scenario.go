@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"lock.dev/lockd/client"
 
 	"lock.dev/lockd/internal/testing/pgserver"
@@ -210,6 +212,7 @@ type run struct {
 	kinds   map[string]check.Kind // the multi scenarios' keys (multi.go)
 
 	slotClient atomic.Pointer[client.Client] // lockd client of the fenced resource's slot check
+	fencePool  *pgxpool.Pool                 // the fenced resource's PostgreSQL fence (fencepg.go); nil with the check off
 
 	etcd    []*etcdNode
 	peers   *peerNet // LeaderIsolate: the etcd members' peer links
@@ -313,9 +316,19 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 	if err != nil {
 		return nil, err
 	}
-	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: !spec.breaks(FencingOff) && !spec.breaks(IgnoreDone),
-		Clock: r.clock, SlotHolders: r.slotHolders})
+	checkTokens := !spec.breaks(FencingOff) && !spec.breaks(IgnoreDone)
+	if checkTokens {
+		// Plain writes go through the shipped PostgreSQL fence (fencepg.go).
+		if r.fencePool, err = r.startFencePG(); err != nil {
+			return nil, errors.Join(err, r.hrec.Close())
+		}
+	}
+	r.fenced, err = fenced.Start(fenced.Config{CheckTokens: checkTokens,
+		Clock: r.clock, SlotCheck: r.slotCheck, PGFence: r.fencePool})
 	if err != nil {
+		if r.fencePool != nil {
+			r.fencePool.Close()
+		}
 		return nil, errors.Join(err, r.hrec.Close())
 	}
 
@@ -1081,6 +1094,9 @@ func (r *run) teardown() error {
 	}
 	if err := r.fenced.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("fenced resource: %w", err))
+	}
+	if r.fencePool != nil {
+		r.fencePool.Close()
 	}
 	if err := r.hrec.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("harness history: %w", err))

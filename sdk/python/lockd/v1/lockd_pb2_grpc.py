@@ -85,6 +85,11 @@ class LockServiceStub(object):
                 request_serializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsRequest.SerializeToString,
                 response_deserializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsResponse.FromString,
                 )
+        self.CheckToken = channel.unary_unary(
+                '/lockd.v1.LockService/CheckToken',
+                request_serializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenRequest.SerializeToString,
+                response_deserializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenResponse.FromString,
+                )
 
 
 class LockServiceServicer(object):
@@ -250,6 +255,19 @@ class LockServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckToken(self, request, context):
+        """CheckToken answers whether (key, token) is a current grant of the key:
+        Chubby's CheckSequencer, for a resource handed a fencing token
+        (docs/contracts/C2.md #ct2-check-token). Authorised like Inspect (read
+        on the key). A key nobody holds answers current = false. The
+        linearizable mode (the default) reads through the backend; the cached
+        mode answers from the server's watch-fed index of held grants, at most
+        one watch delivery delay behind the backend.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LockServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -322,6 +340,11 @@ def add_LockServiceServicer_to_server(servicer, server):
                     servicer.CloseSessions,
                     request_deserializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsRequest.FromString,
                     response_serializer=lockd_dot_v1_dot_lockd__pb2.CloseSessionsResponse.SerializeToString,
+            ),
+            'CheckToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckToken,
+                    request_deserializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenRequest.FromString,
+                    response_serializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -569,5 +592,22 @@ class LockService(object):
         return grpc.experimental.unary_unary(request, target, '/lockd.v1.LockService/CloseSessions',
             lockd_dot_v1_dot_lockd__pb2.CloseSessionsRequest.SerializeToString,
             lockd_dot_v1_dot_lockd__pb2.CloseSessionsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CheckToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/lockd.v1.LockService/CheckToken',
+            lockd_dot_v1_dot_lockd__pb2.CheckTokenRequest.SerializeToString,
+            lockd_dot_v1_dot_lockd__pb2.CheckTokenResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

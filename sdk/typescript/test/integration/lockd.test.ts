@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  LimitMismatchError, LockedError, LockLostError, MaxHoldError, NotOwnerError, ReleasedError, WaitTimeoutError, type Lock,
+  InvalidArgumentError, LimitMismatchError, LockedError, LockLostError, MaxHoldError, NotOwnerError, ReleasedError, WaitTimeoutError, type Lock,
 } from "../../src/index.js";
 import { backend, client, eventually, key } from "./env.js";
 
@@ -202,4 +202,27 @@ test("maximum hold and lock-delay (C2 #ct2-delay)", { timeout: 30_000 }, async (
   await assert.rejects(other.tryAcquire(k), LockedError);
   const after = await other.acquire(k, { signal: AbortSignal.timeout(15_000) });
   assert.ok(after.token > l.token);
+});
+
+test("checkToken: current, stale after a re-grant, a free key, token 0 refused (C2 #ct2-check-token)", { timeout: 30_000 }, async (t) => {
+  const c = client(t);
+  const a = await c.newSession();
+  const b = await c.newSession();
+  const k = key("check");
+  const la = await a.acquire(k);
+  for (const cached of [false, true]) {
+    const got = await c.checkToken(k, la.token, { cached });
+    assert.ok(got.current, `cached=${cached}: ${JSON.stringify(got, (_, v) => (typeof v === "bigint" ? String(v) : v))}`);
+    assert.deepEqual(got.tokens, [la.token]);
+  }
+  await la.release();
+  const lb = await b.acquire(k);
+  const stale = await c.checkToken(k, la.token);
+  assert.equal(stale.current, false);
+  assert.equal(stale.cached, false);
+  assert.deepEqual(stale.tokens, [lb.token]);
+  await eventually(10_000, "the cached check sees the re-grant", async () => !(await c.checkToken(k, la.token, { cached: true })).current);
+  assert.equal((await c.checkToken(key("check-free"), 7n)).current, false);
+  await assert.rejects(c.checkToken(k, 0n), (e) => e instanceof InvalidArgumentError);
+  await lb.release();
 });

@@ -162,6 +162,9 @@ export class FakeApi implements LockApi {
   async inspect() {
     return create(InspectResponseSchema, {});
   }
+  checkToken(): never {
+    throw new Error("not in the fake");
+  }
   list(): never {
     throw new Error("not in the fake");
   }

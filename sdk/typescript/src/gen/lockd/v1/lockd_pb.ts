@@ -69,7 +69,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file lockd/v1/lockd.proto.
  */
 export const file_lockd_v1_lockd: GenFile = /*@__PURE__*/
-  fileDesc("ChRsb2NrZC92MS9sb2NrZC5wcm90bxIIbG9ja2QudjEinAEKEk9wZW5TZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSOAoGbGFiZWxzGAMgAygLMigubG9ja2QudjEuT3BlblNlc3Npb25SZXF1ZXN0LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKE09wZW5TZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZ0dGxfbXMYAiABKAMSFAoMcmVtYWluaW5nX21zGAMgASgDEhgKEHNhZmV0eV9tYXJnaW5fbXMYBCABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAUgASgDEhYKDnNlc3Npb25fc2VjcmV0GAYgASgMIl8KEEtlZXBBbGl2ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgEEgsKA2FjaxgDIAMoBBIWCg5zZXNzaW9uX3NlY3JldBgEIAEoDCJLChBIZWFydGJlYXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoOc2Vzc2lvbl9zZWNyZXQYAiABKAwSCwoDYWNrGAMgAygEIo4BChFIZWFydGJlYXRSZXNwb25zZRIMCgRsaXZlGAEgASgIEhQKDHJlbWFpbmluZ19tcxgCIAEoAxIhCgRoZWxkGAMgASgLMhMubG9ja2QudjEuSGVsZExvY2tzEiAKBGxvc3QYBCADKAsyEi5sb2NrZC52MS5Mb2NrTG9zdBIQCghkcmFpbmluZxgFIAEoCCLdAQoRS2VlcEFsaXZlUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgEEgwKBGxpdmUYAyABKAgSFAoMcmVtYWluaW5nX21zGAQgASgDEiUKBWVycm9yGAUgASgLMhYubG9ja2QudjEuU2Vzc2lvbkVycm9yEiAKBGxvc3QYBiADKAsyEi5sb2NrZC52MS5Mb2NrTG9zdBIhCgRoZWxkGAcgASgLMhMubG9ja2QudjEuSGVsZExvY2tzEhAKCGRyYWluaW5nGAggASgIIi4KCUhlbGRMb2NrcxIhCgVsb2NrcxgBIAMoCzISLmxvY2tkLnYxLkhlbGRMb2NrIiYKCEhlbGRMb2NrEgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBCI9CgxTZXNzaW9uRXJyb3ISDAoEY29kZRgBIAEoBRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSJjCghMb2NrTG9zdBILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQSKAoGcmVhc29uGAMgASgOMhgubG9ja2QudjEuTG9ja0xvc3RSZWFzb24SEQoJbm90aWNlX2lkGAQgASgEIkEKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIWCg5zZXNzaW9uX3NlY3JldBgCIAEoDCIoChRDbG9zZVNlc3Npb25SZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoAyLwAQoOQWNxdWlyZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNrZXkYAiABKAkSDAoEd2FpdBgDIAEoCBIXCg93YWl0X3RpbWVvdXRfbXMYBCABKAMSFgoOc2Vzc2lvbl9zZWNyZXQYBSABKAwSDQoFdmFsdWUYBiABKAwSDQoFbGltaXQYCiABKA0SIAoEbW9kZRgLIAEoDjISLmxvY2tkLnYxLkxvY2tNb2RlEhIKCmtlZXBfcGxhY2UYByABKAgSFQoNbG9ja19kZWxheV9tcxgUIAEoAxITCgttYXhfaG9sZF9tcxgVIAEoAyJMChFMZWF2ZVF1ZXVlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA2tleRgCIAEoCRIWCg5zZXNzaW9uX3NlY3JldBgDIAEoDCIUChJMZWF2ZVF1ZXVlUmVzcG9uc2UiVAoPQWNxdWlyZVJlc3BvbnNlEg8KB2dyYW50ZWQYASABKAgSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgEEhQKDHJlbWFpbmluZ19tcxgEIAEoAyJYCg5SZWxlYXNlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoBBIWCg5zZXNzaW9uX3NlY3JldBgEIAEoDCIRCg9SZWxlYXNlUmVzcG9uc2UiHQoOSW5zcGVjdFJlcXVlc3QSCwoDa2V5GAEgASgJIkEKD0luc3BlY3RSZXNwb25zZRIMCgRoZWxkGAEgASgIEiAKBGxvY2sYAiABKAsyEi5sb2NrZC52MS5Mb2NrSW5mbyLiAgoITG9ja0luZm8SCwoDa2V5GAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDQoFdG9rZW4YAyABKAQSLwoLYWNxdWlyZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3dhaXRlcnMYBSADKAkSDQoFb3duZXIYBiABKAkSLgoGbGFiZWxzGAcgAygLMh4ubG9ja2QudjEuTG9ja0luZm8uTGFiZWxzRW50cnkSDQoFdmFsdWUYCCABKAwSJQoHaG9sZGVycxgJIAMoCzIULmxvY2tkLnYxLkxvY2tIb2xkZXISDQoFbGltaXQYCiABKA0SFQoNbG9ja19kZWxheV9tcxgUIAEoAxIaChJkZWxheV9yZW1haW5pbmdfbXMYFSABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKBAgoKTG9ja0hvbGRlchISCgpzZXNzaW9uX2lkGAEgASgJEg0KBXRva2VuGAIgASgEEi8KC2FjcXVpcmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIgCgRtb2RlGAQgASgOMhIubG9ja2QudjEuTG9ja01vZGUSDQoFb3duZXIYBSABKAkSMAoGbGFiZWxzGAYgAygLMiAubG9ja2QudjEuTG9ja0hvbGRlci5MYWJlbHNFbnRyeRINCgV2YWx1ZRgHIAEoDBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkAKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRISCgpwYWdlX3Rva2VuGAIgASgJEg0KBWxpbWl0GAMgASgFIkoKDExpc3RSZXNwb25zZRIhCgVsb2NrcxgBIAMoCzISLmxvY2tkLnYxLkxvY2tJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIcCg1SZXZva2VSZXF1ZXN0EgsKA2tleRgBIAEoCSJECg5SZXZva2VSZXNwb25zZRIPCgdyZXZva2VkGAEgASgIEhIKCnNlc3Npb25faWQYAiABKAkSDQoFdG9rZW4YAyABKAQiVgoMV2F0Y2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIOCgZob2xkZXIYAiABKAgSFAoMcmVzdW1lX2FmdGVyGAMgASgJEhAKCHByb2dyZXNzGAQgASgIIpICCg1XYXRjaFJlc3BvbnNlEiEKBGtpbmQYASABKA4yEy5sb2NrZC52MS5FdmVudEtpbmQSCwoDa2V5GAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDQoFdG9rZW4YBCABKAQSDQoFb3duZXIYBSABKAkSMwoGbGFiZWxzGAYgAygLMiMubG9ja2QudjEuV2F0Y2hSZXNwb25zZS5MYWJlbHNFbnRyeRINCgV2YWx1ZRgHIAEoDBIOCgZjdXJzb3IYCCABKAkSHAoUcHJvZ3Jlc3NfaW50ZXJ2YWxfbXMYCSABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJoCg9TZXRWYWx1ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIWCg5zZXNzaW9uX3NlY3JldBgCIAEoDBILCgNrZXkYAyABKAkSDQoFdG9rZW4YBCABKAQSDQoFdmFsdWUYBSABKAwiEgoQU2V0VmFsdWVSZXNwb25zZSJLChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhEKCXByaW5jaXBhbBgBIAEoCRISCgpwYWdlX3Rva2VuGAIgASgJEg0KBWxpbWl0GAMgASgFIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUubG9ja2QudjEuU2Vzc2lvbkluZm8SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIikKFENsb3NlU2Vzc2lvbnNSZXF1ZXN0EhEKCXByaW5jaXBhbBgBIAEoCSI5ChVDbG9zZVNlc3Npb25zUmVzcG9uc2USDgoGY2xvc2VkGAEgASgDEhAKCHJlbGVhc2VkGAIgASgDItoBCgtTZXNzaW9uSW5mbxISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXByaW5jaXBhbBgCIAEoCRINCgVvd25lchgDIAEoCRIxCgZsYWJlbHMYBCADKAsyIS5sb2NrZC52MS5TZXNzaW9uSW5mby5MYWJlbHNFbnRyeRIOCgZ0dGxfbXMYBSABKAMSFAoMcmVtYWluaW5nX21zGAYgASgDEg0KBWxvY2tzGAcgASgDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqswEKDkxvY2tMb3N0UmVhc29uEiAKHExPQ0tfTE9TVF9SRUFTT05fVU5TUEVDSUZJRUQQABIcChhMT0NLX0xPU1RfUkVBU09OX1JFVk9LRUQQARIcChhMT0NLX0xPU1RfUkVBU09OX0VYUElSRUQQAhIkCiBMT0NLX0xPU1RfUkVBU09OX1NFUlZFUl9TSFVURE9XThADEh0KGUxPQ0tfTE9TVF9SRUFTT05fTUFYX0hPTEQQBCpUCghMb2NrTW9kZRIZChVMT0NLX01PREVfVU5TUEVDSUZJRUQQABIXChNMT0NLX01PREVfRVhDTFVTSVZFEAESFAoQTE9DS19NT0RFX1NIQVJFRBACKugBCglFdmVudEtpbmQSGgoWRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEhcKE0VWRU5UX0tJTkRfQUNRVUlSRUQQARIXChNFVkVOVF9LSU5EX1JFTEVBU0VEEAISFgoSRVZFTlRfS0lORF9FWFBJUkVEEAMSFgoSRVZFTlRfS0lORF9SRVZPS0VEEAQSFAoQRVZFTlRfS0lORF9WQUxVRRAFEhcKE0VWRU5UX0tJTkRfTUFYX0hPTEQQBhIVChFFVkVOVF9LSU5EX1JFU1lOQxAHEhcKE0VWRU5UX0tJTkRfUFJPR1JFU1MQCDLVBwoLTG9ja1NlcnZpY2USSgoLT3BlblNlc3Npb24SHC5sb2NrZC52MS5PcGVuU2Vzc2lvblJlcXVlc3QaHS5sb2NrZC52MS5PcGVuU2Vzc2lvblJlc3BvbnNlEkgKCUtlZXBBbGl2ZRIaLmxvY2tkLnYxLktlZXBBbGl2ZVJlcXVlc3QaGy5sb2NrZC52MS5LZWVwQWxpdmVSZXNwb25zZSgBMAESRAoJSGVhcnRiZWF0EhoubG9ja2QudjEuSGVhcnRiZWF0UmVxdWVzdBobLmxvY2tkLnYxLkhlYXJ0YmVhdFJlc3BvbnNlEk0KDENsb3NlU2Vzc2lvbhIdLmxvY2tkLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaHi5sb2NrZC52MS5DbG9zZVNlc3Npb25SZXNwb25zZRI+CgdBY3F1aXJlEhgubG9ja2QudjEuQWNxdWlyZVJlcXVlc3QaGS5sb2NrZC52MS5BY3F1aXJlUmVzcG9uc2USRwoKTGVhdmVRdWV1ZRIbLmxvY2tkLnYxLkxlYXZlUXVldWVSZXF1ZXN0GhwubG9ja2QudjEuTGVhdmVRdWV1ZVJlc3BvbnNlEj4KB1JlbGVhc2USGC5sb2NrZC52MS5SZWxlYXNlUmVxdWVzdBoZLmxvY2tkLnYxLlJlbGVhc2VSZXNwb25zZRI+CgdJbnNwZWN0EhgubG9ja2QudjEuSW5zcGVjdFJlcXVlc3QaGS5sb2NrZC52MS5JbnNwZWN0UmVzcG9uc2USNQoETGlzdBIVLmxvY2tkLnYxLkxpc3RSZXF1ZXN0GhYubG9ja2QudjEuTGlzdFJlc3BvbnNlEjsKBlJldm9rZRIXLmxvY2tkLnYxLlJldm9rZVJlcXVlc3QaGC5sb2NrZC52MS5SZXZva2VSZXNwb25zZRI6CgVXYXRjaBIWLmxvY2tkLnYxLldhdGNoUmVxdWVzdBoXLmxvY2tkLnYxLldhdGNoUmVzcG9uc2UwARJBCghTZXRWYWx1ZRIZLmxvY2tkLnYxLlNldFZhbHVlUmVxdWVzdBoaLmxvY2tkLnYxLlNldFZhbHVlUmVzcG9uc2USTQoMTGlzdFNlc3Npb25zEh0ubG9ja2QudjEuTGlzdFNlc3Npb25zUmVxdWVzdBoeLmxvY2tkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElAKDUNsb3NlU2Vzc2lvbnMSHi5sb2NrZC52MS5DbG9zZVNlc3Npb25zUmVxdWVzdBofLmxvY2tkLnYxLkNsb3NlU2Vzc2lvbnNSZXNwb25zZUInWiVsb2NrLmRldi9sb2NrZC9wcm90by9sb2NrZC92MTtsb2NrZHYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChRsb2NrZC92MS9sb2NrZC5wcm90bxIIbG9ja2QudjEinAEKEk9wZW5TZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSOAoGbGFiZWxzGAMgAygLMigubG9ja2QudjEuT3BlblNlc3Npb25SZXF1ZXN0LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKE09wZW5TZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZ0dGxfbXMYAiABKAMSFAoMcmVtYWluaW5nX21zGAMgASgDEhgKEHNhZmV0eV9tYXJnaW5fbXMYBCABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAUgASgDEhYKDnNlc3Npb25fc2VjcmV0GAYgASgMIl8KEEtlZXBBbGl2ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgEEgsKA2FjaxgDIAMoBBIWCg5zZXNzaW9uX3NlY3JldBgEIAEoDCJLChBIZWFydGJlYXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoOc2Vzc2lvbl9zZWNyZXQYAiABKAwSCwoDYWNrGAMgAygEIo4BChFIZWFydGJlYXRSZXNwb25zZRIMCgRsaXZlGAEgASgIEhQKDHJlbWFpbmluZ19tcxgCIAEoAxIhCgRoZWxkGAMgASgLMhMubG9ja2QudjEuSGVsZExvY2tzEiAKBGxvc3QYBCADKAsyEi5sb2NrZC52MS5Mb2NrTG9zdBIQCghkcmFpbmluZxgFIAEoCCLdAQoRS2VlcEFsaXZlUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgEEgwKBGxpdmUYAyABKAgSFAoMcmVtYWluaW5nX21zGAQgASgDEiUKBWVycm9yGAUgASgLMhYubG9ja2QudjEuU2Vzc2lvbkVycm9yEiAKBGxvc3QYBiADKAsyEi5sb2NrZC52MS5Mb2NrTG9zdBIhCgRoZWxkGAcgASgLMhMubG9ja2QudjEuSGVsZExvY2tzEhAKCGRyYWluaW5nGAggASgIIi4KCUhlbGRMb2NrcxIhCgVsb2NrcxgBIAMoCzISLmxvY2tkLnYxLkhlbGRMb2NrIiYKCEhlbGRMb2NrEgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBCI9CgxTZXNzaW9uRXJyb3ISDAoEY29kZRgBIAEoBRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSJjCghMb2NrTG9zdBILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQSKAoGcmVhc29uGAMgASgOMhgubG9ja2QudjEuTG9ja0xvc3RSZWFzb24SEQoJbm90aWNlX2lkGAQgASgEIkEKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIWCg5zZXNzaW9uX3NlY3JldBgCIAEoDCIoChRDbG9zZVNlc3Npb25SZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoAyLwAQoOQWNxdWlyZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNrZXkYAiABKAkSDAoEd2FpdBgDIAEoCBIXCg93YWl0X3RpbWVvdXRfbXMYBCABKAMSFgoOc2Vzc2lvbl9zZWNyZXQYBSABKAwSDQoFdmFsdWUYBiABKAwSDQoFbGltaXQYCiABKA0SIAoEbW9kZRgLIAEoDjISLmxvY2tkLnYxLkxvY2tNb2RlEhIKCmtlZXBfcGxhY2UYByABKAgSFQoNbG9ja19kZWxheV9tcxgUIAEoAxITCgttYXhfaG9sZF9tcxgVIAEoAyJMChFMZWF2ZVF1ZXVlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA2tleRgCIAEoCRIWCg5zZXNzaW9uX3NlY3JldBgDIAEoDCIUChJMZWF2ZVF1ZXVlUmVzcG9uc2UiVAoPQWNxdWlyZVJlc3BvbnNlEg8KB2dyYW50ZWQYASABKAgSCwoDa2V5GAIgASgJEg0KBXRva2VuGAMgASgEEhQKDHJlbWFpbmluZ19tcxgEIAEoAyJYCg5SZWxlYXNlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA2tleRgCIAEoCRINCgV0b2tlbhgDIAEoBBIWCg5zZXNzaW9uX3NlY3JldBgEIAEoDCIRCg9SZWxlYXNlUmVzcG9uc2UiHQoOSW5zcGVjdFJlcXVlc3QSCwoDa2V5GAEgASgJIkEKD0luc3BlY3RSZXNwb25zZRIMCgRoZWxkGAEgASgIEiAKBGxvY2sYAiABKAsyEi5sb2NrZC52MS5Mb2NrSW5mbyJgChFDaGVja1Rva2VuUmVxdWVzdBILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQSLwoLY29uc2lzdGVuY3kYAyABKA4yGi5sb2NrZC52MS5DaGVja0NvbnNpc3RlbmN5IkUKEkNoZWNrVG9rZW5SZXNwb25zZRIPCgdjdXJyZW50GAEgASgIEg4KBnRva2VucxgCIAMoBBIOCgZjYWNoZWQYAyABKAgi4gIKCExvY2tJbmZvEgsKA2tleRgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBXRva2VuGAMgASgEEi8KC2FjcXVpcmVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd3YWl0ZXJzGAUgAygJEg0KBW93bmVyGAYgASgJEi4KBmxhYmVscxgHIAMoCzIeLmxvY2tkLnYxLkxvY2tJbmZvLkxhYmVsc0VudHJ5Eg0KBXZhbHVlGAggASgMEiUKB2hvbGRlcnMYCSADKAsyFC5sb2NrZC52MS5Mb2NrSG9sZGVyEg0KBWxpbWl0GAogASgNEhUKDWxvY2tfZGVsYXlfbXMYFCABKAMSGgoSZGVsYXlfcmVtYWluaW5nX21zGBUgASgDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEigQIKCkxvY2tIb2xkZXISEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgV0b2tlbhgCIAEoBBIvCgthY3F1aXJlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIAoEbW9kZRgEIAEoDjISLmxvY2tkLnYxLkxvY2tNb2RlEg0KBW93bmVyGAUgASgJEjAKBmxhYmVscxgGIAMoCzIgLmxvY2tkLnYxLkxvY2tIb2xkZXIuTGFiZWxzRW50cnkSDQoFdmFsdWUYByABKAwaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJACgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEgoKcGFnZV90b2tlbhgCIAEoCRINCgVsaW1pdBgDIAEoBSJKCgxMaXN0UmVzcG9uc2USIQoFbG9ja3MYASADKAsyEi5sb2NrZC52MS5Mb2NrSW5mbxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiHAoNUmV2b2tlUmVxdWVzdBILCgNrZXkYASABKAkiRAoOUmV2b2tlUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoCBISCgpzZXNzaW9uX2lkGAIgASgJEg0KBXRva2VuGAMgASgEIlYKDFdhdGNoUmVxdWVzdBIOCgZwcmVmaXgYASABKAkSDgoGaG9sZGVyGAIgASgIEhQKDHJlc3VtZV9hZnRlchgDIAEoCRIQCghwcm9ncmVzcxgEIAEoCCKSAgoNV2F0Y2hSZXNwb25zZRIhCgRraW5kGAEgASgOMhMubG9ja2QudjEuRXZlbnRLaW5kEgsKA2tleRgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg0KBXRva2VuGAQgASgEEg0KBW93bmVyGAUgASgJEjMKBmxhYmVscxgGIAMoCzIjLmxvY2tkLnYxLldhdGNoUmVzcG9uc2UuTGFiZWxzRW50cnkSDQoFdmFsdWUYByABKAwSDgoGY3Vyc29yGAggASgJEhwKFHByb2dyZXNzX2ludGVydmFsX21zGAkgASgDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiaAoPU2V0VmFsdWVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoOc2Vzc2lvbl9zZWNyZXQYAiABKAwSCwoDa2V5GAMgASgJEg0KBXRva2VuGAQgASgEEg0KBXZhbHVlGAUgASgMIhIKEFNldFZhbHVlUmVzcG9uc2UiSwoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwcmluY2lwYWwYASABKAkSEgoKcGFnZV90b2tlbhgCIAEoCRINCgVsaW1pdBgDIAEoBSJYChRMaXN0U2Vzc2lvbnNSZXNwb25zZRInCghzZXNzaW9ucxgBIAMoCzIVLmxvY2tkLnYxLlNlc3Npb25JbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIpChRDbG9zZVNlc3Npb25zUmVxdWVzdBIRCglwcmluY2lwYWwYASABKAkiOQoVQ2xvc2VTZXNzaW9uc1Jlc3BvbnNlEg4KBmNsb3NlZBgBIAEoAxIQCghyZWxlYXNlZBgCIAEoAyLaAQoLU2Vzc2lvbkluZm8SEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglwcmluY2lwYWwYAiABKAkSDQoFb3duZXIYAyABKAkSMQoGbGFiZWxzGAQgAygLMiEubG9ja2QudjEuU2Vzc2lvbkluZm8uTGFiZWxzRW50cnkSDgoGdHRsX21zGAUgASgDEhQKDHJlbWFpbmluZ19tcxgGIAEoAxINCgVsb2NrcxgHIAEoAxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKrMBCg5Mb2NrTG9zdFJlYXNvbhIgChxMT0NLX0xPU1RfUkVBU09OX1VOU1BFQ0lGSUVEEAASHAoYTE9DS19MT1NUX1JFQVNPTl9SRVZPS0VEEAESHAoYTE9DS19MT1NUX1JFQVNPTl9FWFBJUkVEEAISJAogTE9DS19MT1NUX1JFQVNPTl9TRVJWRVJfU0hVVERPV04QAxIdChlMT0NLX0xPU1RfUkVBU09OX01BWF9IT0xEEAQqVAoITG9ja01vZGUSGQoVTE9DS19NT0RFX1VOU1BFQ0lGSUVEEAASFwoTTE9DS19NT0RFX0VYQ0xVU0lWRRABEhQKEExPQ0tfTU9ERV9TSEFSRUQQAip3ChBDaGVja0NvbnNpc3RlbmN5EiEKHUNIRUNLX0NPTlNJU1RFTkNZX1VOU1BFQ0lGSUVEEAASIgoeQ0hFQ0tfQ09OU0lTVEVOQ1lfTElORUFSSVpBQkxFEAESHAoYQ0hFQ0tfQ09OU0lTVEVOQ1lfQ0FDSEVEEAIq6AEKCUV2ZW50S2luZBIaChZFVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfS0lORF9BQ1FVSVJFRBABEhcKE0VWRU5UX0tJTkRfUkVMRUFTRUQQAhIWChJFVkVOVF9LSU5EX0VYUElSRUQQAxIWChJFVkVOVF9LSU5EX1JFVk9LRUQQBBIUChBFVkVOVF9LSU5EX1ZBTFVFEAUSFwoTRVZFTlRfS0lORF9NQVhfSE9MRBAGEhUKEUVWRU5UX0tJTkRfUkVTWU5DEAcSFwoTRVZFTlRfS0lORF9QUk9HUkVTUxAIMp4ICgtMb2NrU2VydmljZRJKCgtPcGVuU2Vzc2lvbhIcLmxvY2tkLnYxLk9wZW5TZXNzaW9uUmVxdWVzdBodLmxvY2tkLnYxLk9wZW5TZXNzaW9uUmVzcG9uc2USSAoJS2VlcEFsaXZlEhoubG9ja2QudjEuS2VlcEFsaXZlUmVxdWVzdBobLmxvY2tkLnYxLktlZXBBbGl2ZVJlc3BvbnNlKAEwARJECglIZWFydGJlYXQSGi5sb2NrZC52MS5IZWFydGJlYXRSZXF1ZXN0GhsubG9ja2QudjEuSGVhcnRiZWF0UmVzcG9uc2USTQoMQ2xvc2VTZXNzaW9uEh0ubG9ja2QudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBoeLmxvY2tkLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlEj4KB0FjcXVpcmUSGC5sb2NrZC52MS5BY3F1aXJlUmVxdWVzdBoZLmxvY2tkLnYxLkFjcXVpcmVSZXNwb25zZRJHCgpMZWF2ZVF1ZXVlEhsubG9ja2QudjEuTGVhdmVRdWV1ZVJlcXVlc3QaHC5sb2NrZC52MS5MZWF2ZVF1ZXVlUmVzcG9uc2USPgoHUmVsZWFzZRIYLmxvY2tkLnYxLlJlbGVhc2VSZXF1ZXN0GhkubG9ja2QudjEuUmVsZWFzZVJlc3BvbnNlEj4KB0luc3BlY3QSGC5sb2NrZC52MS5JbnNwZWN0UmVxdWVzdBoZLmxvY2tkLnYxLkluc3BlY3RSZXNwb25zZRI1CgRMaXN0EhUubG9ja2QudjEuTGlzdFJlcXVlc3QaFi5sb2NrZC52MS5MaXN0UmVzcG9uc2USOwoGUmV2b2tlEhcubG9ja2QudjEuUmV2b2tlUmVxdWVzdBoYLmxvY2tkLnYxLlJldm9rZVJlc3BvbnNlEjoKBVdhdGNoEhYubG9ja2QudjEuV2F0Y2hSZXF1ZXN0GhcubG9ja2QudjEuV2F0Y2hSZXNwb25zZTABEkEKCFNldFZhbHVlEhkubG9ja2QudjEuU2V0VmFsdWVSZXF1ZXN0GhoubG9ja2QudjEuU2V0VmFsdWVSZXNwb25zZRJNCgxMaXN0U2Vzc2lvbnMSHS5sb2NrZC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh4ubG9ja2QudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USUAoNQ2xvc2VTZXNzaW9ucxIeLmxvY2tkLnYxLkNsb3NlU2Vzc2lvbnNSZXF1ZXN0Gh8ubG9ja2QudjEuQ2xvc2VTZXNzaW9uc1Jlc3BvbnNlEkcKCkNoZWNrVG9rZW4SGy5sb2NrZC52MS5DaGVja1Rva2VuUmVxdWVzdBocLmxvY2tkLnYxLkNoZWNrVG9rZW5SZXNwb25zZUInWiVsb2NrLmRldi9sb2NrZC9wcm90by9sb2NrZC92MTtsb2NrZHYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * OpenSessionRequest asks for a new session.
@@ -922,6 +922,80 @@ export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
   messageDesc(file_lockd_v1_lockd, 19);
 
 /**
+ * CheckTokenRequest names a key and a fencing token.
+ *
+ * @generated from message lockd.v1.CheckTokenRequest
+ */
+export type CheckTokenRequest = Message<"lockd.v1.CheckTokenRequest"> & {
+  /**
+   * key is the lock's key.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * token is the fencing token to check; 0 is invalid.
+   *
+   * @generated from field: uint64 token = 2;
+   */
+  token: bigint;
+
+  /**
+   * consistency picks the mode; unset is linearizable.
+   *
+   * @generated from field: lockd.v1.CheckConsistency consistency = 3;
+   */
+  consistency: CheckConsistency;
+};
+
+/**
+ * Describes the message lockd.v1.CheckTokenRequest.
+ * Use `create(CheckTokenRequestSchema)` to create a new message.
+ */
+export const CheckTokenRequestSchema: GenMessage<CheckTokenRequest> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 20);
+
+/**
+ * CheckTokenResponse says whether the token is current.
+ *
+ * @generated from message lockd.v1.CheckTokenResponse
+ */
+export type CheckTokenResponse = Message<"lockd.v1.CheckTokenResponse"> & {
+  /**
+   * current is true when a grant of the key with exactly this token is
+   * held (the holder of a plain lock, any holder of a semaphore or
+   * read/write key).
+   *
+   * @generated from field: bool current = 1;
+   */
+  current: boolean;
+
+  /**
+   * tokens are the tokens of the key's current grants, lowest first;
+   * empty when nobody holds the key.
+   *
+   * @generated from field: repeated uint64 tokens = 2;
+   */
+  tokens: bigint[];
+
+  /**
+   * cached is true when the server's index answered (cached mode), false
+   * when the backend was read.
+   *
+   * @generated from field: bool cached = 3;
+   */
+  cached: boolean;
+};
+
+/**
+ * Describes the message lockd.v1.CheckTokenResponse.
+ * Use `create(CheckTokenResponseSchema)` to create a new message.
+ */
+export const CheckTokenResponseSchema: GenMessage<CheckTokenResponse> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 21);
+
+/**
  * LockInfo describes one held key.
  *
  * @generated from message lockd.v1.LockInfo
@@ -1022,7 +1096,7 @@ export type LockInfo = Message<"lockd.v1.LockInfo"> & {
  * Use `create(LockInfoSchema)` to create a new message.
  */
 export const LockInfoSchema: GenMessage<LockInfo> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 20);
+  messageDesc(file_lockd_v1_lockd, 22);
 
 /**
  * LockHolder is one holder of a semaphore or read/write key.
@@ -1085,7 +1159,7 @@ export type LockHolder = Message<"lockd.v1.LockHolder"> & {
  * Use `create(LockHolderSchema)` to create a new message.
  */
 export const LockHolderSchema: GenMessage<LockHolder> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 21);
+  messageDesc(file_lockd_v1_lockd, 23);
 
 /**
  * ListRequest asks for one page of held keys.
@@ -1121,7 +1195,7 @@ export type ListRequest = Message<"lockd.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 22);
+  messageDesc(file_lockd_v1_lockd, 24);
 
 /**
  * ListResponse is one page of held keys.
@@ -1149,7 +1223,7 @@ export type ListResponse = Message<"lockd.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 23);
+  messageDesc(file_lockd_v1_lockd, 25);
 
 /**
  * RevokeRequest names the key whose grant to revoke.
@@ -1170,7 +1244,7 @@ export type RevokeRequest = Message<"lockd.v1.RevokeRequest"> & {
  * Use `create(RevokeRequestSchema)` to create a new message.
  */
 export const RevokeRequestSchema: GenMessage<RevokeRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 24);
+  messageDesc(file_lockd_v1_lockd, 26);
 
 /**
  * RevokeResponse reports the revoked grant.
@@ -1205,7 +1279,7 @@ export type RevokeResponse = Message<"lockd.v1.RevokeResponse"> & {
  * Use `create(RevokeResponseSchema)` to create a new message.
  */
 export const RevokeResponseSchema: GenMessage<RevokeResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 25);
+  messageDesc(file_lockd_v1_lockd, 27);
 
 /**
  * WatchRequest selects the keys to watch.
@@ -1260,7 +1334,7 @@ export type WatchRequest = Message<"lockd.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 26);
+  messageDesc(file_lockd_v1_lockd, 28);
 
 /**
  * WatchResponse is one change to one key.
@@ -1339,7 +1413,7 @@ export type WatchResponse = Message<"lockd.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 27);
+  messageDesc(file_lockd_v1_lockd, 29);
 
 /**
  * SetValueRequest names a grant of the caller's session and its new value.
@@ -1388,7 +1462,7 @@ export type SetValueRequest = Message<"lockd.v1.SetValueRequest"> & {
  * Use `create(SetValueRequestSchema)` to create a new message.
  */
 export const SetValueRequestSchema: GenMessage<SetValueRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 28);
+  messageDesc(file_lockd_v1_lockd, 30);
 
 /**
  * SetValueResponse is empty: success means the value is the grant's.
@@ -1403,7 +1477,7 @@ export type SetValueResponse = Message<"lockd.v1.SetValueResponse"> & {
  * Use `create(SetValueResponseSchema)` to create a new message.
  */
 export const SetValueResponseSchema: GenMessage<SetValueResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 29);
+  messageDesc(file_lockd_v1_lockd, 31);
 
 /**
  * ListSessionsRequest selects a page of sessions.
@@ -1440,7 +1514,7 @@ export type ListSessionsRequest = Message<"lockd.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 30);
+  messageDesc(file_lockd_v1_lockd, 32);
 
 /**
  * ListSessionsResponse is one page of sessions.
@@ -1468,7 +1542,7 @@ export type ListSessionsResponse = Message<"lockd.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 31);
+  messageDesc(file_lockd_v1_lockd, 33);
 
 /**
  * CloseSessionsRequest names the principal whose sessions to close.
@@ -1489,7 +1563,7 @@ export type CloseSessionsRequest = Message<"lockd.v1.CloseSessionsRequest"> & {
  * Use `create(CloseSessionsRequestSchema)` to create a new message.
  */
 export const CloseSessionsRequestSchema: GenMessage<CloseSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 32);
+  messageDesc(file_lockd_v1_lockd, 34);
 
 /**
  * CloseSessionsResponse reports what CloseSessions ended.
@@ -1517,7 +1591,7 @@ export type CloseSessionsResponse = Message<"lockd.v1.CloseSessionsResponse"> & 
  * Use `create(CloseSessionsResponseSchema)` to create a new message.
  */
 export const CloseSessionsResponseSchema: GenMessage<CloseSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 33);
+  messageDesc(file_lockd_v1_lockd, 35);
 
 /**
  * SessionInfo describes one live session. It never carries the session
@@ -1584,7 +1658,7 @@ export type SessionInfo = Message<"lockd.v1.SessionInfo"> & {
  * Use `create(SessionInfoSchema)` to create a new message.
  */
 export const SessionInfoSchema: GenMessage<SessionInfo> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 34);
+  messageDesc(file_lockd_v1_lockd, 36);
 
 /**
  * LockLostReason says why a holder lost a lock.
@@ -1676,6 +1750,44 @@ export const LockModeSchema: GenEnum<LockMode> = /*@__PURE__*/
   enumDesc(file_lockd_v1_lockd, 1);
 
 /**
+ * CheckConsistency says how CheckToken reads (C2 #ct2-check-token).
+ *
+ * @generated from enum lockd.v1.CheckConsistency
+ */
+export enum CheckConsistency {
+  /**
+   * CHECK_CONSISTENCY_UNSPECIFIED is the linearizable mode.
+   *
+   * @generated from enum value: CHECK_CONSISTENCY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * CHECK_CONSISTENCY_LINEARIZABLE reads the key through the backend: the
+   * answer is the backend's state at a point during the call.
+   *
+   * @generated from enum value: CHECK_CONSISTENCY_LINEARIZABLE = 1;
+   */
+  LINEARIZABLE = 1,
+
+  /**
+   * CHECK_CONSISTENCY_CACHED answers from the server's index of held
+   * grants, kept by its watch of every key: no backend read, at most one
+   * watch delivery delay behind the backend. While the index is not usable
+   * the server reads through the backend (CheckTokenResponse.cached false).
+   *
+   * @generated from enum value: CHECK_CONSISTENCY_CACHED = 2;
+   */
+  CACHED = 2,
+}
+
+/**
+ * Describes the enum lockd.v1.CheckConsistency.
+ */
+export const CheckConsistencySchema: GenEnum<CheckConsistency> = /*@__PURE__*/
+  enumDesc(file_lockd_v1_lockd, 2);
+
+/**
  * EventKind says what happened to a key.
  *
  * @generated from enum lockd.v1.EventKind
@@ -1760,7 +1872,7 @@ export enum EventKind {
  * Describes the enum lockd.v1.EventKind.
  */
 export const EventKindSchema: GenEnum<EventKind> = /*@__PURE__*/
-  enumDesc(file_lockd_v1_lockd, 2);
+  enumDesc(file_lockd_v1_lockd, 3);
 
 /**
  * LockService is the lockd API.
@@ -1968,6 +2080,22 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof CloseSessionsRequestSchema;
     output: typeof CloseSessionsResponseSchema;
+  },
+  /**
+   * CheckToken answers whether (key, token) is a current grant of the key:
+   * Chubby's CheckSequencer, for a resource handed a fencing token
+   * (docs/contracts/C2.md #ct2-check-token). Authorised like Inspect (read
+   * on the key). A key nobody holds answers current = false. The
+   * linearizable mode (the default) reads through the backend; the cached
+   * mode answers from the server's watch-fed index of held grants, at most
+   * one watch delivery delay behind the backend.
+   *
+   * @generated from rpc lockd.v1.LockService.CheckToken
+   */
+  checkToken: {
+    methodKind: "unary";
+    input: typeof CheckTokenRequestSchema;
+    output: typeof CheckTokenResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_lockd_v1_lockd, 0);
