@@ -54,8 +54,9 @@ func PeerCertificate(ctx context.Context) *x509.Certificate {
 // none. More than one authorization value, or another scheme, is
 // ErrUnauthenticated.
 func bearerToken(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get(AuthorizationHeader)
+	// Only this key's values: FromIncomingContext would copy every header
+	// of the call (issue 24: 4 % of the server's allocations per call).
+	vals := metadata.ValueFromIncomingContext(ctx, AuthorizationHeader)
 	switch len(vals) {
 	case 0:
 		return "", nil

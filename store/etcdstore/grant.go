@@ -183,7 +183,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		return fmt.Errorf("etcdstore: release: %w", err)
 	}
 	ss, err := s.live(ctx, id)
-	notOwner := fmt.Errorf("%w: etcdstore: release %q: token %d is not the current grant of session %s", store.ErrNotOwner, key, token, id)
+	notOwner := notOwnerError{op: "release", key: key, token: token, id: id} // formatted only if returned (issue 24)
 	rev, issued := s.revision(token)
 	if errors.Is(err, store.ErrSessionDead) || (err == nil && !issued) {
 		return notOwner
@@ -322,3 +322,18 @@ func (s *Store) Revoke(ctx context.Context, key string) (g store.Grant, found bo
 	}
 	return g, true, nil
 }
+
+// notOwnerError is the ErrNotOwner of a call naming a grant its session
+// does not hold, formatted only when its message is asked for: a release
+// builds it on every call and returns it on few.
+type notOwnerError struct {
+	op, key string
+	token   uint64
+	id      store.SessionID
+}
+
+func (e notOwnerError) Error() string {
+	return fmt.Sprintf("%v: etcdstore: %s %q: token %d is not the current grant of session %s", store.ErrNotOwner, e.op, e.key, e.token, e.id)
+}
+
+func (e notOwnerError) Unwrap() error { return store.ErrNotOwner }

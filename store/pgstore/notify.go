@@ -140,8 +140,20 @@ func (s *Store) dispatchNotices(ns []notice) {
 // makes a waiter look at the table again. An error (the check could not
 // run) is returned and breaks the listener, which ends every watch (events
 // may have been lost) and wakes every waiter once it is back.
+//
+// Events no local waiter or watch would act on are dropped first, before
+// the check (issue 24: at distinct keys nearly every release has nobody
+// waiting, and the check was a query per notification). Dropping one is
+// what dispatching it would do. A waiter registered after the drop reads
+// the table after it registers (Acquire's first attempt follows
+// addWaiter), so it sees the committed change the event announced; a
+// watch registered after it becomes active only with its sync marker, a
+// later notification, and ignores this one either way.
 func (s *Store) deliver(ctx context.Context, payload string) error {
-	ns := parseNotices(payload)
+	ns := s.consumed(parseNotices(payload))
+	if len(ns) == 0 {
+		return nil
+	}
 	var keys []string
 	var tokens []int64
 	for _, n := range ns {
@@ -150,6 +162,7 @@ func (s *Store) deliver(ctx context.Context, payload string) error {
 		}
 	}
 	if len(keys) > 0 {
+		s.standingChecks.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, listenerProbeTimeout)
 		rows, err := s.pool.Query(cctx, s.q.standing, keys, tokens)
 		var standing []grantKey
@@ -184,6 +197,28 @@ func (s *Store) deliver(ctx context.Context, payload string) error {
 type grantKey struct {
 	key   string
 	token uint64
+}
+
+// consumed keeps the events of ns that a local waiter or an active watch
+// would act on (dispatchLocked): sync markers, events of a key with local
+// waiters, and events under an active watch's prefix.
+func (s *Store) consumed(ns []notice) []notice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.DeleteFunc(ns, func(n notice) bool {
+		if n.Kind == "sync" || len(s.waiters[n.Key]) > 0 {
+			return false
+		}
+		if n.Kind == "dequeued" {
+			return true // only wakes waiters
+		}
+		for w := range s.watches {
+			if w.active && strings.HasPrefix(n.Key, w.prefix) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // endsGrant reports whether an event of kind says a grant is gone.

@@ -285,3 +285,45 @@ func TestForgedNotifyIgnored(t *testing.T) {
 		t.Fatal("the real release was not delivered")
 	}
 }
+
+// TestUnwatchedEventsNotChecked: a notification that no local waiter or
+// watch would act on is dropped without checking it against the table
+// (issue 24: the check was a query per release at distinct keys); one a
+// watch would deliver is still checked.
+func TestUnwatchedEventsNotChecked(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	s := newStore(t, dsn)
+	holder := openSession(t, s)
+	g := mustTry(t, s, holder, "a/k")
+	if err := s.DeleteIfOwner(testCtx(t), holder, "a/k", g.Token); err != nil {
+		t.Fatalf("DeleteIfOwner: %v", err)
+	}
+	// The watch's sync marker is notified after the release committed, and
+	// the listener handles notifications in order: once WatchFrom returns,
+	// the release's notification has been handled.
+	_, ch, err := s.WatchFrom(testCtx(t), "b/", "")
+	if err != nil {
+		t.Fatalf("WatchFrom: %v", err)
+	}
+	if n := s.standingChecks.Load(); n != 0 {
+		t.Fatalf("%d notifications checked against the table after a release nobody waits for or watches; want 0", n)
+	}
+	g = mustTry(t, s, holder, "b/k")
+	if err := s.DeleteIfOwner(testCtx(t), holder, "b/k", g.Token); err != nil {
+		t.Fatalf("DeleteIfOwner: %v", err)
+	}
+	for _, want := range []store.EventKind{store.EventAcquired, store.EventReleased} {
+		select {
+		case ev := <-ch:
+			if ev.Kind != want || ev.Key != "b/k" || ev.Token != g.Token {
+				t.Fatalf("watch event %+v; want %v of b/k (token %d)", ev, want, g.Token)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %v event of the watched key", want)
+		}
+	}
+	if n := s.standingChecks.Load(); n != 1 {
+		t.Fatalf("%d notifications checked after the watched key's release; want 1", n)
+	}
+}

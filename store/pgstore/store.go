@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -108,6 +109,10 @@ type Store struct {
 	watches   map[*watch]struct{}
 	waiters   map[string]map[*waiter]struct{}
 	syncSeq   uint64
+
+	// standingChecks counts the notifications deliver checked against the
+	// table (tests read it).
+	standingChecks atomic.Int64
 }
 
 var _ store.LockStore = (*Store)(nil)
