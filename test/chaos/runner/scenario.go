@@ -141,8 +141,8 @@ type Spec struct {
 	// that what the control catches is its break, not its trigger
 	// (LOCKD_CHAOS_BREAK_OFF, package chaos).
 	BreakOff bool
-	// SDK is the SDK the workers run on: GoSDK (default) or PythonSDK
-	// (python.go).
+	// SDK is the SDK the workers run on: GoSDK (default), PythonSDK
+	// (python.go) or TypeScriptSDK (typescript.go).
 	SDK SDK
 }
 
@@ -334,6 +334,11 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 
 // execute starts the system, runs the fault cycles and stops the workers.
 func (r *run) execute(ctx context.Context) error {
+	if r.spec.SDK == TypeScriptSDK {
+		if err := r.env.typescriptBuilt(); err != nil {
+			return err
+		}
+	}
 	if err := r.startBackend(); err != nil {
 		return err
 	}
@@ -651,7 +656,7 @@ func (r *run) planWorkers() {
 	}
 	for slot := range workers {
 		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax,
-			python: r.spec.SDK == PythonSDK}
+			sdk: r.spec.SDK}
 		if r.spec.Fault == PartitionReplica {
 			// Holds across heartbeats, some longer than the TTL: trust
 			// must be kept by heartbeats, and lost when they fail.

@@ -26,8 +26,9 @@ type workerSpec struct {
 	rw                bool     // read/write lock grants (-rw)
 	// sessionTTL is the TTL of the worker's sessions (-ttl); 0 is lockd's.
 	sessionTTL time.Duration
-	// python runs the Python worker instead of the Go one (PythonSDK).
-	python bool
+	// sdk is the SDK of the worker: the Go one (GoSDK), or the Python or
+	// TypeScript worker.
+	sdk SDK
 	// env adds to the worker's environment.
 	env []string
 }
@@ -266,10 +267,13 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		bin = ws.bin
 	}
 	env := append([]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())}, ws.env...)
-	if ws.python {
+	switch ws.sdk {
+	case PythonSDK:
 		var extra []string
 		bin, args, extra = r.pythonCommand(args)
 		env = append(env, extra...)
+	case TypeScriptSDK:
+		bin, args = r.typescriptCommand(args)
 	}
 	p, err := startProcess(w.proc, bin, args, env,
 		filepath.Join(r.dir, w.proc+".log"), w.onLine)
