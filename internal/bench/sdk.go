@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,7 +93,8 @@ func (c Config) validateSDKs() []error {
 // sdkNote explains the SDK rows.
 const sdkNote = "sdk rows (scenario distinct, SDK named): lockd's distinct load through another SDK, its clients in a worker process of " +
 	"that SDK, against the same load through the Go SDK (go-sdk) in the same rounds; LOCKD is the SDK's figure, RAW the Go SDK's, " +
-	"LOCKD/RAW their ratio (pairs/s below 1, latencies above 1: the SDK's overhead)"
+	"LOCKD/RAW their ratio (pairs/s below 1, latencies and client cpu above 1: the SDK's overhead); client cpu = the clients' " +
+	"process inside the window (not with --in-process)"
 
 // sdkRows measures the distinct load through the Go SDK and every SDK of
 // the configuration at each SDK concurrency, and returns their rows.
@@ -128,9 +130,21 @@ func (r *runner) sdkRows(ctx context.Context) ([]Row, error) {
 				row.SDK, row.Note = sdk.Name, sdkNote
 			}
 			rows = append(rows, pairs, p50, p99)
+			// The clients' CPU per pair, when the Go SDK's cells ran in
+			// worker processes too (not with --in-process).
+			if goCPU, sdkCPU := cpusPerOp(res[sysGoSDK], roleClient), cpusPerOp(res[sdk.Name], roleClient); metered(goCPU) && metered(sdkCPU) {
+				row := compare(scDistinct, c, MetricClientCPUPerOp, sysGoSDK, median(sdkCPU), median(goCPU))
+				row.LockdRounds, row.RawRounds, row.SDK, row.Note = sdkCPU, goCPU, sdk.Name, sdkNote
+				rows = append(rows, row)
+			}
 		}
 	}
 	return rows, nil
+}
+
+// metered reports whether every round has a CPU figure.
+func metered(vs []Value) bool {
+	return len(vs) > 0 && !slices.ContainsFunc(vs, func(v Value) bool { return math.IsNaN(float64(v)) })
 }
 
 func pairsSummary(lr loadResult) string {

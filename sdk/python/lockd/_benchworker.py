@@ -8,7 +8,8 @@ stdin: the bench's job, one JSON object (internal/bench workerJob): system
 "lockd", scenario "distinct", c clients, the window's duration in
 nanoseconds, a tag that makes the keys unique, lockd's address. stdout: one
 JSON object (workerResult): ops (pairs in the window), elapsed and every
-pair's latency in nanoseconds, pairs per client; or error. The load is the Go
+pair's latency in nanoseconds, pairs per client, the process's CPU time in
+the window (cpu_ns.client, every thread); or error. The load is the Go
 bench's distinctLoad: one client, a session per simulated client, each
 acquiring and releasing keys of its own (tag/cN/kI, 16 per client) one pair
 after another for a warm-up of a fifth of the window (at most a second, on
@@ -48,17 +49,17 @@ def _load(sessions: list, dur: float, tag: str) -> dict:
             failed.append(RuntimeError(f"client {ci}, pair {i}: {e}"))
             stop.set()
 
-    start = time.monotonic_ns()
+    start, cpu0 = time.monotonic_ns(), time.process_time_ns()
     threads = [threading.Thread(target=client, args=(ci,), daemon=True) for ci in range(len(sessions))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.monotonic_ns() - start
+    elapsed, cpu = time.monotonic_ns() - start, time.process_time_ns() - cpu0
     if failed:
         raise failed[0]
     return {"ops": sum(len(x) for x in lats), "elapsed": elapsed, "lat": [v for x in lats for v in x],
-            "per_client": [len(x) for x in lats], "cpu_ns": {}}
+            "per_client": [len(x) for x in lats], "cpu_ns": {"client": cpu}}
 
 
 def run(job: dict) -> dict:

@@ -8,7 +8,8 @@
 // "lockd", scenario "distinct", c clients, the window's duration in
 // nanoseconds, a tag that makes the keys unique, lockd's address. stdout: one
 // JSON object (workerResult): ops (pairs in the window), elapsed and every
-// pair's latency in nanoseconds, pairs per client; or error. The load is the
+// pair's latency in nanoseconds, pairs per client, the process's CPU time in
+// the window (cpu_ns.client); or error. The load is the
 // Go bench's distinctLoad: one Client, a session per simulated client, each
 // acquiring and releasing keys of its own (tag/cN/kI, 16 per client) one pair
 // after another for a warm-up of a fifth of the window (at most a second, on
@@ -34,6 +35,7 @@ async function load(sessions: Session[], durMs: number, tag: string): Promise<Re
   const lats: number[][] = sessions.map(() => []);
   let failed: Error | undefined;
   const start = process.hrtime.bigint();
+  const cpu0 = process.cpuUsage();
   await Promise.all(sessions.map(async (s, ci) => {
     const prefix = `${tag}/c${ci}/k`;
     let i = 0;
@@ -49,8 +51,12 @@ async function load(sessions: Session[], durMs: number, tag: string): Promise<Re
     }
   }));
   const elapsed = Number(process.hrtime.bigint() - start);
+  const cpu = process.cpuUsage(cpu0);
   if (failed) throw failed;
-  return { ops: lats.reduce((n, x) => n + x.length, 0), elapsed, lat: lats.flat(), per_client: lats.map((x) => x.length), cpu_ns: {} };
+  return {
+    ops: lats.reduce((n, x) => n + x.length, 0), elapsed, lat: lats.flat(), per_client: lats.map((x) => x.length),
+    cpu_ns: { client: (cpu.user + cpu.system) * 1000 },
+  };
 }
 
 async function run(job: Job): Promise<Record<string, unknown>> {
