@@ -1007,6 +1007,9 @@ func (r *run) stopWorkers() error {
 		go func() { // returns once the worker has exited
 			defer wg.Done()
 			w.p.signal(syscall.SIGCONT)
+			if !w.started(startTimeout) {
+				r.problem("worker %s had not started (no history file) %v after the stop began", w.proc, startTimeout)
+			}
 			w.p.signal(syscall.SIGTERM)
 			t := time.NewTimer(20 * time.Second)
 			defer t.Stop()

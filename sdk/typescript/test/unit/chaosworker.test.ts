@@ -1,4 +1,4 @@
-// The chaos worker's plumbing (test/chaosworker.ts), without lockd: the Go
+// The chaos worker's plumbing (test/chaosworker_impl.ts), without lockd: the Go
 // worker's flags and durations, and history lines as package history reads
 // them (test/chaos/history: the exact int64 epoch, tokens, omitted empty
 // fields). The worker itself runs in `make chaos-typescript`.
@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { HistoryClock, parseArgs, parseDuration, Recorder } from "../chaosworker.js";
+import { HistoryClock, parseArgs, parseDuration, Recorder } from "../chaosworker_impl.js";
 
 test("Go durations parse to milliseconds", () => {
   assert.equal(parseDuration("0s"), 0);
