@@ -63,15 +63,21 @@ export function parseDuration(s: string): number {
 
 /**
  * history.Clock: nanoseconds since the run's epoch, read from the monotonic
- * clock (performance.now) after one reading of the wall clock.
+ * clock (performance.now) after one reading of the wall clock (wallAt). Not
+ * from performance.timeOrigin: timeOrigin + now() can be far from the wall
+ * clock in a Node process started on a loaded machine (58 ms in 1 of 36
+ * processes started beside CPU burners), which made one worker's history
+ * late against every other process's (trusted overlaps of 59–85 ms in
+ * ts-replica-kill-etcd, all of one worker, whose writes the fenced resource
+ * had ordered the other way).
  */
 export class HistoryClock {
-  private readonly startMono = performance.now();
+  private readonly startMono: number;
   private readonly offset: number; // ns since the epoch at startMono
 
-  constructor(readonly epoch: bigint) {
-    // performance.timeOrigin + now(): the wall clock at startMono, below a microsecond.
-    const wallNs = BigInt(Math.round((performance.timeOrigin + this.startMono) * 1e6));
+  constructor(readonly epoch: bigint, wallMs: () => number = Date.now, mono: () => number = () => performance.now()) {
+    const [wallNs, at] = wallAt(wallMs, mono);
+    this.startMono = at;
     this.offset = Number(wallNs - epoch);
   }
 
@@ -83,6 +89,37 @@ export class HistoryClock {
   at(mono: number): number {
     return Math.round(this.offset + (mono - this.startMono) * 1e6);
   }
+}
+
+/**
+ * The wall clock in ns at a monotonic reading (ms): Date.now() counts whole
+ * milliseconds, so it is read until it ticks — at the tick the wall clock is
+ * exactly the new millisecond, and the tick lies between the monotonic
+ * readings around the Date.now() calls that saw the old and the new value.
+ * Of five ticks the one with the narrowest such window is taken (a window
+ * widened by a preemption is not).
+ */
+export function wallAt(wallMs: () => number, mono: () => number): [bigint, number] {
+  let best: [bigint, number] | undefined;
+  let bestWidth = Infinity;
+  for (let i = 0; i < 5; i++) {
+    const old = wallMs();
+    let before = mono();
+    for (let n = 0; ; n++) {
+      const m = wallMs();
+      const after = mono();
+      if (m !== old) {
+        if (after - before < bestWidth) {
+          bestWidth = after - before;
+          best = [BigInt(m) * 1_000_000n, (before + after) / 2];
+        }
+        break;
+      }
+      if (n > 1e7) throw new Error("the wall clock does not advance");
+      before = after;
+    }
+  }
+  return best!;
 }
 
 type Call = { seq: number; kind: string; key: string };

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { HistoryClock, parseArgs, parseDuration, Recorder } from "../chaosworker_impl.js";
+import { HistoryClock, parseArgs, parseDuration, Recorder, wallAt } from "../chaosworker_impl.js";
 
 test("Go durations parse to milliseconds", () => {
   assert.equal(parseDuration("0s"), 0);
@@ -64,5 +64,25 @@ test("history lines as package history reads them", () => {
     assert.ok(start > 0.9e9 && start < 60e9, `start at ${start} ns after the epoch`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("the history clock reads the wall clock at its tick (not performance.timeOrigin)", () => {
+  // A fake wall clock that ticks every 1 ms of a fake monotonic clock, at
+  // monotonic 0.4 + k ms, where the wall clock reads 1000 + k ms exactly; each
+  // reading advances the monotonic clock by 0.01 ms.
+  let mono = 0;
+  const monoNow = () => (mono += 0.01);
+  const wallNow = () => 1000 + Math.floor(mono - 0.4);
+  const [wallNs, at] = wallAt(wallNow, monoNow);
+  const exact = BigInt(Math.round((1000 + (at - 0.4)) * 1e6)); // the fake wall clock's true value at `at`
+  assert.ok(wallNs - exact < 20_000n && exact - wallNs < 20_000n, `wall ${wallNs} ns at ${at} ms; true ${exact} ns`);
+  // The real clocks: the history clock agrees with Date.now() to a millisecond.
+  const epoch = BigInt(Date.now() - 5000) * 1_000_000n;
+  const hc = new HistoryClock(epoch);
+  for (let i = 0; i < 5; i++) {
+    const before = Date.now(), t = hc.now(), after = Date.now() + 1; // Date.now() truncates
+    const lo = Number(BigInt(before) * 1_000_000n - epoch), hi = Number(BigInt(after) * 1_000_000n - epoch);
+    assert.ok(t >= lo && t <= hi, `history time ${t} ns outside the wall clock's [${lo}, ${hi}]`);
   }
 });
