@@ -197,7 +197,7 @@ brute:
 ## See `go doc ./test/chaos` for the LOCKD_CHAOS_* settings.
 DURATION ?= 10m
 
-.PHONY: chaos chaos-long chaos-python
+.PHONY: chaos chaos-long chaos-python chaos-typescript
 
 chaos:
 	$(GO) test -count=1 -timeout 5m ./test/chaos/history/ ./test/chaos/fenced/ ./test/chaos/check/ ./test/chaos/worker/ ./test/chaos/runner/
@@ -210,6 +210,14 @@ chaos:
 ## python3-grpcio and python3-protobuf (LOCKD_CHAOS_PYTHON to change it).
 chaos-python:
 	LOCKD_CHAOS_SUITE=python $(GO) test -race -count=1 -timeout 20m -v -run 'TestChaos' ./test/chaos/
+
+## chaos-typescript: issue 25: the same scenarios with TypeScript workers
+## (sdk/typescript, test/chaosworker.ts; built by npm ci into the suite's
+## temporary directory) and the TypeScript SDK's receive-time control
+## (runner.TypeScriptSuite). Needs node 20 and npm (LOCKD_CHAOS_NODE to
+## change node).
+chaos-typescript:
+	LOCKD_CHAOS_SUITE=typescript $(GO) test -race -count=1 -timeout 20m -v -run 'TestChaos' ./test/chaos/
 
 chaos-long:
 	LOCKD_CHAOS_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -v -run 'TestChaos' ./test/chaos/

@@ -96,6 +96,10 @@ type Config struct {
 	// see ownProcesses and cells.go. The embedded etcd and CPUProfile
 	// imply it.
 	InProcess bool
+	// SDKs are the SDKs of other languages the distinct scenario also
+	// measures lockd through, at each of SDKConcurrency (sdk.go; issue 25).
+	SDKs           []SDKWorker
+	SDKConcurrency []int
 	// Progress receives one line per measurement; nil discards them.
 	Progress io.Writer
 	// CPUProfile, when set, receives a pprof CPU profile of this process
@@ -146,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FailoverKills == 0 {
 		c.FailoverKills = DefaultFailoverKills
+	}
+	if len(c.SDKConcurrency) == 0 {
+		c.SDKConcurrency = DefaultSDKConcurrency
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -215,6 +222,7 @@ func (c Config) Validate() error {
 	if c.FailoverKills < 1 || c.FailoverKills > 1000 {
 		bad("failover kills %d out of [1, 1000]", c.FailoverKills)
 	}
+	errs = append(errs, c.validateSDKs()...)
 	return errors.Join(errs...)
 }
 
@@ -266,6 +274,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		SessionTTL:           sessionTTL.String(),
 		SystemOrder:          "order rotated by one each round",
 		Processes:            layoutShared,
+	}
+	for _, s := range cfg.SDKs {
+		rep.Settings.SDKs = append(rep.Settings.SDKs, s.Name)
+	}
+	if len(cfg.SDKs) > 0 {
+		rep.Settings.SDKConcurrency = cfg.SDKConcurrency
 	}
 	if ownProcesses(cfg) {
 		rep.Settings.Processes = layoutOwn

@@ -116,6 +116,11 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Scenarios: []string{"semaphore"}, SemaphoreLimit: 1}, "semaphore limit 1"},
 		{Config{Scenarios: []string{"semaphore"}, SemaphoreLimit: 1025}, "semaphore limit 1025"},
 		{Config{Scenarios: []string{"semaphore"}, SemaphoreConcurrency: []int{0}}, "concurrency 0"},
+		{Config{Scenarios: []string{"distinct"}, SDKs: []SDKWorker{{Name: "python", Command: []string{"py"}}}}, ""},
+		{Config{Scenarios: []string{"death"}, SDKs: []SDKWorker{{Name: "python", Command: []string{"py"}}}}, "with the distinct scenario"},
+		{Config{Scenarios: []string{"distinct"}, SDKs: []SDKWorker{{Name: "go-sdk", Command: []string{"x"}}}}, `sdk "go-sdk"`},
+		{Config{Scenarios: []string{"distinct"}, SDKs: []SDKWorker{{Name: "python"}}}, `sdk "python"`},
+		{Config{Scenarios: []string{"distinct"}, SDKConcurrency: []int{0}}, "sdk concurrency 0"},
 	} {
 		err := tc.cfg.Validate()
 		switch {

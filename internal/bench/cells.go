@@ -141,7 +141,7 @@ func (b *bed) startLockdProcess(ctx context.Context, cfg Config, lockdPrefix str
 	if err != nil {
 		return fmt.Errorf("start lockd's server: %w", err)
 	}
-	b.lockdProc = ch
+	b.lockdProc, b.lockdAddr = ch, ch.addr
 	b.onClose(func(context.Context) error { ch.stop(); return nil })
 	c, err := client.New(ch.addr)
 	if err != nil {

@@ -99,6 +99,9 @@ type bed struct {
 	// ownProcesses); lockdProc is then lockd's `lockd serve` child.
 	own       bool
 	lockdProc *child
+	// lockdAddr is lockd's server's address (the child's or this
+	// process's): the SDK rows' workers connect to it.
+	lockdAddr string
 
 	srv      *server.Server
 	served   chan error
@@ -408,7 +411,8 @@ func (b *bed) startLockdLabelled(st store.LockStore, maxLocks int) error {
 		}
 		return err
 	})
-	c, err := client.New(lis.Addr().String())
+	b.lockdAddr = lis.Addr().String()
+	c, err := client.New(b.lockdAddr)
 	if err != nil {
 		return fmt.Errorf("lockd client: %w", err)
 	}

@@ -83,7 +83,10 @@ type Row struct {
 	// N is the number of locks (death) or sessions (idle).
 	N      int    `json:"n,omitempty"`
 	Metric string `json:"metric"`
-	Lockd  Value  `json:"lockd"`
+	// SDK names the SDK of an SDK row (sdk.go): Lockd is lockd's figure
+	// through it and Raw the Go SDK's (Baseline go-sdk); "" for the Go SDK.
+	SDK   string `json:"sdk,omitempty"`
+	Lockd Value  `json:"lockd"`
 	// Baseline names the system compared with ("" when there is none).
 	Baseline string `json:"baseline,omitempty"`
 	Raw      *Value `json:"raw,omitempty"`
@@ -155,6 +158,9 @@ type Settings struct {
 	SystemOrder string `json:"system_order"`
 	// Processes says which process each system runs in.
 	Processes string `json:"processes"`
+	// SDKs are the SDKs of the SDK rows, measured at SDKConcurrency.
+	SDKs           []string `json:"sdks,omitempty"`
+	SDKConcurrency []int    `json:"sdk_concurrency,omitempty"`
 }
 
 // Report is the outcome of Run.
@@ -251,6 +257,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			b.WriteString("  " + l + "\n")
 		}
 	}
+	if slices.ContainsFunc(r.Rows, func(row Row) bool { return row.SDK != "" }) {
+		for _, l := range sdkLegend {
+			b.WriteString("  " + l + "\n")
+		}
+	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tC/N\tMETRIC\tLOCKD\tBASELINE\tRAW\tLOCKD/RAW\tLOCKD%CEIL\tRAW%CEIL\tTARGET\tFLAGS")
@@ -284,7 +295,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if row.RawCeil != nil {
 			rceil = row.RawCeil.String() + "%"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Scenario, cn, row.Metric, row.Lockd,
+		scenario := row.Scenario
+		if row.SDK != "" {
+			scenario += " sdk=" + row.SDK
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", scenario, cn, row.Metric, row.Lockd,
 			orDash(row.Baseline), raw, ratio, lceil, rceil, orDash(target), orDash(strings.Join(row.Flags, "; ")))
 	}
 	if err := tw.Flush(); err != nil {

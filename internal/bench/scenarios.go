@@ -95,6 +95,13 @@ func (r *runner) distinct(ctx context.Context) ([]Row, error) {
 		rows = append(rows, cpuRows(scDistinct, c, res, r.bed.systemNames(), r.primaryBaseline(), r.cpuTarget())...)
 		prevRates[sysLockd], prevC = lockdPairs, c
 	}
+	if len(r.cfg.SDKs) > 0 {
+		sdk, err := r.sdkRows(ctx)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, sdk...)
+	}
 	return rows, nil
 }
 

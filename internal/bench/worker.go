@@ -197,14 +197,21 @@ func runWorker(ctx context.Context, argv []string, job workerJob) (loadResult, i
 	if len(argv) == 0 {
 		return loadResult{}, 0, errors.New("no lockd executable to start (LockdCommand)")
 	}
+	return runJob(ctx, append(slices.Clone(argv), WorkerCommand...), []string{EnvChild + "=1"}, job)
+}
+
+// runJob runs job in a worker child of argv (with env added to this
+// process's environment): the job as JSON on its stdin, its result as JSON
+// on its stdout.
+func runJob(ctx context.Context, argv, env []string, job workerJob) (loadResult, int64, error) {
 	in, err := json.Marshal(job)
 	if err != nil {
 		return loadResult{}, 0, fmt.Errorf("worker job: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, workerStartTimeout+firstGrantTimeout+2*job.Duration)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], append(slices.Clone(argv[1:]), WorkerCommand...)...)
-	cmd.Env = append(os.Environ(), EnvChild+"=1")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = bytes.NewReader(in)
 	var out bytes.Buffer
 	stderr := &tailBuffer{max: 8 << 10}

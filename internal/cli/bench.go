@@ -95,6 +95,15 @@ Scenarios (--scenarios, comma-separated; default all):
              replica it talks to and time its next heartbeat answered
              through another (p50/p99 ms; target under TTL/3)
 
+SDK rows (issue 25): with --python-sdk DIR (sdk/python of a lockd checkout,
+run by --python, default /usr/bin/python3 with Debian's python3-grpcio and
+python3-protobuf) and/or --typescript-sdk DIR (sdk/typescript after npm ci,
+run by --node), the distinct scenario also measures lockd through those
+SDKs at --sdk-concurrency (default 1,64): each cell runs its clients in a
+worker process of that SDK, beside the same cell through the Go SDK
+(go-sdk) in the same rounds, and every figure (pairs/s, p50, p99) is shown
+as a ratio to the Go SDK's.
+
 Progress goes to stderr; the table (or --json) to stdout. Each measurement
 lasts --duration after a short warm-up and is repeated --rounds times.
 
@@ -115,6 +124,11 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		death     string
 		profile   string
 		asJSON    bool
+		pySDK     string
+		python    string
+		tsSDK     string
+		node      string
+		sdkConc   string
 	)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Backend, "backend", bench.BackendEmbedded, "backend: embedded, etcd or pg")
@@ -136,6 +150,11 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run lockd's server and every system's clients in this process (the layout before issue 24)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the scenarios to this file (labelled by system)")
+	f.StringVar(&pySDK, "python-sdk", "", "sdk/python of a lockd checkout: add the Python SDK's rows to distinct")
+	f.StringVar(&python, "python", "/usr/bin/python3", "the interpreter of --python-sdk (with python3-grpcio and python3-protobuf)")
+	f.StringVar(&tsSDK, "typescript-sdk", "", "sdk/typescript of a lockd checkout after npm ci: add the TypeScript SDK's rows to distinct")
+	f.StringVar(&node, "node", "node", "the node of --typescript-sdk")
+	f.StringVar(&sdkConc, "sdk-concurrency", joinInts(bench.DefaultSDKConcurrency), "client counts of the SDK rows")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Scenarios = splitList(scenarios)
 		var err error
@@ -153,6 +172,23 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		}
 		if cfg.DeathLocks, err = parseInts(death); err != nil {
 			return usageErrorf("--death-locks: %v", err)
+		}
+		if cfg.SDKConcurrency, err = parseInts(sdkConc); err != nil {
+			return usageErrorf("--sdk-concurrency: %v", err)
+		}
+		if pySDK != "" {
+			s, err := bench.PythonSDK(pySDK, python)
+			if err != nil {
+				return usageErrorf("--python-sdk: %v", err)
+			}
+			cfg.SDKs = append(cfg.SDKs, s)
+		}
+		if tsSDK != "" {
+			s, err := bench.TypeScriptSDK(tsSDK, node)
+			if err != nil {
+				return usageErrorf("--typescript-sdk: %v", err)
+			}
+			cfg.SDKs = append(cfg.SDKs, s)
 		}
 		if exe, err := os.Executable(); err == nil {
 			cfg.LockdCommand = []string{exe}

@@ -42,8 +42,10 @@ func TestChaos(t *testing.T) {
 		specs = runner.Suite()
 	case "python":
 		specs = runner.PythonSuite()
+	case "typescript":
+		specs = runner.TypeScriptSuite()
 	default:
-		t.Fatalf("%s=%q: want go or python", envSuite, v)
+		t.Fatalf("%s=%q: want go, python or typescript", envSuite, v)
 	}
 	if v := os.Getenv(envBreakOff); v != "" {
 		off, err := strconv.ParseBool(v)

@@ -61,6 +61,9 @@
 //	                       (runner.PythonSuite, make chaos-python); the
 //	                       interpreter is LOCKD_CHAOS_PYTHON (default
 //	                       /usr/bin/python3)
+//	LOCKD_CHAOS_SUITE=typescript  the TypeScript SDK's scenarios
+//	                       (runner.TypeScriptSuite, make chaos-typescript);
+//	                       node is LOCKD_CHAOS_NODE (default node on PATH)
 //
 // # Controls
 //

@@ -74,6 +74,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	t.Run("unit", func(t *testing.T) {
 		node(t, nil, "dist/test/unit/")
 	})
+	t.Run("bench-rows", func(t *testing.T) { benchSDKRows(t, ctx, dir) })
 	for _, b := range lockdtest.Backends {
 		t.Run(b, func(t *testing.T) {
 			srv := lockdtest.StartBackend(t, b, lockdtest.Options{NoClient: true})

@@ -121,6 +121,11 @@ export class GrpcApi implements LockApi {
     return this.cfg.addresses[this.current % n]!;
   }
 
+  /** @internal the address the next call goes to (the chaos worker's hold lines name it) */
+  address(): string {
+    return this.pick();
+  }
+
   private channel(addr: string): grpc.Client {
     let ch = this.channels.get(addr);
     if (!ch) {

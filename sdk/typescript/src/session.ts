@@ -35,8 +35,20 @@ export interface SessionOptions {
  * request, which is later than `sent`; counting from the reply's arrival
  * would add the reply's transit to the client's trust.
  */
-function trustFrom(sent: number): number {
-  return sent;
+function trustFrom(sent: number, arrived: number): number {
+  return RECV_TIME_CONTROL ? arrived : sent;
+}
+
+/**
+ * The receive-time control (the Go SDK's lockd_recvtime_control build tag,
+ * the Python SDK's LOCKD_PYSDK_CONTROL): with LOCKD_TSSDK_CONTROL=recvtime in
+ * the environment, {@link trustFrom} counts Remaining from the reply's
+ * arrival, which breaks C2 #ct2-deadline on purpose so that the chaos
+ * checkers can show they catch it. Never set it for real locks.
+ */
+const RECV_TIME_CONTROL = typeof process !== "undefined" && process.env["LOCKD_TSSDK_CONTROL"] === "recvtime";
+if (RECV_TIME_CONTROL) {
+  process.emitWarning("LOCKD_TSSDK_CONTROL=recvtime: this SDK breaks the send-time rule on purpose (a test control); never use it for real locks");
 }
 
 /** Notice ids kept per key at most (Session.lostTok), as the Go SDK's maxLostKeys. */
@@ -119,7 +131,7 @@ export class Session {
     let interval = own > 0 ? own : Number(resp.heartbeatIntervalMs);
     if (interval <= 0) interval = ttlMs / 3;
     const s = new Session(c, resp.sessionId, resp.sessionSecret, ttlMs, margin, interval, so.lockDelayMs ?? 0,
-      trustFrom(sent) + Number(resp.remainingMs) - margin);
+      trustFrom(sent, c.clock.now()) + Number(resp.remainingMs) - margin);
     // The settings in force (the client's, else the server's) against the
     // TTL the backend applies: refuse a margin or interval it cannot carry.
     try {
@@ -231,7 +243,7 @@ export class Session {
    * extended. A deadline already passed is never revived. Returns the bound.
    */
   extend(sent: number, remainingMs: number): number {
-    const d = trustFrom(sent) + remainingMs - this.marginMs;
+    const d = trustFrom(sent, this.client.clock.now()) + remainingMs - this.marginMs;
     if (this._err) return d;
     if (this.client.clock.now() >= this._deadline) {
       this.end(new SessionExpiredError());
@@ -258,7 +270,7 @@ export class Session {
     }
     const listed = new Map<string, bigint>();
     for (const h of held?.locks ?? []) listed.set(h.key, h.token);
-    const d = trustFrom(sent) + remainingMs - this.marginMs;
+    const d = trustFrom(sent, this.client.clock.now()) + remainingMs - this.marginMs;
     const lost: Lock[] = [];
     for (const [key, l] of this.locks) {
       if (held === undefined || listed.get(key) === l.token) {

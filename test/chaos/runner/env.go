@@ -28,6 +28,10 @@ type Binaries struct {
 	// Python is the interpreter of the Python workers and PythonPath the
 	// directory of the Python SDK (SDK PythonSDK, python.go).
 	Python, PythonPath string
+	// Node runs the TypeScript workers; TypeScriptSrc is the TypeScript
+	// SDK's directory and TypeScriptBuild where a copy of it is built on
+	// first use (SDK TypeScriptSDK, typescript.go).
+	Node, TypeScriptSrc, TypeScriptBuild string
 }
 
 // Build builds lockd, the worker and the etcd member into dir with the go
@@ -84,6 +88,7 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 		WorkerRecvTime: filepath.Join(recvDir, "chaos-worker"),
 	}
 	pythonBinaries(root, &b)
+	typescriptBinaries(root, dir, &b)
 	return b, nil
 }
 
@@ -101,6 +106,9 @@ type Env struct {
 
 	mu  sync.Mutex
 	dbs int
+
+	tsOnce sync.Once // builds the TypeScript worker (typescriptBuilt)
+	tsErr  error
 }
 
 // NewEnv returns an environment running bins.

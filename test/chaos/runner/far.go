@@ -296,8 +296,10 @@ func (r *run) planFar(ws *workerSpec) {
 	ws.lockd = []string{r.far.px.addr()}
 	ws.heartbeatInterval = farHeartbeat
 	switch {
-	case r.spec.breaks(RecvTimeSDK) && ws.python:
+	case r.spec.breaks(RecvTimeSDK) && ws.sdk == PythonSDK:
 		ws.env = append(ws.env, "LOCKD_PYSDK_CONTROL=recvtime") // built into the Python SDK (lockd.session)
+	case r.spec.breaks(RecvTimeSDK) && ws.sdk == TypeScriptSDK:
+		ws.env = append(ws.env, "LOCKD_TSSDK_CONTROL=recvtime") // built into the TypeScript SDK (src/session.ts)
 	case r.spec.breaks(RecvTimeSDK):
 		ws.bin = r.env.bins.WorkerRecvTime
 	}

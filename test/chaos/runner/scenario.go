@@ -143,8 +143,8 @@ type Spec struct {
 	// that what the control catches is its break, not its trigger
 	// (LOCKD_CHAOS_BREAK_OFF, package chaos).
 	BreakOff bool
-	// SDK is the SDK the workers run on: GoSDK (default) or PythonSDK
-	// (python.go).
+	// SDK is the SDK the workers run on: GoSDK (default), PythonSDK
+	// (python.go) or TypeScriptSDK (typescript.go).
 	SDK SDK
 }
 
@@ -347,6 +347,11 @@ func Run(ctx context.Context, env *Env, spec Spec, opts Options, dir string) (re
 
 // execute starts the system, runs the fault cycles and stops the workers.
 func (r *run) execute(ctx context.Context) error {
+	if r.spec.SDK == TypeScriptSDK {
+		if err := r.env.typescriptBuilt(); err != nil {
+			return err
+		}
+	}
 	if err := r.startBackend(); err != nil {
 		return err
 	}
@@ -664,7 +669,7 @@ func (r *run) planWorkers() {
 	}
 	for slot := range workers {
 		ws := workerSpec{clockScale: 1, trust: worker.TrustSDK, holdMin: r.opts.HoldMin, holdMax: r.opts.HoldMax,
-			python: r.spec.SDK == PythonSDK}
+			sdk: r.spec.SDK}
 		if r.spec.Fault == PartitionReplica {
 			// Holds across heartbeats, some longer than the TTL: trust
 			// must be kept by heartbeats, and lost when they fail.
@@ -1015,6 +1020,9 @@ func (r *run) stopWorkers() error {
 		go func() { // returns once the worker has exited
 			defer wg.Done()
 			w.p.signal(syscall.SIGCONT)
+			if !w.started(startTimeout) {
+				r.problem("worker %s had not started (no history file) %v after the stop began", w.proc, startTimeout)
+			}
 			w.p.signal(syscall.SIGTERM)
 			t := time.NewTimer(20 * time.Second)
 			defer t.Stop()

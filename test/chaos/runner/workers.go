@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,8 +27,9 @@ type workerSpec struct {
 	rw                bool     // read/write lock grants (-rw)
 	// sessionTTL is the TTL of the worker's sessions (-ttl); 0 is lockd's.
 	sessionTTL time.Duration
-	// python runs the Python worker instead of the Go one (PythonSDK).
-	python bool
+	// sdk is the SDK of the worker: the Go one (GoSDK), or the Python or
+	// TypeScript worker.
+	sdk SDK
 	// env adds to the worker's environment.
 	env []string
 }
@@ -38,6 +40,9 @@ type workerProc struct {
 	slot int
 	proc string // history process id
 	p    *process
+	// history is the worker's history file: every worker creates it
+	// after it took SIGTERM (started).
+	history string
 
 	mu       sync.Mutex
 	state    string // wait, hold or free
@@ -240,6 +245,7 @@ func procID(slot, n int) string {
 func (r *run) startWorker(slot, n int) (*workerProc, error) {
 	ws := r.workerSpecs[slot]
 	w := &workerProc{slot: slot, proc: procID(slot, n), state: "free", onHold: r.sawHold}
+	w.history = filepath.Join(r.histDir, w.proc+".jsonl")
 	keys := ws.keys
 	if keys == nil {
 		keys = r.keys
@@ -248,7 +254,7 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-proc", w.proc,
 		"-lockd", strings.Join(ws.lockd, ","),
 		"-fenced", r.fenced.URL(),
-		"-history", filepath.Join(r.histDir, w.proc+".jsonl"),
+		"-history", w.history,
 		"-keys", strings.Join(keys, ","),
 		"-limit", strconv.FormatUint(uint64(ws.limit), 10),
 		"-rw=" + strconv.FormatBool(ws.rw),
@@ -266,10 +272,13 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		bin = ws.bin
 	}
 	env := append([]string{history.EpochEnv + "=" + history.FormatEpoch(r.clock.Epoch())}, ws.env...)
-	if ws.python {
+	switch ws.sdk {
+	case PythonSDK:
 		var extra []string
 		bin, args, extra = r.pythonCommand(args)
 		env = append(env, extra...)
+	case TypeScriptSDK:
+		bin, args = r.typescriptCommand(args)
 	}
 	p, err := startProcess(w.proc, bin, args, env,
 		filepath.Join(r.dir, w.proc+".log"), w.onLine)
@@ -278,4 +287,32 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 	}
 	w.p = p
 	return w, nil
+}
+
+// startTimeout bounds the wait for a worker to have started (started).
+const startTimeout = 20 * time.Second
+
+// started waits until the worker has created its history file, which every
+// worker (Go, Python, TypeScript) does only after it has taken SIGTERM and
+// SIGINT, or has exited, polling for at most timeout; it reports whether
+// the worker started or exited. A SIGTERM before that finds the runtime's
+// default action: a Node worker restarted just before the end of a
+// scenario was terminated by it during Node's start-up (0.4–1.1 s on a
+// loaded machine), without a history ("w1.2 exited: signal: terminated").
+func (w *workerProc) started(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(w.history); err == nil || w.p.done() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-w.p.exited:
+		case <-tick.C:
+		}
+	}
 }

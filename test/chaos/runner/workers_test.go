@@ -74,3 +74,29 @@ exec sleep 60`
 		t.Errorf("the script read %q; want %q", gotLines(), want)
 	}
 }
+
+// TestStopWaitsForWorkerStart: stopWorkers sends SIGTERM only once a worker
+// has started (created its history file, which every worker does after it
+// took SIGTERM). The stand-in worker is a shell that takes SIGTERM only
+// after a slow start-up, as Node does after loading the SDK; on the old
+// code (SIGTERM at once) it ended by the signal: "w0.2 exited: signal:
+// terminated".
+func TestStopWaitsForWorkerStart(t *testing.T) {
+	dir := t.TempDir()
+	hist := filepath.Join(dir, "w0.2.jsonl")
+	// The start-up's length models a loaded machine's Node start; the
+	// harness's wait ends on the file, not on a time.
+	script := `sleep 0.5; trap 'exit 0' TERM; : > "$1"; while :; do sleep 0.05; done`
+	p, err := startProcess("w0.2", "/bin/sh", []string{"-c", script, "sh", hist}, nil, filepath.Join(dir, "w0.2.log"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.kill)
+	r := &run{workers: []*workerProc{{proc: "w0.2", p: p, history: hist}}}
+	if err := r.stopWorkers(); err != nil {
+		t.Fatalf("stopWorkers: %v", err)
+	}
+	if len(r.problems) > 0 {
+		t.Errorf("problems: %v", r.problems)
+	}
+}
