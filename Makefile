@@ -155,10 +155,14 @@ typescript-sdk:
 ## that apply through the Python SDK's JSON-lines agent
 ## (sdk/python/lockd/_agent.py) on the base rows and compares the outcomes.
 ## Prints one row per scenario and backend: scenario | backend | outcome | ok.
-## The same test also runs in `make test` (go test ./...).
+## TestParityTypeScript does the same through the TypeScript SDK's agent.
+## The same tests also run in `make test` (go test ./...), there with the
+## SDK agents on embedded etcd and PostgreSQL only (one row per store; the
+## external etcd row runs the same store code: LOCKD_PARITY_SDK_ROWS,
+## test/parity/sdkagent_test.go); here on every base row.
 .PHONY: parity
 parity:
-	$(GO) test -race -count=1 -timeout 10m -run '^TestParity(Replicas|Python)?$$' -v ./test/parity/
+	LOCKD_PARITY_SDK_ROWS=all $(GO) test -race -count=1 -timeout 15m -run '^TestParity(Replicas|Python|TypeScript)?$$' -v ./test/parity/
 
 ## python-sdk: the Python SDK's tests (sdk/python/tests: the timing rules
 ## under a fake clock with their controls, and integration tests against

@@ -2,6 +2,7 @@ package parity
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +57,32 @@ var sdkSkipped = map[string]string{
 // the SDKs' own TLS is tested in test/sdk).
 var sdkBackends = []string{backendEmbedded, backendEtcd, backendPG}
 
+// sdkRowsEnv names the agents' rows. `make test` (go test ./...) leaves it
+// unset and runs embedded etcd and PostgreSQL, one row per store: the
+// external etcd row runs the same etcdstore code as the embedded one with
+// etcd in another process, which is lockd's transport, not anything an SDK
+// does. `make parity` sets it to "all" and runs every row of sdkBackends.
+const sdkRowsEnv = "LOCKD_PARITY_SDK_ROWS"
+
+// sdkRows returns the rows the agents run on in this test run.
+func sdkRows(t *testing.T) []string {
+	switch v := os.Getenv(sdkRowsEnv); v {
+	case "":
+		return []string{backendEmbedded, backendPG}
+	case "all":
+		return sdkBackends
+	default:
+		var rows []string
+		for _, r := range strings.Split(v, ",") {
+			if !slices.Contains(sdkBackends, r) {
+				t.Fatalf("%s=%q: %q is not one of %v (or \"all\")", sdkRowsEnv, v, r, sdkBackends)
+			}
+			rows = append(rows, r)
+		}
+		return rows
+	}
+}
+
 // TestParityPython runs sdkScenarios through the Python SDK's agent on every
 // base backend and compares each outcome with the Go SDK's expectation.
 func TestParityPython(t *testing.T) { runSDKParity(t, "python", startPythonAgent) }
@@ -83,6 +110,7 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 		}
 	}
 	bins := build(t)
+	backends := sdkRows(t)
 	var (
 		mu   sync.Mutex
 		rows []string
@@ -93,14 +121,14 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 		defer mu.Unlock()
 		slices.Sort(rows)
 		fmt.Printf("\nparity-%s: %d scenarios x %d backends through the %s SDK (%d passed)\n%s", lang, len(sdkScenarios),
-			len(sdkBackends), lang, n, strings.Join(rows, ""))
+			len(backends), lang, n, strings.Join(rows, ""))
 		for _, sc := range scenarios {
 			if why, ok := sdkSkipped[sc.name]; ok {
 				fmt.Printf("  not through the agents: %s (%s)\n", sc.name, why)
 			}
 		}
 	})
-	for _, name := range sdkBackends {
+	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, bins, name)
