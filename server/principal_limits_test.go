@@ -23,12 +23,6 @@ import (
 // refusal is counted and logged (principal_limit_reached). Without a policy
 // the shares do not apply.
 func TestPrincipalShares(t *testing.T) {
-	const policy = `
-rules:
-  - principals: [alice, bob]
-    prefixes: ["*"]
-    allow: [read, lock]
-`
 	for _, tc := range []struct {
 		name             string
 		streams, watches int
@@ -45,7 +39,7 @@ rules:
 			log, logs := testkit.NewLogger()
 			opts := lockdtest.Options{Config: &cfg, NoClient: true, Logger: log}
 			if tc.policy {
-				opts.Auth, _ = authFiles(t, policy, "alice", "bob")
+				opts.Auth, _ = authFiles(t, sharesPolicy, "alice", "bob")
 			}
 			srv := lockdtest.StartBackend(t, lockdtest.Backends[0], opts)
 			conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -22,19 +22,13 @@ import (
 // LIMIT principal_sessions, counted without her name and logged
 // (principal_limit_reached), while bob still opens a session and acquires.
 func TestPrincipalSessionShare(t *testing.T) {
-	const policy = `
-rules:
-  - principals: [alice, bob]
-    prefixes: ["*"]
-    allow: [read, lock]
-`
 	for _, be := range lockdtest.Backends {
 		t.Run(be, func(t *testing.T) {
 			cfg := lockdtest.Config()
 			cfg.PrincipalMaxSessions = 2
 			log, logs := testkit.NewLogger()
 			opts := lockdtest.Options{Config: &cfg, NoClient: true, Logger: log}
-			opts.Auth, _ = authFiles(t, policy, "alice", "bob")
+			opts.Auth, _ = authFiles(t, sharesPolicy, "alice", "bob")
 			srv := lockdtest.StartBackend(t, be, opts)
 			conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
