@@ -3,8 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"lock.dev/lockd/server/internal/prefixstats"
 	"lock.dev/lockd/store"
 )
 
@@ -33,6 +35,10 @@ type Config struct {
 	// HTTPConsole is lock.server.http.console: serve the read-only web
 	// console under /console/ on HTTPListen (C5 #ct5-console).
 	HTTPConsole bool `koanf:"lock.server.http.console"`
+	// StatsTemplates is lock.server.stats.templates: the key templates of
+	// the per-template statistics (C5 #ct5-stats, C4 #ct4-template-stats);
+	// empty: the key's first path segment.
+	StatsTemplates []string `koanf:"lock.server.stats.templates"`
 	// CloseSessionsOnShutdown is lock.server.close-sessions-on-shutdown: on
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
@@ -195,6 +201,9 @@ func (c Config) Validate() error {
 	c.MetricsTLS().validate("lock.server.metrics-tls.", bad)
 	c.validateListeners(bad)
 	c.validateLimits(bad)
+	if err := prefixstats.Validate(c.StatsTemplates); err != nil {
+		bad("lock.server.stats.templates", "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
 	if d := c.MaxLockDelay; d < 0 || d > store.MaxLockDelay || d%time.Millisecond != 0 {
 		bad("lock.server.max-lock-delay", "%v must be whole milliseconds in [0, %v]", d, store.MaxLockDelay)
 	}

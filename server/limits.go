@@ -150,6 +150,7 @@ func (s *Server) admitAcquire(r *sessions.Record, key string, wait bool) (*acqui
 	if !wait {
 		return a, nil
 	}
+	queued := 0 // this lockd's acquires already waiting for key
 	l.mu.Lock()
 	switch {
 	case l.waiters >= l.cfg.MaxWaiters:
@@ -157,6 +158,7 @@ func (s *Server) admitAcquire(r *sessions.Record, key string, wait bool) (*acqui
 	case l.perKey[key] >= l.cfg.MaxWaitersPerKey:
 		err = l.refuse(wireerr.LimitWaitersPerKey, "%d acquires are waiting for the key (lock.server.max-waiters-per-key)", l.perKey[key])
 	default:
+		queued = l.perKey[key]
 		l.waiters++
 		l.perKey[key]++
 		a.wait = true
@@ -166,6 +168,7 @@ func (s *Server) admitAcquire(r *sessions.Record, key string, wait bool) (*acqui
 		a.release()
 		return nil, err
 	}
+	s.stats.Queued(s.stats.Template(key), queued)
 	return a, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/prefixstats"
 	"lock.dev/lockd/store"
 )
 
@@ -302,14 +303,19 @@ func TestCardinality(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Gather: %v", err)
 		}
-		series, expanded := 0, 0
+		series, expanded, templated := 0, 0, 0
 		for _, f := range fams {
 			if !strings.HasPrefix(f.GetName(), "lockd_") {
 				t.Errorf("registry holds %s, which is not a lockd metric", f.GetName())
 			}
 			for _, m := range f.GetMetric() {
-				series++
-				expanded += seriesOf(f.GetType(), m)
+				if templateStat(f.GetName()) {
+					// Bounded on their own (C4 #ct4-template-stats).
+					templated += seriesOf(f.GetType(), m)
+				} else {
+					series++
+					expanded += seriesOf(f.GetType(), m)
+				}
 				for _, lp := range m.GetLabel() {
 					if secret[lp.GetValue()] {
 						t.Errorf("%s has label %s=%q, a key or session id", f.GetName(), lp.GetName(), lp.GetValue())
@@ -317,7 +323,10 @@ func TestCardinality(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("%d label sets (%d series with histogram buckets expanded)", series, expanded)
+		t.Logf("%d label sets (%d series with histogram buckets expanded), %d per-template series", series, expanded, templated)
+		if templated > prefixstats.MaxSeries || templated == 0 {
+			t.Errorf("the per-template statistics hold %d series; want 1..%d (C4 #ct4-template-stats)", templated, prefixstats.MaxSeries)
+		}
 		if expanded > 200 {
 			t.Errorf("registry holds %d series (%d label sets) after %d sessions × %d keys; want <= 200 (C4)", expanded, series, sessions, keys)
 		}
@@ -325,6 +334,16 @@ func TestCardinality(t *testing.T) {
 			t.Errorf("lockd_sessions_opened_total = %v; want %d", got, sessions)
 		}
 	})
+}
+
+// templateStat reports whether a metric is a per-template statistic (C4
+// #ct4-template-stats).
+func templateStat(name string) bool {
+	switch name {
+	case "lockd_lock_wait_seconds", "lockd_lock_hold_seconds", "lockd_lock_queue_length":
+		return true
+	}
+	return false
 }
 
 func keyName(k int) string { return "card/key-" + string(rune('a'+k)) }

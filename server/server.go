@@ -22,6 +22,7 @@ import (
 	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/prefixstats"
 	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
@@ -88,6 +89,7 @@ type Server struct {
 	log      *slog.Logger
 	tlog     telemetry.Log
 	metrics  *telemetry.Metrics
+	stats    *prefixstats.Stats // per-template waits, holds, queues (C4 #ct4-template-stats)
 	reg      *prometheus.Registry
 	grpc     *grpc.Server
 	health   *health.Server
@@ -160,6 +162,10 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	stats, err := prefixstats.New(reg, cfg.StatsTemplates)
+	if err != nil {
+		return nil, fmt.Errorf("server: lock.server.stats.templates: %w", err)
+	}
 	log := telemetry.OrDiscard(opts.Logger)
 	tl := opts.TransportLog
 	if tl == nil {
@@ -177,6 +183,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		log:      log,
 		tlog:     telemetry.Log{L: log, Backend: label},
 		metrics:  m,
+		stats:    stats,
 		reg:      reg,
 	}
 	s.maxWait.Store(int64(MaxWait))

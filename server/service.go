@@ -170,6 +170,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	case !granted:
 		return &lockdv1.AcquireResponse{Key: req.Key}, nil
 	}
+	waited := time.Since(recv) // observed once the grant is tracked
 
 	if err := s.applyPolicy(ctx, id, g, req); err != nil { // delay.go
 		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", err))
@@ -187,6 +188,9 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	outcome := s.sess.Grant(r, mark, recv, g, slot.slot)
 	if h := s.afterAcquireTrack.Load(); h != nil {
 		(*h)(g.Key) // tests hold the window between tracking and reply open
+	}
+	if outcome == sessions.Granted {
+		s.stats.Waited(s.stats.Template(g.Key), waited)
 	}
 	switch outcome {
 	case sessions.GrantOverlapped:
@@ -335,10 +339,15 @@ func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*loc
 	if err != nil {
 		return nil, s.toStatus(ctx, "Release", err)
 	}
+	// Read before the release: the lock-loss watch may untrack it first.
+	held, tracked := s.sess.HeldFor(id, req.Key, req.Token)
 	if err := s.st.DeleteIfOwner(ctx, id, req.Key, req.Token); err != nil {
 		return nil, s.toStatus(ctx, "Release", fmt.Errorf("release: %w", err))
 	}
 	s.sess.Untrack(id, req.Key, req.Token)
+	if tracked {
+		s.stats.Held(s.stats.Template(req.Key), held)
+	}
 	return &lockdv1.ReleaseResponse{}, nil
 }
 

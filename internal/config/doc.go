@@ -39,6 +39,7 @@
 //	lock.server.metrics-listen               127.0.0.1:7421  non-empty host:port, or "off"                LOCKD_SERVER_METRICS_LISTEN              --metrics-listen
 //	lock.server.http.listen                  (empty: off)    host:port, or empty (HTTP/JSON API)          LOCKD_SERVER_HTTP_LISTEN                 --http-listen
 //	lock.server.http.console                 false           true | false; needs http.listen (console)    LOCKD_SERVER_HTTP_CONSOLE                --http-console
+//	lock.server.stats.templates              (first segment) at most 32 templates (C5 #ct5-stats)         LOCKD_SERVER_STATS_TEMPLATES             --stats-templates
 //	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
 //	lock.server.drain-timeout                5s              0, or 100ms..1m                              LOCKD_SERVER_DRAIN_TIMEOUT               --drain-timeout
 //	lock.server.tls.cert-file                (none)          PEM certificate; with key-file               LOCKD_SERVER_TLS_CERT_FILE               --tls-cert-file
@@ -97,7 +98,7 @@
 //
 // Value syntax per source:
 //
-//   - lists (lock.etcd.endpoints): a YAML sequence or a comma-separated
+//   - lists (lock.etcd.endpoints, lock.server.stats.templates): a YAML sequence or a comma-separated
 //     string in the file; a comma-separated string in the environment; a
 //     comma-separated value, or the flag repeated, on the command line;
 //   - booleans: a YAML boolean; true/false/1/0 in the environment; a bare

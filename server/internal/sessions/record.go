@@ -65,6 +65,10 @@ type Record struct {
 	// seeded: locks is complete (opened here, or its grants were read
 	// from the store after it was adopted).
 	seeded bool
+	// grantedAt is when this server answered each grant it tracked from
+	// its own Grant (not seeded ones): the start of lockd_lock_hold_seconds
+	// (C4 #ct4-template-stats). Its keys are a subset of locks'.
+	grantedAt map[string]time.Time
 
 	ttl time.Duration
 	// reason is the session_lost reason of a silence close (set on the

@@ -246,6 +246,7 @@ func (t *Table) dropIfDone(r *Record) {
 		t.forgetPrincipalLocked(r)
 	}
 	r.locks = nil
+	r.grantedAt = nil
 	r.notices = nil
 	r.goneTok = nil
 }

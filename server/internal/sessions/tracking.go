@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
@@ -70,6 +71,9 @@ func (t *Table) trackLocked(r *Record, key string, token uint64) bool {
 	if tok, ok := r.locks[key]; ok && tok > token {
 		return false // a newer grant of the key is tracked
 	}
+	if r.locks[key] != token {
+		delete(r.grantedAt, key) // an older grant's time
+	}
 	r.locks[key] = token
 	return true
 }
@@ -95,7 +99,26 @@ func goneLocked(r *Record, key string, token uint64) (uint64, bool) {
 		return 0, false
 	}
 	delete(r.locks, key)
+	delete(r.grantedAt, key)
 	return tok, true
+}
+
+// HeldFor returns how long ago (on the table's clock) this server answered
+// the grant (key, token) of session id, if it tracks that grant from its
+// own answer (not one seeded from the store): a hold so far, for
+// lockd_lock_hold_seconds (C4 #ct4-template-stats).
+func (t *Table) HeldFor(id store.SessionID, key string, token uint64) (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.recs[id]
+	if r == nil || r.locks[key] != token {
+		return 0, false
+	}
+	at, ok := r.grantedAt[key]
+	if !ok {
+		return 0, false
+	}
+	return t.now().Sub(at), true
 }
 
 // Untrack forgets a grant released through any instance.

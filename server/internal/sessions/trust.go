@@ -182,8 +182,16 @@ func (t *Table) Grant(r *Record, mark uint64, recv time.Time, g store.Grant, slo
 	}
 	// Not tracked when the grant went away before this reply (a lock-lost
 	// notice is then on its way, and no answer confirms it).
-	if t.trackLocked(r, g.Key, g.Token) && slot != nil {
-		slot.heldLocked()
+	if t.trackLocked(r, g.Key, g.Token) {
+		if r.grantedAt == nil {
+			r.grantedAt = map[string]time.Time{}
+		}
+		if _, ok := r.grantedAt[g.Key]; !ok { // an Acquire of a held key keeps its first answer
+			r.grantedAt[g.Key] = t.now()
+		}
+		if slot != nil {
+			slot.heldLocked()
+		}
 	}
 	return Granted
 }

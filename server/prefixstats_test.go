@@ -1,0 +1,134 @@
+package server_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
+)
+
+// histogram returns the sample count and sum of histogram name for the
+// given template (0, 0 when the series does not exist).
+func histogram(t *testing.T, reg *prometheus.Registry, name, template string) (uint64, float64) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "template" && lp.GetValue() == template {
+					return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return 0, 0
+}
+
+// TestTemplateStats: waits, holds and queue lengths are observed per
+// declared template through a real server on each backend (C4
+// #ct4-template-stats): three sessions take turns on jobs/1 (the third
+// joins with one waiter of this lockd ahead of it), a key of
+// tenants/*/report and one no template matches count apart.
+func TestTemplateStats(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		cfg := lockdtest.Config()
+		cfg.StatsTemplates = []string{"jobs/*", "tenants/*/report"}
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{Config: &cfg})
+		ctx := testCtx(t, 60*time.Second)
+		reg := srv.Registry
+		var sess [3]*client.Session
+		for i := range sess {
+			s, err := srv.Client.NewSession(ctx)
+			if err != nil {
+				t.Fatalf("NewSession: %v", err)
+			}
+			defer s.Close(ctx)
+			sess[i] = s
+		}
+		queued := func(n uint64) func() error {
+			return func() error {
+				if got, _ := histogram(t, reg, "lockd_lock_queue_length", "jobs/*"); got < n {
+					return fmt.Errorf("lockd_lock_queue_length{template=jobs/*} has %d samples; want %d", got, n)
+				}
+				return nil
+			}
+		}
+		first, err := sess[0].Acquire(ctx, "jobs/1")
+		if err != nil {
+			t.Fatalf("Acquire jobs/1: %v", err)
+		}
+		locks := make(chan *client.Lock, 2)
+		errs := make(chan error, 2)
+		wait := func(s *client.Session) {
+			l, err := s.Acquire(ctx, "jobs/1")
+			if err != nil {
+				errs <- err
+				return
+			}
+			locks <- l
+		}
+		go wait(sess[1])
+		testkit.Eventually(t, 30*time.Second, "the second acquire waits", queued(2))
+		go wait(sess[2])
+		testkit.Eventually(t, 30*time.Second, "the third acquire waits", queued(3))
+		if err := first.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		for range 2 {
+			select {
+			case l := <-locks:
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			case err := <-errs:
+				t.Fatalf("waiting Acquire: %v", err)
+			case <-ctx.Done():
+				t.Fatal("the waiting acquires were not granted")
+			}
+		}
+		for key, s := range map[string]*client.Session{"tenants/acme/report/2026": sess[0], "leader": sess[1]} {
+			l, err := s.Acquire(ctx, key)
+			if err != nil {
+				t.Fatalf("Acquire %s: %v", key, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release %s: %v", key, err)
+			}
+		}
+
+		for _, c := range []struct {
+			metric, template string
+			want             uint64
+		}{
+			{"lockd_lock_wait_seconds", "jobs/*", 3},
+			{"lockd_lock_hold_seconds", "jobs/*", 3},
+			{"lockd_lock_wait_seconds", "tenants/*/report", 1},
+			{"lockd_lock_hold_seconds", "tenants/*/report", 1},
+			{"lockd_lock_wait_seconds", "other", 1},
+			{"lockd_lock_hold_seconds", "other", 1},
+		} {
+			if got, _ := histogram(t, reg, c.metric, c.template); got != c.want {
+				t.Errorf("%s{template=%q} has %d samples; want %d", c.metric, c.template, got, c.want)
+			}
+		}
+		// The third waiter found the second ahead of it: one sample >= 1.
+		if n, sum := histogram(t, reg, "lockd_lock_queue_length", "jobs/*"); n < 3 || sum < 1 {
+			t.Errorf("lockd_lock_queue_length{template=jobs/*} = %d samples, sum %v; want >= 3 samples, sum >= 1", n, sum)
+		}
+		// The waiters' wait covers the first holder's hold.
+		if _, sum := histogram(t, reg, "lockd_lock_wait_seconds", "jobs/*"); sum <= 0 {
+			t.Errorf("lockd_lock_wait_seconds{template=jobs/*} sum = %v; want > 0", sum)
+		}
+	})
+}
