@@ -100,8 +100,10 @@ func TestServeEmbedded(t *testing.T) {
 		}
 	}
 	// Only C4 metrics, never a key or session label; nothing from etcd's
-	// global registry.
-	labels := regexp.MustCompile(`(\w+)="`)
+	// global registry. A template label (C4 #ct4-template-stats) names a
+	// bounded class of keys, never a key: a declared template, the default
+	// "first-segment/*", or "other".
+	labels := regexp.MustCompile(`(\w+)="([^"]*)"`)
 	for line := range strings.SplitSeq(body, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
@@ -112,6 +114,10 @@ func TestServeEmbedded(t *testing.T) {
 		for _, m := range labels.FindAllStringSubmatch(line, -1) {
 			switch m[1] {
 			case "backend", "reason", "result", "op", "kind", "batch", "le":
+			case "template":
+				if v := m[2]; v != "other" && (!strings.HasSuffix(v, "/*") || strings.Count(v, "/") != 1) {
+					t.Errorf("/metrics series has template %q, neither \"other\" nor a first segment's \"x/*\": %s", v, line)
+				}
 			default:
 				t.Errorf("/metrics series has label %q: %s", m[1], line)
 			}
