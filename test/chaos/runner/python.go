@@ -51,16 +51,21 @@ func (r *run) pythonCommand(args []string) (bin string, argv, env []string) {
 // built into the Python SDK (caught like control-recvtime-sdk-pg). They
 // run by `make chaos-python` (LOCKD_CHAOS_SUITE=python), not in the short
 // suite of `make test`.
-func PythonSuite() []Spec {
+func PythonSuite() []Spec { return sdkSuite("py", PythonSDK) }
+
+// sdkSuite is the scenarios an SDK's workers run (PythonSuite,
+// TypeScriptSuite): names prefixed with prefix, the control named
+// control-recvtime-sdk-<prefix>-pg.
+func sdkSuite(prefix string, sdk SDK) []Spec {
 	return []Spec{
-		{Name: "py-pause-embedded", Backend: Embedded, Fault: PauseHolder, SDK: PythonSDK},
-		{Name: "py-pause-pg", Backend: PG, Fault: PauseHolder, SDK: PythonSDK},
-		{Name: "py-kill-holder-embedded", Backend: Embedded, Fault: KillHolder, SDK: PythonSDK},
-		{Name: "py-kill-holder-pg", Backend: PG, Fault: KillHolder, SDK: PythonSDK},
-		{Name: "py-partition-long-etcd", Backend: Etcd, Fault: PartitionLong, Cycles: 1, SDK: PythonSDK},
-		{Name: "py-partition-long-pg", Backend: PG, Fault: PartitionLong, Cycles: 1, SDK: PythonSDK},
-		{Name: "py-replica-kill-etcd", Backend: Etcd, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL, SDK: PythonSDK},
-		{Name: "py-replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL, SDK: PythonSDK},
-		{Name: "control-recvtime-sdk-py-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK, SDK: PythonSDK},
+		{Name: prefix + "-pause-embedded", Backend: Embedded, Fault: PauseHolder, SDK: sdk},
+		{Name: prefix + "-pause-pg", Backend: PG, Fault: PauseHolder, SDK: sdk},
+		{Name: prefix + "-kill-holder-embedded", Backend: Embedded, Fault: KillHolder, SDK: sdk},
+		{Name: prefix + "-kill-holder-pg", Backend: PG, Fault: KillHolder, SDK: sdk},
+		{Name: prefix + "-partition-long-etcd", Backend: Etcd, Fault: PartitionLong, Cycles: 1, SDK: sdk},
+		{Name: prefix + "-partition-long-pg", Backend: PG, Fault: PartitionLong, Cycles: 1, SDK: sdk},
+		{Name: prefix + "-replica-kill-etcd", Backend: Etcd, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL, SDK: sdk},
+		{Name: prefix + "-replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL, SDK: sdk},
+		{Name: "control-recvtime-sdk-" + prefix + "-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK, SDK: sdk},
 	}
 }

@@ -98,16 +98,4 @@ func (r *run) typescriptCommand(args []string) (bin string, argv []string) {
 // control built into the TypeScript SDK (caught like
 // control-recvtime-sdk-pg). They run by `make chaos-typescript`
 // (LOCKD_CHAOS_SUITE=typescript), not in the short suite of `make test`.
-func TypeScriptSuite() []Spec {
-	return []Spec{
-		{Name: "ts-pause-embedded", Backend: Embedded, Fault: PauseHolder, SDK: TypeScriptSDK},
-		{Name: "ts-pause-pg", Backend: PG, Fault: PauseHolder, SDK: TypeScriptSDK},
-		{Name: "ts-kill-holder-embedded", Backend: Embedded, Fault: KillHolder, SDK: TypeScriptSDK},
-		{Name: "ts-kill-holder-pg", Backend: PG, Fault: KillHolder, SDK: TypeScriptSDK},
-		{Name: "ts-partition-long-etcd", Backend: Etcd, Fault: PartitionLong, Cycles: 1, SDK: TypeScriptSDK},
-		{Name: "ts-partition-long-pg", Backend: PG, Fault: PartitionLong, Cycles: 1, SDK: TypeScriptSDK},
-		{Name: "ts-replica-kill-etcd", Backend: Etcd, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL, SDK: TypeScriptSDK},
-		{Name: "ts-replica-kill-pg", Backend: PG, Fault: ReplicaKill, Cycles: 3, TTL: replicaTTL, SDK: TypeScriptSDK},
-		{Name: "control-recvtime-sdk-ts-pg", Backend: PG, Fault: FarHolder, Control: RecvTimeSDK, SDK: TypeScriptSDK},
-	}
-}
+func TypeScriptSuite() []Spec { return sdkSuite("ts", TypeScriptSDK) }
