@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -84,7 +85,18 @@ func TestHotPathAllocations(t *testing.T) {
 				for range 20 {
 					p.f() // warm up pools and caches
 				}
-				got := testing.AllocsPerRun(200, p.f)
+				// AllocsPerRun counts the whole process's allocations, so
+				// the server's and the backend client's own loops (silence
+				// loop, listener, timers) add to a round in proportion to its
+				// wall time, which grows with the machine's load (a loaded
+				// clean-clone run measured 416 for a pg heartbeat whose path
+				// makes about 265). The path's allocations are the floor of
+				// every round and an added allocation raises every round, so
+				// the least of three rounds is the figure.
+				got := math.Inf(1)
+				for range 3 {
+					got = min(got, testing.AllocsPerRun(100, p.f))
+				}
 				ceiling, ok := allocCeilings[backend][p.name]
 				if !ok {
 					t.Fatalf("no allocation ceiling for %s on %s", p.name, backend)
