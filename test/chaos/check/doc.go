@@ -68,7 +68,9 @@
 // its workers then record no acquire at all. Liveness alone sees only keys
 // whose holder died; a fault that leaves the service unable to grant
 // anything passes it, and every safety checker, with one acquisition in the
-// whole run.
+// whole run. A fault's window ends where the next fault begins: a key still
+// wanted then is judged against the next fault (measured from its end),
+// unless the bound had already run out.
 //
 // PausesHitHolders: every pause (SIGSTOP) the runner injected hit a process
 // holding a key, and a write of that grant after the pause was refused by
