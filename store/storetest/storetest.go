@@ -117,6 +117,10 @@ func Run(t *testing.T, cfg Config) {
 		{"LockDelaySkippedOnRelease", s.testLockDelaySkippedOnRelease},
 		{"MaxHold", s.testMaxHold},
 		{"LockDelayOutlivesOpener", s.testLockDelayOutlivesOpener},
+		{"DeadlockTwo", s.testDeadlockTwo},
+		{"DeadlockThree", s.testDeadlockThree},
+		{"NCycle", s.testDeadlockNCycle},
+		{"OptOut", s.testDeadlockOptOut},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

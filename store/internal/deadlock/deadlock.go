@@ -49,15 +49,18 @@ func New(read Reader) *Detector {
 // Wait is a local Acquire call waiting for a plain key with deadlock
 // checks on.
 type Wait struct {
-	d       *Detector
-	id      waitID
-	refused chan struct{}
-	err     *store.DeadlockError // set before refused is closed
+	d        *Detector
+	id       waitID
+	refused  chan struct{}
+	err      *store.DeadlockError // set before refused is closed
+	onRefuse func()
 }
 
 // Register records a local waiting call of session id for key until Done.
-func (d *Detector) Register(id store.SessionID, key string) *Wait {
-	w := &Wait{d: d, id: waitID{id, key}, refused: make(chan struct{})}
+// onRefuse, if not nil, is called once when the wait is refused, after
+// Refused is closed; it must not block.
+func (d *Detector) Register(id store.SessionID, key string, onRefuse func()) *Wait {
+	w := &Wait{d: d, id: waitID{id, key}, refused: make(chan struct{}), onRefuse: onRefuse}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.local[w.id] == nil {
@@ -145,6 +148,9 @@ func (d *Detector) Scan(ctx context.Context) (int, error) {
 		for w := range ws {
 			w.err = &store.DeadlockError{Keys: dl.Keys}
 			close(w.refused)
+			if w.onRefuse != nil {
+				w.onRefuse()
+			}
 			refused++
 		}
 		delete(d.local, v.waitID)

@@ -35,7 +35,7 @@ func scans(t *testing.T, graphs ...store.WaitGraph) ([]int, *deadlock.Wait) {
 	t.Helper()
 	i := 0
 	d := deadlock.New(func(context.Context) (store.WaitGraph, error) { g := graphs[i]; i++; return g, nil })
-	w := d.Register("B", "a")
+	w := d.Register("B", "a", nil)
 	t.Cleanup(w.Done)
 	var got []int
 	for range graphs {
@@ -79,7 +79,7 @@ func TestOnlyLocalVictims(t *testing.T) {
 	if n, _ := d.Scan(context.Background()); n != 0 || reads != 0 {
 		t.Fatalf("idle scan: refused %d, read %d times; want 0, 0", n, reads)
 	}
-	w := d.Register("A", "b") // A's wait is not the victim (B's is younger)
+	w := d.Register("A", "b", nil) // A's wait is not the victim (B's is younger)
 	defer w.Done()
 	for range 3 {
 		if n, _ := d.Scan(context.Background()); n != 0 {
