@@ -121,6 +121,13 @@ func Run(t *testing.T, cfg Config) {
 		{"DeadlockThree", s.testDeadlockThree},
 		{"NCycle", s.testDeadlockNCycle},
 		{"OptOut", s.testDeadlockOptOut},
+		{"AcquireAllBasics", s.testAcquireAllBasics},
+		{"AcquireAllFIFO", s.testAcquireAllFIFO},
+		{"AcquireAllOppositeOrders", s.testAcquireAllOppositeOrders},
+		{"AcquireAllLeavesNothing", s.testAcquireAllLeavesNothing},
+		{"AcquireAllSessionDeath", s.testAcquireAllSessionDeath},
+		{"AcquireAllLimits", s.testAcquireAllLimits},
+		{"AcquireAllRace", s.testAcquireAllRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

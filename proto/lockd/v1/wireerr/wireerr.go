@@ -60,6 +60,28 @@ const (
 	ReasonLimitMismatch = "LIMIT_MISMATCH" // codes.InvalidArgument
 )
 
+// The reasons only the HTTP listener writes, for refusals made before a
+// call reaches the service (C2 #ct2-http-refusals); never on gRPC.
+const (
+	// ReasonHostNotLoopback: a listener bound to loopback got a Host that is
+	// not a loopback name (HTTP 421). codes.PermissionDenied.
+	ReasonHostNotLoopback = "HOST_NOT_LOOPBACK"
+	// ReasonCrossOrigin: a cross-origin browser request that is not GET,
+	// HEAD or OPTIONS (HTTP 403). codes.PermissionDenied.
+	ReasonCrossOrigin = "CROSS_ORIGIN"
+	// ReasonNoRoute: no route has the path (HTTP 404). codes.NotFound.
+	ReasonNoRoute = "NO_ROUTE"
+	// ReasonMethodNotAllowed: a route has the path but not the method
+	// (HTTP 405). codes.Unimplemented.
+	ReasonMethodNotAllowed = "METHOD_NOT_ALLOWED"
+)
+
+// HTTPReasons lists the reasons only the HTTP listener writes, in the order
+// of C2 #ct2-http-refusals.
+func HTTPReasons() []string {
+	return []string{ReasonHostNotLoopback, ReasonCrossOrigin, ReasonNoRoute, ReasonMethodNotAllowed}
+}
+
 // Reasons lists every reason, in the order of the proto's file comment.
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
@@ -76,8 +98,12 @@ func Code(reason string) codes.Code {
 	case ReasonSessionDead:
 		return codes.FailedPrecondition
 	case ReasonNotOwner, ReasonAccessDenied, ReasonSessionSecretRequired, ReasonSessionSecretMismatch,
-		ReasonSessionPrincipalMismatch:
+		ReasonSessionPrincipalMismatch, ReasonHostNotLoopback, ReasonCrossOrigin:
 		return codes.PermissionDenied
+	case ReasonNoRoute:
+		return codes.NotFound
+	case ReasonMethodNotAllowed:
+		return codes.Unimplemented
 	case ReasonUnauthenticated:
 		return codes.Unauthenticated
 	case ReasonContention, ReasonNotLeader, ReasonUnavailable, ReasonShuttingDown:
