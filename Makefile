@@ -159,13 +159,15 @@ typescript-sdk:
 ## (sdk/python/lockd/_agent.py) on the base rows and compares the outcomes.
 ## Prints one row per scenario and backend: scenario | backend | outcome | ok.
 ## TestParityTypeScript does the same through the TypeScript SDK's agent.
-## The same tests also run in `make test` (go test ./...), there with the
+## The same tests also run in `make test` (go test ./...), there on the base
+## rows only (embedded, etcd, pg: the TLS rows change lockd's transport to
+## its backend, LOCKD_PARITY_ROWS, test/parity/parity_test.go) and with the
 ## SDK agents on embedded etcd and PostgreSQL only (one row per store; the
 ## external etcd row runs the same store code: LOCKD_PARITY_SDK_ROWS,
-## test/parity/sdkagent_test.go); here on every base row.
+## test/parity/sdkagent_test.go); here on every row.
 .PHONY: parity
 parity:
-	LOCKD_PARITY_SDK_ROWS=all $(GO) test -race -count=1 -timeout 15m -run '^TestParity(Replicas|Python|TypeScript)?$$' -v ./test/parity/
+	LOCKD_PARITY_ROWS=all LOCKD_PARITY_SDK_ROWS=all $(GO) test -race -count=1 -timeout 15m -run '^TestParity(Replicas|Python|TypeScript)?$$' -v ./test/parity/
 
 ## python-sdk: the Python SDK's tests (sdk/python/tests: the timing rules
 ## under a fake clock with their controls, and integration tests against
