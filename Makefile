@@ -200,6 +200,12 @@ BRUTE_ATTEMPTS ?= 1000000
 brute:
 	LOCKD_TEST_BRUTE_ATTEMPTS=$(BRUTE_ATTEMPTS) $(GO) test -race -count=1 -timeout 60m -run '^TestSessionSecretBruteForce$$' -v ./server/
 
+## abuse-flood: issue 23's F3 shutdown at its size: SIGTERM with 4000 sessions
+## to close (TestF3ShutdownUnderSessionFlood; `make test` runs it with 300).
+.PHONY: abuse-flood
+abuse-flood:
+	LOCKD_TEST_ABUSE_FLOOD=4000 $(GO) test -race -count=1 -timeout 10m -run '^TestF3ShutdownUnderSessionFlood$$' -v ./test/abuse/
+
 ## chaos: the fault-injection suite of issue 6 in short mode (every scenario
 ## and control, a few minutes; test/chaos). The checkers' own tests first.
 ## chaos-long: every scenario for about DURATION in all (make chaos-long DURATION=30m).
