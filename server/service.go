@@ -275,6 +275,9 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 		// next Acquire, or leaves it (C2 #ct2-keep-place).
 		opts = append(opts, store.KeepPlace())
 	}
+	if req.NoDeadlockCheck {
+		opts = append(opts, store.NoDeadlockCheck()) // C2 #ct2-deadlock
+	}
 	g, err := s.st.Acquire(wctx, id, req.Key, opts...)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
