@@ -136,7 +136,7 @@ func (t *Table) CloseAll(ctx context.Context) error {
 		t.unschedule(r)
 		for key, tok := range r.locks {
 			delete(r.locks, key)
-			delete(r.grantedAt, key)
+			t.endedLocked(r, key)
 			t.noticeLocked(r, key, tok, lockdv1.LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN)
 		}
 		all = append(all, r)

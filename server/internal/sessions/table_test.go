@@ -138,7 +138,7 @@ func TestTrackingGoneTokens(t *testing.T) {
 		t.Errorf("an older grant replaced a newer one: %d", r.locks["k"])
 	}
 	for i := range maxGoneKeys + 1 {
-		goneLocked(r, fmt.Sprint("g", i), 1)
+		f.goneLocked(r, fmt.Sprint("g", i), 1)
 	}
 	if !r.goneOverflow || f.trackLocked(r, "new", 1) {
 		t.Error("past maxGoneKeys a grant was still tracked")
