@@ -39,6 +39,9 @@ type Config struct {
 	// the per-template statistics (C5 #ct5-stats, C4 #ct4-template-stats);
 	// empty: the key's first path segment.
 	StatsTemplates []string `koanf:"lock.server.stats.templates"`
+	// StatsEnabled is lock.server.stats.enabled: keep the per-template
+	// statistics and the hot keys (C5 #ct5-stats); false: neither.
+	StatsEnabled bool `koanf:"lock.server.stats.enabled"`
 	// CloseSessionsOnShutdown is lock.server.close-sessions-on-shutdown: on
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
@@ -149,6 +152,7 @@ func DefaultConfig() Config {
 		Listen:        "127.0.0.1:7420",
 		MetricsListen: "127.0.0.1:7421",
 		DrainTimeout:  5 * time.Second,
+		StatsEnabled:  true,
 
 		MaxTTL:             store.MaxTTL,
 		MaxSessions:        10000,

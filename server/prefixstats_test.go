@@ -216,3 +216,35 @@ func TestTemplateStatsPolicy(t *testing.T) {
 		t.Errorf("lockd_lock_wait_seconds{template=secret-tenant/*} has %d samples under a policy; want none", n)
 	}
 }
+
+// TestStatsDisabled: with lock.server.stats.enabled false the per-template
+// metrics are not registered (C5 #ct5-stats); TestTemplateStats is the
+// control with the default.
+func TestStatsDisabled(t *testing.T) {
+	cfg := lockdtest.Config()
+	cfg.StatsEnabled = false
+	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{Config: &cfg})
+	ctx := testCtx(t, 30*time.Second)
+	s, err := srv.Client.NewSession(ctx)
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	defer s.Close(ctx)
+	l, err := s.Acquire(ctx, "jobs/1")
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	fams, err := srv.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		switch f.GetName() {
+		case "lockd_lock_wait_seconds", "lockd_lock_hold_seconds", "lockd_lock_queue_length":
+			t.Errorf("%s is registered with lock.server.stats.enabled false", f.GetName())
+		}
+	}
+}

@@ -165,9 +165,11 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	// Under an access policy the default's first segments would show
 	// every principal's to whoever reads /metrics: other (C4
 	// #ct4-template-stats).
-	stats, err := prefixstats.New(reg, cfg.StatsTemplates, opts.Auth.Policy() == nil)
-	if err != nil {
-		return nil, fmt.Errorf("server: lock.server.stats.templates: %w", err)
+	var stats *prefixstats.Stats // nil: off (lock.server.stats.enabled)
+	if cfg.StatsEnabled {
+		if stats, err = prefixstats.New(reg, cfg.StatsTemplates, opts.Auth.Policy() == nil); err != nil {
+			return nil, fmt.Errorf("server: lock.server.stats.templates: %w", err)
+		}
 	}
 	log := telemetry.OrDiscard(opts.Logger)
 	tl := opts.TransportLog

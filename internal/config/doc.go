@@ -40,6 +40,7 @@
 //	lock.server.http.listen                  (empty: off)    host:port, or empty (HTTP/JSON API)          LOCKD_SERVER_HTTP_LISTEN                 --http-listen
 //	lock.server.http.console                 false           true | false; needs http.listen (console)    LOCKD_SERVER_HTTP_CONSOLE                --http-console
 //	lock.server.stats.templates              (first segment) at most 32 templates (C5 #ct5-stats)         LOCKD_SERVER_STATS_TEMPLATES             --stats-templates
+//	lock.server.stats.enabled                true            true | false (C5 #ct5-stats)                 LOCKD_SERVER_STATS_ENABLED               --stats-enabled
 //	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
 //	lock.server.drain-timeout                5s              0, or 100ms..1m                              LOCKD_SERVER_DRAIN_TIMEOUT               --drain-timeout
 //	lock.server.tls.cert-file                (none)          PEM certificate; with key-file               LOCKD_SERVER_TLS_CERT_FILE               --tls-cert-file

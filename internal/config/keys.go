@@ -46,6 +46,7 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.http.listen", "http-listen", "HTTP/JSON API listen address (empty: off; TLS from --tls-*)"},
 	{"lock.server.http.console", "http-console", "serve the read-only web console under /console/ on --http-listen"},
 	{"lock.server.stats.templates", "stats-templates", "key templates of the per-template statistics, e.g. jobs/*,tenants/*/report (at most 32; empty: the first path segment)"},
+	{"lock.server.stats.enabled", "stats-enabled", "keep the per-template statistics and the hot keys (false: neither)"},
 	{"lock.server.close-sessions-on-shutdown", "close-sessions-on-shutdown", "on SIGINT/SIGTERM close every session (releasing its locks) instead of leaving them to expire"},
 	{"lock.server.drain-timeout", "drain-timeout", "on SIGINT/SIGTERM, how long to tell clients to move to another replica and wait for them (0: no drain)"},
 	// Transport security of the listeners (C5 #ct5-tls).
