@@ -158,6 +158,16 @@ type acquireOptions struct {
 	lockDelay    time.Duration
 	lockDelaySet bool
 	maxHold      time.Duration
+	noDeadlock   bool
+}
+
+// WithoutDeadlockCheck opts Acquire out of deadlock refusal (C2
+// #ct2-deadlock), for a caller that queues on purpose: its wait still
+// counts when the server looks for cycles of waiting sessions, but it is
+// never the one refused with ErrDeadlock; another wait of the cycle is, if
+// any did not opt out. Older servers ignore it.
+func WithoutDeadlockCheck() AcquireOption {
+	return func(o *acquireOptions) { o.noDeadlock = true }
 }
 
 // WithLimit makes the lock a counting semaphore of n: up to n sessions hold

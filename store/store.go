@@ -235,6 +235,18 @@ type LockStore interface {
 	// ErrLimitMismatch.
 	Acquire(ctx context.Context, id SessionID, key string, opts ...AcquireOption) (Grant, error)
 
+	// AcquireAll grants the session every key of keys (plain exclusive
+	// locks), or none (C2 #ct2-acquire-all): it returns one grant per key,
+	// in the order of keys, with acquired true; or, when !wait and a key is
+	// busy, nil, false and a nil error; or an error. Either way a call that
+	// does not return every grant has released the grants it made before
+	// it returns (keys the session held before are kept). Keys are taken
+	// in ascending byte order, each waiting in its FIFO queue as Acquire
+	// (wait) or with TryInsert's rule (!wait), so AcquireAll callers never
+	// deadlock on each other. Invalid keys (store.ValidateKeys) are
+	// ErrInvalidArgument; a semaphore or read/write key ErrLimitMismatch.
+	AcquireAll(ctx context.Context, id SessionID, keys []string, wait bool) (grants []Grant, acquired bool, err error)
+
 	// LeaveQueue removes the session's place in the key's queue, if it has
 	// one; it never touches a grant. Idempotent: a session that is not
 	// queued for the key, or unknown, is nil (C2 #ct2-keep-place).

@@ -117,6 +117,17 @@ func Run(t *testing.T, cfg Config) {
 		{"LockDelaySkippedOnRelease", s.testLockDelaySkippedOnRelease},
 		{"MaxHold", s.testMaxHold},
 		{"LockDelayOutlivesOpener", s.testLockDelayOutlivesOpener},
+		{"DeadlockTwo", s.testDeadlockTwo},
+		{"DeadlockThree", s.testDeadlockThree},
+		{"NCycle", s.testDeadlockNCycle},
+		{"OptOut", s.testDeadlockOptOut},
+		{"AcquireAllBasics", s.testAcquireAllBasics},
+		{"AcquireAllFIFO", s.testAcquireAllFIFO},
+		{"AcquireAllOppositeOrders", s.testAcquireAllOppositeOrders},
+		{"AcquireAllLeavesNothing", s.testAcquireAllLeavesNothing},
+		{"AcquireAllSessionDeath", s.testAcquireAllSessionDeath},
+		{"AcquireAllLimits", s.testAcquireAllLimits},
+		{"AcquireAllRace", s.testAcquireAllRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -286,3 +286,9 @@ func firstErr(err, after error) error {
 	}
 	return after
 }
+
+// AcquireAll implements store.LockStore over Faulty's own one-key calls,
+// so their faults apply to every key of the call.
+func (f *Faulty) AcquireAll(ctx context.Context, id store.SessionID, keys []string, wait bool) ([]store.Grant, bool, error) {
+	return store.AcquireAllInOrder(ctx, f, id, keys, wait)
+}

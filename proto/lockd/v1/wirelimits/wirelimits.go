@@ -200,3 +200,30 @@ func ValidateMaxHold(d time.Duration) error {
 	}
 	return nil
 }
+
+// MaxAcquireKeys bounds the keys of one multi-key acquire (C2
+// #ct2-acquire-all).
+const MaxAcquireKeys = 64
+
+// ValidateKeys checks the keys of a multi-key acquire (C2
+// #ct2-acquire-all): 1..MaxAcquireKeys keys, each valid (ValidateKey), no
+// key twice.
+func ValidateKeys(keys []string) error {
+	switch {
+	case len(keys) == 0:
+		return invalidf("keys is empty")
+	case len(keys) > MaxAcquireKeys:
+		return invalidf("%d keys, at most %d allowed", len(keys), MaxAcquireKeys)
+	}
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		if err := ValidateKey(k); err != nil {
+			return invalidf("keys[%d]: %s", i, err.(*InvalidError).Problem)
+		}
+		if seen[k] {
+			return invalidf("keys[%d]: key %q given twice", i, k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
