@@ -113,16 +113,22 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 	bins := build(t)
 	backends := sdkRows(t)
 	var (
-		mu   sync.Mutex
-		rows []string
-		n    int
+		mu         sync.Mutex
+		rows       []string
+		n, notRun  int
+		rowStarted = map[string]bool{}
 	)
 	t.Cleanup(func() {
 		mu.Lock()
 		defer mu.Unlock()
+		for _, name := range backends {
+			if !rowStarted[name] { // -run did not select the backend
+				notRun += len(sdkScenarios)
+			}
+		}
 		slices.Sort(rows)
-		fmt.Printf("\nparity-%s: %d scenarios x %d backends through the %s SDK (%d passed)\n%s", lang, len(sdkScenarios),
-			len(backends), lang, n, strings.Join(rows, ""))
+		fmt.Printf("\nparity-%s: %d scenarios x %d backends through the %s SDK (%d passed, %d not selected by -run)\n%s",
+			lang, len(sdkScenarios), len(backends), lang, n, notRun, strings.Join(rows, ""))
 		for _, sc := range scenarios {
 			if why, ok := sdkSkipped[sc.name]; ok {
 				fmt.Printf("  not through the agents: %s (%s)\n", sc.name, why)
@@ -131,26 +137,32 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 	})
 	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
+			mu.Lock()
+			rowStarted[name] = true
+			mu.Unlock()
 			t.Parallel()
 			e := newEnv(t, bins, name)
 			for _, s := range sdkScenarios {
 				want := byName[s.name].expect(name)
 				var outcome string
-				t.Run(s.name, func(t *testing.T) {
+				started := false
+				passed := t.Run(s.name, func(t *testing.T) {
+					started = true
 					a := start(t)
 					outcome = s.run(t, a, e)
 					if outcome != want {
 						t.Errorf("%s outcome on %s:\n got: %s\nwant: %s", lang, name, outcome, want)
 					}
 				})
-				ok := "ok"
-				if outcome != want {
-					ok = "FAIL"
-				}
 				mu.Lock()
-				rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | %s\n", s.name, name, lang, outcome, ok))
-				if ok == "ok" {
+				switch {
+				case !started: // -run did not select it: neither passed nor failed
+					notRun++
+				case outcome == want && passed:
 					n++
+					rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | ok\n", s.name, name, lang, outcome))
+				default:
+					rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | FAIL\n", s.name, name, lang, outcome))
 				}
 				mu.Unlock()
 			}
