@@ -169,6 +169,7 @@ func (s *Server) admitAcquire(r *sessions.Record, key string, wait bool) (*acqui
 		return nil, err
 	}
 	s.stats.Queued(s.stats.Template(key), queued)
+	s.hot.Contended(key)
 	return a, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/hotkeys"
 	"lock.dev/lockd/server/internal/prefixstats"
 	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
@@ -90,6 +91,7 @@ type Server struct {
 	tlog     telemetry.Log
 	metrics  *telemetry.Metrics
 	stats    *prefixstats.Stats // per-template waits, holds, queues (C4 #ct4-template-stats)
+	hot      *hotkeys.Keys      // the hot keys (C4 #ct4-hotkeys); nil when stats are off
 	reg      *prometheus.Registry
 	grpc     *grpc.Server
 	health   *health.Server
@@ -166,7 +168,9 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	// every principal's to whoever reads /metrics: other (C4
 	// #ct4-template-stats).
 	var stats *prefixstats.Stats // nil: off (lock.server.stats.enabled)
+	var hot *hotkeys.Keys
 	if cfg.StatsEnabled {
+		hot = hotkeys.New(nil)
 		if stats, err = prefixstats.New(reg, cfg.StatsTemplates, opts.Auth.Policy() == nil); err != nil {
 			return nil, fmt.Errorf("server: lock.server.stats.templates: %w", err)
 		}
@@ -189,6 +193,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		tlog:     telemetry.Log{L: log, Backend: label},
 		metrics:  m,
 		stats:    stats,
+		hot:      hot,
 		reg:      reg,
 	}
 	s.maxWait.Store(int64(MaxWait))

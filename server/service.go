@@ -191,6 +191,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	}
 	if outcome == sessions.Granted {
 		s.stats.Waited(s.stats.Template(g.Key), waited)
+		s.hot.Waited(g.Key, waited)
 	}
 	switch outcome {
 	case sessions.GrantOverlapped:

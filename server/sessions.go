@@ -37,6 +37,7 @@ func (s *Server) newTable() *sessions.Table {
 		},
 		Ended: func(key string, held time.Duration) {
 			s.stats.Held(s.stats.Template(key), held)
+			s.hot.Held(key, held)
 		},
 	}, s.st)
 }
