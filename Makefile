@@ -159,13 +159,15 @@ typescript-sdk:
 ## (sdk/python/lockd/_agent.py) on the base rows and compares the outcomes.
 ## Prints one row per scenario and backend: scenario | backend | outcome | ok.
 ## TestParityTypeScript does the same through the TypeScript SDK's agent.
-## The same tests also run in `make test` (go test ./...), there with the
+## The same tests also run in `make test` (go test ./...), there on the base
+## rows only (embedded, etcd, pg: the TLS rows change lockd's transport to
+## its backend, LOCKD_PARITY_ROWS, test/parity/parity_test.go) and with the
 ## SDK agents on embedded etcd and PostgreSQL only (one row per store; the
 ## external etcd row runs the same store code: LOCKD_PARITY_SDK_ROWS,
-## test/parity/sdkagent_test.go); here on every base row.
+## test/parity/sdkagent_test.go); here on every row.
 .PHONY: parity
 parity:
-	LOCKD_PARITY_SDK_ROWS=all $(GO) test -race -count=1 -timeout 15m -run '^TestParity(Replicas|Python|TypeScript)?$$' -v ./test/parity/
+	LOCKD_PARITY_ROWS=all LOCKD_PARITY_SDK_ROWS=all $(GO) test -race -count=1 -timeout 15m -run '^TestParity(Replicas|Python|TypeScript)?$$' -v ./test/parity/
 
 ## python-sdk: the Python SDK's tests (sdk/python/tests: the timing rules
 ## under a fake clock with their controls, and integration tests against
@@ -197,6 +199,12 @@ BRUTE_ATTEMPTS ?= 1000000
 .PHONY: brute
 brute:
 	LOCKD_TEST_BRUTE_ATTEMPTS=$(BRUTE_ATTEMPTS) $(GO) test -race -count=1 -timeout 60m -run '^TestSessionSecretBruteForce$$' -v ./server/
+
+## abuse-flood: issue 23's F3 shutdown at its size: SIGTERM with 4000 sessions
+## to close (TestF3ShutdownUnderSessionFlood; `make test` runs it with 300).
+.PHONY: abuse-flood
+abuse-flood:
+	LOCKD_TEST_ABUSE_FLOOD=4000 $(GO) test -race -count=1 -timeout 10m -run '^TestF3ShutdownUnderSessionFlood$$' -v ./test/abuse/
 
 ## chaos: the fault-injection suite of issue 6 in short mode (every scenario
 ## and control, a few minutes; test/chaos). The checkers' own tests first.

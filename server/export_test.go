@@ -1,6 +1,10 @@
 package server
 
-import "time"
+import (
+	"context"
+	"net/http/httptest"
+	"time"
+)
 
 // SetMaxWait shortens the per-call maximum wait of an Acquire (MaxWait) on
 // a running server, so a test can cross it without waiting 10 minutes.
@@ -15,4 +19,21 @@ func SetAfterAcquireTrack(s *Server, f func(key string)) {
 		return
 	}
 	s.afterAcquireTrack.Store(&f)
+}
+
+// HTTPErrorAnswer is the HTTP status and body the gateway's error handler
+// writes for err.
+func HTTPErrorAnswer(err error) (int, []byte) {
+	rec := httptest.NewRecorder()
+	httpError(context.Background(), nil, nil, rec, nil, err)
+	return rec.Code, rec.Body.Bytes()
+}
+
+// HTTPHopErrors are the errors of the in-process hop's own refusals: a
+// request on an HTTP connection that is closing, and one that came on no
+// HTTP connection.
+func HTTPHopErrors() (closing, outside error) {
+	_, closing = (&httpConn{closed: true}).client()
+	_, outside = connOf(context.Background())
+	return closing, outside
 }

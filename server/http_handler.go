@@ -7,11 +7,10 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"lock.dev/lockd/internal/console"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )
 
 // httpHandler is the HTTP listener's handler: the web console under
@@ -23,7 +22,7 @@ func (s *Server) httpHandler(api http.Handler) http.Handler {
 	api = nosniff(crossOrigin(limitBody(api)))
 	h := api
 	if s.cfg.HTTPConsole {
-		ui := console.Handler()
+		ui := console.Handler(consoleRefusal)
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if p := r.URL.Path; p+"/" == console.Prefix || strings.HasPrefix(p, console.Prefix) {
 				ui.ServeHTTP(w, r)
@@ -43,14 +42,15 @@ func (s *Server) httpHandler(api http.Handler) http.Handler {
 // is same-origin to the browser, so neither the cross-origin check nor the
 // absence of CORS stops it. Its requests carry the attacker's name as Host,
 // so a request whose Host (port aside) is not "localhost" or a loopback IP
-// is refused with 421 PERMISSION_DENIED before anything else, the web
+// is refused with 421 PERMISSION_DENIED, reason HOST_NOT_LOOPBACK, before
+// anything else, the web
 // console included. A listener that is not bound to loopback needs TLS,
 // whose certificate check in the browser fails for a rebound name.
 func loopbackHost(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !loopbackName(r.Host) {
 			w.Header().Set("X-Content-Type-Options", "nosniff")
-			writeError(w, http.StatusMisdirectedRequest, status.New(codes.PermissionDenied, "Host is not a loopback name or address"))
+			writeError(w, http.StatusMisdirectedRequest, wireerr.Status(wireerr.ReasonHostNotLoopback, "Host is not a loopback name or address", nil))
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -85,14 +85,14 @@ func nosniff(h http.Handler) http.Handler {
 
 // crossOrigin refuses a request other than GET, HEAD or OPTIONS that a
 // browser marks as cross-origin (Sec-Fetch-Site, else Origin against Host)
-// with 403 PERMISSION_DENIED (C5 #ct5-http): a page of another origin must
+// with 403 PERMISSION_DENIED, reason CROSS_ORIGIN (C5 #ct5-http): a page of another origin must
 // not make a browser that holds a client certificate, or reaches a
 // loopback API without access rules, take, release or revoke locks.
 // Clients that are not browsers send neither header.
 func crossOrigin(h http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusForbidden, status.New(codes.PermissionDenied, "cross-origin request refused"))
+		writeError(w, http.StatusForbidden, wireerr.Status(wireerr.ReasonCrossOrigin, "cross-origin request refused", nil))
 	}))
 	return cop.Handler(h)
 }

@@ -65,8 +65,8 @@ func TestHTTPLoopbackHost(t *testing.T) {
 			if err := json.Unmarshal(body, &out); err != nil {
 				t.Fatalf("refusal %q is not JSON: %v", body, err)
 			}
-			if code, _ := out["code"].(float64); code != 7 || out["reason"] != "" {
-				t.Errorf("Host %s: refusal %v, want code 7 (PERMISSION_DENIED) and an empty reason", tc.host, out)
+			if code, _ := out["code"].(float64); code != 7 || out["reason"] != "HOST_NOT_LOOPBACK" {
+				t.Errorf("Host %s: refusal %v, want code 7 (PERMISSION_DENIED) and reason HOST_NOT_LOOPBACK", tc.host, out)
 			}
 		}
 	}

@@ -42,8 +42,8 @@ func TestHTTPCrossOrigin(t *testing.T) {
 			continue
 		}
 		if st == http.StatusForbidden {
-			if code, _ := body["code"].(float64); code != 7 || body["reason"] != "" {
-				t.Errorf("%s: refusal %v, want code 7 (PERMISSION_DENIED) and an empty reason", tc.name, body)
+			if code, _ := body["code"].(float64); code != 7 || body["reason"] != "CROSS_ORIGIN" {
+				t.Errorf("%s: refusal %v, want code 7 (PERMISSION_DENIED) and reason CROSS_ORIGIN", tc.name, body)
 			}
 		}
 	}

@@ -9,10 +9,10 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
+
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )
 
 // httpConn is one HTTP connection and its in-process gRPC connection.
@@ -54,7 +54,7 @@ func (hc *httpConn) client() (*grpc.ClientConn, error) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	if hc.closed {
-		return nil, status.Error(codes.Unavailable, "the HTTP connection is closing")
+		return nil, wireerr.Status(wireerr.ReasonShuttingDown, "the HTTP connection is closing", nil).Err()
 	}
 	if hc.cc != nil {
 		return hc.cc, nil
@@ -73,7 +73,7 @@ func (hc *httpConn) client() (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(inprocMaxRecv)),
 	)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "in-process connection: %v", err)
+		return nil, wireerr.Status(wireerr.ReasonInternal, "in-process connection: "+err.Error(), nil).Err()
 	}
 	hc.cc = cc
 	return cc, nil
@@ -97,7 +97,7 @@ type gatewayConn struct{ a *httpAPI }
 func connOf(ctx context.Context) (*grpc.ClientConn, error) {
 	hc, ok := ctx.Value(httpConnKey{}).(*httpConn)
 	if !ok {
-		return nil, status.Error(codes.Internal, "request outside the HTTP/JSON listener")
+		return nil, wireerr.Status(wireerr.ReasonInternal, "request outside the HTTP/JSON listener", nil).Err()
 	}
 	return hc.client()
 }

@@ -230,7 +230,7 @@ func TestRevokeNotifiesHolder(t *testing.T) {
 	})
 }
 
-// TestCardinality runs 250 sessions × 10 keys through the server and
+// TestCardinality runs 250 sessions × 3 keys through the server and
 // checks the C4 cardinality budget (#ct4-cardinality): at most 200 series
 // (every histogram bucket, _sum and _count counted) — fewer than the
 // sessions, so a label per session cannot pass — and no label value that
@@ -240,7 +240,7 @@ func TestCardinality(t *testing.T) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
 		ctx := testCtx(t, 480*time.Second)
 		api := dial(t, srv.Addr)
-		const sessions, keys, workers = 250, 10, 25
+		const sessions, keys, workers = 250, 3, 25
 		ids := make(chan string, sessions)
 		errs := make(chan error, workers)
 		secret := map[string]bool{}

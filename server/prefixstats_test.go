@@ -10,6 +10,7 @@ import (
 	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
 
 // histogram returns the sample count and sum of histogram name for the
@@ -131,4 +132,87 @@ func TestTemplateStats(t *testing.T) {
 			t.Errorf("lockd_lock_wait_seconds{template=jobs/*} sum = %v; want > 0", sum)
 		}
 	})
+}
+
+// TestHoldEnds: lockd_lock_hold_seconds observes a grant's hold however it
+// ends, once (C4 #ct4-template-stats): released, revoked, ended by its
+// maximum hold, its session closed. Each step waits for its own sample.
+func TestHoldEnds(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{})
+		ctx := testCtx(t, 60*time.Second)
+		held := func(n uint64) func() error {
+			return func() error {
+				if got, _ := histogram(t, srv.Registry, "lockd_lock_hold_seconds", "hold/*"); got != n {
+					return fmt.Errorf("lockd_lock_hold_seconds{template=hold/*} has %d samples; want %d", got, n)
+				}
+				return nil
+			}
+		}
+		s, err := srv.Client.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		defer s.Close(ctx)
+		l, err := s.Acquire(ctx, "hold/released")
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		testkit.Eventually(t, 20*time.Second, "a released grant's hold", held(1))
+		if _, err := s.Acquire(ctx, "hold/revoked"); err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if _, err := srv.Client.Revoke(ctx, "hold/revoked"); err != nil {
+			t.Fatalf("Revoke: %v", err)
+		}
+		testkit.Eventually(t, 20*time.Second, "a revoked grant's hold", held(2))
+		mh, err := s.Acquire(ctx, "hold/max", client.WithMaxHold(time.Second))
+		if err != nil {
+			t.Fatalf("Acquire with a maximum hold: %v", err)
+		}
+		<-mh.Done()
+		testkit.Eventually(t, 20*time.Second, "a grant ended by its maximum hold", held(3))
+		s2, err := srv.Client.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		if _, err := s2.Acquire(ctx, "hold/closed"); err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if err := s2.Close(ctx); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		testkit.Eventually(t, 20*time.Second, "the hold of a grant whose session closed", held(4))
+		if err := held(4)(); err != nil { // once each
+			t.Error(err)
+		}
+	})
+}
+
+// TestTemplateStatsPolicy: under an access policy without declared
+// templates a key counts under other, never under its first segment (C4
+// #ct4-template-stats); the control without a policy is TestTemplateMatch's
+// default (jobs/7 under jobs/*).
+func TestTemplateStatsPolicy(t *testing.T) {
+	az, _ := authFiles(t, sharesPolicy, "alice")
+	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Auth: az})
+	ctx := testCtx(t, 30*time.Second)
+	api := dial(t, srv.Addr)
+	sess, err := api.OpenSession(as(ctx, "alice"), &lockdv1.OpenSessionRequest{TtlMs: 10_000})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	_, err = api.Acquire(as(ctx, "alice"), &lockdv1.AcquireRequest{SessionId: sess.SessionId, Key: "secret-tenant/7"})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if n, _ := histogram(t, srv.Registry, "lockd_lock_wait_seconds", "other"); n != 1 {
+		t.Errorf("lockd_lock_wait_seconds{template=other} has %d samples; want 1", n)
+	}
+	if n, _ := histogram(t, srv.Registry, "lockd_lock_wait_seconds", "secret-tenant/*"); n != 0 {
+		t.Errorf("lockd_lock_wait_seconds{template=secret-tenant/*} has %d samples under a policy; want none", n)
+	}
 }

@@ -162,7 +162,10 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
-	stats, err := prefixstats.New(reg, cfg.StatsTemplates)
+	// Under an access policy the default's first segments would show
+	// every principal's to whoever reads /metrics: other (C4
+	// #ct4-template-stats).
+	stats, err := prefixstats.New(reg, cfg.StatsTemplates, opts.Auth.Policy() == nil)
 	if err != nil {
 		return nil, fmt.Errorf("server: lock.server.stats.templates: %w", err)
 	}

@@ -278,6 +278,9 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 		// next Acquire, or leaves it (C2 #ct2-keep-place).
 		opts = append(opts, store.KeepPlace())
 	}
+	if req.NoDeadlockCheck {
+		opts = append(opts, store.NoDeadlockCheck()) // C2 #ct2-deadlock
+	}
 	g, err := s.st.Acquire(wctx, id, req.Key, opts...)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
@@ -342,15 +345,10 @@ func (s service) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (*loc
 	if err != nil {
 		return nil, s.toStatus(ctx, "Release", err)
 	}
-	// Read before the release: the lock-loss watch may untrack it first.
-	held, tracked := s.sess.HeldFor(id, req.Key, req.Token)
 	if err := s.st.DeleteIfOwner(ctx, id, req.Key, req.Token); err != nil {
 		return nil, s.toStatus(ctx, "Release", fmt.Errorf("release: %w", err))
 	}
-	s.sess.Untrack(id, req.Key, req.Token)
-	if tracked {
-		s.stats.Held(s.stats.Template(req.Key), held)
-	}
+	s.sess.Untrack(id, req.Key, req.Token) // the hold is observed by sessions.Config.Ended
 	return &lockdv1.ReleaseResponse{}, nil
 }
 

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"time"
+
 	"lock.dev/lockd/server/internal/sessions"
 	"lock.dev/lockd/store"
 )
@@ -32,6 +34,9 @@ func (s *Server) newTable() *sessions.Table {
 		Lost: func(id store.SessionID, reason string) {
 			s.tlog.SessionLost(id, reason)
 			s.metrics.SessionLost(reason)
+		},
+		Ended: func(key string, held time.Duration) {
+			s.stats.Held(s.stats.Template(key), held)
 		},
 	}, s.st)
 }

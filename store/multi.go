@@ -50,6 +50,9 @@ type AcquireOptions struct {
 	// the session's end leaves the session's queue entry in place
 	// (KeepPlace, C2 #ct2-keep-place).
 	KeepPlace bool
+	// NoDeadlockCheck: the wait is never refused as a deadlock's victim
+	// (NoDeadlockCheck, C2 #ct2-deadlock).
+	NoDeadlockCheck bool
 }
 
 // WithLimit makes the grant one of up to n slots of a counting semaphore

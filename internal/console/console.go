@@ -42,19 +42,25 @@ var files = map[string]struct{ name, ctype string }{
 	"console.css": {"assets/console.css", "text/css; charset=utf-8"},
 }
 
+// Refusal writes a refusal with HTTP status 404, 405 or 500 in the API's
+// JSON error shape (C2 #ct2-http-refusals); the server passes its own, so
+// the console has the API's reasons without knowing them.
+type Refusal func(w http.ResponseWriter, httpStatus int)
+
 // Handler serves the console: GET or HEAD of /console/ (the page) and of its
 // assets, /console redirected to /console/, 404 for any other path under
-// /console/, 405 for another method. It sets the security headers of C5
-// #ct5-console on every answer. Route only /console and /console/… to it.
-func Handler() http.Handler {
-	return http.HandlerFunc(serve)
+// /console/, 405 for another method, both written by refuse. It sets the
+// security headers of C5 #ct5-console on every answer. Route only /console
+// and /console/… to it.
+func Handler(refuse Refusal) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serve(w, r, refuse) })
 }
 
 // modTime is when the assets were built into this binary (embed gives
 // none): the process start, so conditional requests work within one run.
 var modTime = time.Now()
 
-func serve(w http.ResponseWriter, r *http.Request) {
+func serve(w http.ResponseWriter, r *http.Request, refuse Refusal) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", CSP)
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -63,7 +69,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-cache")
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		refuse(w, http.StatusMethodNotAllowed)
 		return
 	}
 	if r.URL.Path == strings.TrimSuffix(Prefix, "/") {
@@ -73,14 +79,21 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	f, known := files[rest]
 	if !ok || !known {
-		http.NotFound(w, r)
+		refuse(w, http.StatusNotFound)
 		return
 	}
 	body, err := fs.ReadFile(assets, f.name)
 	if err != nil { // the embedded set is fixed at build time
-		http.Error(w, "console asset missing", http.StatusInternalServerError)
+		refuse(w, http.StatusInternalServerError)
 		return
 	}
 	h.Set("Content-Type", f.ctype)
+	// No ranges and no preconditions but the caching ones: a few KiB need no
+	// 206, and ServeContent's 412 and 416 are plain text (C2
+	// #ct2-http-refusals).
+	r = r.Clone(r.Context())
+	for _, k := range []string{"Range", "If-Range", "If-Match", "If-Unmodified-Since"} {
+		r.Header.Del(k)
+	}
 	http.ServeContent(w, r, path.Base(f.name), modTime, bytes.NewReader(body))
 }

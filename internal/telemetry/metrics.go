@@ -16,6 +16,9 @@ const (
 	AcquireContended = "contended"
 	AcquireTimeout   = "timeout"
 	AcquireError     = "error"
+	// AcquireDeadlock: the wait was refused as a deadlock's victim (C2
+	// #ct2-deadlock).
+	AcquireDeadlock = "deadlock"
 )
 
 // Backend error kinds (lockd_backend_errors_total.kind).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"lock.dev/lockd/store"
 )
 
 // Observe is the prologue of every SPI method of a backend: it starts timing
@@ -23,12 +25,15 @@ func (m *Metrics) Observe(op string) func(err *error) {
 // an Acquire or TryInsert, called with the caller's ctx, that returned err
 // and no contended answer: AcquireGranted for no error; for an error,
 // AcquireTimeout when ctx had ended by then or err is a context error (an
-// error that races the context's end is the context's doing), else
+// error that races the context's end is the context's doing),
+// AcquireDeadlock for a wait refused as a deadlock's victim, else
 // AcquireError.
 func AcquireResult(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return AcquireGranted
+	case errors.Is(err, store.ErrDeadlock):
+		return AcquireDeadlock
 	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return AcquireTimeout
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"lock.dev/lockd/internal/testing/testkit"
+	"lock.dev/lockd/store"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m, nil) }
@@ -30,6 +31,7 @@ func TestAcquireResult(t *testing.T) {
 		{"granted", live, nil, AcquireGranted},
 		{"granted as the context ended", ended, nil, AcquireGranted},
 		{"a failure", live, other, AcquireError},
+		{"a deadlock refused", live, fmt.Errorf("acquire: %w", &store.DeadlockError{Keys: []string{"a"}}), AcquireDeadlock},
 		{"a failure after the context ended", ended, other, AcquireTimeout},
 		{"the context's error", ended, fmt.Errorf("acquire: %w", context.Canceled), AcquireTimeout},
 		{"a context error, context live", live, fmt.Errorf("acquire: %w", context.DeadlineExceeded), AcquireTimeout},

@@ -180,6 +180,9 @@
 //	                   by itself (below). List skips markers.
 //	P q/<key>\x00<id>  waiter of session <id> for <key>, attached to the
 //	                   waiter's lease; FIFO order is the create revision.
+//	                   Value "<id>", or "<id> no-deadlock-check" for a wait
+//	                   never refused as a deadlock's victim (deadlock.go,
+//	                   C2 #ct2-deadlock).
 //	P s/<id>           session record of session <id>: JSON {lease, ttl_ms,
 //	                   h: secret hash, p: principal, e: epoch}, on its lease.
 //	P s/<id>\x00<inst> keeper record of Store <inst> for session <id>, on

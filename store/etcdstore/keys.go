@@ -26,7 +26,9 @@ const (
 	// spaceMulti: m/<key>\x00s<id> a semaphore or read/write slot,
 	// m/<key>\x00w<id> a waiter, m/<key>\x00v<id> a slot's value (multi.go).
 	spaceMulti = "m/"
-	// spaceQueue: q/<key>\x00<id> a waiter of a plain lock (wait.go).
+	// spaceQueue: q/<key>\x00<id> a waiter of a plain lock (wait.go); its
+	// value is the session id, followed by " no-deadlock-check" when it
+	// opted out of deadlock refusal (deadlock.go).
 	spaceQueue = "q/"
 	// spaceSession: s/<id> a session record, s/<id>\x00<instance> a keeper
 	// record (record.go).
@@ -71,6 +73,25 @@ func (s *Store) queuePrefix(key string) string {
 }
 func (s *Store) waiterKey(key string, id store.SessionID) string {
 	return s.queuePrefix(key) + string(id)
+}
+
+// grantSpace and queueSpace start every plain grant key and every plain
+// waiter key (the deadlock detector's read, deadlock.go).
+func (s *Store) grantSpace() string { return s.prefix + spaceGrant }
+func (s *Store) queueSpace() string { return s.prefix + spaceQueue }
+
+// parseWaiterKey returns the lockd key and session of a plain waiter key.
+// Keys and session ids hold no NUL, so the one NUL splits them.
+func (s *Store) parseWaiterKey(etcdKey []byte) (key string, id store.SessionID, ok bool) {
+	rest, ok := strings.CutPrefix(string(etcdKey), s.queueSpace())
+	if !ok {
+		return "", "", false
+	}
+	key, sid, ok := strings.Cut(rest, "\x00")
+	if !ok || sid == "" {
+		return "", "", false
+	}
+	return key, store.SessionID(sid), true
 }
 
 // userKey turns an etcd lock key back into the lockd key; ok is false for

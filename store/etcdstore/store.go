@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/deadlock"
 	"lock.dev/lockd/store/internal/groupcommit"
 )
 
@@ -51,6 +53,10 @@ type Options struct {
 	// marker in etcd forever: the behaviour before issue 11, kept only as
 	// the control of the storage soak (test/soak).
 	MarkerTTL time.Duration
+
+	// deadlockInterval overrides deadlock.Interval (tests); negative: the
+	// detector never scans on its own (tests scan by hand).
+	deadlockInterval time.Duration
 }
 
 // Store is a store.LockStore on etcd. It is safe for concurrent use.
@@ -86,7 +92,8 @@ type Store struct {
 	// commitHook, set by tests, is called by a committer with each batch's
 	// keys before sending it.
 	commitHook atomic.Pointer[func(keys []string)]
-	waiters    localQueues // Acquire calls of this Store waiting in a queue (wait.go)
+	waiters    localQueues        // Acquire calls of this Store waiting in a queue (wait.go)
+	deadlocks  *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
 
 	marks *markerLeases // the short leases of release markers (marker.go)
 	comp  companions    // lock-delay companion leases (delay.go)
@@ -144,6 +151,14 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	s.held = newHeldIndex(s)
 	s.keep = newKeeper(s.ctx, cli, s.markDead, s.pruneDead, s.dropIdle)
 	s.keep.start() // its owner exits when Close cancels s.ctx
+	s.deadlocks = deadlock.New(s.waitGraph)
+	if d := cmp.Or(opts.deadlockInterval, deadlock.Interval); d > 0 {
+		s.wg.Add(1)
+		go func() { // exits when Close cancels s.ctx
+			defer s.wg.Done()
+			s.deadlocks.Run(s.ctx, d)
+		}()
+	}
 	s.wg.Add(maxInflight)
 	for range maxInflight {
 		go s.committer() // exits when Close closes the queue and nothing it took is unanswered

@@ -64,7 +64,7 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 			// key is a semaphore or read/write lock (multi.go).
 			clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease), s.ifMultiFree(key)},
-				[]clientv3.Op{clientv3.OpPut(wk, string(id), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
+				[]clientv3.Op{clientv3.OpPut(wk, waiterValue(id, o.NoDeadlockCheck), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
 				nil),
 			s.getMultiAny(key),
 		},
@@ -113,7 +113,27 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	if prev := queued.Responses[0].GetResponsePut().PrevKv; prev != nil {
 		myRev = prev.CreateRevision // already queued (a retried call): keep the place
 	}
-	g, err = s.wait(ctx, ss, key, myRev, start)
+	wctx := ctx
+	var refusal func() *store.DeadlockError
+	if !o.NoDeadlockCheck {
+		// The detector (deadlock.go) ends the wait by cancelling wctx; a
+		// grant it got first wins.
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		dw := s.deadlocks.Register(id, key, cancel)
+		defer dw.Done()
+		refusal = dw.Err
+	}
+	g, err = s.wait(wctx, ss, key, myRev, start)
+	if err != nil && refusal != nil && ctx.Err() == nil {
+		if de := refusal(); de != nil {
+			// The victim of a cycle (C2 #ct2-deadlock): the place goes,
+			// also a kept one, with a grant a cut step took.
+			s.leave(ss, key, myRev)
+			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", de)
+		}
+	}
 	if err != nil {
 		if !keep || ss.isDone() {
 			s.leave(ss, key, myRev)

@@ -29,7 +29,7 @@ const (
 // is first in the queue (or the queue is empty), and otherwise makes sure it
 // is queued. A waiter that finds its session dead or the key granted to it
 // leaves the queue in the same transaction.
-func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key string, asWaiter bool) (store.Grant, outcome, error) {
+func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key string, asWaiter, nodl bool) (store.Grant, outcome, error) {
 	sid := string(id)
 	dequeue := func() error {
 		if !asWaiter {
@@ -42,7 +42,7 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, id store.SessionID, key st
 		if !asWaiter {
 			return nil
 		}
-		_, err := tx.Exec(ctx, s.q.enqueue, key, sid)
+		_, err := tx.Exec(ctx, s.q.enqueue, key, sid, nodl)
 		return err
 	}
 

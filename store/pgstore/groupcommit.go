@@ -59,6 +59,7 @@ type lockReq struct {
 	key   string
 	token uint64 // opRelease
 	keep  bool   // opWait: the caller's store.KeepPlace (a cut call keeps its queue place)
+	nodl  bool   // opWait: the caller's store.NoDeadlockCheck, stored with the place
 
 	out   outcome       // grants: granted, held, busy, dead; releases: freed, notOwned
 	delay time.Duration // busy: a lock-delay keeps the free key this long (delay.go)
@@ -169,7 +170,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		relKeys, relSessions []string
 		relTokens            []int64
 		grKeys, grSessions   []string
-		grWait               []bool
+		grWait, grNoDL       []bool
 		rels, grants         []*lockReq
 	)
 	for _, r := range reqs {
@@ -179,6 +180,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		} else {
 			grants = append(grants, r)
 			grKeys, grSessions, grWait = append(grKeys, r.key), append(grSessions, string(r.id)), append(grWait, r.op == opWait)
+			grNoDL = append(grNoDL, r.nodl)
 		}
 	}
 	// Grants take their keys' locks first, before this transaction holds
@@ -212,7 +214,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 	}
 	checks := make([]check, len(grants))
 	if len(grants) > 0 {
-		b.Queue(s.q.grantBatch, grSessions, grKeys, grWait).Query(func(rows pgx.Rows) error {
+		b.Queue(s.q.grantBatch, grSessions, grKeys, grWait, grNoDL).Query(func(rows pgx.Rows) error {
 			var i int
 			var c check
 			_, err := pgx.ForEachRow(rows, []any{&i, &c.remainingUS, &c.holder, &c.tok, &c.at, &c.newTok, &c.inserted, &c.eligible, &c.multi, &c.delayUS}, func() error {
@@ -287,7 +289,7 @@ func (s *Store) runAlone(r *lockReq) {
 		}
 	} else {
 		err = s.inTx(ctx, func(tx pgx.Tx) (err error) {
-			r.g, r.out, err = s.grant(ctx, tx, r.id, r.key, r.op == opWait)
+			r.g, r.out, err = s.grant(ctx, tx, r.id, r.key, r.op == opWait, r.nodl)
 			return err
 		})
 	}

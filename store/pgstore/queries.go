@@ -30,6 +30,7 @@ type queries struct {
 	dequeue    string
 
 	grantBatch     string
+	waitGraph      string
 	releaseBatch   string
 	heartbeatBatch string
 
@@ -137,7 +138,17 @@ func newQueries(schema, channel string) queries {
 		keyLock: r.Replace(`SELECT count(pg_advisory_xact_lock(x.h)) FROM (
 				SELECT DISTINCT hashtextextended({{keylock}} || k, 0) AS h
 				FROM unnest($1::text[]) AS k ORDER BY h) x`),
-		enqueue: r.Replace(`INSERT INTO {{s}}.waiters (key, session_id) VALUES ($1, $2) ON CONFLICT (key, session_id) DO NOTHING`),
+		// A resumed place keeps its id (its place) and takes the call's
+		// opt-out of deadlock refusal (C2 #ct2-deadlock).
+		enqueue: r.Replace(`INSERT INTO {{s}}.waiters AS w (key, session_id, no_deadlock_check) VALUES ($1, $2, $3)
+			ON CONFLICT (key, session_id) DO UPDATE SET no_deadlock_check = EXCLUDED.no_deadlock_check
+			WHERE w.no_deadlock_check IS DISTINCT FROM EXCLUDED.no_deadlock_check`),
+		// The wait-for graph (C2 #ct2-deadlock) in one statement, one
+		// snapshot: every plain waiter ('w', its id, its opt-out) and every
+		// plain grant ('h'). Semaphore and read/write slots and waiters are
+		// not in it.
+		waitGraph: r.Replace(`SELECT true, key, session_id, id, no_deadlock_check FROM {{s}}.waiters
+			UNION ALL SELECT false, key, session_id, 0, false FROM {{s}}.locks WHERE token <> 0`),
 		dequeue: r.Replace(`DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2`),
 
 		// The delete reason for the trigger is set in the WHERE clause so the
@@ -155,9 +166,11 @@ func newQueries(schema, channel string) queries {
 		// runs after keyLock of all the keys. nudge wakes the first waiter
 		// of a free key that a request found queued ahead of it (see
 		// nudgeHead).
+		// grantBatch's $4: each Acquire's store.NoDeadlockCheck, stored
+		// with a new or resumed place.
 		grantBatch: r.Replace(`WITH req AS (
-				SELECT r.sid, r.key, r.wait, r.i
-				FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS r(sid, key, wait, i)
+				SELECT r.sid, r.key, r.wait, r.nodl, r.i
+				FROM unnest($1::text[], $2::text[], $3::bool[], $4::bool[]) WITH ORDINALITY AS r(sid, key, wait, nodl, i)
 			), live AS MATERIALIZED (
 				SELECT s.id, floor(extract(epoch FROM s.expires_at - now()) * 1000000)::bigint AS rem_us
 				FROM {{s}}.sessions s
@@ -165,7 +178,7 @@ func newQueries(schema, channel string) queries {
 				ORDER BY s.id
 				FOR KEY SHARE OF s
 			), st AS MATERIALIZED (
-				SELECT req.i, req.sid, req.key, req.wait, live.rem_us,
+				SELECT req.i, req.sid, req.key, req.wait, req.nodl, live.rem_us,
 					l.session_id AS holder, l.token AS htok, l.acquired_at AS hat,
 					(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = req.key ORDER BY w.id LIMIT 1) AS head,
 					EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = req.key)
@@ -185,11 +198,12 @@ func newQueries(schema, channel string) queries {
 				ON CONFLICT (key) DO NOTHING
 				RETURNING key, token, acquired_at
 			), enq AS (
-				INSERT INTO {{s}}.waiters (key, session_id)
-				SELECT key, sid FROM el
+				INSERT INTO {{s}}.waiters AS w (key, session_id, no_deadlock_check)
+				SELECT key, sid, nodl FROM el
 				WHERE wait AND alive AND NOT eligible AND holder IS DISTINCT FROM sid AND NOT multi
 				ORDER BY key
-				ON CONFLICT (key, session_id) DO NOTHING
+				ON CONFLICT (key, session_id) DO UPDATE SET no_deadlock_check = EXCLUDED.no_deadlock_check
+				WHERE w.no_deadlock_check IS DISTINCT FROM EXCLUDED.no_deadlock_check
 			), deq AS (
 				DELETE FROM {{s}}.waiters w USING el
 				WHERE w.key = el.key AND w.session_id = el.sid

@@ -18,6 +18,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/deadlock"
 	"lock.dev/lockd/store/internal/groupcommit"
 )
 
@@ -67,6 +68,9 @@ type Options struct {
 	// recheckInterval overrides recheckInterval (tests: a long one shows
 	// that every grant came from a wake-up, not from the safety net).
 	recheckInterval time.Duration
+	// deadlockInterval overrides deadlock.Interval (tests); negative:
+	// the detector never scans on its own (tests scan by hand).
+	deadlockInterval time.Duration
 	// onLockBatch, if set, is called with every lock batch before it runs
 	// (tests).
 	onLockBatch func(batch []*lockReq)
@@ -90,8 +94,9 @@ type Store struct {
 	metrics        *telemetry.Metrics
 	instance       string // distinguishes this Store's sync markers
 
-	stop      context.CancelFunc // stops the reaper and the listener
-	wg        sync.WaitGroup     // the reaper and the listener
+	stop      context.CancelFunc // stops the reaper, the listener and the deadlock detector
+	wg        sync.WaitGroup     // the reaper, the listener and the deadlock detector
+	deadlocks *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
 	closeOnce sync.Once
 
 	lockQ       *groupcommit.Queue[*lockReq]  // group commit of grants and releases
@@ -194,9 +199,17 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	s.listening = true
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
+	s.deadlocks = deadlock.New(s.waitGraph)
 	s.wg.Add(2)
 	go s.listen(bg, conn) // exits when Close cancels bg
 	go s.reapLoop(bg)     // exits when Close cancels bg
+	if d := cmp.Or(opts.deadlockInterval, deadlock.Interval); d > 0 {
+		s.wg.Add(1)
+		go func() { // exits when Close cancels bg
+			defer s.wg.Done()
+			s.deadlocks.Run(bg, d)
+		}()
+	}
 	s.startBatchers()
 	return s, nil
 }

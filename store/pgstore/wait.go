@@ -112,6 +112,8 @@ func (s *Store) wakeAllLocked() {
 // call's enqueue finds it (ON CONFLICT DO NOTHING keeps its id, the place).
 func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
 	keep := store.KeepsPlace(opts)
+	var refused <-chan struct{} // closed when the detector refuses this wait
+	var refusal func() *store.DeadlockError
 	leave := func() {
 		if !keep {
 			s.leaveQueue(id, key)
@@ -135,11 +137,16 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
+	if !o.NoDeadlockCheck {
+		dw := s.deadlocks.Register(id, key, nil)
+		defer dw.Done()
+		refused, refusal = dw.Refused(), dw.Err
+	}
 	start := time.Now()
 	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
 	for {
-		r, err := s.attempt(ctx, id, key, keep)
+		r, err := s.attempt(ctx, id, key, keep, o.NoDeadlockCheck)
 		if err != nil {
 			leave()
 			return store.Grant{}, s.acquireFailed(ctx, err)
@@ -156,6 +163,12 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		select {
 		case <-w.wake:
 		case <-recheck.C:
+		case <-refused:
+			// The victim of a cycle (C2 #ct2-deadlock): the place goes,
+			// also a kept one. A grant the last attempt got would have
+			// been returned above.
+			s.leaveQueue(id, key)
+			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", refusal()))
 		case <-ctx.Done():
 			leave()
 			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
@@ -168,9 +181,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 
 // attempt is one attempt of Acquire: the grant, or a place in the key's
 // queue. It is observed as one request.
-func (s *Store) attempt(ctx context.Context, id store.SessionID, key string, keep bool) (_ *lockReq, err error) {
+func (s *Store) attempt(ctx context.Context, id store.SessionID, key string, keep, nodl bool) (_ *lockReq, err error) {
 	defer s.metrics.Observe(telemetry.OpAcquire)(&err)
-	return s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key, keep: keep})
+	return s.doLock(ctx, "acquire", &lockReq{op: opWait, id: id, key: key, keep: keep, nodl: nodl})
 }
 
 // leaveQueue removes the session's waiter row for key, best effort, with a

@@ -1,11 +1,14 @@
 package abuse
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -114,6 +117,86 @@ func shutdownUnderFlood(t *testing.T, ctx context.Context, s *server, alice lock
 	for _, l := range s.stderrLines(t) {
 		if strings.Contains(l, "deadline exceeded") {
 			t.Errorf("lockd serve overran its shutdown bound: %s", l)
+		}
+	}
+}
+
+// floodSessions is TestF3ShutdownUnderSessionFlood's flood in `make test`
+// (a few seconds); `make abuse-flood` runs it with 4000, issue 23's size,
+// where closing one session at a time overran the bound.
+const floodSessions = 300
+
+// TestF3ShutdownUnderSessionFlood: alice holds a flood of sessions (1 h
+// TTL, no locks) on a server that closes its sessions on shutdown
+// (--close-sessions-on-shutdown); SIGTERM, and lockd serve closes them all
+// and exits 0 within its 30 s shutdown bound, leaving none to expire. (In
+// issue 23's F3 the shutdown after 9 999 sessions overran the bound: it
+// closed them one backend round trip at a time; sessions.CloseAll now
+// closes 32 at once, sessions.TestCloseAllConcurrent.)
+// LOCKD_TEST_ABUSE_FLOOD sets the number of sessions (floodSessions by
+// default).
+func TestF3ShutdownUnderSessionFlood(t *testing.T) {
+	n := floodSessions
+	if v := os.Getenv("LOCKD_TEST_ABUSE_FLOOD"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("LOCKD_TEST_ABUSE_FLOOD=%q: want a positive number", v)
+		}
+	}
+	const shutdownBound = 30 * time.Second
+	s := serve(t, newPKI(t), "--close-sessions-on-shutdown", "--max-sessions", strconv.Itoa(4*n),
+		"--principal-max-session-opens", "1000000")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	alice := lockdv1.NewLockServiceClient(s.dial(t, "alice"))
+	began := time.Now()
+	var (
+		opened atomic.Int64
+		wg     sync.WaitGroup
+		errMu  sync.Mutex
+		first  error
+	)
+	for w := range 16 {
+		wg.Add(1)
+		go func() { // ends after its share of opens
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				if _, err := alice.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: time.Hour.Milliseconds()}); err != nil {
+					errMu.Lock()
+					first = cmp.Or(first, err)
+					errMu.Unlock()
+					return
+				}
+				opened.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		t.Fatalf("alice opened %d of %d sessions, then: %v", opened.Load(), n, first)
+	}
+	t.Logf("alice opened %d sessions in %v", n, time.Since(began))
+
+	began = time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(shutdownBound + 30*time.Second): // the process's own exit after Shutdown: backend close
+		t.Fatalf("lockd serve still running %v after SIGTERM with %d sessions; want it gone within its %v bound", time.Since(began), n, shutdownBound)
+	}
+	took := time.Since(began)
+	t.Logf("lockd serve exited %d %v after SIGTERM with %d sessions to close", s.cmd.ProcessState.ExitCode(), took, n)
+	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("lockd serve exited %d after SIGTERM with %d sessions to close; want 0", code, n)
+	}
+	if took > shutdownBound {
+		t.Errorf("lockd serve took %v to exit after SIGTERM with %d sessions to close; want within its %v bound", took, n, shutdownBound)
+	}
+	for _, l := range s.stderrLines(t) {
+		if strings.Contains(l, "deadline exceeded") || strings.Contains(l, "left to expire") {
+			t.Errorf("lockd serve overran its shutdown bound: %.300s", l)
 		}
 	}
 }

@@ -12,7 +12,8 @@
 //   - pg-tls: a PostgreSQL of its own with ssl=on, lockd with --pg-dsn-file
 //     holding a sslmode=verify-full DSN.
 //
-// The TLS rows share their base backend's expectations (baseBackend).
+// The TLS rows share their base backend's expectations (baseBackend);
+// `make test` runs the base rows, `make parity` every row (LOCKD_PARITY_ROWS).
 // TestParityReplicas (replicas_test.go) adds the multi-replica rows of
 // issue 13: three lockd replicas over one backend — a 3-member etcd
 // cluster, an external etcd, PostgreSQL — and clients given every address:

@@ -58,9 +58,7 @@ func (ns *Namespace) OpenStore(t testing.TB, opts StoreOptions) store.LockStore 
 	if ns.backend == backend.Etcd {
 		eps = etcdtest.Endpoints(t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
-	defer cancel()
-	b, err := backend.Open(ctx, ns.config(eps), opts.Logger, opts.Metrics)
+	b, err := ns.open(eps, opts)
 	if err != nil {
 		t.Fatalf("lockdtest: open %s store: %v", ns.backend, err)
 	}
@@ -70,6 +68,14 @@ func (ns *Namespace) OpenStore(t testing.TB, opts StoreOptions) store.LockStore 
 		}
 	})
 	return b
+}
+
+// open opens a store on the namespace through etcd endpoints eps (etcd
+// only), within storeOpenTimeout.
+func (ns *Namespace) open(eps []string, opts StoreOptions) (*backend.Backend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
+	defer cancel()
+	return backend.Open(ctx, ns.config(eps), opts.Logger, opts.Metrics)
 }
 
 // config is the backend configuration of a store on the namespace; eps are

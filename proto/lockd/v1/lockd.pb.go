@@ -49,6 +49,11 @@
 //                     reverse; nothing was written, docs/contracts/C2.md
 //                     #ct2-multi. Not FAILED_PRECONDITION: older SDKs
 //                     read that as a dead session)
+//   DEADLOCK         (ABORTED, HTTP 409; an Acquire's wait was refused
+//                     because it closed a cycle of waiting sessions; the
+//                     ErrorInfo metadata "keys" holds the cycle's keys as
+//                     a JSON array of strings; never retried,
+//                     docs/contracts/C2.md #ct2-deadlock)
 //
 // Session ownership (docs/contracts/C2.md #ct2-ownership): session ids are
 // public (Inspect, List and Watch show them); the session_secret that
@@ -1294,9 +1299,15 @@ type AcquireRequest struct {
 	// The caller must be allowed to lock every key. A call that does not
 	// grant every key leaves none held. Old servers ignore it and answer
 	// INVALID_ARGUMENT for the empty key.
-	Keys          []string `protobuf:"bytes,30,rep,name=keys,proto3" json:"keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Keys []string `protobuf:"bytes,30,rep,name=keys,proto3" json:"keys,omitempty"`
+	// no_deadlock_check (wait only) opts this wait out of deadlock refusal:
+	// it still counts in the wait-for graph but is never the wait refused
+	// with DEADLOCK; the youngest checking wait of the cycle is
+	// (docs/contracts/C2.md #ct2-deadlock). For callers that queue on
+	// purpose. Old servers ignore it (they refuse no wait).
+	NoDeadlockCheck bool `protobuf:"varint,31,opt,name=no_deadlock_check,json=noDeadlockCheck,proto3" json:"no_deadlock_check,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -1411,6 +1422,13 @@ func (x *AcquireRequest) GetKeys() []string {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetNoDeadlockCheck() bool {
+	if x != nil {
+		return x.NoDeadlockCheck
+	}
+	return false
 }
 
 // LeaveQueueRequest names the queue place to give up.
@@ -3151,7 +3169,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xef\x02\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\x9b\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3167,7 +3185,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"keep_place\x18\a \x01(\bR\tkeepPlace\x12\"\n" +
 	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12\x1e\n" +
 	"\vmax_hold_ms\x18\x15 \x01(\x03R\tmaxHoldMs\x12\x12\n" +
-	"\x04keys\x18\x1e \x03(\tR\x04keys\"k\n" +
+	"\x04keys\x18\x1e \x03(\tR\x04keys\x12*\n" +
+	"\x11no_deadlock_check\x18\x1f \x01(\bR\x0fnoDeadlockCheck\"k\n" +
 	"\x11LeaveQueueRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +

@@ -42,7 +42,7 @@ func TestTemplateMatch(t *testing.T) {
 		{nil, "leader", Other}, // no /: no first path segment
 		{nil, "/x", Other},
 	} {
-		s, err := New(nil, c.templates)
+		s, err := New(nil, c.templates, true)
 		if err != nil {
 			t.Fatalf("New(%q): %v", c.templates, err)
 		}
@@ -52,10 +52,33 @@ func TestTemplateMatch(t *testing.T) {
 	}
 }
 
+// TestNoSegments: without the first-segment default (the server's choice
+// under an access policy) an undeclared key counts under Other; declared
+// templates still match.
+func TestNoSegments(t *testing.T) {
+	for _, c := range []struct {
+		templates []string
+		key, want string
+	}{
+		{nil, "jobs/7", Other},
+		{nil, "leader", Other},
+		{[]string{"jobs/*"}, "jobs/7", "jobs/*"},
+		{[]string{"jobs/*"}, "tenants/7", Other},
+	} {
+		s, err := New(nil, c.templates, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Name(s.Template(c.key)); got != c.want {
+			t.Errorf("templates %q without segments: key %q counts under %q; want %q", c.templates, c.key, got, c.want)
+		}
+	}
+}
+
 // TestDefaultBound: the default takes the first MaxTemplates first segments
 // it sees; later ones count under Other, earlier ones keep their template.
 func TestDefaultBound(t *testing.T) {
-	s, err := New(nil, nil)
+	s, err := New(nil, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +125,7 @@ func TestValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Validate(%.40q) = %v; want an error containing %q", c.templates, err, c.want)
 		}
-		if _, nerr := New(nil, c.templates); nerr == nil {
+		if _, nerr := New(nil, c.templates, true); nerr == nil {
 			t.Errorf("New(%.40q) succeeded; want the error of Validate", c.templates)
 		}
 	}
@@ -136,7 +159,7 @@ func TestSeriesBound(t *testing.T) {
 	}
 	for _, templates := range [][]string{nil, declared} {
 		reg := prometheus.NewRegistry()
-		s, err := New(reg, templates)
+		s, err := New(reg, templates, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +204,7 @@ func TestSeriesBound(t *testing.T) {
 // once its template's series exist (the server's hot path).
 func TestObserveAllocations(t *testing.T) {
 	for _, templates := range [][]string{nil, {"jobs/*", "tenants/*/report"}} {
-		s, err := New(prometheus.NewRegistry(), templates)
+		s, err := New(prometheus.NewRegistry(), templates, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,6 +40,7 @@ type series struct {
 // use.
 type Stats struct {
 	patterns []pattern // declared; empty: the first-segment default
+	segments bool      // without patterns: the first-segment default (false: every key is Other's)
 	wait     *prometheus.HistogramVec
 	hold     *prometheus.HistogramVec
 	queue    *prometheus.HistogramVec
@@ -55,15 +56,17 @@ type Stats struct {
 }
 
 // New validates templates (C5 lock.server.stats.templates; empty: the
-// first-segment default) and registers the three histograms on reg (nil:
-// not registered anywhere).
-func New(reg prometheus.Registerer, templates []string) (*Stats, error) {
+// first-segment default when segments, else every key under Other: the
+// server passes false under an access policy, C4 #ct4-template-stats) and
+// registers the three histograms on reg (nil: not registered anywhere).
+func New(reg prometheus.Registerer, templates []string, segments bool) (*Stats, error) {
 	ps, err := compile(templates)
 	if err != nil {
 		return nil, err
 	}
 	s := &Stats{
 		patterns: ps,
+		segments: segments,
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockd", Name: "lock_wait_seconds",
 			Help:    "Time from an Acquire's arrival to its grant, by key template.",
 			Buckets: SecondsBuckets}, []string{Label}),
@@ -108,7 +111,7 @@ func (s *Stats) Template(key string) int {
 		return s.other
 	}
 	slash := strings.IndexByte(key, '/')
-	if slash <= 0 {
+	if slash <= 0 || !s.segments {
 		return s.other
 	}
 	seg := key[:slash]

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
@@ -133,7 +136,7 @@ func (t *Table) CloseAll(ctx context.Context) error {
 		t.unschedule(r)
 		for key, tok := range r.locks {
 			delete(r.locks, key)
-			delete(r.grantedAt, key)
+			t.endedLocked(r, key)
 			t.noticeLocked(r, key, tok, lockdv1.LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN)
 		}
 		all = append(all, r)
@@ -145,11 +148,7 @@ func (t *Table) CloseAll(ctx context.Context) error {
 	var errs []error
 	for len(all) > 0 {
 		ready, rest, next := t.drainReady(all)
-		for _, r := range ready {
-			if err := t.closeDrained(ctx, r); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs = append(errs, t.closeDrainedAll(ctx, ready)...)
 		if all = rest; len(all) == 0 {
 			break
 		}
@@ -167,6 +166,34 @@ func (t *Table) CloseAll(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CloseAllConcurrency is how many sessions CloseAll closes on the store at
+// once: one at a time, the closes of a flood of sessions (thousands, each a
+// backend round trip) overran the shutdown bound (issue 23, F3).
+const CloseAllConcurrency = 32
+
+// closeDrainedAll closes ready (pinned by CloseAll), CloseAllConcurrency
+// at a time, and returns the errors; its goroutines end before it returns.
+func (t *Table) closeDrainedAll(ctx context.Context, ready []*Record) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		g    errgroup.Group
+	)
+	g.SetLimit(CloseAllConcurrency)
+	for _, r := range ready {
+		g.Go(func() error {
+			if err := t.closeDrained(ctx, r); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // every function returns nil; the errors are in errs
+	return errs
 }
 
 // drainReady splits draining records into those safe to close now (the

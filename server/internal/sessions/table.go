@@ -42,6 +42,13 @@ type Config struct {
 	// Lost is told of a session this server's silence close ended
 	// (session_lost, C4), once; nil tells nobody.
 	Lost func(id store.SessionID, reason string)
+	// Ended is told of every grant this table answered (Grant), once,
+	// when it ends, however it ends: released, lost or revoked (Untrack,
+	// LockLost, Seed), replaced by a later grant of the key, its session
+	// gone, the server's drain. held runs from the grant's first answer
+	// on the table's clock (C4 #ct4-template-stats). Called with the
+	// table's lock held: it must not call the table. nil tells nobody.
+	Ended func(key string, held time.Duration)
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -246,7 +253,7 @@ func (t *Table) dropIfDone(r *Record) {
 		t.forgetPrincipalLocked(r)
 	}
 	r.locks = nil
-	r.grantedAt = nil
+	t.endAllLocked(r)
 	r.notices = nil
 	r.goneTok = nil
 }
@@ -285,6 +292,7 @@ func (t *Table) markGoneLocked(r *Record) {
 	}
 	t.move(r, Gone)
 	t.unschedule(r)
+	t.endAllLocked(r)
 	t.dropIfDone(r)
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,7 +138,7 @@ func TestTrackingGoneTokens(t *testing.T) {
 		t.Errorf("an older grant replaced a newer one: %d", r.locks["k"])
 	}
 	for i := range maxGoneKeys + 1 {
-		goneLocked(r, fmt.Sprint("g", i), 1)
+		f.goneLocked(r, fmt.Sprint("g", i), 1)
 	}
 	if !r.goneOverflow || f.trackLocked(r, "new", 1) {
 		t.Error("past maxGoneKeys a grant was still tracked")
@@ -474,4 +476,50 @@ func TestSecretAndPrincipal(t *testing.T) {
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testkit.Eventually(t, 10*time.Second, what, cond)
+}
+
+// TestCloseAllConcurrent: CloseAll closes CloseAllConcurrency sessions on
+// the store at once, never more. The backend's close holds each call until
+// CloseAllConcurrency are in flight together, so closing one at a time
+// (the code before issue 23's F3 fix: a flood of sessions overran the
+// shutdown bound) never gets past the first and fails at the test's bound.
+func TestCloseAllConcurrent(t *testing.T) {
+	const sessions = 4 * CloseAllConcurrency
+	f := newFixture(t)
+	var (
+		inflight, most atomic.Int32
+		full           = make(chan struct{})
+		fullOnce       sync.Once
+	)
+	f.be.close = func(ctx context.Context, _ store.SessionID) (int, error) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if n == CloseAllConcurrency {
+			fullOnce.Do(func() { close(full) })
+		}
+		select {
+		case <-full:
+			return 0, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	for i := range sessions {
+		f.open(t, store.SessionID(fmt.Sprintf("s%03d", i)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // fails the one-at-a-time code
+	defer cancel()
+	if err := f.CloseAll(ctx); err != nil {
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		t.Fatalf("CloseAll = %s … (at most %d closes in flight together); want every session closed, %d at once",
+			first, most.Load(), CloseAllConcurrency)
+	}
+	if _, c := f.be.calls(); c != sessions || most.Load() != CloseAllConcurrency {
+		t.Errorf("%d closes, at most %d in flight; want %d, at most %d", c, most.Load(), sessions, CloseAllConcurrency)
+	}
+	if f.Len() != 0 {
+		t.Errorf("%d records left after CloseAll", f.Len())
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
@@ -41,7 +40,7 @@ func (t *Table) Seed(ctx context.Context, r *Record) error {
 	}
 	for k, tok := range before {
 		if inStore[k] != tok && r.locks[k] == tok {
-			goneLocked(r, k, tok)
+			t.goneLocked(r, k, tok)
 		}
 	}
 	for _, g := range grants {
@@ -72,7 +71,7 @@ func (t *Table) trackLocked(r *Record, key string, token uint64) bool {
 		return false // a newer grant of the key is tracked
 	}
 	if r.locks[key] != token {
-		delete(r.grantedAt, key) // an older grant's time
+		t.endedLocked(r, key) // an older grant ended
 	}
 	r.locks[key] = token
 	return true
@@ -83,7 +82,7 @@ func (t *Table) trackLocked(r *Record, key string, token uint64) bool {
 // token: a session holds one grant of a key at a time, and tokens of a key
 // only rise, so an older tracked grant is gone too) and whether there was
 // one.
-func goneLocked(r *Record, key string, token uint64) (uint64, bool) {
+func (t *Table) goneLocked(r *Record, key string, token uint64) (uint64, bool) {
 	if r.reading > 0 && token > r.goneTok[key] {
 		if r.goneTok == nil {
 			r.goneTok = map[string]uint64{}
@@ -99,26 +98,30 @@ func goneLocked(r *Record, key string, token uint64) (uint64, bool) {
 		return 0, false
 	}
 	delete(r.locks, key)
-	delete(r.grantedAt, key)
+	t.endedLocked(r, key)
 	return tok, true
 }
 
-// HeldFor returns how long ago (on the table's clock) this server answered
-// the grant (key, token) of session id, if it tracks that grant from its
-// own answer (not one seeded from the store): a hold so far, for
-// lockd_lock_hold_seconds (C4 #ct4-template-stats).
-func (t *Table) HeldFor(id store.SessionID, key string, token uint64) (time.Duration, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := t.recs[id]
-	if r == nil || r.locks[key] != token {
-		return 0, false
-	}
+// endedLocked tells Config.Ended that r's grant of key this table
+// answered ended, and forgets its answer time (t.mu held).
+func (t *Table) endedLocked(r *Record, key string) {
 	at, ok := r.grantedAt[key]
 	if !ok {
-		return 0, false
+		return
 	}
-	return t.now().Sub(at), true
+	delete(r.grantedAt, key)
+	if t.cfg.Ended != nil {
+		t.cfg.Ended(key, t.now().Sub(at))
+	}
+}
+
+// endAllLocked ends every grant of r this table answered (t.mu held): its
+// session is gone.
+func (t *Table) endAllLocked(r *Record) {
+	for key := range r.grantedAt {
+		t.endedLocked(r, key)
+	}
+	r.grantedAt = nil
 }
 
 // Untrack forgets a grant released through any instance.
@@ -126,7 +129,7 @@ func (t *Table) Untrack(id store.SessionID, key string, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r := t.recs[id]; r != nil {
-		goneLocked(r, key, token)
+		t.goneLocked(r, key, token)
 	}
 }
 
@@ -152,7 +155,7 @@ func (t *Table) LockLost(id store.SessionID, key string, token uint64, reason lo
 	if r == nil {
 		return
 	}
-	tok, ok := goneLocked(r, key, token)
+	tok, ok := t.goneLocked(r, key, token)
 	if !ok {
 		return
 	}

@@ -58,13 +58,39 @@ const (
 	// Its code is InvalidArgument, not FailedPrecondition: older SDKs
 	// take FailedPrecondition for a dead session.
 	ReasonLimitMismatch = "LIMIT_MISMATCH" // codes.InvalidArgument
+	// ReasonDeadlock: an Acquire's wait was refused because it closed a
+	// cycle of waiting sessions (C2 #ct2-deadlock); the ErrorInfo metadata
+	// MetadataKeys names the cycle's keys. codes.Aborted; never retried.
+	ReasonDeadlock = "DEADLOCK"
 )
+
+// The reasons only the HTTP listener writes, for refusals made before a
+// call reaches the service (C2 #ct2-http-refusals); never on gRPC.
+const (
+	// ReasonHostNotLoopback: a listener bound to loopback got a Host that is
+	// not a loopback name (HTTP 421). codes.PermissionDenied.
+	ReasonHostNotLoopback = "HOST_NOT_LOOPBACK"
+	// ReasonCrossOrigin: a cross-origin browser request that is not GET,
+	// HEAD or OPTIONS (HTTP 403). codes.PermissionDenied.
+	ReasonCrossOrigin = "CROSS_ORIGIN"
+	// ReasonNoRoute: no route has the path (HTTP 404). codes.NotFound.
+	ReasonNoRoute = "NO_ROUTE"
+	// ReasonMethodNotAllowed: a route has the path but not the method
+	// (HTTP 405). codes.Unimplemented.
+	ReasonMethodNotAllowed = "METHOD_NOT_ALLOWED"
+)
+
+// HTTPReasons lists the reasons only the HTTP listener writes, in the order
+// of C2 #ct2-http-refusals.
+func HTTPReasons() []string {
+	return []string{ReasonHostNotLoopback, ReasonCrossOrigin, ReasonNoRoute, ReasonMethodNotAllowed}
+}
 
 // Reasons lists every reason, in the order of the proto's file comment.
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
 		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonSessionSecretRequired,
-		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch, ReasonLimitMismatch}
+		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch, ReasonLimitMismatch, ReasonDeadlock}
 }
 
 // Code is the gRPC code reason travels with; codes.Unknown for a reason
@@ -76,8 +102,12 @@ func Code(reason string) codes.Code {
 	case ReasonSessionDead:
 		return codes.FailedPrecondition
 	case ReasonNotOwner, ReasonAccessDenied, ReasonSessionSecretRequired, ReasonSessionSecretMismatch,
-		ReasonSessionPrincipalMismatch:
+		ReasonSessionPrincipalMismatch, ReasonHostNotLoopback, ReasonCrossOrigin:
 		return codes.PermissionDenied
+	case ReasonNoRoute:
+		return codes.NotFound
+	case ReasonMethodNotAllowed:
+		return codes.Unimplemented
 	case ReasonUnauthenticated:
 		return codes.Unauthenticated
 	case ReasonContention, ReasonNotLeader, ReasonUnavailable, ReasonShuttingDown:
@@ -88,6 +118,8 @@ func Code(reason string) codes.Code {
 		return codes.ResourceExhausted
 	case ReasonInternal:
 		return codes.Internal
+	case ReasonDeadlock:
+		return codes.Aborted
 	}
 	return codes.Unknown
 }

@@ -10,10 +10,11 @@ import (
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )
 
-// TestReasons checks the vocabulary: every reason is distinct and has a code.
+// TestReasons checks the vocabulary: every reason, the HTTP listener's
+// included, is distinct and has a code.
 func TestReasons(t *testing.T) {
 	seen := map[string]bool{}
-	for _, r := range wireerr.Reasons() {
+	for _, r := range append(wireerr.Reasons(), wireerr.HTTPReasons()...) {
 		if seen[r] {
 			t.Errorf("reason %s listed twice", r)
 		}
@@ -30,7 +31,7 @@ func TestReasons(t *testing.T) {
 // TestStatusRoundTrip encodes every reason, with and without a field
 // violation, and decodes it from the error a gRPC handler would return.
 func TestStatusRoundTrip(t *testing.T) {
-	for _, r := range wireerr.Reasons() {
+	for _, r := range append(wireerr.Reasons(), wireerr.HTTPReasons()...) {
 		err := wireerr.Status(r, "msg", nil).Err()
 		st := status.Convert(err)
 		if st.Code() != wireerr.Code(r) || wireerr.Reason(st) != r || st.Message() != "msg" {

@@ -1,0 +1,62 @@
+package etcdstore
+
+import (
+	"context"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lock.dev/lockd/store"
+)
+
+// noCheckMark follows the session id in the value of a waiter key queued
+// with store.NoDeadlockCheck (C2 #ct2-deadlock); a checking waiter's value
+// is the session id alone.
+const noCheckMark = " no-deadlock-check"
+
+// waiterValue is the value of a plain waiter key.
+func waiterValue(id store.SessionID, noCheck bool) string {
+	if noCheck {
+		return string(id) + noCheckMark
+	}
+	return string(id)
+}
+
+// waitGraph reads the wait-for graph (C2 #ct2-deadlock) for the deadlock
+// detector: the plain grants (l/) and waiters (q/) in one read-only Txn, at
+// one revision. A waiter's Seq is its waiter key's create revision, its
+// place in FIFO order.
+func (s *Store) waitGraph(ctx context.Context) (store.WaitGraph, error) {
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.grantSpace(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.queueSpace(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return store.WaitGraph{}, classify(ctx, err)
+	}
+	var g store.WaitGraph
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		key, ok := s.userKey(kv.Key)
+		if !ok {
+			continue // a marker
+		}
+		holder, _, err := parseGrant(kv.Value)
+		if err != nil {
+			continue // not a grant this Store can read: not an edge
+		}
+		g.Holds = append(g.Holds, store.Hold{Session: holder, Key: key})
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		key, id, ok := s.parseWaiterKey(kv.Key)
+		if !ok {
+			continue
+		}
+		g.Waits = append(g.Waits, store.Wait{
+			Session: id,
+			Key:     key,
+			Seq:     kv.CreateRevision,
+			NoCheck: strings.HasSuffix(string(kv.Value), noCheckMark),
+		})
+	}
+	return g, nil
+}

@@ -1,0 +1,36 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"lock.dev/lockd/store"
+)
+
+// waitGraph reads the wait-for graph (C2 #ct2-deadlock) for the deadlock
+// detector: every plain waiter and grant, in one statement (one snapshot).
+// A waiter's Seq is its row id, its place in FIFO order.
+func (s *Store) waitGraph(ctx context.Context) (g store.WaitGraph, err error) {
+	rows, err := s.pool.Query(ctx, s.q.waitGraph)
+	if err != nil {
+		return g, classify(ctx, "deadlock scan", err)
+	}
+	var (
+		isWait, nodl bool
+		key, sid     string
+		id           int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&isWait, &key, &sid, &id, &nodl}, func() error {
+		if isWait {
+			g.Waits = append(g.Waits, store.Wait{Session: store.SessionID(sid), Key: key, Seq: id, NoCheck: nodl})
+		} else {
+			g.Holds = append(g.Holds, store.Hold{Session: store.SessionID(sid), Key: key})
+		}
+		return nil
+	})
+	if err != nil {
+		return store.WaitGraph{}, classify(ctx, "deadlock scan", err)
+	}
+	return g, nil
+}
