@@ -25,9 +25,9 @@ import (
 // served by etcd's periodic resync of lagging watchers (every 100 ms).
 //
 // With store.KeepPlace (C2 #ct2-keep-place) a call that ends without a grant
-// leaves its waiter key in place, unless the session ended: the next call
-// of the session for key re-puts it, which keeps its create revision (the
-// place), or finds the key handed over to the session meanwhile.
+// leaves its waiter key in place, unless the session ended or the wait was
+// refused as a deadlock's victim (checkedWait): the next call re-puts it,
+// keeping its create revision (the place), or finds the key handed over.
 func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (g store.Grant, err error) {
 	keep := store.KeepsPlace(opts)
 	start := time.Now()
@@ -111,26 +111,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	if prev := queued.Responses[0].GetResponsePut().PrevKv; prev != nil {
 		myRev = prev.CreateRevision // already queued (a retried call): keep the place
 	}
-	wctx := ctx
-	var refusal func() *store.DeadlockError
-	if !o.NoDeadlockCheck {
-		// The detector (deadlock.go) ends the wait by cancelling wctx; a
-		// grant it got first wins.
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		dw := s.deadlocks.Register(id, key, cancel)
-		defer dw.Done()
-		refusal = dw.Err
-	}
-	g, err = s.wait(wctx, ss, key, myRev, start)
-	if err != nil && refusal != nil && ctx.Err() == nil {
-		if de := refusal(); de != nil {
-			// The victim of a cycle (C2 #ct2-deadlock): the place goes,
-			// also a kept one, with a grant a cut step took.
-			s.leave(ss, key, myRev)
-			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", de)
-		}
+	g, err = s.checkedWait(ctx, ss, key, myRev, start, o.NoDeadlockCheck) // deadlock.go
+	if errors.Is(err, store.ErrDeadlock) {
+		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
 	if err != nil {
 		if !keep || ss.isDone() {
@@ -150,7 +133,6 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 // revision myRev, until the session is granted the key: handed over by the
 // releasing holder (seen in the watch event itself, no further round trip),
 // or taken by this session once it is first in line and the key is free.
-//
 // A waiter watches its predecessor's waiter key. The first two in line also
 // watch the grant key, armed before they are first, so the waiter next in
 // line does not have to set up a watch while the key is being handed to it.
