@@ -127,6 +127,9 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 
 // Acquire implements the Acquire RPC.
 func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
+	if len(req.Keys) > 0 {
+		return s.acquireAll(ctx, req) // acquire_all.go
+	}
 	recv := time.Now()
 	id := store.SessionID(req.SessionId)
 	if err := s.checkAcquire(req); err != nil {

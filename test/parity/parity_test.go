@@ -56,16 +56,23 @@ const rowsEnv = "LOCKD_PARITY_ROWS"
 
 // parityRows returns TestParity's rows in this test run.
 func parityRows(t *testing.T) []string {
-	switch v := os.Getenv(rowsEnv); v {
+	return rowsFromEnv(t, rowsEnv, backendNames, []string{backendEmbedded, backendEtcd, backendPG})
+}
+
+// rowsFromEnv reads the rows named by the environment variable env: unset,
+// the default rows def; "all", every row of all; else a comma-separated
+// list of rows of all.
+func rowsFromEnv(t *testing.T, env string, all, def []string) []string {
+	switch v := os.Getenv(env); v {
 	case "":
-		return []string{backendEmbedded, backendEtcd, backendPG}
+		return def
 	case "all":
-		return backendNames
+		return all
 	default:
 		var rows []string
 		for _, r := range strings.Split(v, ",") {
-			if !slices.Contains(backendNames, r) {
-				t.Fatalf("%s=%q: %q is not one of %v (or \"all\")", rowsEnv, v, r, backendNames)
+			if !slices.Contains(all, r) {
+				t.Fatalf("%s=%q: %q is not one of %v (or \"all\")", env, v, r, all)
 			}
 			rows = append(rows, r)
 		}

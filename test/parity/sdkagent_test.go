@@ -2,7 +2,6 @@ package parity
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -67,21 +66,7 @@ const sdkRowsEnv = "LOCKD_PARITY_SDK_ROWS"
 
 // sdkRows returns the rows the agents run on in this test run.
 func sdkRows(t *testing.T) []string {
-	switch v := os.Getenv(sdkRowsEnv); v {
-	case "":
-		return []string{backendEmbedded, backendPG}
-	case "all":
-		return sdkBackends
-	default:
-		var rows []string
-		for _, r := range strings.Split(v, ",") {
-			if !slices.Contains(sdkBackends, r) {
-				t.Fatalf("%s=%q: %q is not one of %v (or \"all\")", sdkRowsEnv, v, r, sdkBackends)
-			}
-			rows = append(rows, r)
-		}
-		return rows
-	}
+	return rowsFromEnv(t, sdkRowsEnv, sdkBackends, []string{backendEmbedded, backendPG})
 }
 
 // TestParityPython runs sdkScenarios through the Python SDK's agent on every

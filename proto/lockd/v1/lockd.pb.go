@@ -1290,6 +1290,16 @@ type AcquireRequest struct {
 	// LOCK_LOST_REASON_MAX_HOLD. 1000..604800000 and at most the server's
 	// lock.server.max-hold-limit, else INVALID_ARGUMENT.
 	MaxHoldMs int64 `protobuf:"varint,21,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
+	// keys, instead of key, asks for several plain locks at once, all or
+	// none (docs/contracts/C2.md #ct2-acquire-all): 1..64 distinct keys,
+	// each valid as key; key must then be empty, and limit (above 1), mode,
+	// keep_place, value, lock_delay_ms and max_hold_ms unset. The keys are
+	// taken in ascending byte order, each waiting in its FIFO queue, so two
+	// callers listing overlapping keys in different orders never deadlock.
+	// The caller must be allowed to lock every key. A call that does not
+	// grant every key leaves none held. Old servers ignore it and answer
+	// INVALID_ARGUMENT for the empty key.
+	Keys []string `protobuf:"bytes,30,rep,name=keys,proto3" json:"keys,omitempty"`
 	// no_deadlock_check (wait only) opts this wait out of deadlock refusal:
 	// it still counts in the wait-for graph but is never the wait refused
 	// with DEADLOCK; the youngest checking wait of the cycle is
@@ -1405,6 +1415,13 @@ func (x *AcquireRequest) GetMaxHoldMs() int64 {
 		return x.MaxHoldMs
 	}
 	return 0
+}
+
+func (x *AcquireRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
 }
 
 func (x *AcquireRequest) GetNoDeadlockCheck() bool {
@@ -1529,7 +1546,12 @@ type AcquireResponse struct {
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// remaining_ms is the holder session's deadline bound at grant time
 	// (granted only); it extends trust like a heartbeat answer.
-	RemainingMs   int64 `protobuf:"varint,4,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	RemainingMs int64 `protobuf:"varint,4,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// grants answers a request with keys (granted only): one grant per
+	// key, in the order of the request's keys, each with its key's own
+	// fencing token; key and token above are then empty. remaining_ms
+	// bounds them all.
+	Grants        []*HeldLock `protobuf:"bytes,30,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1590,6 +1612,13 @@ func (x *AcquireResponse) GetRemainingMs() int64 {
 		return x.RemainingMs
 	}
 	return 0
+}
+
+func (x *AcquireResponse) GetGrants() []*HeldLock {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
 }
 
 // ReleaseRequest names the grant to release.
@@ -3140,7 +3169,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\x87\x03\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\x9b\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3155,19 +3184,21 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"keep_place\x18\a \x01(\bR\tkeepPlace\x12\"\n" +
 	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12\x1e\n" +
-	"\vmax_hold_ms\x18\x15 \x01(\x03R\tmaxHoldMs\x12*\n" +
+	"\vmax_hold_ms\x18\x15 \x01(\x03R\tmaxHoldMs\x12\x12\n" +
+	"\x04keys\x18\x1e \x03(\tR\x04keys\x12*\n" +
 	"\x11no_deadlock_check\x18\x1f \x01(\bR\x0fnoDeadlockCheck\"k\n" +
 	"\x11LeaveQueueRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12%\n" +
 	"\x0esession_secret\x18\x03 \x01(\fR\rsessionSecret\"\x14\n" +
-	"\x12LeaveQueueResponse\"v\n" +
+	"\x12LeaveQueueResponse\"\xa2\x01\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\"~\n" +
+	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12*\n" +
+	"\x06grants\x18\x1e \x03(\v2\x12.lockd.v1.HeldLockR\x06grants\"~\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3404,54 +3435,55 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	11, // 6: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
 	0,  // 7: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
 	1,  // 8: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
-	26, // 9: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	2,  // 10: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
-	46, // 11: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	42, // 12: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	27, // 13: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	46, // 14: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	43, // 16: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
-	26, // 17: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	3,  // 18: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	44, // 19: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	40, // 20: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	45, // 21: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
-	4,  // 22: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	6,  // 23: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	7,  // 24: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
-	14, // 25: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	16, // 26: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 27: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
-	20, // 28: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	22, // 29: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	28, // 30: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	30, // 31: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	32, // 32: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	34, // 33: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	36, // 34: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	38, // 35: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
-	24, // 36: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	5,  // 37: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	9,  // 38: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	8,  // 39: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
-	15, // 40: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	19, // 41: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 42: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	21, // 43: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	23, // 44: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	29, // 45: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	31, // 46: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	33, // 47: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	35, // 48: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	37, // 49: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	39, // 50: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
-	25, // 51: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	11, // 9: lockd.v1.AcquireResponse.grants:type_name -> lockd.v1.HeldLock
+	26, // 10: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	2,  // 11: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
+	46, // 12: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	42, // 13: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	27, // 14: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	46, // 15: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
+	43, // 17: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	26, // 18: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	3,  // 19: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	44, // 20: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	40, // 21: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	45, // 22: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	4,  // 23: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	6,  // 24: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	7,  // 25: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	14, // 26: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	16, // 27: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 28: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	20, // 29: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	22, // 30: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	28, // 31: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	30, // 32: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	32, // 33: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	34, // 34: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	36, // 35: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	38, // 36: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
+	24, // 37: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	5,  // 38: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	9,  // 39: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	8,  // 40: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	15, // 41: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	19, // 42: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 43: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	21, // 44: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	23, // 45: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	29, // 46: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	31, // 47: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	33, // 48: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	35, // 49: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	37, // 50: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	39, // 51: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
+	25, // 52: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
