@@ -29,7 +29,7 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 		return nil, fmt.Errorf("acquire %q: %w: wait timeout: negative", key, ErrInvalidArgument)
 	}
 	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Wait: true, Value: ao.value,
-		Limit: ao.limit, Mode: ao.mode, KeepPlace: true}
+		Limit: ao.limit, Mode: ao.mode, KeepPlace: true, NoDeadlockCheck: ao.noDeadlock}
 	s.policy(ao, req)
 	if ao.waitTimeout > 0 {
 		// Round up: never ask to wait less than the caller asked.

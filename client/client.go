@@ -103,8 +103,6 @@ func New(target string, opts ...Option) (*Client, error) {
 		// reply (see the server's transport settings).
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
-		// Re-dial on the SDK's backoff, not gRPC's default (options.go).
-		connectParams(o.backoffMin, o.backoffMax),
 	}
 	if fo != nil {
 		dial = append(dial, fo.dialOptions()...)

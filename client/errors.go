@@ -90,7 +90,33 @@ var (
 
 	// ErrInternal: the server failed unexpectedly; details are in its log.
 	ErrInternal = errors.New("client: internal server error")
+
+	// ErrDeadlock: Acquire's wait was refused because it closed a cycle of
+	// waiting sessions (C2 #ct2-deadlock: this session holds a key another
+	// waiting session waits for, which holds ... the key this one waits
+	// for). The place in the queue is gone; the session keeps its other
+	// locks: release one and try again, or give up. Never retried. The
+	// error is a *DeadlockError naming the cycle's keys.
+	ErrDeadlock = errors.New("client: deadlock")
 )
+
+// DeadlockError is the ErrDeadlock of one refused Acquire (DEADLOCK on the
+// wire): Keys are the keys of the cycle's waits, sorted, this Acquire's
+// among them.
+type DeadlockError struct {
+	Keys []string
+	msg  string
+}
+
+func (e *DeadlockError) Error() string {
+	if e.msg == "" {
+		return ErrDeadlock.Error()
+	}
+	return ErrDeadlock.Error() + ": " + e.msg
+}
+
+// Is makes errors.Is(err, ErrDeadlock) hold.
+func (e *DeadlockError) Is(target error) bool { return target == ErrDeadlock }
 
 type unauthenticatedError struct{}
 
@@ -128,6 +154,8 @@ func fromStatus(ctx context.Context, err error) error {
 	var mapped error
 	if v, ok := wireerr.FieldViolation(st); ok && st.Code() == codes.InvalidArgument {
 		mapped = invalidField(v.Field, v.Description)
+	} else if keys, ok := wireerr.DeadlockKeys(st); ok && st.Code() == codes.Aborted {
+		mapped = &DeadlockError{Keys: keys, msg: st.Message()}
 	} else {
 		mapped = mapCode(st.Code(), wireerr.Reason(st), st.Message())
 	}
@@ -162,6 +190,9 @@ func mapCode(code codes.Code, reason, msg string) error {
 		}
 	case codes.Unavailable, codes.Aborted:
 		sentinel = ErrUnavailable
+		if reason == wireerr.ReasonDeadlock {
+			sentinel = ErrDeadlock // never retried (C2 #ct2-deadlock)
+		}
 	case codes.DeadlineExceeded:
 		if reason == wireerr.ReasonWaitTimeout {
 			sentinel = ErrWaitTimeout

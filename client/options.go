@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
@@ -25,29 +24,7 @@ const (
 	// MinHeartbeatInterval is the shortest heartbeat interval
 	// WithHeartbeatInterval accepts (as lock.client.heartbeat-interval).
 	MinHeartbeatInterval = 100 * time.Millisecond
-	// minConnectTimeout is the least time the connection gives one
-	// connection attempt (gRPC's default is 20 s; C2 #ct2-failover).
-	minConnectTimeout = 5 * time.Second
 )
-
-// connectParams makes the connection re-dial on the SDK's backoff (C2
-// #ct2-failover): gRPC's wait before re-dial number r is BaseDelay × 2^r
-// capped at MaxDelay, times a factor in [1−Jitter, 1+Jitter]; with three
-// quarters of the SDK's bounds and a jitter of a third that is the SDK's own
-// draw from [d/2, d], d = min << r capped at max (Client.backoff). gRPC's
-// default (1 s growing ×1.6 to 120 s) left a connection in backoff longer
-// than a session's TTL after a rolling restart.
-func connectParams(minWait, maxWait time.Duration) grpc.DialOption {
-	return grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff: backoff.Config{
-			BaseDelay:  minWait * 3 / 4,
-			Multiplier: 2,
-			Jitter:     1.0 / 3,
-			MaxDelay:   maxWait * 3 / 4,
-		},
-		MinConnectTimeout: minConnectTimeout,
-	})
-}
 
 type options struct {
 	transport         transportOptions // tls.go
@@ -133,9 +110,7 @@ func checkTiming(ttl, margin, interval time.Duration) error {
 // server's lock.session.ttl. WithSessionTTL overrides it per session.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
-// WithBackoff sets the bounds of the retry and reconnect backoff: of the
-// SDK's call retries and KeepAlive reconnects, and of the connection's own
-// re-dials (C2 #ct2-failover).
+// WithBackoff sets the bounds of the retry and reconnect backoff.
 func WithBackoff(minWait, maxWait time.Duration) Option {
 	return func(o *options) { o.backoffMin, o.backoffMax = minWait, maxWait }
 }
@@ -183,6 +158,16 @@ type acquireOptions struct {
 	lockDelay    time.Duration
 	lockDelaySet bool
 	maxHold      time.Duration
+	noDeadlock   bool
+}
+
+// WithoutDeadlockCheck opts Acquire out of deadlock refusal (C2
+// #ct2-deadlock), for a caller that queues on purpose: its wait still
+// counts when the server looks for cycles of waiting sessions, but it is
+// never the one refused with ErrDeadlock; another wait of the cycle is, if
+// any did not opt out. Older servers ignore it.
+func WithoutDeadlockCheck() AcquireOption {
+	return func(o *acquireOptions) { o.noDeadlock = true }
 }
 
 // WithLimit makes the lock a counting semaphore of n: up to n sessions hold

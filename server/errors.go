@@ -79,6 +79,11 @@ func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reas
 		reason, msg = wireerr.ReasonSessionDead, "session is dead (unknown, expired, lost or closed)"
 	case errors.Is(err, store.ErrLimitMismatch):
 		reason, msg = wireerr.ReasonLimitMismatch, "the key is held or awaited as another kind of lock: its holders and waiters use another limit or mode (C2 #ct2-multi)"
+	case errors.Is(err, store.ErrDeadlock):
+		reason, msg = wireerr.ReasonDeadlock, "deadlock: the wait closes a cycle of waiting sessions (C2 #ct2-deadlock)"
+		if de, ok := errors.AsType[*store.DeadlockError](err); ok {
+			msg = fmt.Sprintf("deadlock: the wait closes a cycle of waiting sessions over keys %q (C2 #ct2-deadlock)", de.Keys)
+		}
 	case errors.Is(err, store.ErrNotOwner):
 		reason, msg = wireerr.ReasonNotOwner, "not the current grant of the key (wrong session or stale token)"
 	case errors.Is(err, store.ErrNotLeader):
@@ -110,6 +115,9 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 		return wireerr.LimitStatus(d.limit, d.msg).Err()
 	}
 	code, reason, msg := s.classify(ctx, err)
+	if de, ok := errors.AsType[*store.DeadlockError](err); ok && reason == wireerr.ReasonDeadlock {
+		return wireerr.DeadlockStatus(de.Keys, msg).Err()
+	}
 	if code == codes.Internal {
 		s.log.LogAttrs(context.Background(), slog.LevelError, "rpc failed",
 			slog.String("method", method), slog.String("error", err.Error()))

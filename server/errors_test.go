@@ -56,6 +56,7 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 			{store.ErrContention, wireerr.ReasonContention},
 			{store.ErrNotLeader, wireerr.ReasonNotLeader},
 			{store.ErrUnavailable, wireerr.ReasonUnavailable},
+			{&store.DeadlockError{Keys: []string{"k"}}, wireerr.ReasonDeadlock},
 			{errors.New("boom"), wireerr.ReasonInternal},
 		} {
 			faulty.Fail("inspect", tc.err)

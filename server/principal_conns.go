@@ -96,10 +96,7 @@ func (pl *principalLimits) assign(pol *auth.Policy, pc *pconn, p, method string)
 	}
 	pc.seen.Store(true)
 	pc.principal = p
-	n := 0 // a principal no rule names holds no slot
-	if pol.Names(p) {
-		n = pl.share(pol, p, auth.LimitConnections)
-	}
+	n := pl.share(pol, p, auth.LimitConnections) // 0 for a principal no rule names
 	if pl.conns.take(p, n) {
 		pc.counted = true
 		return false

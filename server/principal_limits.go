@@ -62,13 +62,94 @@ func share(v, global int) int {
 	return max(1, global/4)
 }
 
+// ShareSource says where a principal's share comes from.
+type ShareSource string
+
+// The sources of a share (C5 #ct5-principal-limits).
+const (
+	SharePolicy  ShareSource = "policy"  // the policy's limits: entry (Line)
+	ShareKey     ShareSource = "key"     // the lock.server.principal.* key (Key)
+	ShareDefault ShareSource = "default" // 25 % of the global bound (Global, GlobalValue)
+	ShareNoRule  ShareSource = "no-rule" // no rule names the principal: no connection
+)
+
+// PrincipalShare is one of a principal's shares under a policy.
+type PrincipalShare struct {
+	Limit  auth.LimitKey // the policy's name of the share, e.g. max-sessions
+	N      int
+	Source ShareSource
+	Line   int    // SharePolicy: the limits: entry's line
+	Key    string // the server's key of the share, lock.server.principal.<Limit>
+	// Global and GlobalValue: the global bound a default share is a
+	// quarter of (max-inflight: lock.server.max-connections × 16).
+	Global      string
+	GlobalValue int
+}
+
+// defaultShares are the server's shares by key under cfg: the
+// lock.server.principal.* keys, or 25 % of the global bounds.
+func defaultShares(cfg Config) map[auth.LimitKey]PrincipalShare {
+	d := map[auth.LimitKey]PrincipalShare{}
+	for _, x := range []struct {
+		k          auth.LimitKey
+		v, global  int
+		globalName string
+	}{
+		{auth.LimitStreams, cfg.PrincipalMaxStreams, cfg.MaxStreams, "lock.server.max-streams"},
+		{auth.LimitWatches, cfg.PrincipalMaxWatches, cfg.MaxWatches, "lock.server.max-watches"},
+		{auth.LimitSessions, cfg.PrincipalMaxSessions, cfg.MaxSessions, "lock.server.max-sessions"},
+		{auth.LimitConnections, cfg.PrincipalMaxConnections, cfg.MaxConnections, "lock.server.max-connections"},
+		{auth.LimitWaiters, cfg.PrincipalMaxWaiters, cfg.MaxWaiters, "lock.server.max-waiters"},
+		{auth.LimitInflight, cfg.PrincipalMaxInflight, cfg.MaxConnections * inflightPerConnection,
+			fmt.Sprintf("lock.server.max-connections × %d", inflightPerConnection)},
+		{auth.LimitSessionOpens, cfg.PrincipalMaxSessionOpens, cfg.MaxSessionOpens, "lock.server.max-session-opens"},
+	} {
+		ps := PrincipalShare{Limit: x.k, N: share(x.v, x.global), Source: ShareKey, Key: "lock.server.principal." + string(x.k)}
+		if x.v == 0 {
+			ps.Source, ps.Global, ps.GlobalValue = ShareDefault, x.globalName, x.global
+		}
+		d[x.k] = ps
+	}
+	return d
+}
+
+// shareOf is principal's share of key under pol (non-nil): none of
+// connections when no rule names it, else the policy's override, else the
+// server's (defaults).
+func shareOf(defaults map[auth.LimitKey]PrincipalShare, pol *auth.Policy, principal string, key auth.LimitKey) PrincipalShare {
+	ps := defaults[key]
+	if key == auth.LimitConnections && !pol.Names(principal) {
+		ps.N, ps.Source = 0, ShareNoRule
+		return ps
+	}
+	if n, line, ok := pol.Limit(principal, key); ok {
+		ps.N, ps.Source, ps.Line = n, SharePolicy, line
+	}
+	return ps
+}
+
+// PrincipalShares are principal's seven shares under pol as a server with
+// cfg applies them, in the order of C5 #ct5-principal-limits (`lockd auth
+// check` prints them); nil without a policy (no share applies).
+func PrincipalShares(cfg Config, pol *auth.Policy, principal string) []PrincipalShare {
+	if pol == nil {
+		return nil
+	}
+	defaults := defaultShares(cfg)
+	var out []PrincipalShare
+	for _, k := range auth.LimitKeys() {
+		out = append(out, shareOf(defaults, pol, principal, k))
+	}
+	return out
+}
+
 // principalLimits are the per-principal shares of one server.
 type principalLimits struct {
 	streams, watches, conns, waiters, inflight *principalCounts
 	opens                                      *openRates // session opens per second (principal_conns.go)
 	// defaults are the server's shares by key (C5 keys, or 25 % of the
 	// global bounds); the policy's limits: override them per principal.
-	defaults map[auth.LimitKey]int
+	defaults map[auth.LimitKey]PrincipalShare
 	// az tells whether a policy is in force, and holds its overrides.
 	az      *auth.Authorizer
 	lim     *limits
@@ -78,15 +159,7 @@ type principalLimits struct {
 
 func newPrincipalLimits(cfg Config, lim *limits, az *auth.Authorizer, log *slog.Logger) *principalLimits {
 	return &principalLimits{
-		defaults: map[auth.LimitKey]int{
-			auth.LimitSessions:     share(cfg.PrincipalMaxSessions, cfg.MaxSessions),
-			auth.LimitStreams:      share(cfg.PrincipalMaxStreams, cfg.MaxStreams),
-			auth.LimitWatches:      share(cfg.PrincipalMaxWatches, cfg.MaxWatches),
-			auth.LimitConnections:  share(cfg.PrincipalMaxConnections, cfg.MaxConnections),
-			auth.LimitWaiters:      share(cfg.PrincipalMaxWaiters, cfg.MaxWaiters),
-			auth.LimitInflight:     share(cfg.PrincipalMaxInflight, cfg.MaxConnections*inflightPerConnection),
-			auth.LimitSessionOpens: share(cfg.PrincipalMaxSessionOpens, cfg.MaxSessionOpens),
-		},
+		defaults: defaultShares(cfg),
 		az:       az,
 		streams:  newPrincipalCounts(),
 		watches:  newPrincipalCounts(),
@@ -105,13 +178,10 @@ func newPrincipalLimits(cfg Config, lim *limits, az *auth.Authorizer, log *slog.
 // #ct5-principal-limits).
 const inflightPerConnection = 16
 
-// share is principal's share of key under pol (non-nil): the policy's
-// override, else the server's.
+// share is principal's share of key under pol (non-nil), as
+// PrincipalShares shows it.
 func (pl *principalLimits) share(pol *auth.Policy, principal string, key auth.LimitKey) int {
-	if n, _, ok := pol.Limit(principal, key); ok {
-		return n
-	}
-	return pl.defaults[key]
+	return shareOf(pl.defaults, pol, principal, key).N
 }
 
 // refuse answers a call of principal by over its share limit (counted and

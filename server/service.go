@@ -127,6 +127,9 @@ func (s service) CloseSession(ctx context.Context, req *lockdv1.CloseSessionRequ
 
 // Acquire implements the Acquire RPC.
 func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
+	if len(req.Keys) > 0 {
+		return s.acquireAll(ctx, req) // acquire_all.go
+	}
 	recv := time.Now()
 	id := store.SessionID(req.SessionId)
 	if err := s.checkAcquire(req); err != nil {
@@ -275,6 +278,9 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 		// The place outlives this call: the client resumes it with its
 		// next Acquire, or leaves it (C2 #ct2-keep-place).
 		opts = append(opts, store.KeepPlace())
+	}
+	if req.NoDeadlockCheck {
+		opts = append(opts, store.NoDeadlockCheck()) // C2 #ct2-deadlock
 	}
 	g, err := s.st.Acquire(wctx, id, req.Key, opts...)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil &&

@@ -7,8 +7,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"lock.dev/lockd/internal/auth"
+	"lock.dev/lockd/internal/config"
+	"lock.dev/lockd/server"
 )
 
 func newAuthCmd(e *env) *cobra.Command {
@@ -45,26 +48,38 @@ as lockd serve decides it. With --prefix, KEY is a List/Watch prefix and the ans
 says whether every key under it, only some (results filtered), or none
 may be read.
 
-Under a policy it then prints the principal's per-principal shares that the
-policy's limits: list sets (each with its line), or that no rule names it
-(it holds no connection; docs/contracts/C5.md #ct5-principal-limits).
+Under a policy it then prints the principal's seven per-principal shares as
+lockd serve applies them, each with where it comes from: the policy's
+limits: list (with the entry's line), a lock.server.principal.* key, or
+25 % of the global bound; a principal no rule names holds no connection
+(docs/contracts/C5.md #ct5-principal-limits). The server's keys are read
+as lockd serve reads them: --config FILE, then LOCKD_* variables, then the
+defaults.
 
-The policy file is --policy-file, else LOCKD_AUTH_POLICY_FILE; without
-either, everything is allowed (rule no-policy), as in lockd serve. The exit
-status is 0 when allowed, 1 when denied or the file is malformed.`,
+The policy file is --policy-file, else lock.auth.policy-file (--config or
+LOCKD_AUTH_POLICY_FILE); without one, everything is allowed (rule
+no-policy), as in lockd serve. The exit status is 0 when allowed, 1 when
+denied or the file is malformed.`,
 		Args: exactArgs(3, "PRINCIPAL ACTION KEY"),
 	}
 	policyFile := cmd.Flags().String("policy-file", "", "policy file (default $LOCKD_AUTH_POLICY_FILE)")
 	prefix := cmd.Flags().Bool("prefix", false, "KEY is a List/Watch prefix")
+	configFile := cmd.Flags().String("config", "", "the server's YAML configuration file, for its shares (as lockd serve --config)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		principal, actText, key := args[0], args[1], args[2]
 		act, ok := auth.ParseAction(actText)
 		if !ok {
 			return usageErrorf("unknown action %q (want read, lock or admin)", actText)
 		}
+		cfs := pflag.NewFlagSet("config", pflag.ContinueOnError)
+		cfs.String("config", *configFile, "")
+		cfg, err := config.Load(cfs, e.environ)
+		if err != nil {
+			return err
+		}
 		path := *policyFile
 		if path == "" {
-			path = e.getenv("LOCKD_AUTH_POLICY_FILE")
+			path = cfg.Auth.PolicyFile
 		}
 		var p *auth.Policy
 		if path != "" {
@@ -110,44 +125,41 @@ status is 0 when allowed, 1 when denied or the file is malformed.`,
 		}
 		if !allowed {
 			fmt.Fprintf(e.stdout, "denied: %s may not %s %s (%s)\n", principal, verb, what, describeRule(p, rule))
-			printShares(e, p, principal)
+			printShares(e, cfg.Server, p, principal)
 			return &exitError{code: ExitError}
 		}
 		if _, err := fmt.Fprintf(e.stdout, "allowed: %s may %s %s (%s)\n", principal, verb, what, describeRule(p, rule)); err != nil {
 			return err
 		}
-		printShares(e, p, principal)
+		printShares(e, cfg.Server, p, principal)
 		return nil
 	}
 	return cmd
 }
 
-// printShares prints the principal's per-principal shares under p (C5
-// #ct5-principal-limits): nothing without a policy; a principal no rule
-// names holds no connection; the limits: entries that set a share of the
-// principal, each with its line, when the policy has a limits: list.
-func printShares(e *env, p *auth.Policy, principal string) {
-	if p == nil {
+// printShares prints the principal's shares under p as a server with cfg
+// applies them (server.PrincipalShares, C5 #ct5-principal-limits); nothing
+// without a policy.
+func printShares(e *env, cfg server.Config, p *auth.Policy, principal string) {
+	shares := server.PrincipalShares(cfg, p, principal)
+	if len(shares) == 0 {
 		return
 	}
-	if !p.Names(principal) {
-		fmt.Fprintf(e.stdout, "limits: no rule names %s: it holds no connection (max-connections 0)\n", principal)
-		return
-	}
-	if len(p.Limits()) == 0 {
-		return
-	}
-	var set []string
-	for _, k := range auth.LimitKeys() {
-		if n, line, ok := p.Limit(principal, k); ok {
-			set = append(set, fmt.Sprintf("%s %d (line %d)", k, n, line))
+	fmt.Fprintf(e.stdout, "limits of %s (per-principal shares):\n", principal)
+	for _, ps := range shares {
+		var from string
+		switch ps.Source {
+		case server.SharePolicy:
+			from = fmt.Sprintf("policy limits:, line %d", ps.Line)
+		case server.ShareKey:
+			from = ps.Key
+		case server.ShareDefault:
+			from = fmt.Sprintf("25 %% of %s (%d)", ps.Global, ps.GlobalValue)
+		case server.ShareNoRule:
+			from = fmt.Sprintf("no rule names %s: it holds no connection", principal)
 		}
+		fmt.Fprintf(e.stdout, "  %s %d (%s)\n", ps.Limit, ps.N, from)
 	}
-	if len(set) == 0 {
-		fmt.Fprintf(e.stdout, "limits: the server's shares (lock.server.principal.*)\n")
-		return
-	}
-	fmt.Fprintf(e.stdout, "limits: %s; the rest are the server's shares (lock.server.principal.*)\n", strings.Join(set, ", "))
 }
 
 // describeRule says which rule decided: its name and line, or why none.

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -59,4 +60,27 @@ func (s *Store) waitGraph(ctx context.Context) (store.WaitGraph, error) {
 		})
 	}
 	return g, nil
+}
+
+// checkedWait is wait (wait.go) under the deadlock detector, unless
+// noCheck: the detector ends the wait by cancelling its context, and a
+// grant the wait got first wins. A refused wait leaves its place, also a
+// kept one, with a grant a cut step took (leave), and returns the
+// *store.DeadlockError (C2 #ct2-deadlock).
+func (s *Store) checkedWait(ctx context.Context, ss *session, key string, myRev int64, start time.Time, noCheck bool) (store.Grant, error) {
+	if noCheck {
+		return s.wait(ctx, ss, key, myRev, start)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dw := s.deadlocks.Register(ss.id, key, cancel)
+	defer dw.Done()
+	g, err := s.wait(wctx, ss, key, myRev, start)
+	if err != nil && ctx.Err() == nil {
+		if de := dw.Err(); de != nil {
+			s.leave(ss, key, myRev)
+			return store.Grant{}, de
+		}
+	}
+	return g, err
 }

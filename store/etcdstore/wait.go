@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -27,9 +25,9 @@ import (
 // served by etcd's periodic resync of lagging watchers (every 100 ms).
 //
 // With store.KeepPlace (C2 #ct2-keep-place) a call that ends without a grant
-// leaves its waiter key in place, unless the session ended: the next call
-// of the session for key re-puts it, which keeps its create revision (the
-// place), or finds the key handed over to the session meanwhile.
+// leaves its waiter key in place, unless the session ended or the wait was
+// refused as a deadlock's victim (checkedWait): the next call re-puts it,
+// keeping its create revision (the place), or finds the key handed over.
 func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (g store.Grant, err error) {
 	keep := store.KeepsPlace(opts)
 	start := time.Now()
@@ -113,26 +111,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	if prev := queued.Responses[0].GetResponsePut().PrevKv; prev != nil {
 		myRev = prev.CreateRevision // already queued (a retried call): keep the place
 	}
-	wctx := ctx
-	var refusal func() *store.DeadlockError
-	if !o.NoDeadlockCheck {
-		// The detector (deadlock.go) ends the wait by cancelling wctx; a
-		// grant it got first wins.
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		dw := s.deadlocks.Register(id, key, cancel)
-		defer dw.Done()
-		refusal = dw.Err
-	}
-	g, err = s.wait(wctx, ss, key, myRev, start)
-	if err != nil && refusal != nil && ctx.Err() == nil {
-		if de := refusal(); de != nil {
-			// The victim of a cycle (C2 #ct2-deadlock): the place goes,
-			// also a kept one, with a grant a cut step took.
-			s.leave(ss, key, myRev)
-			return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", de)
-		}
+	g, err = s.checkedWait(ctx, ss, key, myRev, start, o.NoDeadlockCheck) // deadlock.go
+	if errors.Is(err, store.ErrDeadlock) {
+		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}
 	if err != nil {
 		if !keep || ss.isDone() {
@@ -152,7 +133,6 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 // revision myRev, until the session is granted the key: handed over by the
 // releasing holder (seen in the watch event itself, no further round trip),
 // or taken by this session once it is first in line and the key is free.
-//
 // A waiter watches its predecessor's waiter key. The first two in line also
 // watch the grant key, armed before they are first, so the waiter next in
 // line does not have to set up a watch while the key is being handed to it.
@@ -266,64 +246,6 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 			}
 		}
 	}
-}
-
-// localWaiter is an Acquire call of this Store waiting in a key's queue,
-// with its waiter key's create revision.
-type localWaiter struct {
-	ss    *session
-	rev   int64
-	first bool // it has seen itself first in line; guarded by localQueues.mu
-}
-
-// localQueues are the Acquire calls of this Store waiting in keys' queues,
-// per lockd key: a release guesses the first in line from them (see
-// DeleteIfOwner). Its lock nests nothing.
-type localQueues struct {
-	mu    sync.Mutex
-	byKey map[string][]*localWaiter
-}
-
-// add registers w as waiting for key until the returned function is
-// called.
-func (q *localQueues) add(key string, w *localWaiter) func() {
-	q.mu.Lock()
-	q.byKey[key] = append(q.byKey[key], w)
-	q.mu.Unlock()
-	return func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		ws := q.byKey[key]
-		if i := slices.Index(ws, w); i >= 0 {
-			ws = slices.Delete(ws, i, i+1)
-		}
-		if len(ws) == 0 {
-			delete(q.byKey, key)
-		} else {
-			q.byKey[key] = ws
-		}
-	}
-}
-
-// setFirst records that w has seen itself first in line.
-func (q *localQueues) setFirst(w *localWaiter) {
-	q.mu.Lock()
-	w.first = true
-	q.mu.Unlock()
-}
-
-// first is the guess for the first in key's queue: a live local waiter
-// that has seen itself first in line (it stays first until it is granted
-// the key or leaves). ok is false when this Store has none.
-func (q *localQueues) first(key string) (w localWaiter, ok bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, c := range q.byKey[key] {
-		if c.first && !c.ss.isDone() && (!ok || c.rev < w.rev) {
-			w, ok = *c, true
-		}
-	}
-	return w, ok
 }
 
 // handedOver records a grant another party wrote for the session.

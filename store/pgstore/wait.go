@@ -137,11 +137,6 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
-	if !o.NoDeadlockCheck {
-		dw := s.deadlocks.Register(id, key, nil)
-		defer dw.Done()
-		refused, refusal = dw.Refused(), dw.Err
-	}
 	start := time.Now()
 	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
@@ -153,6 +148,13 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		}
 		if done, g, err := s.acquireDone(ctx, r.out, r.g, key, o, start); done {
 			return g, err
+		}
+		if refused == nil && !o.NoDeadlockCheck {
+			// Waiting from now: the detector may refuse it (registered
+			// only now, so a grant at the first attempt costs nothing).
+			dw := s.deadlocks.Register(id, key, nil)
+			defer dw.Done()
+			refused, refusal = dw.Refused(), dw.Err
 		}
 		wait := s.recheck
 		if r.delay > 0 {

@@ -56,7 +56,7 @@ func TestF1UnauthorisedConnections(t *testing.T) {
 	s := serve(t, newPKI(t), "--max-connections", strconv.Itoa(slots), "--conn-auth-timeout", authTimeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	unloaded := acquireP50(t, ctx, s)
+	unloaded := baseline(t, ctx, s)
 	var conns []interface{ GetState() connectivity.State }
 	for i := range 2 * slots {
 		conn := s.dial(t, "mallory")
@@ -103,7 +103,7 @@ func TestNetwork(t *testing.T) {
 	s := serve(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	unloaded := acquireP50(t, ctx, s)
+	unloaded := baseline(t, ctx, s)
 	t.Run("F6", func(t *testing.T) { testF6(t, ctx, s, unloaded) })
 	t.Run("F7", func(t *testing.T) { testF7(t, ctx, s, unloaded) })
 	t.Run("docs", func(t *testing.T) { testDocs(t, s) })
@@ -369,7 +369,7 @@ func TestF2F4StreamsAndWatches(t *testing.T) {
 		}
 		return nil
 	}
-	unloaded := acquireP50(t, ctx, s)
+	unloaded := baseline(t, ctx, s)
 	alice := lockdv1.NewLockServiceClient(s.dial(t, "alice"))
 	held := 0
 	for range bound {
@@ -390,6 +390,20 @@ func TestF2F4StreamsAndWatches(t *testing.T) {
 		t.Errorf("bob's watch while alice holds her share: %v", err)
 	}
 	duringFlood(t, ctx, s, unloaded, "alice holds her share of streams and watches")
+
+	// The control of bystander.check: once carol (admin under jobs/)
+	// revokes the bystander's lock, the check reports it.
+	if r := s.client(t, "carol", "revoke", bystanderKey); r.code != 0 {
+		t.Fatalf("carol's lockd revoke %s: %v", bystanderKey, r)
+	}
+	testkit.Eventually(t, runTimeout, "bob's SDK learns the revoke", func() bool { return s.by.lock.Err() != nil })
+	var reported []string
+	s.by.check(t, ctx, s, "the control", func(f string, args ...any) { reported = append(reported, fmt.Sprintf(f, args...)) })
+	for _, want := range []string{"bystander lock " + bystanderKey + " was lost", "want held by bob's bystander session", "bob's lock revoked"} {
+		if !slices.ContainsFunc(reported, func(r string) bool { return strings.Contains(r, want) }) {
+			t.Errorf("bystander.check after a revoke of its lock reported %q; want one containing %q", reported, want)
+		}
+	}
 }
 
 // acquireP50 is the median of 21 TryAcquire+Release round trips of bob

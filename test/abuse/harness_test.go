@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/testkit"
 )
 
@@ -119,6 +121,7 @@ type server struct {
 	stderr              string // path of its stderr
 	exited              chan struct{}
 	pki                 *pki
+	by                  *bystander // bob's session held through the floods (baseline)
 }
 
 // serve starts lockd serve with mTLS and the policy on loopback, extra
@@ -295,10 +298,15 @@ func (s *server) stderrLines(t *testing.T) []string {
 const p50Slack = 2 * 12 * time.Millisecond
 
 // duringFlood checks issue 23's "Done when" while an attacker floods s: bob's
-// `lockd run` is granted, holds its lock for 3 × TTL and exits 0, and his
-// acquire p50 (measured now) is within 2 × unloaded + p50Slack.
+// `lockd run` is granted, holds its lock for 3 × TTL and exits 0, his
+// acquire p50 (measured now) is within 2 × unloaded + p50Slack, and nothing
+// of bob's is lost: the bystander session baseline opened before the flood
+// still holds its lock (bystander.check).
 func duringFlood(t *testing.T, ctx context.Context, s *server, unloaded time.Duration, flood string) {
 	t.Helper()
+	if s.by != nil {
+		defer s.by.check(t, ctx, s, flood, t.Errorf)
+	}
 	r := holdRun(t, s)
 	if r.code != 0 {
 		t.Errorf("bob's lockd run while %s: %v; want granted, held 3 × TTL, exit 0", flood, r)
@@ -309,5 +317,92 @@ func duringFlood(t *testing.T, ctx context.Context, s *server, unloaded time.Dur
 	t.Logf("bob's acquire p50: %v unloaded, %v while %s (bound %v)", unloaded, loaded, flood, 2*unloaded+p50Slack)
 	if loaded > 2*unloaded+p50Slack {
 		t.Errorf("bob's acquire p50 %v while %s; want at most 2 × %v + %v", loaded, flood, unloaded, p50Slack)
+	}
+}
+
+// baseline measures bob's unloaded acquire p50 before a flood and opens the
+// bystander: a session of bob's holding jobs/bystander from before the
+// flood to after it, which duringFlood checks.
+func baseline(t *testing.T, ctx context.Context, s *server) time.Duration {
+	t.Helper()
+	unloaded := acquireP50(t, ctx, s)
+	c, err := client.New(s.grpc, client.WithTLS(s.pki.tlsConfig(t, "bob")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := &bystander{c: c}
+	t.Cleanup(func() { // before the server's cleanup (LIFO); bounded: the server may be gone
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if by.sess != nil {
+			_ = by.sess.Close(cctx)
+		}
+		_ = c.Close()
+	})
+	if by.sess, err = c.NewSession(ctx, client.WithOwner("bob-bystander", nil)); err != nil {
+		t.Fatalf("bob's bystander session: %v", err)
+	}
+	if by.lock, err = by.sess.TryAcquire(ctx, bystanderKey); err != nil {
+		t.Fatalf("bob's bystander TryAcquire %s: %v", bystanderKey, err)
+	}
+	s.by = by
+	return unloaded
+}
+
+// bystanderKey is the key bob's bystander session holds through a flood.
+const bystanderKey = "jobs/bystander"
+
+// bystander is bob's session that holds bystanderKey through the floods.
+type bystander struct {
+	c    *client.Client
+	sess *client.Session
+	lock *client.Lock
+}
+
+// check asserts that nothing of bob's was lost during the flood (issue 23's
+// "nothing is lost"): the bystander session and its lock are still trusted
+// by the SDK (no session-lost or lock-lost), the server still has the key
+// granted to that session with the same token, and the server logged no
+// session_lost for it and no lock_released, lock_revoked for any key of
+// bob's (the bystander's, his lockd run's, his latency probe's) other than
+// his own releases and closes. It reports through errorf (t.Errorf; the
+// control in TestF2F4StreamsAndWatches records instead).
+func (b *bystander) check(t *testing.T, ctx context.Context, s *server, flood string, errorf func(string, ...any)) {
+	t.Helper()
+	if err := b.sess.Err(); err != nil {
+		errorf("bob's bystander session was lost while %s: %v", flood, err)
+	}
+	if err := b.lock.Err(); err != nil {
+		errorf("bob's bystander lock %s was lost while %s: %v", bystanderKey, flood, err)
+	}
+	info, err := b.c.Inspect(ctx, bystanderKey)
+	if err != nil {
+		errorf("bob's Inspect %s after %s: %v", bystanderKey, flood, err)
+	} else if !info.Held || info.Session != b.sess.ID() || info.Token != b.lock.Token() {
+		errorf("%s after %s: %+v; want held by bob's bystander session %s with token %d", bystanderKey, flood, info, b.sess.ID(), b.lock.Token())
+	}
+	bobs := func(key string) bool {
+		return key == bystanderKey || key == "jobs/bob" || key == "jobs/latency"
+	}
+	for _, line := range s.stderrLines(t) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		key, _ := rec["key"].(string)
+		switch rec["msg"] {
+		case "session_lost":
+			if rec["session"] == b.sess.ID() {
+				errorf("bob's bystander session lost while %s: %s", flood, line)
+			}
+		case "lock_released":
+			if r := rec["reason"]; bobs(key) && r != "release" && r != "session_closed" {
+				errorf("bob's lock lost while %s: %s", flood, line)
+			}
+		case "lock_revoked":
+			if bobs(key) {
+				errorf("bob's lock revoked while %s: %s", flood, line)
+			}
+		}
 	}
 }

@@ -33,7 +33,7 @@ func TestF3SessionsAndParkedStreams(t *testing.T) {
 	s := serve(t, newPKI(t), "--max-sessions", strconv.Itoa(bound))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	unloaded := acquireP50(t, ctx, s)
+	unloaded := baseline(t, ctx, s)
 	alice := lockdv1.NewLockServiceClient(s.dial(t, "alice"))
 	held := 0
 	for range bound {

@@ -56,16 +56,23 @@ const rowsEnv = "LOCKD_PARITY_ROWS"
 
 // parityRows returns TestParity's rows in this test run.
 func parityRows(t *testing.T) []string {
-	switch v := os.Getenv(rowsEnv); v {
+	return rowsFromEnv(t, rowsEnv, backendNames, []string{backendEmbedded, backendEtcd, backendPG})
+}
+
+// rowsFromEnv reads the rows named by the environment variable env: unset,
+// the default rows def; "all", every row of all; else a comma-separated
+// list of rows of all.
+func rowsFromEnv(t *testing.T, env string, all, def []string) []string {
+	switch v := os.Getenv(env); v {
 	case "":
-		return []string{backendEmbedded, backendEtcd, backendPG}
+		return def
 	case "all":
-		return backendNames
+		return all
 	default:
 		var rows []string
 		for _, r := range strings.Split(v, ",") {
-			if !slices.Contains(backendNames, r) {
-				t.Fatalf("%s=%q: %q is not one of %v (or \"all\")", rowsEnv, v, r, backendNames)
+			if !slices.Contains(all, r) {
+				t.Fatalf("%s=%q: %q is not one of %v (or \"all\")", env, v, r, all)
 			}
 			rows = append(rows, r)
 		}
@@ -153,6 +160,63 @@ func (e *env) fresh(t *testing.T) *lockd {
 type result struct {
 	scenario, backend, outcome, want string
 	failed                           bool // the subtest failed (an assertion, or the outcome)
+	// notRun: -run did not select the subtest (t.Run returns true without
+	// calling it); the row is neither passed nor failed.
+	notRun bool
+}
+
+// notSelected is the outcome of a row -run did not select.
+const notSelected = "(not selected by -run)"
+
+// runRow runs one scenario's subtest and returns its row. f returns the
+// outcome; a subtest -run did not select is a notRun row.
+func runRow(t *testing.T, scenario, backend, want string, f func(t *testing.T) string) result {
+	t.Helper()
+	var outcome string
+	started := false
+	ran := t.Run(scenario, func(t *testing.T) {
+		started = true
+		outcome = f(t)
+		if outcome != want {
+			t.Errorf("outcome on %s:\n got: %s\nwant: %s", backend, outcome, want)
+		}
+	})
+	switch {
+	case !started:
+		return result{scenario: scenario, backend: backend, outcome: notSelected, want: want, notRun: true}
+	case outcome == "":
+		outcome = "(scenario failed before an outcome)"
+	}
+	return result{scenario: scenario, backend: backend, outcome: outcome, want: want, failed: !ran}
+}
+
+// unselectedRows are the rows of every backend whose subtest -run did not
+// select (it never started), so that a run of a few subtests still
+// accounts for every row.
+func unselectedRows(started map[string]bool, backends, scenarios []string) []result {
+	var out []result
+	for _, b := range backends {
+		if started[b] {
+			continue
+		}
+		for _, sc := range scenarios {
+			out = append(out, result{scenario: sc, backend: b, outcome: notSelected, notRun: true})
+		}
+	}
+	return out
+}
+
+// rowVerdict is a row's ok column.
+func rowVerdict(r result) string {
+	switch {
+	case r.notRun:
+		return "-"
+	case r.outcome != r.want:
+		return "FAIL (want: " + r.want + ")"
+	case r.failed:
+		return "FAIL (an assertion; see the log)"
+	}
+	return "ok"
 }
 
 // TestParity runs every scenario on every backend (backends in parallel,
@@ -170,31 +234,30 @@ func TestParity(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		results []result
+		started = map[string]bool{}
 	)
 	t.Cleanup(func() { // after the parallel backend subtests
 		mu.Lock()
 		defer mu.Unlock()
+		names := make([]string, len(scenarios))
+		for i, sc := range scenarios {
+			names[i] = sc.name
+		}
+		results = append(results, unselectedRows(started, rows, names)...)
 		printTable(results)
 		checkCoverage(t, results, rows)
 	})
 	for _, name := range rows {
 		t.Run(name, func(t *testing.T) {
+			mu.Lock()
+			started[name] = true
+			mu.Unlock()
 			t.Parallel()
 			e := newEnv(t, bins, name)
 			for _, sc := range scenarios {
-				want := sc.expect(name)
-				var outcome string
-				ran := t.Run(sc.name, func(t *testing.T) {
-					outcome = sc.run(t, e)
-					if outcome != want {
-						t.Errorf("outcome on %s:\n got: %s\nwant: %s", name, outcome, want)
-					}
-				})
-				if outcome == "" {
-					outcome = "(scenario failed before an outcome)"
-				}
+				r := runRow(t, sc.name, name, sc.expect(name), func(t *testing.T) string { return sc.run(t, e) })
 				mu.Lock()
-				results = append(results, result{sc.name, name, outcome, want, !ran})
+				results = append(results, r)
 				mu.Unlock()
 			}
 		})
@@ -202,12 +265,27 @@ func TestParity(t *testing.T) {
 }
 
 // checkCoverage fails the test if a scenario did not report on every
-// backend (for example because a backend's setup failed).
+// backend (for example because a backend's setup failed); a row -run did
+// not select reports as notRun.
 func checkCoverage(t *testing.T, results []result, rows []string) {
 	t.Helper()
 	if want := len(scenarios) * len(rows); len(results) != want {
 		t.Errorf("%d results; want %d (every scenario on every row of %v)", len(results), want, rows)
 	}
+}
+
+// selectedNote says how many rows -run left out, if any.
+func selectedNote(results []result) string {
+	n := 0
+	for _, r := range results {
+		if r.notRun {
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d of %d rows run; the others not selected by -run)", len(results)-n, len(results))
 }
 
 // maxOutcomeWidth caps the padding of the outcome column.
@@ -236,18 +314,11 @@ func printTable(results []result) {
 	for _, r := range results {
 		backends[r.backend] = true
 	}
-	fmt.Fprintf(&b, "\nparity: %d scenarios x %d backends\n", len(scenarios), len(backends))
+	fmt.Fprintf(&b, "\nparity: %d scenarios x %d backends%s\n", len(scenarios), len(backends), selectedNote(results))
 	fmt.Fprintf(&b, "%-*s | %-*s | %-*s | ok\n", wScen, "scenario", wBack, "backend", wOut, "outcome")
 	fmt.Fprintf(&b, "%s-|-%s-|-%s-|---\n", strings.Repeat("-", wScen), strings.Repeat("-", wBack), strings.Repeat("-", wOut))
 	for _, r := range results {
-		ok := "ok"
-		switch {
-		case r.outcome != r.want:
-			ok = "FAIL (want: " + r.want + ")"
-		case r.failed:
-			ok = "FAIL (an assertion; see the log)"
-		}
-		fmt.Fprintf(&b, "%-*s | %-*s | %-*s | %s\n", wScen, r.scenario, wBack, r.backend, wOut, r.outcome, ok)
+		fmt.Fprintf(&b, "%-*s | %-*s | %-*s | %s\n", wScen, r.scenario, wBack, r.backend, wOut, r.outcome, rowVerdict(r))
 	}
 	b.WriteString("intended divergences relied upon:\n")
 	for _, sc := range scenarios {

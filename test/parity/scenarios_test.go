@@ -138,6 +138,12 @@ var scenarios = []scenario{
 		run:  maxHoldRow,
 	},
 	{
+		name: "deadlock",
+		want: "refused=closing(B) keys=[a,b] other=waiting after-release=granted " +
+			"opt-out:refused=older(A) keys=[a,b] other=waiting after-release=granted",
+		run: deadlockRow,
+	},
+	{
 		name: "bad-input-sdk",
 		want: "ErrInvalidArgument: open(ttl=1s) acquire(bad-keys) try(bad-keys) inspect(bad-keys) revoke(bad-keys) " +
 			"wait-timeout=-1s wait-timeout=11m0s list(limit=5000) list(token=junk) watch(prefix=NUL); " +

@@ -2,7 +2,6 @@ package parity
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +49,7 @@ var sdkSkipped = map[string]string{
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
+	"deadlock":               "the Python and TypeScript SDKs have no opt-out (WithoutDeadlockCheck) yet; their lockd.Deadlock and DeadlockError are tested in sdk/python/tests/test_unit.py and sdk/typescript/test/unit/errors.test.ts",
 }
 
 // sdkBackends are the rows the agents run on: the base backends (the TLS
@@ -66,21 +66,7 @@ const sdkRowsEnv = "LOCKD_PARITY_SDK_ROWS"
 
 // sdkRows returns the rows the agents run on in this test run.
 func sdkRows(t *testing.T) []string {
-	switch v := os.Getenv(sdkRowsEnv); v {
-	case "":
-		return []string{backendEmbedded, backendPG}
-	case "all":
-		return sdkBackends
-	default:
-		var rows []string
-		for _, r := range strings.Split(v, ",") {
-			if !slices.Contains(sdkBackends, r) {
-				t.Fatalf("%s=%q: %q is not one of %v (or \"all\")", sdkRowsEnv, v, r, sdkBackends)
-			}
-			rows = append(rows, r)
-		}
-		return rows
-	}
+	return rowsFromEnv(t, sdkRowsEnv, sdkBackends, []string{backendEmbedded, backendPG})
 }
 
 // TestParityPython runs sdkScenarios through the Python SDK's agent on every
@@ -112,16 +98,22 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 	bins := build(t)
 	backends := sdkRows(t)
 	var (
-		mu   sync.Mutex
-		rows []string
-		n    int
+		mu         sync.Mutex
+		rows       []string
+		n, notRun  int
+		rowStarted = map[string]bool{}
 	)
 	t.Cleanup(func() {
 		mu.Lock()
 		defer mu.Unlock()
+		for _, name := range backends {
+			if !rowStarted[name] { // -run did not select the backend
+				notRun += len(sdkScenarios)
+			}
+		}
 		slices.Sort(rows)
-		fmt.Printf("\nparity-%s: %d scenarios x %d backends through the %s SDK (%d passed)\n%s", lang, len(sdkScenarios),
-			len(backends), lang, n, strings.Join(rows, ""))
+		fmt.Printf("\nparity-%s: %d scenarios x %d backends through the %s SDK (%d passed, %d not selected by -run)\n%s",
+			lang, len(sdkScenarios), len(backends), lang, n, notRun, strings.Join(rows, ""))
 		for _, sc := range scenarios {
 			if why, ok := sdkSkipped[sc.name]; ok {
 				fmt.Printf("  not through the agents: %s (%s)\n", sc.name, why)
@@ -130,26 +122,32 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 	})
 	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
+			mu.Lock()
+			rowStarted[name] = true
+			mu.Unlock()
 			t.Parallel()
 			e := newEnv(t, bins, name)
 			for _, s := range sdkScenarios {
 				want := byName[s.name].expect(name)
 				var outcome string
-				t.Run(s.name, func(t *testing.T) {
+				started := false
+				passed := t.Run(s.name, func(t *testing.T) {
+					started = true
 					a := start(t)
 					outcome = s.run(t, a, e)
 					if outcome != want {
 						t.Errorf("%s outcome on %s:\n got: %s\nwant: %s", lang, name, outcome, want)
 					}
 				})
-				ok := "ok"
-				if outcome != want {
-					ok = "FAIL"
-				}
 				mu.Lock()
-				rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | %s\n", s.name, name, lang, outcome, ok))
-				if ok == "ok" {
+				switch {
+				case !started: // -run did not select it: neither passed nor failed
+					notRun++
+				case outcome == want && passed:
 					n++
+					rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | ok\n", s.name, name, lang, outcome))
+				default:
+					rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | FAIL\n", s.name, name, lang, outcome))
 				}
 				mu.Unlock()
 			}

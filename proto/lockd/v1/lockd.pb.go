@@ -49,6 +49,11 @@
 //                     reverse; nothing was written, docs/contracts/C2.md
 //                     #ct2-multi. Not FAILED_PRECONDITION: older SDKs
 //                     read that as a dead session)
+//   DEADLOCK         (ABORTED, HTTP 409; an Acquire's wait was refused
+//                     because it closed a cycle of waiting sessions; the
+//                     ErrorInfo metadata "keys" holds the cycle's keys as
+//                     a JSON array of strings; never retried,
+//                     docs/contracts/C2.md #ct2-deadlock)
 //
 // Session ownership (docs/contracts/C2.md #ct2-ownership): session ids are
 // public (Inspect, List and Watch show them); the session_secret that
@@ -1284,9 +1289,25 @@ type AcquireRequest struct {
 	// has been held this long, with a LockLost notice of reason
 	// LOCK_LOST_REASON_MAX_HOLD. 1000..604800000 and at most the server's
 	// lock.server.max-hold-limit, else INVALID_ARGUMENT.
-	MaxHoldMs     int64 `protobuf:"varint,21,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxHoldMs int64 `protobuf:"varint,21,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
+	// keys, instead of key, asks for several plain locks at once, all or
+	// none (docs/contracts/C2.md #ct2-acquire-all): 1..64 distinct keys,
+	// each valid as key; key must then be empty, and limit (above 1), mode,
+	// keep_place, value, lock_delay_ms and max_hold_ms unset. The keys are
+	// taken in ascending byte order, each waiting in its FIFO queue, so two
+	// callers listing overlapping keys in different orders never deadlock.
+	// The caller must be allowed to lock every key. A call that does not
+	// grant every key leaves none held. Old servers ignore it and answer
+	// INVALID_ARGUMENT for the empty key.
+	Keys []string `protobuf:"bytes,30,rep,name=keys,proto3" json:"keys,omitempty"`
+	// no_deadlock_check (wait only) opts this wait out of deadlock refusal:
+	// it still counts in the wait-for graph but is never the wait refused
+	// with DEADLOCK; the youngest checking wait of the cycle is
+	// (docs/contracts/C2.md #ct2-deadlock). For callers that queue on
+	// purpose. Old servers ignore it (they refuse no wait).
+	NoDeadlockCheck bool `protobuf:"varint,31,opt,name=no_deadlock_check,json=noDeadlockCheck,proto3" json:"no_deadlock_check,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -1394,6 +1415,20 @@ func (x *AcquireRequest) GetMaxHoldMs() int64 {
 		return x.MaxHoldMs
 	}
 	return 0
+}
+
+func (x *AcquireRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetNoDeadlockCheck() bool {
+	if x != nil {
+		return x.NoDeadlockCheck
+	}
+	return false
 }
 
 // LeaveQueueRequest names the queue place to give up.
@@ -1511,7 +1546,12 @@ type AcquireResponse struct {
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// remaining_ms is the holder session's deadline bound at grant time
 	// (granted only); it extends trust like a heartbeat answer.
-	RemainingMs   int64 `protobuf:"varint,4,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	RemainingMs int64 `protobuf:"varint,4,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// grants answers a request with keys (granted only): one grant per
+	// key, in the order of the request's keys, each with its key's own
+	// fencing token; key and token above are then empty. remaining_ms
+	// bounds them all.
+	Grants        []*HeldLock `protobuf:"bytes,30,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1572,6 +1612,13 @@ func (x *AcquireResponse) GetRemainingMs() int64 {
 		return x.RemainingMs
 	}
 	return 0
+}
+
+func (x *AcquireResponse) GetGrants() []*HeldLock {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
 }
 
 // ReleaseRequest names the grant to release.
@@ -3324,7 +3371,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\x03R\breleased\"\xdb\x02\n" +
+	"\breleased\x18\x01 \x01(\x03R\breleased\"\x9b\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3339,18 +3386,21 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"keep_place\x18\a \x01(\bR\tkeepPlace\x12\"\n" +
 	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12\x1e\n" +
-	"\vmax_hold_ms\x18\x15 \x01(\x03R\tmaxHoldMs\"k\n" +
+	"\vmax_hold_ms\x18\x15 \x01(\x03R\tmaxHoldMs\x12\x12\n" +
+	"\x04keys\x18\x1e \x03(\tR\x04keys\x12*\n" +
+	"\x11no_deadlock_check\x18\x1f \x01(\bR\x0fnoDeadlockCheck\"k\n" +
 	"\x11LeaveQueueRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12%\n" +
 	"\x0esession_secret\x18\x03 \x01(\fR\rsessionSecret\"\x14\n" +
-	"\x12LeaveQueueResponse\"v\n" +
+	"\x12LeaveQueueResponse\"\xa2\x01\n" +
 	"\x0fAcquireResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\"~\n" +
+	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12*\n" +
+	"\x06grants\x18\x1e \x03(\v2\x12.lockd.v1.HeldLockR\x06grants\"~\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3604,59 +3654,60 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	11, // 6: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
 	0,  // 7: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
 	1,  // 8: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
-	26, // 9: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	2,  // 10: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
-	49, // 11: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	45, // 12: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	27, // 13: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	49, // 14: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	46, // 16: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
-	26, // 17: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	3,  // 18: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	47, // 19: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	40, // 20: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	48, // 21: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
-	43, // 22: lockd.v1.HotKeysResponse.by_wait:type_name -> lockd.v1.HotKey
-	43, // 23: lockd.v1.HotKeysResponse.by_hold:type_name -> lockd.v1.HotKey
-	43, // 24: lockd.v1.HotKeysResponse.by_contention:type_name -> lockd.v1.HotKey
-	4,  // 25: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	6,  // 26: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	7,  // 27: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
-	14, // 28: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	16, // 29: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 30: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
-	20, // 31: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	22, // 32: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	28, // 33: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	30, // 34: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	32, // 35: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	34, // 36: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	36, // 37: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	38, // 38: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
-	24, // 39: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	41, // 40: lockd.v1.LockService.HotKeys:input_type -> lockd.v1.HotKeysRequest
-	5,  // 41: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	9,  // 42: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	8,  // 43: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
-	15, // 44: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	19, // 45: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 46: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	21, // 47: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	23, // 48: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	29, // 49: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	31, // 50: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	33, // 51: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	35, // 52: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	37, // 53: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	39, // 54: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
-	25, // 55: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	42, // 56: lockd.v1.LockService.HotKeys:output_type -> lockd.v1.HotKeysResponse
-	41, // [41:57] is the sub-list for method output_type
-	25, // [25:41] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	11, // 9: lockd.v1.AcquireResponse.grants:type_name -> lockd.v1.HeldLock
+	26, // 10: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	2,  // 11: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
+	49, // 12: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	45, // 13: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	27, // 14: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	49, // 15: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
+	46, // 17: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	26, // 18: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	3,  // 19: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	47, // 20: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	40, // 21: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	48, // 22: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	43, // 23: lockd.v1.HotKeysResponse.by_wait:type_name -> lockd.v1.HotKey
+	43, // 24: lockd.v1.HotKeysResponse.by_hold:type_name -> lockd.v1.HotKey
+	43, // 25: lockd.v1.HotKeysResponse.by_contention:type_name -> lockd.v1.HotKey
+	4,  // 26: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	6,  // 27: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	7,  // 28: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	14, // 29: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	16, // 30: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 31: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	20, // 32: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	22, // 33: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	28, // 34: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	30, // 35: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	32, // 36: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	34, // 37: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	36, // 38: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	38, // 39: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
+	24, // 40: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	41, // 41: lockd.v1.LockService.HotKeys:input_type -> lockd.v1.HotKeysRequest
+	5,  // 42: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	9,  // 43: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	8,  // 44: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	15, // 45: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	19, // 46: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 47: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	21, // 48: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	23, // 49: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	29, // 50: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	31, // 51: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	33, // 52: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	35, // 53: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	37, // 54: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	39, // 55: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
+	25, // 56: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	42, // 57: lockd.v1.LockService.HotKeys:output_type -> lockd.v1.HotKeysResponse
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }

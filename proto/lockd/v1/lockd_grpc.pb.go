@@ -49,6 +49,11 @@
 //                     reverse; nothing was written, docs/contracts/C2.md
 //                     #ct2-multi. Not FAILED_PRECONDITION: older SDKs
 //                     read that as a dead session)
+//   DEADLOCK         (ABORTED, HTTP 409; an Acquire's wait was refused
+//                     because it closed a cycle of waiting sessions; the
+//                     ErrorInfo metadata "keys" holds the cycle's keys as
+//                     a JSON array of strings; never retried,
+//                     docs/contracts/C2.md #ct2-deadlock)
 //
 // Session ownership (docs/contracts/C2.md #ct2-ownership): session ids are
 // public (Inspect, List and Watch show them); the session_secret that

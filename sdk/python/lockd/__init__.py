@@ -20,7 +20,7 @@ from ._conn import TLS
 from ._types import Event, EventKind, HolderInfo, LockInfo, Observation, TokenCheck
 from .client import Client, check_timing
 from .election import Leadership, Observer
-from .errors import (Cancelled, Closed, DeadlineExceeded, Internal, InvalidArgument, LimitMismatch, LimitReached,
+from .errors import (Cancelled, Closed, Deadlock, DeadlineExceeded, Internal, InvalidArgument, LimitMismatch, LimitReached,
                      Locked, LockdError, LockLost, MaxHold, NotOwner, PermissionDenied, Released, SessionDead,
                      SessionExpired, ShuttingDown, Unauthenticated, Unavailable, WaitTimeout)
 from .lock import Lock
@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Cancel", "Clock", "FakeClock", "TLS", "Event", "EventKind", "HolderInfo", "LockInfo", "Observation", "TokenCheck", "Client",
-    "check_timing", "Leadership", "Observer", "Lock", "Session", "Watch", "Cancelled", "Closed", "DeadlineExceeded",
+    "check_timing", "Leadership", "Observer", "Lock", "Session", "Watch", "Cancelled", "Closed", "Deadlock", "DeadlineExceeded",
     "Internal", "InvalidArgument", "LimitMismatch", "LimitReached", "Locked", "LockdError", "LockLost", "MaxHold",
     "NotOwner", "PermissionDenied", "Released", "SessionDead", "SessionExpired", "ShuttingDown", "Unauthenticated",
     "Unavailable", "WaitTimeout",

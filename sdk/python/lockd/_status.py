@@ -4,7 +4,8 @@ enough to read lockd's ErrorInfo reason and a BadRequest field violation.
 Debian ships no googleapis Python package, so the three messages are read
 from the protobuf wire format here (field numbers of google/rpc/status.proto
 and error_details.proto): Status{code=1, message=2, details=3 (Any)},
-Any{type_url=1, value=2}, ErrorInfo{reason=1, domain=2, metadata=3 (map)},
+Any{type_url=1, value=2}, ErrorInfo{reason=1, domain=2, metadata=3 (map:
+"limit" of LIMIT, "keys" of DEADLOCK)},
 BadRequest{field_violations=1 {field=1, description=2}}. Malformed input
 yields empty fields, never an exception.
 """
@@ -20,6 +21,7 @@ class Details:
     field: str = ""
     description: str = ""
     limit: str = ""
+    keys: str = ""  # DEADLOCK: the cycle's keys, a JSON array
 
 
 def _fields(buf: bytes):
@@ -96,6 +98,7 @@ def decode(raw: bytes, domain: str) -> Details:
             if dom == domain:
                 out.reason = reason
                 out.limit = meta.get("limit", "")
+                out.keys = meta.get("keys", "")
         elif type_url.endswith("/google.rpc.BadRequest"):
             for n3, w3, v3 in _fields(value):
                 if n3 == 1 and w3 == 2 and not out.field:

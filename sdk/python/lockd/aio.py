@@ -225,6 +225,9 @@ class Client:
     async def revoke(self, key: str, timeout=-1.0):
         return await _run(self.sync.revoke, key, timeout)
 
+    async def close_sessions(self, principal: str, timeout=-1.0):
+        return await _run(self.sync.close_sessions, principal, timeout)
+
     async def watch(self, prefix: str = "", holders: bool = False) -> _Iter:
         """An async iterator of events, returned once the watch is established."""
         return _Iter(await _run(self.sync.watch, prefix, holders))

@@ -235,6 +235,15 @@ class Client:
             return LockInfo(key=key)
         return LockInfo(key=key, held=True, session=resp.session_id, token=resp.token)
 
+    def close_sessions(self, principal: str, timeout: float | None = -1.0) -> tuple[int, int]:
+        """Closes every live session bound to principal, as each session's own
+        close would (its locks released, its client told at its next
+        heartbeat): an admin remedy that needs admin on every key (C2
+        #ct2-close-sessions). Returns (sessions closed, locks released).
+        Retrying after an error is safe: what was closed stays closed."""
+        resp, _ = self._call("CloseSessions", pb.CloseSessionsRequest(principal=principal), timeout=timeout)
+        return resp.closed, resp.released
+
     def watch(self, prefix: str = "", holders: bool = False, cancel: Cancel | None = None,
               timeout: float | None = -1.0):
         """Every change to the keys starting with prefix, in commit order, as

@@ -9,6 +9,8 @@ Messages never contain session secrets or bearer tokens.
 
 from __future__ import annotations
 
+import json
+
 import grpc
 
 from . import _status
@@ -90,6 +92,16 @@ class LimitReached(LockdError):
         self.limit = limit
 
 
+class Deadlock(LockdError):
+    """DEADLOCK: the acquire's wait closed a cycle of waiting sessions and was refused
+    (docs/contracts/C2.md #ct2-deadlock). Never retried (its code, ABORTED, otherwise is);
+    ``keys`` are the cycle's keys, sorted. The session keeps its other locks."""
+
+    def __init__(self, message: str = "", reason: str = "", code=None, keys: list[str] | None = None):
+        super().__init__(message, reason, code)
+        self.keys = keys or []
+
+
 class Internal(LockdError):
     """INTERNAL or an unknown code: the server failed; details are in its log."""
 
@@ -131,6 +143,7 @@ _BY_REASON = {
     "ACCESS_DENIED": PermissionDenied,
     "UNAUTHENTICATED": Unauthenticated,
     "INTERNAL": Internal,
+    "DEADLOCK": Deadlock,
 }
 
 _BY_CODE = {
@@ -148,7 +161,7 @@ _BY_CODE = {
 
 
 def from_code(code: grpc.StatusCode | None, reason: str, message: str, field: str = "",
-              limit: str = "") -> LockdError:
+              limit: str = "", keys: str = "") -> LockdError:
     """Maps a status (code, ErrorInfo reason, message) to an exception."""
     cls = _BY_REASON.get(reason) or _BY_CODE.get(code, Internal)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and reason != "WAIT_TIMEOUT":
@@ -157,6 +170,12 @@ def from_code(code: grpc.StatusCode | None, reason: str, message: str, field: st
         return cls(message, reason, code, field=field)
     if cls is LimitReached:
         return cls(message, reason, code, limit=limit)
+    if cls is Deadlock:
+        try:
+            decoded = json.loads(keys) if keys else []
+        except ValueError:
+            decoded = []
+        return cls(message, reason, code, keys=[k for k in decoded if isinstance(k, str)] if isinstance(decoded, list) else [])
     return cls(message, reason, code)
 
 
@@ -164,15 +183,15 @@ def from_rpc(err: grpc.RpcError) -> LockdError:
     """Maps a failed gRPC call to an exception."""
     code = err.code() if hasattr(err, "code") else None
     message = err.details() if hasattr(err, "details") else str(err)
-    reason, field, limit = "", "", ""
+    reason, field, limit, keys = "", "", "", ""
     trailers = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     for k, v in trailers or ():
         if k == "grpc-status-details-bin":
             info = _status.decode(v, DOMAIN)
-            reason, field, limit = info.reason, info.field, info.limit
+            reason, field, limit, keys = info.reason, info.field, info.limit, info.keys
             if field:
                 message = f"{field}: {info.description}"
-    return from_code(code, reason, message or "", field, limit)
+    return from_code(code, reason, message or "", field, limit, keys)
 
 
 # Codes of google.rpc.Code as KeepAliveResponse.error carries them.

@@ -60,6 +60,29 @@ class TokenTest(unittest.TestCase):
                 c.inspect("tok/k")
             self.assertEqual(cm.exception.reason, "ACCESS_DENIED")
 
+    def test_close_sessions(self):
+        """An admin closes every session of a principal (C2
+        #ct2-close-sessions): the locks are free at once, each session learns
+        it by its next heartbeat answer; a caller without admin is refused."""
+        addr, path = os.environ["PYSDK_TOKEN_ADDR"], os.environ["PYSDK_TOKEN_FILE"]
+        with lockd.Client(addr, token_file=path) as c:
+            s1, s2 = c.session(), c.session()
+            s1.acquire("closes/a")
+            s2.acquire("closes/b")
+            with lockd.Client(addr, token_file=path) as admin:
+                closed, released = admin.close_sessions("alice")
+            self.assertGreaterEqual(closed, 2)
+            self.assertGreaterEqual(released, 2)
+            for key in ("closes/a", "closes/b"):
+                self.assertFalse(c.inspect(key).held, key)
+            for s in (s1, s2):
+                self.assertTrue(s.lost.wait(it.HEARTBEAT_WAIT + it.TTL), "a closed session never learnt it")
+                self.assertFalse(s.valid())
+        with lockd.Client(addr) as anon:
+            with self.assertRaises(lockd.PermissionDenied) as cm:
+                anon.close_sessions("alice")
+            self.assertEqual(cm.exception.reason, "ACCESS_DENIED")
+
 
 class _Reader:
     """Reads a watch on a thread of the test's into a queue, so that the test

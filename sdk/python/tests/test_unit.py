@@ -66,6 +66,16 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(e.limit, "sessions")
         self.assertTrue(errors.Unavailable().retryable and not errors.NotOwner().retryable)
 
+    def test_deadlock_not_retried(self):
+        # DEADLOCK travels with ABORTED, which the SDK retries without a
+        # reason; DEADLOCK itself never is (C2 #ct2-deadlock).
+        info = _ld(1, b"DEADLOCK") + _ld(2, b"lockd.lock.dev") + _ld(3, _ld(1, b"keys") + _ld(2, b'["a","b"]'))
+        st = bytes([8, 10]) + _ld(2, b"msg") + _ld(3, _ld(1, b"type.googleapis.com/google.rpc.ErrorInfo") + _ld(2, info))
+        e = errors.from_rpc(_Err(grpc.StatusCode.ABORTED, "m", (("grpc-status-details-bin", st),)))
+        self.assertIs(type(e), lockd.Deadlock)
+        self.assertEqual((e.keys, e.retryable, e.reason), (["a", "b"], False, "DEADLOCK"))
+        self.assertTrue(errors.from_rpc(_Err(grpc.StatusCode.ABORTED, "m", ())).retryable)
+
     def test_by_code_and_field(self):
         # No details (an older server): the code decides; a reason-less
         # PERMISSION_DENIED is NOT_OWNER.

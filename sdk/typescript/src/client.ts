@@ -8,7 +8,7 @@ import { create } from "@bufbuild/protobuf";
 import { sleep, realClock, type Clock } from "./clock.js";
 import { ClosedError, InvalidArgumentError, retryable } from "./errors.js";
 import {
-  CheckConsistency, CheckTokenRequestSchema, InspectRequestSchema, ListRequestSchema, ListSessionsRequestSchema, LockMode, RevokeRequestSchema,
+  CheckConsistency, CheckTokenRequestSchema, CloseSessionsRequestSchema, InspectRequestSchema, ListRequestSchema, ListSessionsRequestSchema, LockMode, RevokeRequestSchema,
   type LockInfo as PbLockInfo,
 } from "./gen/lockd/v1/lockd_pb.js";
 import { KeepAliver } from "./keepalive.js";
@@ -312,6 +312,19 @@ export class Client {
     checkKey(key);
     const r = await this.retry(opts.signal, (signal) => this.api.revoke(create(RevokeRequestSchema, { key }), { signal }));
     return { revoked: r.revoked, session: r.sessionId, token: r.token };
+  }
+
+  /**
+   * Administrative: closes every live session bound to principal, as each
+   * session's own close would (its locks released, its client told at its
+   * next heartbeat); needs admin on every key (C2 #ct2-close-sessions).
+   * Returns how many sessions it closed and how many locks they released.
+   * Retrying after an error is safe: what was closed stays closed.
+   */
+  async closeSessions(principal: string, opts: { signal?: AbortSignal } = {}): Promise<{ closed: number; released: number }> {
+    const r = await this.retry(opts.signal, (signal) =>
+      this.api.closeSessions(create(CloseSessionsRequestSchema, { principal }), { signal }));
+    return { closed: Number(r.closed), released: Number(r.released) };
   }
 
   /** One page of the live sessions (C2 #ct2-list-sessions). */

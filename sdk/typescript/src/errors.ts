@@ -47,6 +47,17 @@ export class InvalidArgumentError extends LockdError {
 /** An acquire's limit or mode disagrees with the kind of lock the key's holders and waiters use (C2 #ct2-multi). */
 export class LimitMismatchError extends LockdError {}
 
+/**
+ * DEADLOCK (code ABORTED): the acquire's wait closed a cycle of waiting sessions and
+ * was refused (C2 #ct2-deadlock). Never retried; `keys` are the cycle's keys,
+ * sorted. The session keeps its other locks.
+ */
+export class DeadlockError extends LockdError {
+  constructor(message: string, readonly keys: string[] = [], opts: { code?: number; reason?: string } = {}) {
+    super(message, { reason: "DEADLOCK", ...opts });
+  }
+}
+
 /** The server reports the session unknown, expired, lost or closed. Terminal. */
 export class SessionDeadError extends LockdError {}
 
@@ -210,8 +221,10 @@ export function fromCode(code: number, reason: string, message: string, details?
       return new PermissionDeniedError(message, o);
     case Code.UNAUTHENTICATED:
       return new PermissionDeniedError(message, o);
-    case Code.UNAVAILABLE:
     case Code.ABORTED:
+      if (reason === "DEADLOCK") return new DeadlockError(message, deadlockKeys(details?.metadata["keys"]), o);
+      return new UnavailableError(message, o);
+    case Code.UNAVAILABLE:
       return new UnavailableError(message, o);
     case Code.DEADLINE_EXCEEDED:
       if (reason === "WAIT_TIMEOUT") return new WaitTimeoutError(message, o);
@@ -220,6 +233,16 @@ export function fromCode(code: number, reason: string, message: string, details?
       return new LimitError(message, details?.metadata["limit"] ?? "", o);
     default:
       return new InternalError(message, o);
+  }
+}
+
+/** The keys of a DEADLOCK's ErrorInfo metadata (a JSON array of strings); [] when malformed. */
+function deadlockKeys(raw: string | undefined): string[] {
+  try {
+    const v: unknown = JSON.parse(raw ?? "[]");
+    return Array.isArray(v) ? v.filter((k): k is string => typeof k === "string") : [];
+  } catch {
+    return [];
   }
 }
 

@@ -28,6 +28,6 @@ export { realClock, type Clock, type Timer } from "./clock.js";
 export {
   LockdError, InvalidArgumentError, LimitMismatchError, SessionDeadError, SessionExpiredError, NotOwnerError,
   PermissionDeniedError, UnavailableError, WaitTimeoutError, LimitError, InternalError, LockedError, LockLostError,
-  MaxHoldError, ReleasedError, ClosedError, ERROR_DOMAIN,
+  MaxHoldError, ReleasedError, ClosedError, DeadlockError, ERROR_DOMAIN,
 } from "./errors.js";
 export type { LockApi, BidiStream, ServerStream, CallOpts } from "./rpc.js";

@@ -8,6 +8,7 @@ import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, 
 import {
   LockService,
   type AcquireRequest, type AcquireResponse, type CloseSessionRequest, type CloseSessionResponse,
+  type CloseSessionsRequest, type CloseSessionsResponse,
   type CheckTokenRequest, type CheckTokenResponse, type InspectRequest, type InspectResponse, type KeepAliveRequest, type KeepAliveResponse,
   type LeaveQueueRequest, type LeaveQueueResponse, type ListRequest, type ListResponse,
   type ListSessionsRequest, type ListSessionsResponse, type OpenSessionRequest, type OpenSessionResponse,
@@ -52,6 +53,7 @@ export interface LockApi {
   list(req: ListRequest, o?: CallOpts): Promise<ListResponse>;
   revoke(req: RevokeRequest, o?: CallOpts): Promise<RevokeResponse>;
   listSessions(req: ListSessionsRequest, o?: CallOpts): Promise<ListSessionsResponse>;
+  closeSessions(req: CloseSessionsRequest, o?: CallOpts): Promise<CloseSessionsResponse>;
   keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse>;
   watch(req: WatchRequest): ServerStream<WatchResponse>;
   /**
@@ -234,6 +236,7 @@ export class GrpcApi implements LockApi {
   list(req: ListRequest, o?: CallOpts) { return this.unary(LockService.method.list, req, o); }
   revoke(req: RevokeRequest, o?: CallOpts) { return this.unary(LockService.method.revoke, req, o); }
   listSessions(req: ListSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.listSessions, req, o); }
+  closeSessions(req: CloseSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.closeSessions, req, o); }
 
   keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse> {
     const m = LockService.method.keepAlive;

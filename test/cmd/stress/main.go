@@ -11,8 +11,9 @@
 // about the share of the machine it gets in CI beside another package. The
 // default packages are the chaos short suite, test/parity, server, client
 // and internal/cli. A failed package run's whole output is kept in -log,
-// and its failing tests are listed; -stop ends the run at the first
-// failure. The table at the end gives, per package, the runs, the passes,
+// and its failing tests are listed; a run in which no test passed (-run
+// matched nothing, every test skipped) counts as failed; -stop ends the
+// run at the first failure. The table at the end gives, per package, the runs, the passes,
 // the longest streak of consecutive passes and the wall time; per test that
 // ever failed, its failures. The exit status is 1 when any run failed.
 package main
@@ -176,25 +177,45 @@ func runOnce(ctx context.Context, pkg, run string, timeout time.Duration) ([]byt
 	cmd.Stdout = &buf
 	cmd.Stderr = &buf
 	err := cmd.Run()
-	var failed []string
-	pkgFailed := false
-	sc := bufio.NewScanner(bytes.NewReader(buf.Bytes()))
+	return buf.Bytes(), verdict(pkg, run, buf.Bytes(), err), err
+}
+
+// verdict is a run's failed tests from its go test -json output and exit
+// error; empty only for a run in which at least one test passed and none
+// failed.
+func verdict(pkg, run string, out []byte, err error) []string {
+	failed, passed, pkgFailed := tally(out)
+	switch {
+	case (err != nil || pkgFailed) && len(failed) == 0:
+		failed = []string{"(package " + pkg + ")"}
+	case len(failed) == 0 && passed == 0:
+		// -run matched nothing, or every test skipped: a run that tested
+		// nothing proves nothing, so it is not a pass.
+		failed = []string{"(no test passed in " + pkg + " -run " + run + ")"}
+	}
+	return failed
+}
+
+// tally reads go test -json output: the tests that failed, how many tests
+// passed (subtests included), and whether the package itself failed.
+func tally(out []byte) (failed []string, passed int, pkgFailed bool) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var ev event
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Action != "fail" {
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
 			continue
 		}
-		if ev.Test == "" {
+		switch {
+		case ev.Action == "pass" && ev.Test != "":
+			passed++
+		case ev.Action == "fail" && ev.Test == "":
 			pkgFailed = true
-			continue
+		case ev.Action == "fail":
+			failed = append(failed, ev.Test)
 		}
-		failed = append(failed, ev.Test)
 	}
-	if (err != nil || pkgFailed) && len(failed) == 0 {
-		failed = []string{"(package " + pkg + ")"}
-	}
-	return buf.Bytes(), failed, err
+	return failed, passed, pkgFailed
 }
 
 func report(w io.Writer, stats []*pkgStats) {

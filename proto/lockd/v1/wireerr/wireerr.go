@@ -58,6 +58,10 @@ const (
 	// Its code is InvalidArgument, not FailedPrecondition: older SDKs
 	// take FailedPrecondition for a dead session.
 	ReasonLimitMismatch = "LIMIT_MISMATCH" // codes.InvalidArgument
+	// ReasonDeadlock: an Acquire's wait was refused because it closed a
+	// cycle of waiting sessions (C2 #ct2-deadlock); the ErrorInfo metadata
+	// MetadataKeys names the cycle's keys. codes.Aborted; never retried.
+	ReasonDeadlock = "DEADLOCK"
 )
 
 // The reasons only the HTTP listener writes, for refusals made before a
@@ -86,7 +90,7 @@ func HTTPReasons() []string {
 func Reasons() []string {
 	return []string{ReasonInvalidArgument, ReasonSessionDead, ReasonNotOwner, ReasonContention,
 		ReasonNotLeader, ReasonUnavailable, ReasonWaitTimeout, ReasonLimit, ReasonShuttingDown, ReasonSessionSecretRequired,
-		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch, ReasonLimitMismatch}
+		ReasonSessionSecretMismatch, ReasonInternal, ReasonAccessDenied, ReasonUnauthenticated, ReasonSessionPrincipalMismatch, ReasonLimitMismatch, ReasonDeadlock}
 }
 
 // Code is the gRPC code reason travels with; codes.Unknown for a reason
@@ -114,6 +118,8 @@ func Code(reason string) codes.Code {
 		return codes.ResourceExhausted
 	case ReasonInternal:
 		return codes.Internal
+	case ReasonDeadlock:
+		return codes.Aborted
 	}
 	return codes.Unknown
 }

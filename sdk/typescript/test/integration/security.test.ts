@@ -37,6 +37,36 @@ test("bearer token: the token's principal is allowed, a wrong token and no token
   await assert.rejects(anon.newSession(), (e) => e instanceof PermissionDeniedError && e.reason === "ACCESS_DENIED");
 });
 
+test("closeSessions: an admin closes every session of a principal, a caller without admin is refused", { timeout: 30_000 }, async (t) => {
+  const addr = need("LOCKDTEST_TOKEN_ADDR");
+  const c = new Client(addr, { tokenFile: need("LOCKDTEST_TOKEN_FILE") });
+  t.after(() => c.close());
+  const s1 = await c.newSession();
+  const s2 = await c.newSession();
+  const a = key("closes-a"), b = key("closes-b");
+  await s1.acquire(a);
+  await s2.acquire(b);
+  const admin = new Client(addr, { tokenFile: need("LOCKDTEST_TOKEN_FILE") });
+  t.after(() => admin.close());
+  const { closed, released } = await admin.closeSessions("alice");
+  assert.ok(closed >= 2 && released >= 2, `closed ${closed}, released ${released}; want at least 2 and 2`);
+  for (const k of [a, b]) assert.equal((await c.inspect(k)).held, false, k);
+  // Each session learns it by its next heartbeat answer (an interval of the
+  // 3 s TTL, and a reconnect on a loaded machine).
+  for (const s of [s1, s2]) {
+    if (!s.signal.aborted) {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error("a closed session never learnt it")), 10_000);
+        s.signal.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+      });
+    }
+    assert.equal(s.valid(), false);
+  }
+  const anon = new Client(addr);
+  t.after(() => anon.close());
+  await assert.rejects(anon.closeSessions("alice"), (e) => e instanceof PermissionDeniedError && e.reason === "ACCESS_DENIED");
+});
+
 test("plaintext and bearer tokens only to loopback unless asked", () => {
   assert.throws(() => new Client("lockd.example:7420"), InvalidArgumentError);
   assert.throws(() => new Client("lockd.example:7420", { insecure: true, token: "t" }), InvalidArgumentError);

@@ -174,6 +174,9 @@ export class FakeApi implements LockApi {
   listSessions(): never {
     throw new Error("not in the fake");
   }
+  closeSessions(): never {
+    throw new Error("not in the fake");
+  }
   keepAlive(): FakeStream {
     const s = new FakeStream(this.clock);
     this.streams.push(s);
