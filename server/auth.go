@@ -129,6 +129,16 @@ func (s *Server) authUnary(az *auth.Authorizer) grpc.UnaryServerInterceptor {
 			}
 			return s.filteredList(ctx, az, principal, lr, handler)
 		}
+		if hr, ok := req.(*lockdv1.HotKeysRequest); ok {
+			ctx, principal, filter, err := s.authorize(ctx, az, method, auth.ActionRead, hr.Prefix, true)
+			if err != nil {
+				return nil, err
+			}
+			if filter {
+				ctx = withHotFilter(ctx, az, principal) // hotkeys.go
+			}
+			return handler(ctx, req)
+		}
 		if lr, ok := req.(*lockdv1.ListSessionsRequest); ok {
 			ctx, err := s.authorizeSessions(ctx, az, method, lr.Principal) // sessionlist.go
 			if err != nil {

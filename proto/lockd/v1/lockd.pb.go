@@ -3101,6 +3101,208 @@ func (x *SessionInfo) GetLocks() int64 {
 	return 0
 }
 
+// HotKeysRequest asks for the hot keys under prefix.
+type HotKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prefix selects the keys (empty: every key), as List's.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// limit bounds each ranking: 0 means 10; at most 50.
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotKeysRequest) Reset() {
+	*x = HotKeysRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotKeysRequest) ProtoMessage() {}
+
+func (x *HotKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotKeysRequest.ProtoReflect.Descriptor instead.
+func (*HotKeysRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *HotKeysRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *HotKeysRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// HotKeysResponse holds three rankings, hottest first, ties by key.
+type HotKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// by_wait ranks keys by the summed time Acquires waited before their
+	// grant, in milliseconds.
+	ByWait []*HotKey `protobuf:"bytes,1,rep,name=by_wait,json=byWait,proto3" json:"by_wait,omitempty"`
+	// by_hold ranks keys by the summed hold of their ended grants, in
+	// milliseconds.
+	ByHold []*HotKey `protobuf:"bytes,2,rep,name=by_hold,json=byHold,proto3" json:"by_hold,omitempty"`
+	// by_contention ranks keys by the number of Acquires admitted to wait.
+	ByContention []*HotKey `protobuf:"bytes,3,rep,name=by_contention,json=byContention,proto3" json:"by_contention,omitempty"`
+	// window_ms is the longest span a score covers.
+	WindowMs int64 `protobuf:"varint,4,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	// enabled is false when lock.server.stats.enabled is false: then no
+	// key is kept and the rankings are empty.
+	Enabled       bool `protobuf:"varint,5,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotKeysResponse) Reset() {
+	*x = HotKeysResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotKeysResponse) ProtoMessage() {}
+
+func (x *HotKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotKeysResponse.ProtoReflect.Descriptor instead.
+func (*HotKeysResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *HotKeysResponse) GetByWait() []*HotKey {
+	if x != nil {
+		return x.ByWait
+	}
+	return nil
+}
+
+func (x *HotKeysResponse) GetByHold() []*HotKey {
+	if x != nil {
+		return x.ByHold
+	}
+	return nil
+}
+
+func (x *HotKeysResponse) GetByContention() []*HotKey {
+	if x != nil {
+		return x.ByContention
+	}
+	return nil
+}
+
+func (x *HotKeysResponse) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *HotKeysResponse) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+// HotKey is one key of a ranking. score may over-estimate the key's true
+// total over the window by at most overcount; it never under-estimates.
+type HotKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Score         uint64                 `protobuf:"varint,2,opt,name=score,proto3" json:"score,omitempty"`
+	Overcount     uint64                 `protobuf:"varint,3,opt,name=overcount,proto3" json:"overcount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotKey) Reset() {
+	*x = HotKey{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotKey) ProtoMessage() {}
+
+func (x *HotKey) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
+func (*HotKey) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *HotKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HotKey) GetScore() uint64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *HotKey) GetOvercount() uint64 {
+	if x != nil {
+		return x.Overcount
+	}
+	return 0
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -3318,7 +3520,20 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05locks\x18\a \x01(\x03R\x05locks\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xb3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
+	"\x0eHotKeysRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"\xd5\x01\n" +
+	"\x0fHotKeysResponse\x12)\n" +
+	"\aby_wait\x18\x01 \x03(\v2\x10.lockd.v1.HotKeyR\x06byWait\x12)\n" +
+	"\aby_hold\x18\x02 \x03(\v2\x10.lockd.v1.HotKeyR\x06byHold\x125\n" +
+	"\rby_contention\x18\x03 \x03(\v2\x10.lockd.v1.HotKeyR\fbyContention\x12\x1b\n" +
+	"\twindow_ms\x18\x04 \x01(\x03R\bwindowMs\x12\x18\n" +
+	"\aenabled\x18\x05 \x01(\bR\aenabled\"N\n" +
+	"\x06HotKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05score\x18\x02 \x01(\x04R\x05score\x12\x1c\n" +
+	"\tovercount\x18\x03 \x01(\x04R\tovercount*\xb3\x01\n" +
 	"\x0eLockLostReason\x12 \n" +
 	"\x1cLOCK_LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_LOST_REASON_REVOKED\x10\x01\x12\x1c\n" +
@@ -3342,7 +3557,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x10EVENT_KIND_VALUE\x10\x05\x12\x17\n" +
 	"\x13EVENT_KIND_MAX_HOLD\x10\x06\x12\x15\n" +
 	"\x11EVENT_KIND_RESYNC\x10\a\x12\x17\n" +
-	"\x13EVENT_KIND_PROGRESS\x10\b2\x9e\b\n" +
+	"\x13EVENT_KIND_PROGRESS\x10\b2\xde\b\n" +
 	"\vLockService\x12J\n" +
 	"\vOpenSession\x12\x1c.lockd.v1.OpenSessionRequest\x1a\x1d.lockd.v1.OpenSessionResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse(\x010\x01\x12D\n" +
@@ -3360,7 +3575,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\fListSessions\x12\x1d.lockd.v1.ListSessionsRequest\x1a\x1e.lockd.v1.ListSessionsResponse\x12P\n" +
 	"\rCloseSessions\x12\x1e.lockd.v1.CloseSessionsRequest\x1a\x1f.lockd.v1.CloseSessionsResponse\x12G\n" +
 	"\n" +
-	"CheckToken\x12\x1b.lockd.v1.CheckTokenRequest\x1a\x1c.lockd.v1.CheckTokenResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"CheckToken\x12\x1b.lockd.v1.CheckTokenRequest\x1a\x1c.lockd.v1.CheckTokenResponse\x12>\n" +
+	"\aHotKeys\x12\x18.lockd.v1.HotKeysRequest\x1a\x19.lockd.v1.HotKeysResponseB'Z%lock.dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -3375,7 +3591,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(LockMode)(0),                 // 1: lockd.v1.LockMode
@@ -3418,15 +3634,18 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*CloseSessionsRequest)(nil),  // 38: lockd.v1.CloseSessionsRequest
 	(*CloseSessionsResponse)(nil), // 39: lockd.v1.CloseSessionsResponse
 	(*SessionInfo)(nil),           // 40: lockd.v1.SessionInfo
-	nil,                           // 41: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 42: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 43: lockd.v1.LockHolder.LabelsEntry
-	nil,                           // 44: lockd.v1.WatchResponse.LabelsEntry
-	nil,                           // 45: lockd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*HotKeysRequest)(nil),        // 41: lockd.v1.HotKeysRequest
+	(*HotKeysResponse)(nil),       // 42: lockd.v1.HotKeysResponse
+	(*HotKey)(nil),                // 43: lockd.v1.HotKey
+	nil,                           // 44: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 45: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 46: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 47: lockd.v1.WatchResponse.LabelsEntry
+	nil,                           // 48: lockd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	41, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	44, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
 	10, // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
 	13, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
 	12, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
@@ -3438,52 +3657,57 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	11, // 9: lockd.v1.AcquireResponse.grants:type_name -> lockd.v1.HeldLock
 	26, // 10: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
 	2,  // 11: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
-	46, // 12: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	42, // 13: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	49, // 12: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	45, // 13: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
 	27, // 14: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	46, // 15: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	49, // 15: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
 	1,  // 16: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	43, // 17: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	46, // 17: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
 	26, // 18: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
 	3,  // 19: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	44, // 20: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	47, // 20: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
 	40, // 21: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	45, // 22: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
-	4,  // 23: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	6,  // 24: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	7,  // 25: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
-	14, // 26: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	16, // 27: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 28: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
-	20, // 29: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	22, // 30: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	28, // 31: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	30, // 32: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	32, // 33: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	34, // 34: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	36, // 35: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	38, // 36: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
-	24, // 37: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	5,  // 38: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	9,  // 39: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	8,  // 40: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
-	15, // 41: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	19, // 42: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 43: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	21, // 44: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	23, // 45: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	29, // 46: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	31, // 47: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	33, // 48: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	35, // 49: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	37, // 50: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	39, // 51: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
-	25, // 52: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	38, // [38:53] is the sub-list for method output_type
-	23, // [23:38] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	48, // 22: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	43, // 23: lockd.v1.HotKeysResponse.by_wait:type_name -> lockd.v1.HotKey
+	43, // 24: lockd.v1.HotKeysResponse.by_hold:type_name -> lockd.v1.HotKey
+	43, // 25: lockd.v1.HotKeysResponse.by_contention:type_name -> lockd.v1.HotKey
+	4,  // 26: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	6,  // 27: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	7,  // 28: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	14, // 29: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	16, // 30: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 31: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	20, // 32: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	22, // 33: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	28, // 34: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	30, // 35: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	32, // 36: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	34, // 37: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	36, // 38: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	38, // 39: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
+	24, // 40: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	41, // 41: lockd.v1.LockService.HotKeys:input_type -> lockd.v1.HotKeysRequest
+	5,  // 42: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	9,  // 43: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	8,  // 44: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	15, // 45: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	19, // 46: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 47: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	21, // 48: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	23, // 49: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	29, // 50: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	31, // 51: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	33, // 52: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	35, // 53: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	37, // 54: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	39, // 55: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
+	25, // 56: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	42, // 57: lockd.v1.LockService.HotKeys:output_type -> lockd.v1.HotKeysResponse
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -3497,7 +3721,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -96,6 +96,7 @@ const (
 	LockService_ListSessions_FullMethodName  = "/lockd.v1.LockService/ListSessions"
 	LockService_CloseSessions_FullMethodName = "/lockd.v1.LockService/CloseSessions"
 	LockService_CheckToken_FullMethodName    = "/lockd.v1.LockService/CheckToken"
+	LockService_HotKeys_FullMethodName       = "/lockd.v1.LockService/HotKeys"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -201,6 +202,12 @@ type LockServiceClient interface {
 	// mode answers from the server's watch-fed index of held grants, at most
 	// one watch delivery delay behind the backend.
 	CheckToken(ctx context.Context, in *CheckTokenRequest, opts ...grpc.CallOption) (*CheckTokenResponse, error)
+	// HotKeys answers which keys under a prefix were hottest on this lockd
+	// process over its recent window (30 to 60 s): by summed wait before a
+	// grant, by summed hold of ended grants, and by Acquires admitted to
+	// wait (C2 #ct2-hotkeys). Authorised like List (read under the prefix);
+	// a caller who may read only part of the prefix sees only its keys.
+	HotKeys(ctx context.Context, in *HotKeysRequest, opts ...grpc.CallOption) (*HotKeysResponse, error)
 }
 
 type lockServiceClient struct {
@@ -373,6 +380,16 @@ func (c *lockServiceClient) CheckToken(ctx context.Context, in *CheckTokenReques
 	return out, nil
 }
 
+func (c *lockServiceClient) HotKeys(ctx context.Context, in *HotKeysRequest, opts ...grpc.CallOption) (*HotKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HotKeysResponse)
+	err := c.cc.Invoke(ctx, LockService_HotKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -476,6 +493,12 @@ type LockServiceServer interface {
 	// mode answers from the server's watch-fed index of held grants, at most
 	// one watch delivery delay behind the backend.
 	CheckToken(context.Context, *CheckTokenRequest) (*CheckTokenResponse, error)
+	// HotKeys answers which keys under a prefix were hottest on this lockd
+	// process over its recent window (30 to 60 s): by summed wait before a
+	// grant, by summed hold of ended grants, and by Acquires admitted to
+	// wait (C2 #ct2-hotkeys). Authorised like List (read under the prefix);
+	// a caller who may read only part of the prefix sees only its keys.
+	HotKeys(context.Context, *HotKeysRequest) (*HotKeysResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -530,6 +553,9 @@ func (UnimplementedLockServiceServer) CloseSessions(context.Context, *CloseSessi
 }
 func (UnimplementedLockServiceServer) CheckToken(context.Context, *CheckTokenRequest) (*CheckTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckToken not implemented")
+}
+func (UnimplementedLockServiceServer) HotKeys(context.Context, *HotKeysRequest) (*HotKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HotKeys not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -804,6 +830,24 @@ func _LockService_CheckToken_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_HotKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HotKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).HotKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_HotKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).HotKeys(ctx, req.(*HotKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -862,6 +906,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckToken",
 			Handler:    _LockService_CheckToken_Handler,
+		},
+		{
+			MethodName: "HotKeys",
+			Handler:    _LockService_HotKeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

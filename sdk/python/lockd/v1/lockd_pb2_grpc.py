@@ -90,6 +90,11 @@ class LockServiceStub(object):
                 request_serializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenRequest.SerializeToString,
                 response_deserializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenResponse.FromString,
                 )
+        self.HotKeys = channel.unary_unary(
+                '/lockd.v1.LockService/HotKeys',
+                request_serializer=lockd_dot_v1_dot_lockd__pb2.HotKeysRequest.SerializeToString,
+                response_deserializer=lockd_dot_v1_dot_lockd__pb2.HotKeysResponse.FromString,
+                )
 
 
 class LockServiceServicer(object):
@@ -268,6 +273,17 @@ class LockServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HotKeys(self, request, context):
+        """HotKeys answers which keys under a prefix were hottest on this lockd
+        process over its recent window (30 to 60 s): by summed wait before a
+        grant, by summed hold of ended grants, and by Acquires admitted to
+        wait (C2 #ct2-hotkeys). Authorised like List (read under the prefix);
+        a caller who may read only part of the prefix sees only its keys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LockServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -345,6 +361,11 @@ def add_LockServiceServicer_to_server(servicer, server):
                     servicer.CheckToken,
                     request_deserializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenRequest.FromString,
                     response_serializer=lockd_dot_v1_dot_lockd__pb2.CheckTokenResponse.SerializeToString,
+            ),
+            'HotKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.HotKeys,
+                    request_deserializer=lockd_dot_v1_dot_lockd__pb2.HotKeysRequest.FromString,
+                    response_serializer=lockd_dot_v1_dot_lockd__pb2.HotKeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -609,5 +630,22 @@ class LockService(object):
         return grpc.experimental.unary_unary(request, target, '/lockd.v1.LockService/CheckToken',
             lockd_dot_v1_dot_lockd__pb2.CheckTokenRequest.SerializeToString,
             lockd_dot_v1_dot_lockd__pb2.CheckTokenResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def HotKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/lockd.v1.LockService/HotKeys',
+            lockd_dot_v1_dot_lockd__pb2.HotKeysRequest.SerializeToString,
+            lockd_dot_v1_dot_lockd__pb2.HotKeysResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
