@@ -49,7 +49,7 @@ var sdkSkipped = map[string]string{
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
-	"deadlock":               "the Python and TypeScript SDKs have no opt-out (WithoutDeadlockCheck) yet; their lockd.Deadlock and DeadlockError are tested in sdk/python/tests/test_unit.py and sdk/typescript/test/unit/errors.test.ts",
+	"deadlock":               "the TypeScript SDK has no opt-out (WithoutDeadlockCheck) yet and the agents share one scenario list; Python's refusal and no_deadlock_check: sdk/python/tests/test_integration.py test_deadlock (both backends); TypeScript's DeadlockError: sdk/typescript/test/unit/errors.test.ts",
 }
 
 // sdkBackends are the rows the agents run on: the base backends (the TLS
