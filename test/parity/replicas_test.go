@@ -79,10 +79,11 @@ func newReplicaEnv(t *testing.T, bins binaries, name string) *replicaEnv {
 	return e
 }
 
-// replicas starts n lockd replicas on one fresh backend state.
-func (e *replicaEnv) replicas(t *testing.T, n int) []*lockd {
+// replicas starts n lockd replicas on one fresh backend state; extra
+// flags come after the suite's own (a later flag wins).
+func (e *replicaEnv) replicas(t *testing.T, n int, extra ...string) []*lockd {
 	t.Helper()
-	flags := e.lineage(t)
+	flags := append(e.lineage(t), extra...)
 	rs := make([]*lockd, n)
 	for i := range rs {
 		rs[i] = startLockd(t, e.bins, flags)
@@ -209,11 +210,17 @@ func printReplicaTable(results []result) {
 // Remaining − margin) passed at + TTL − margin.
 func heartbeatAfter(t *testing.T, s *client.Session, at time.Time, who string) {
 	t.Helper()
-	testkit.Eventually(t, 3*ttl+slack, who+"'s heartbeat answered after "+at.Format("15:04:05.000"), func() bool {
+	heartbeatAfterTTL(t, s, at, who, ttl)
+}
+
+// heartbeatAfterTTL is heartbeatAfter for sessions of TTL sessionTTL.
+func heartbeatAfterTTL(t *testing.T, s *client.Session, at time.Time, who string, sessionTTL time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, 3*sessionTTL+slack, who+"'s heartbeat answered after "+at.Format("15:04:05.000"), func() bool {
 		if err := s.Err(); err != nil {
 			t.Fatalf("%s ended (deadline %s): %v", who, s.Deadline().Format("15:04:05.000"), err)
 		}
-		return s.Deadline().After(at.Add(ttl - margin))
+		return s.Deadline().After(at.Add(sessionTTL - margin))
 	})
 }
 
@@ -314,6 +321,22 @@ func liveOrErr(s *client.Session) string {
 // replicas, two per replica.
 const rollingRestartSessions = 6
 
+// rollingRestartTTL is the session TTL of rollingRestart's replicas, as the
+// chaos suite's replicaTTL (test/chaos/runner/replicas.go) and for the same
+// reason; the suite's 3 s (ttl) stays for every other scenario. A session
+// survives the restarts when some replica answers one of its heartbeats
+// before its deadline, sent + Remaining − margin. On etcd Remaining counts
+// from the answering replica's last answered lease keepalive (one every
+// TTL/3), so at TTL 3 s the window from a send is about 3 − 1 − 0.5 s less
+// etcd's latency: 1.4 s in the traced failure (issue 21, docs/reliability.md
+// "rolling-restart at TTL 3 s: the traced loss"), which a loaded two-core
+// machine spent on answers of 0.2–0.5 s, a stall move to the replica just
+// restarted (its adoption's etcd reads took 0.3–0.9 s), a second stall move
+// to the replica then draining (connection refused) and the way back. 5 s
+// leaves about 2.8 s for the same steps; the scenario's run time is set by
+// the restarts, not by the TTL.
+const rollingRestartTTL = 5 * time.Second
+
 // rollingRestart: three replicas under load (six sessions, each on its own
 // client whose list starts at replica i mod 3, acquiring and releasing two
 // keys in turn, and holding one lock of its own throughout); the replicas are restarted one at a time — SIGTERM
@@ -323,7 +346,7 @@ const rollingRestartSessions = 6
 // the last restart.
 func rollingRestart(t *testing.T, e *replicaEnv) string {
 	ctx := testCtx(t)
-	rs := e.replicas(t, 3)
+	rs := e.replicas(t, 3, "--session-ttl", rollingRestartTTL.String())
 	keys := []string{"rolling-restart/a", "rolling-restart/b"}
 	type loader struct {
 		s      *client.Session
@@ -367,7 +390,7 @@ func rollingRestart(t *testing.T, e *replicaEnv) string {
 		}()
 	}
 	// The waits for grants are derived from the TTL, as heartbeatAfter's:
-	// 3×ttl+slack. With no session lost (the point of the scenario) a
+	// 3×rollingRestartTTL+slack. With no session lost (the point of the scenario) a
 	// grant needs no expiry, only round trips and the other five sessions'
 	// holds of the two keys, each released at once; a session that gets
 	// none in three TTLs has heartbeated about nine times meanwhile, so it
@@ -375,7 +398,7 @@ func rollingRestart(t *testing.T, e *replicaEnv) string {
 	// loaded 2-core machine under -race (scheduling, a three-member etcd's
 	// fsyncs, watch delivery): a sitting at load average 9-11 on two cores
 	// ran the scenario 4 times in 4 with the tighter ttl+slack.
-	testkit.Eventually(t, 3*ttl+slack, "every session granted once before the restarts", func() bool {
+	testkit.Eventually(t, 3*rollingRestartTTL+slack, "every session granted once before the restarts", func() bool {
 		for _, l := range ls {
 			if l.grants.Load() == 0 {
 				return false
@@ -397,10 +420,10 @@ func rollingRestart(t *testing.T, e *replicaEnv) string {
 		before[i] = l.grants.Load()
 	}
 	for i, l := range ls {
-		heartbeatAfter(t, l.s, lastAt, fmt.Sprintf("session %d", i))
+		heartbeatAfterTTL(t, l.s, lastAt, fmt.Sprintf("session %d", i), rollingRestartTTL)
 	}
 	// From every session answered by a replica after the last restart.
-	testkit.Eventually(t, 3*ttl+slack, "every session granted again after the last restart", func() bool {
+	testkit.Eventually(t, 3*rollingRestartTTL+slack, "every session granted again after the last restart", func() bool {
 		for i, l := range ls {
 			if l.grants.Load() == before[i] && l.s.Err() == nil {
 				return false
