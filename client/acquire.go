@@ -195,7 +195,21 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 	delete(s.leaving, req.Key)
 	s.mu.Unlock()
 	pending.stop()
-	// The session's end also ends the wait.
+	resp, sent, err := s.send(ctx, req, untilCtx)
+	if err != nil {
+		return nil, err
+	}
+	if !resp.GetGranted() {
+		return nil, ErrLocked
+	}
+	d := s.extend(sent, ms(resp.GetRemainingMs()))
+	return s.addLock(req.Key, resp.GetToken(), d)
+}
+
+// send sends req until it is answered, as acquire describes, and returns
+// the answer with the send time of the request that got it. The session's
+// end also ends the wait (its error then).
+func (s *Session) send(ctx context.Context, req *lockdv1.AcquireRequest, untilCtx bool) (*lockdv1.AcquireResponse, time.Time, error) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
@@ -218,17 +232,13 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 		}
 	})
 	if serr := s.Err(); serr != nil && ctx.Err() == nil {
-		return nil, serr // the session ended while waiting
+		return nil, sent, serr // the session ended while waiting
 	}
 	if err != nil {
 		s.checkServerErr(err)
-		return nil, err
+		return nil, sent, err
 	}
-	if !resp.GetGranted() {
-		return nil, ErrLocked
-	}
-	d := s.extend(sent, ms(resp.GetRemainingMs()))
-	return s.addLock(req.Key, resp.GetToken(), d)
+	return resp, sent, nil
 }
 
 // addLock records a granted lock trusted until deadline (the grant reply's

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -82,6 +81,7 @@ type runFlags struct {
 	exclusive    bool
 	lockDelay    time.Duration
 	maxHold      time.Duration
+	all          bool // several keys (run_all.go)
 }
 
 // acquireOpts are the SDK options of --limit, --shared, --exclusive,
@@ -171,8 +171,24 @@ Exit status:
              changes it)
   81         --wait ran out before the lock was granted
   124        CMD ran longer than --max-runtime; CMD was terminated
-  126, 127   CMD could not be executed, or was not found`,
-		Args: func(_ *cobra.Command, args []string) error {
+  126, 127   CMD could not be executed, or was not found
+
+--all holds several keys at once, or none: lockd run --all K1 K2 -- CMD.
+Every argument before "--" is then a key (1 to 64, no key twice) and "--"
+is required; without --all the first argument is the one KEY and
+everything after it (after an optional "--") is CMD, so "lockd run K cmd
+-- x" runs "cmd -- x" under K. The keys are taken in ascending order, each
+in its FIFO queue, so runs naming overlapping keys in any order never
+deadlock. CMD gets LOCKD_KEY_COUNT, LOCKD_KEY_1.., LOCKD_FENCING_TOKEN_1..
+(in the order given) and LOCKD_FENCING_TOKENS (space-separated) instead of
+LOCKD_KEY and LOCKD_FENCING_TOKEN. Losing any key stops CMD (exit 75); a
+failed --wait holds nothing. Not with --limit, --shared, --exclusive,
+--lock-delay or --max-hold.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all, _ := cmd.Flags().GetBool("all"); all {
+				_, _, err := splitRunAllArgs(args)
+				return err
+			}
 			if _, _, err := splitRunArgs(args); err != nil {
 				return err
 			}
@@ -191,9 +207,18 @@ Exit status:
 	cmd.Flags().BoolVar(&rf.exclusive, "exclusive", false, "take KEY as the writer side of a read/write lock (alone; blocks later --shared runs while it waits)")
 	cmd.Flags().DurationVar(&rf.lockDelay, "lock-delay", 0, "after the lock ends involuntarily (expired, revoked, --max-hold) nobody gets KEY for this long (default: none)")
 	cmd.Flags().DurationVar(&rf.maxHold, "max-hold", 0, "the server revokes the lock once held this long (1s..168h; default: no limit)")
+	cmd.Flags().BoolVar(&rf.all, "all", false, "every argument before \"--\" is a key: hold them all at once, or none (K1 K2 ... -- CMD)")
 	cmd.Flags().StringVar(&rf.owner, "owner", "", "name of this holder (e.g. host/job; default \"HOST (pid PID, CMD)\"), shown by inspect and ls, passed to CMD as "+EnvOwner)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		key, argv, _ := splitRunArgs(args)
+		var keys []string
+		if rf.all {
+			keys, argv, _ = splitRunAllArgs(args)
+			key = strings.Join(keys, ", ")
+			if err := rf.checkAllFlags(); err != nil {
+				return err
+			}
+		}
 		switch {
 		case rf.ttl < 0:
 			return usageErrorf("--ttl must not be negative")
@@ -226,7 +251,7 @@ Exit status:
 		if cmd.Flags().Changed("conflict-exit-code") && (waitForever || rf.wait != 0) {
 			return usageErrorf("--conflict-exit-code applies with --wait 0 only (a --wait that runs out exits %d)", ExitWaitTimeout)
 		}
-		r := &runner{e: e, flags: rf, waitForever: waitForever, key: key, argv: argv}
+		r := &runner{e: e, flags: rf, waitForever: waitForever, key: key, keys: keys, argv: argv}
 		return r.run(cmd.Context())
 	}
 	return cmd
@@ -252,6 +277,7 @@ type runner struct {
 	flags       *runFlags
 	waitForever bool
 	key         string
+	keys        []string // --all: every key (run_all.go); key joins them for messages
 	argv        []string
 	cmdName     string // "elect" for lockd elect; "" is run
 }
@@ -312,6 +338,9 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	}
 	defer closeSession()
+	if r.keys != nil {
+		return r.runAll(ctx, c, s) // run_all.go
+	}
 
 	l, err := r.acquire(ctx, c, s)
 	if err != nil {
@@ -527,8 +556,7 @@ func (r *runner) runLocked(ctx context.Context, l held) (int, error) {
 	default:
 	}
 	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	cmd.Env = append(withoutVars(r.e.environ(), EnvKey, EnvFencingToken, EnvOwner),
-		EnvKey+"="+r.key, EnvFencingToken+"="+strconv.FormatUint(l.Token(), 10))
+	cmd.Env = append(withoutRunVars(r.e.environ()), r.lockEnv(l)...) // run_all.go
 	if r.flags.owner != "" {
 		cmd.Env = append(cmd.Env, EnvOwner+"="+r.flags.owner)
 	}

@@ -310,7 +310,7 @@ func TestNamingRules(t *testing.T) {
 		if k.Env != w[0] || k.Flag != w[1] {
 			t.Errorf("%s: env=%s flag=%s, want env=%s flag=%s", k.Name, k.Env, k.Flag, w[0], w[1])
 		}
-		if reservedEnv[k.Env] || strings.HasPrefix(k.Env, reservedEnvPrefix) {
+		if reserved(k.Env) {
 			t.Errorf("%s: env %s is reserved", k.Name, k.Env)
 		}
 		// The package doc's table must list the key with both names.
@@ -427,7 +427,7 @@ func TestAccepted(t *testing.T) {
 		check func(Config) bool
 	}{
 		{name: "reserved env ignored",
-			env:   []string{"LOCKD_SERVER=h:1", "LOCKD_KEY=k", "LOCKD_FENCING_TOKEN=7", "LOCKD_OWNER=web-3", "LOCKD_TEST_PG_DSN=x", "PATH=/bin", "LOCKDX=1"},
+			env:   []string{"LOCKD_SERVER=h:1", "LOCKD_KEY=k", "LOCKD_FENCING_TOKEN=7", "LOCKD_OWNER=web-3", "LOCKD_KEY_COUNT=2", "LOCKD_KEY_1=a", "LOCKD_FENCING_TOKEN_1=7", "LOCKD_FENCING_TOKENS=7 8", "LOCKD_TEST_PG_DSN=x", "PATH=/bin", "LOCKDX=1"},
 			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},
 		{name: "null and empty sections", file: "lock:\n  session:\n  etcd: {}\n  pg:\n    dsn:\n",
 			check: func(c Config) bool { return reflect.DeepEqual(c, DefaultConfig()) }},

@@ -124,7 +124,8 @@
 // variables are not configuration and Load ignores them: LOCKD_SERVER (the
 // address client commands dial), LOCKD_TLS_CA, LOCKD_TLS_CERT, LOCKD_TLS_KEY
 // and LOCKD_TLS_SERVER_NAME (the client commands' TLS), LOCKD_TOKEN_FILE (their
-// bearer token), LOCKD_KEY, LOCKD_FENCING_TOKEN and LOCKD_OWNER
-// (set by `lockd run` for its child), and every LOCKD_TEST_* variable (test
+// bearer token), LOCKD_KEY, LOCKD_FENCING_TOKEN, LOCKD_OWNER,
+// LOCKD_KEY_COUNT, LOCKD_FENCING_TOKENS and every LOCKD_KEY_<n> and
+// LOCKD_FENCING_TOKEN_<n> (set by `lockd run` for its child), and every LOCKD_TEST_* variable (test
 // harnesses).
 package config

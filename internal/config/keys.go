@@ -112,7 +112,26 @@ var reservedEnv = map[string]bool{"LOCKD_SERVER": true, "LOCKD_KEY": true, "LOCK
 	// The client commands' TLS settings (C5 #ct5-tls).
 	"LOCKD_TLS_CA": true, "LOCKD_TLS_CERT": true, "LOCKD_TLS_KEY": true, "LOCKD_TLS_SERVER_NAME": true,
 	// The client commands' bearer token file (C5 #ct5-auth).
-	"LOCKD_TOKEN_FILE": true}
+	"LOCKD_TOKEN_FILE": true,
+	// lockd run --all's (C5 #ct5-run-keys); LOCKD_KEY_<n> and
+	// LOCKD_FENCING_TOKEN_<n> are reservedRunPrefixes.
+	"LOCKD_KEY_COUNT": true, "LOCKD_FENCING_TOKENS": true}
+
+// reservedRunPrefixes start the numbered variables of lockd run --all.
+var reservedRunPrefixes = []string{"LOCKD_KEY_", "LOCKD_FENCING_TOKEN_"}
+
+// reserved reports whether the LOCKD_ variable name is not configuration.
+func reserved(name string) bool {
+	if reservedEnv[name] || strings.HasPrefix(name, reservedEnvPrefix) {
+		return true
+	}
+	for _, p := range reservedRunPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
 
 const (
 	envPrefix         = "LOCKD_"

@@ -196,7 +196,7 @@ func envLayer(environ func() []string) (layer, []error) {
 		Prefix:      envPrefix,
 		EnvironFunc: environ,
 		TransformFunc: func(name, value string) (string, any) {
-			if reservedEnv[name] || strings.HasPrefix(name, reservedEnvPrefix) || value == "" {
+			if reserved(name) || value == "" {
 				return "", nil
 			}
 			key, ok := keyByEnv[name]

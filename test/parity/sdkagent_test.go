@@ -49,7 +49,7 @@ var sdkSkipped = map[string]string{
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
-	"deadlock":               "the Python and TypeScript SDKs have no opt-out (WithoutDeadlockCheck) yet; their lockd.Deadlock and DeadlockError are tested in sdk/python/tests/test_unit.py and sdk/typescript/test/unit/errors.test.ts",
+	"deadlock":               "the agents' JSON-lines protocol has no deadlock-check opt-out yet; both SDKs' refusal and opt-out are tested against real servers on both backends: sdk/python/tests/test_integration.py test_deadlock, sdk/typescript/test/integration/lockd.test.ts \"deadlock\"",
 }
 
 // sdkBackends are the rows the agents run on: the base backends (the TLS

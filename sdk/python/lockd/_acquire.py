@@ -44,15 +44,19 @@ class AcquireMixin:
 
     def acquire(self, key: str, timeout: float | None = None, cancel: Cancel | None = None, *, value: bytes = b"",
                 limit: int = 0, shared: bool = False, exclusive: bool = False, lock_delay: float | None = None,
-                max_hold: float | None = None) -> "Lock":
+                max_hold: float | None = None, no_deadlock_check: bool = False) -> "Lock":
         """Takes the lock named key, waiting in the key's FIFO queue until it
         is granted, ``timeout`` seconds pass (:class:`lockd.WaitTimeout`),
         ``cancel`` fires (:class:`lockd.Cancelled`) or the session ends.
+        A wait that closes a cycle of waiting sessions raises
+        :class:`lockd.Deadlock` (never retried) unless ``no_deadlock_check``
+        (docs/contracts/C2.md #ct2-deadlock).
         ``limit`` makes the key a semaphore of N; ``shared``/``exclusive`` a
         read/write lock; ``lock_delay``/``max_hold`` (seconds) plain locks
         only. The place in the queue survives retries and replica moves; when
         acquire gives up it is left (LeaveQueue)."""
         req = self._request(key, value, limit, shared, exclusive, lock_delay, max_hold, True)
+        req.no_deadlock_check = no_deadlock_check
         if timeout is not None:
             if timeout < 0:
                 raise errors.InvalidArgument("timeout: negative", field="timeout")

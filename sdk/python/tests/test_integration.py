@@ -33,6 +33,42 @@ class IntegrationTest(unittest.TestCase):
             with self.subTest(backend=b):
                 fn(b, self.client(b))
 
+    def test_deadlock(self):
+        """C2 #ct2-deadlock: A holds a and waits for b, B holds b and waits
+        for a; the closing wait raises lockd.Deadlock naming both keys (not
+        retried), A is granted once B releases. With no_deadlock_check on
+        B's wait, A's (older) wait is refused instead."""
+        def run(b, c):
+            for opt_out in (False, True):
+                ka, kb = f"dl/{opt_out}/a", f"dl/{opt_out}/b"
+                with c.session() as sa, c.session() as sb:
+                    la, lb = sa.acquire(ka, timeout=10), sb.acquire(kb, timeout=10)
+                    got = {}
+
+                    def wait(name, s, key, **kw):
+                        try:
+                            got[name] = s.acquire(key, timeout=30, **kw)
+                        except lockd.LockdError as e:
+                            got[name] = e
+                    ta = threading.Thread(target=wait, args=("a", sa, kb))
+                    ta.start()
+                    self.assertTrue(poll(lambda: len(c.inspect(kb).waiters) == 1, timeout=10))
+                    tb = threading.Thread(target=wait, args=("b", sb, ka), kwargs={"no_deadlock_check": opt_out})
+                    tb.start()
+                    victim, other, give, keep = ("a", "b", la, lb) if opt_out else ("b", "a", lb, la)
+                    self.assertTrue(poll(lambda: victim in got, timeout=10), (b, opt_out, got))
+                    err = got[victim]
+                    self.assertIsInstance(err, lockd.Deadlock, (b, opt_out))
+                    self.assertEqual(err.keys, [ka, kb])
+                    self.assertNotIn(other, got)
+                    give.release()
+                    (ta if other == "a" else tb).join(30)
+                    (tb if other == "a" else ta).join(30)
+                    self.assertIsInstance(got[other], lockd.Lock, (b, opt_out, got))
+                    got[other].release()
+                    keep.release()
+        self.each(run)
+
     def test_check_token(self):
         """C2 #ct2-check-token: the holder's token is current in both modes,
         stale after the key passes to another session; a free key is not

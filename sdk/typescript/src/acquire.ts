@@ -31,6 +31,11 @@ export interface TryAcquireOptions {
 export interface AcquireOptions extends TryAcquireOptions {
   /** How long to wait in the queue before WaitTimeoutError; 0 or absent: until granted or aborted. */
   waitTimeoutMs?: number;
+  /**
+   * Opts this wait out of deadlock refusal (C2 #ct2-deadlock): it still counts when the server looks for cycles of
+   * waiting sessions but is never the one refused with DeadlockError. For callers that queue on purpose.
+   */
+  noDeadlockCheck?: boolean;
 }
 
 function buildRequest(s: Session, key: string, o: TryAcquireOptions, wait: boolean): AcquireRequest {
@@ -65,6 +70,7 @@ function buildRequest(s: Session, key: string, o: TryAcquireOptions, wait: boole
 /** Session.acquire: waits in the key's FIFO queue, keeping its place across retries (C2 #ct2-keep-place). */
 export async function acquire(s: Session, key: string, o: AcquireOptions): Promise<Lock> {
   const req = buildRequest(s, key, o, true);
+  req.noDeadlockCheck = o.noDeadlockCheck ?? false;
   const wt = o.waitTimeoutMs ?? 0;
   checkWholeMs("wait_timeout", Math.ceil(wt));
   req.waitTimeoutMs = BigInt(Math.ceil(wt)); // round up: never wait less than asked

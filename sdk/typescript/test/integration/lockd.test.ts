@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  InvalidArgumentError, LimitMismatchError, LockedError, LockLostError, MaxHoldError, NotOwnerError, ReleasedError, WaitTimeoutError, type Lock,
+  DeadlockError, InvalidArgumentError, LimitMismatchError, LockedError, LockLostError, MaxHoldError, NotOwnerError, ReleasedError, WaitTimeoutError, type Lock,
 } from "../../src/index.js";
 import { backend, client, eventually, key } from "./env.js";
 
@@ -225,4 +225,29 @@ test("checkToken: current, stale after a re-grant, a free key, token 0 refused (
   assert.equal((await c.checkToken(key("check-free"), 7n)).current, false);
   await assert.rejects(c.checkToken(k, 0n), (e) => e instanceof InvalidArgumentError);
   await lb.release();
+});
+
+test("deadlock: the closing wait is refused with both keys, the other granted after the release; noDeadlockCheck moves the refusal (C2 #ct2-deadlock)", { timeout: 60_000 }, async (t) => {
+  const c = client(t);
+  for (const optOut of [false, true]) {
+    const ka = key(`dl-${optOut}-a`);
+    const kb = key(`dl-${optOut}-b`);
+    const a = await c.newSession();
+    const b = await c.newSession();
+    const la = await a.acquire(ka);
+    const lb = await b.acquire(kb);
+    const settle = (p: Promise<unknown>) => p.then((v) => ({ v }), (e: unknown) => ({ e }));
+    const aw = settle(a.acquire(kb));
+    await eventually(10_000, "a queued for b", async () => (await c.inspect(kb)).waiters.length === 1);
+    const bw = settle(b.acquire(ka, { noDeadlockCheck: optOut }));
+    const [victim, other, give, keep] = optOut ? [aw, bw, la, lb] : [bw, aw, lb, la];
+    const r = await victim;
+    assert.ok("e" in r && r.e instanceof DeadlockError, `optOut=${optOut}: ${String("e" in r ? r.e : "granted")}`);
+    assert.deepEqual((r.e as DeadlockError).keys, [ka, kb].sort());
+    await give.release();
+    const o = await other;
+    assert.ok("v" in o, `optOut=${optOut}: the other wait failed: ${String("e" in o ? o.e : "")}`);
+    await (o.v as Lock).release();
+    await keep.release();
+  }
 });
