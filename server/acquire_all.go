@@ -19,21 +19,11 @@ import (
 func (s service) acquireAll(ctx context.Context, req *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
 	recv := time.Now()
 	id := store.SessionID(req.SessionId)
-	if err := s.checkAcquireAll(req); err != nil {
+	r, err := s.beginAcquire(ctx, id, req.SessionSecret, s.checkAcquireAll(req)) // service.go
+	if err != nil {
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
-	if err := s.refuseWhileDraining(); err != nil { // drain.go
-		return nil, s.toStatus(ctx, "Acquire", err)
-	}
-	if err := s.checkSecret(ctx, "Acquire", id, req.SessionSecret); err != nil {
-		return nil, s.toStatus(ctx, "Acquire", err)
-	}
-	r, ending := s.sess.PinUse(id)
-	defer s.sess.Unpin(r)
-	defer s.sess.EndRead(r)
-	if ending {
-		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
-	}
+	defer s.endAcquire(r)
 	mark := s.sess.CloseMark(r)
 	slots := make([]*acquireSlot, 0, len(req.Keys))
 	defer func() {
@@ -52,7 +42,6 @@ func (s service) acquireAll(ctx context.Context, req *lockdv1.AcquireRequest) (*
 	var (
 		gs      []store.Grant
 		granted bool
-		err     error
 	)
 	if req.Wait {
 		wctx, done := s.waitContext(ctx, req.WaitTimeoutMs)

@@ -20,22 +20,7 @@ func TestHTTPBadInput(t *testing.T) {
 	srv := startHTTP(t, backend.Etcd, lockdtest.Options{})
 	c := newJClient(t, "http://"+srv.HTTPAddr, nil)
 
-	field := func(out obj) string {
-		details, _ := out["details"].([]any)
-		for _, d := range details {
-			m, _ := d.(obj)
-			vs, _ := m["field_violations"].([]any)
-			if len(vs) == 0 {
-				vs, _ = m["fieldViolations"].([]any)
-			}
-			for _, v := range vs {
-				if f, _ := v.(obj)["field"].(string); f != "" {
-					return f
-				}
-			}
-		}
-		return ""
-	}
+	field := fieldOf // http_refusals_test.go
 
 	st, out := c.do("GET", "/v1/locks/jobs/%FF%FE", nil)
 	wantErr(t, "GET /v1/locks/jobs/%FF%FE", st, out, http.StatusBadRequest, wireerr.ReasonInvalidArgument)

@@ -218,8 +218,9 @@ func TestTemplateStatsPolicy(t *testing.T) {
 }
 
 // TestStatsDisabled: with lock.server.stats.enabled false the per-template
-// metrics are not registered (C5 #ct5-stats); TestTemplateStats is the
-// control with the default.
+// metrics are not registered and HotKeys answers empty, not enabled (C5
+// #ct5-stats); TestTemplateStats and TestHotKeys are the controls with the
+// default.
 func TestStatsDisabled(t *testing.T) {
 	cfg := lockdtest.Config()
 	cfg.StatsEnabled = false
@@ -236,6 +237,9 @@ func TestStatsDisabled(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
+	}
+	if hk, err := srv.Client.HotKeys(ctx, "", 0); err != nil || hk.Enabled || len(hk.ByWait)+len(hk.ByHold)+len(hk.ByContention) != 0 {
+		t.Errorf("HotKeys with lock.server.stats.enabled false = %+v, %v; want empty, not enabled", hk, err)
 	}
 	fams, err := srv.Registry.Gather()
 	if err != nil {

@@ -132,21 +132,11 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 	}
 	recv := time.Now()
 	id := store.SessionID(req.SessionId)
-	if err := s.checkAcquire(req); err != nil {
+	r, err := s.beginAcquire(ctx, id, req.SessionSecret, s.checkAcquire(req))
+	if err != nil {
 		return nil, s.toStatus(ctx, "Acquire", err)
 	}
-	if err := s.refuseWhileDraining(); err != nil { // drain.go
-		return nil, s.toStatus(ctx, "Acquire", err)
-	}
-	if err := s.checkSecret(ctx, "Acquire", id, req.SessionSecret); err != nil {
-		return nil, s.toStatus(ctx, "Acquire", err)
-	}
-	r, ending := s.sess.PinUse(id)
-	defer s.sess.Unpin(r)
-	defer s.sess.EndRead(r) // PinUse began a read: a grant that goes meanwhile is not tracked
-	if ending {
-		return nil, s.toStatus(ctx, "Acquire", fmt.Errorf("acquire: %w", store.ErrSessionDead))
-	}
+	defer s.endAcquire(r)
 	// Taken before the store is asked (sessions.Table.Grant).
 	mark := s.sess.CloseMark(r)
 	slot, err := s.admitAcquire(r, req.Key, req.Wait) // limits.go
@@ -478,4 +468,33 @@ func (s service) SetValue(ctx context.Context, req *lockdv1.SetValueRequest) (*l
 		return nil, s.toStatus(ctx, "SetValue", fmt.Errorf("set value: %w", err))
 	}
 	return &lockdv1.SetValueResponse{}, nil
+}
+
+// beginAcquire makes the checks every Acquire makes before its session is
+// used — the request's own (checked, already made), the drain (drain.go),
+// the session secret — and pins the session for the call with a read begun
+// (sessions.Table.PinUse): a grant that goes meanwhile is not tracked. The
+// caller defers endAcquire(r) when err is nil.
+func (s service) beginAcquire(ctx context.Context, id store.SessionID, secret []byte, checked error) (*sessions.Record, error) {
+	if checked != nil {
+		return nil, checked
+	}
+	if err := s.refuseWhileDraining(); err != nil {
+		return nil, err
+	}
+	if err := s.checkSecret(ctx, "Acquire", id, secret); err != nil {
+		return nil, err
+	}
+	r, ending := s.sess.PinUse(id)
+	if ending {
+		s.endAcquire(r)
+		return nil, fmt.Errorf("acquire: %w", store.ErrSessionDead)
+	}
+	return r, nil
+}
+
+// endAcquire ends what beginAcquire began: the read, then the pin.
+func (s service) endAcquire(r *sessions.Record) {
+	s.sess.EndRead(r)
+	s.sess.Unpin(r)
 }

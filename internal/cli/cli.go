@@ -116,7 +116,7 @@ Start a server with 'lockd serve'; take a lock around a command with
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: ExitUsage, err: err}
 	})
-	root.AddCommand(newServeCmd(e), newRunCmd(e), newInspectCmd(e), newLsCmd(e), newRevokeCmd(e), newWatchCmd(e), newSessionsCmd(e), newCheckCmd(e))
+	root.AddCommand(newServeCmd(e), newRunCmd(e), newInspectCmd(e), newLsCmd(e), newRevokeCmd(e), newWatchCmd(e), newTopCmd(e), newSessionsCmd(e), newCheckCmd(e))
 	root.AddCommand(newElectCmd(e), newLeaderCmd(e))
 	root.AddCommand(newBenchCmd(e), newAuthCmd(e))
 	root.AddCommand(newVersionCmd(e), newHealthCmd(e))
