@@ -329,7 +329,7 @@ const rollingRestartSessions = 6
 // from the answering replica's last answered lease keepalive (one every
 // TTL/3), so at TTL 3 s the window from a send is about 3 − 1 − 0.5 s less
 // etcd's latency: 1.4 s in the traced failure (issue 21, docs/reliability.md
-// "rolling-restart at TTL 3 s: the traced loss"), which a loaded two-core
+// "Parity", "The traced loss, and the row's TTL since"), which a loaded two-core
 // machine spent on answers of 0.2–0.5 s, a stall move to the replica just
 // restarted (its adoption's etcd reads took 0.3–0.9 s), a second stall move
 // to the replica then draining (connection refused) and the way back. 5 s
