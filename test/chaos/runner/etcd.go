@@ -34,6 +34,7 @@ type etcdNode struct {
 	mu    sync.Mutex
 	p     *process
 	start int
+	down  addrHold // the client and peer addresses, while killed (kill)
 }
 
 // freePort asks the kernel for a free loopback port.
@@ -209,11 +210,16 @@ func (e *etcdNode) proc() *process {
 	return e.p
 }
 
-// kill SIGKILLs the member.
-func (e *etcdNode) kill() { e.proc().kill() }
+// kill SIGKILLs the member and holds its addresses until restart.
+func (e *etcdNode) kill() {
+	e.proc().kill()
+	e.down.hold(hostPort(e.clientURL), hostPort(e.peerURL))
+}
 
-// restart starts the member again on its URLs and data directory.
+// restart starts the member again on its URLs and data directory, then
+// releases the hold kill put on its addresses.
 func (e *etcdNode) restart() error {
+	defer e.down.release()
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if err = e.launch(); err == nil {
@@ -226,6 +232,7 @@ func (e *etcdNode) restart() error {
 
 // stop shuts the member down; an error if it had died on its own.
 func (e *etcdNode) stop() error {
+	defer e.down.release() // held if a cycle failed between a kill and its restart
 	p := e.proc()
 	if p.done() {
 		return p.failure()

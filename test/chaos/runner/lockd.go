@@ -39,9 +39,8 @@ type lockdProc struct {
 	mu    sync.Mutex
 	addr  string // fixed after the first start
 	p     *process
-	start int  // incarnations started
-	held  int  // a socket bound to addr while the server is down (holdAddr)
-	hold  bool // held is open
+	start int      // incarnations started
+	gone  addrHold // addr, while the server is down (holdAddr)
 }
 
 func (c lockdConfig) args(listen string) []string {
@@ -134,23 +133,9 @@ func (l *lockdProc) down() {
 	l.holdAddr()
 }
 
-// holdAddr binds a socket to the address of the server, which has exited,
-// without listening on it, until restart has started the server again:
-// clients that dial it are refused as before, but the kernel hands the port
-// to no other socket meanwhile (no bind to port 0, no outgoing connection's
-// local port). Without it a restart failed once with "address already in
-// use" on the busy test machine, 5 s after the kill. Both sockets set
-// SO_REUSEADDR (Go's listeners do), so the new server can bind and listen
-// while the hold is still in place; restart releases it then. A hold that
-// fails is no error: the restart just runs without one, as it used to.
-func (l *lockdProc) holdAddr() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.hold {
-		return
-	}
-	l.held, l.hold = bindHold(l.addr)
-}
+// holdAddr holds the address of the server, which has exited, until
+// restart has started it again (addrHold).
+func (l *lockdProc) holdAddr() { l.gone.hold(l.Addr()) }
 
 // bindHold binds a socket to the TCP address addr (IPv4) without listening
 // on it: connections to addr are refused, and the kernel hands the port to
@@ -175,14 +160,7 @@ func bindHold(addr string) (fd int, ok bool) {
 }
 
 // releaseAddr closes the socket holdAddr bound, if any.
-func (l *lockdProc) releaseAddr() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.hold {
-		_ = syscall.Close(l.held)
-		l.hold = false
-	}
-}
+func (l *lockdProc) releaseAddr() { l.gone.release() }
 
 // restart starts the server again on its address, retrying while the port
 // is still being released, then releases the address's hold.
