@@ -19,11 +19,15 @@ test("over HTTP: Heartbeat calls keep a lock past its TTL, each deadline from it
   const real = nodeTransport({});
   let s: Session | undefined;
   const seen: { sent: number; deadline: number }[] = [];
-  let latest = 0; // the latest send time of a call whose answer the SDK got (its deadline may come from any of them)
+  // The latest send time of a call that extends trust (open, acquire, heartbeat) whose answer the SDK got: the
+  // session's deadline may come from any of them.
+  let latest = 0;
   const transport: HttpTransport = {
     async send(a, verb, path, body, signal) {
       const sent = performance.now();
       const r = await real.send(a, verb, path, body, signal);
+      const trustCall = path === "/v1/sessions" || path.endsWith(":acquire") || path.endsWith(":keepalive");
+      if (r.status === 200 && trustCall && !path.endsWith(":keepalive")) latest = Math.max(latest, sent);
       if (!path.endsWith(":keepalive") || r.status !== 200) return r;
       await new Promise((res) => setTimeout(res, SLOW_ANSWER_MS)); // the answer's slow way back
       latest = Math.max(latest, sent);
