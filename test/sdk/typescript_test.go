@@ -104,7 +104,7 @@ func TestTypeScriptSDK(t *testing.T) {
 				"LOCKDTEST_REPO_README": readme, "LOCKDTEST_HTTP_ADDR": srv.HTTPAddr,
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
-				"dist/test/integration/agent.test.js")
+				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {

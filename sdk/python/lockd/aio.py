@@ -222,6 +222,9 @@ class Client:
     async def list(self, prefix: str = "", page_token: str = "", limit: int = 0):
         return await _run(self.sync.list, prefix, page_token, limit)
 
+    async def hot_keys(self, prefix: str = "", limit: int = 0, timeout=-1.0):
+        return await _run(self.sync.hot_keys, prefix, limit, timeout)
+
     async def revoke(self, key: str, timeout=-1.0):
         return await _run(self.sync.revoke, key, timeout)
 

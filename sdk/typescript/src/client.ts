@@ -11,6 +11,7 @@ import {
   CheckConsistency, CheckTokenRequestSchema, CloseSessionsRequestSchema, InspectRequestSchema, ListRequestSchema, ListSessionsRequestSchema, LockMode, RevokeRequestSchema,
   type LockInfo as PbLockInfo,
 } from "./gen/lockd/v1/lockd_pb.js";
+import { hotKeys, type HotKeys } from "./hotkeys.js";
 import { KeepAliver } from "./keepalive.js";
 import { checkKey, checkPrefix, checkTiming, checkWholeMs, MAX_LIST_LIMIT } from "./limits.js";
 import { GrpcApi, type LockApi } from "./rpc.js";
@@ -322,6 +323,17 @@ export class Client {
     const r = await this.retry(opts.signal, (signal) =>
       this.api.list(create(ListRequestSchema, { prefix, pageToken: opts.pageToken ?? "", limit }), { signal }));
     return { locks: r.locks.map((l) => lockInfo(l, true, l.key)), nextPageToken: r.nextPageToken };
+  }
+
+  /**
+   * Which keys under prefix the lockd process this client is connected to
+   * saw waited for and held most over its recent window (30 to 60 s), at most
+   * `limit` per ranking (0: 10; at most 50); see {@link HotKeys} (C2
+   * #ct2-hotkeys). Keys the caller may not read are left out; other replicas
+   * keep their own: ask each.
+   */
+  hotKeys(prefix = "", opts: { limit?: number; signal?: AbortSignal } = {}): Promise<HotKeys> {
+    return hotKeys(this, prefix, opts);
   }
 
   /** Administrative: deletes key's grant whoever holds it (C2 #ct2-spi Revoke). */

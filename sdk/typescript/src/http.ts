@@ -15,7 +15,7 @@ import { create, fromJson, toJson, type DescMessage, type JsonValue, type Messag
 import {
   HeartbeatRequestSchema, KeepAliveResponseSchema, LockService,
   type AcquireRequest, type CheckTokenRequest, type CloseSessionRequest, type CloseSessionsRequest, type CloseSessionsResponse,
-  type InspectRequest, type KeepAliveRequest, type KeepAliveResponse, type LeaveQueueRequest, type ListRequest,
+  type HotKeysRequest, type InspectRequest, type KeepAliveRequest, type KeepAliveResponse, type LeaveQueueRequest, type ListRequest,
   type ListSessionsRequest, type OpenSessionRequest, type ReleaseRequest, type RevokeRequest, type SetValueRequest,
   type WatchRequest, type WatchResponse,
 } from "./gen/lockd/v1/lockd_pb.js";
@@ -122,11 +122,15 @@ const onKey = (verb: "GET" | "POST", prefix: string, suffix: string): Route =>
 const onSession = (suffix: string): Route =>
   ({ verb: "POST", path: (r) => `/v1/sessions/${seg(r["session_id"])}${suffix}`, inPath: ["session_id"] });
 
+/** Acquire's additional binding for several keys at once (C2 #ct2-acquire-all): the keys in the body. */
+const ACQUIRE_ALL: Route = { verb: "POST", path: () => "/v1/locks:acquire", inPath: [] };
+
 const ROUTES: Partial<Record<string, Route>> = {
   OpenSession: { verb: "POST", path: () => "/v1/sessions", inPath: [] },
   Heartbeat: onSession(":keepalive"),
   CloseSession: onSession(":close"),
-  Acquire: onKey("POST", "/v1/locks/", ":acquire"),
+  Acquire: onKey("POST", "/v1/locks/", ":acquire"), // several keys: ACQUIRE_ALL
+  HotKeys: { verb: "GET", path: () => "/v1/hotkeys", inPath: [] },
   Release: onKey("POST", "/v1/locks/", ":release"),
   Revoke: onKey("POST", "/v1/locks/", ":revoke"),
   LeaveQueue: onKey("POST", "/v1/locks/", ":leave"),
@@ -241,7 +245,7 @@ export class HttpApi implements LockApi {
   /** One call of method m to addr; errors mapped, the replica moves of a failed call applied. */
   private async call<M extends Method>(addr: string, m: M, req: MessageShape<M["input"]>, signal?: AbortSignal): Promise<MessageShape<M["output"]>> {
     if (this.closed) throw new UnavailableError("client closed");
-    const route = ROUTES[m.name];
+    const route = m.name === "Acquire" && (req as AcquireRequest).keys?.length ? ACQUIRE_ALL : ROUTES[m.name];
     if (!route) throw new InternalError(`${m.name} has no HTTP route (C2 #ct2-http)`);
     signal?.throwIfAborted();
     const { path, body } = encode(route, m.input, req);
@@ -298,6 +302,7 @@ export class HttpApi implements LockApi {
   list(req: ListRequest, o?: CallOpts) { return this.unary(LockService.method.list, req, o); }
   revoke(req: RevokeRequest, o?: CallOpts) { return this.unary(LockService.method.revoke, req, o); }
   listSessions(req: ListSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.listSessions, req, o); }
+  hotKeys(req: HotKeysRequest, o?: CallOpts) { return this.unary(LockService.method.hotKeys, req, o); }
   closeSessions(_req: CloseSessionsRequest): Promise<CloseSessionsResponse> {
     return Promise.reject(new InternalError("CloseSessions has no HTTP route (C2 #ct2-http): use gRPC"));
   }

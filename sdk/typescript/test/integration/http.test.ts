@@ -4,7 +4,7 @@
 // path), and every deadline it set no later than that call's send time +
 // TTL − margin — the send-time rule (C2 #ct2-deadline), which a deadline
 // counted from the answer's arrival breaks (LOCKD_TSSDK_CONTROL=recvtime).
-// Acquire, inspect, release and watch go over HTTP too.
+// Acquire, inspect, release, hotKeys and watch go over HTTP too.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "../../src/client.js";
@@ -66,6 +66,8 @@ test("over HTTP: Heartbeat calls keep a lock past its TTL, each deadline from it
     seen.map((x) => (x.deadline - x.sent).toFixed(0)).join(", ") + ` ms (TTL ${s.ttlMs}, margin ${s.marginMs})`);
   await l.release();
   assert.equal((await c.inspect(k)).held, false, "released over HTTP");
+  const hk = await c.hotKeys(k, { limit: 5 }); // GET /v1/hotkeys, query prefix and limit
+  assert.equal(typeof hk.enabled, "boolean", "hotKeys over HTTP");
   const ev2 = (await it.next()).value!;
   assert.equal(`${ev2.kind} ${ev2.key}`, `released ${k}`, "watch over HTTP");
   ac.abort();
