@@ -115,6 +115,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		cliCert, cliKey := ca.Issue(t, testkit.CertOptions{CommonName: "tssdk"}).Write(t, files, "client")
 		tcfg := lockdtest.Config()
 		tcfg.TLSCertFile, tcfg.TLSKeyFile, tcfg.TLSClientCAFile, tcfg.TLSClientAuth = srvCert, srvKey, caFile, "require"
+		tcfg.HTTPListen = "127.0.0.1:0" // HTTPS with the same TLS (the HTTP transport's test)
 		tsrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Config: &tcfg})
 
 		const token = "tssdk-token-of-alice-0123456789abcdef"
@@ -131,10 +132,13 @@ func TestTypeScriptSDK(t *testing.T) {
 			t.Fatalf("auth.New: %v", err)
 		}
 		t.Cleanup(func() { _ = az.Close() })
-		asrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Auth: az})
+		acfg := lockdtest.Config()
+		acfg.HTTPListen = "127.0.0.1:0"
+		asrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Auth: az, Config: &acfg})
 		node(t, map[string]string{
 			"LOCKDTEST_TLS_ADDR": tsrv.Addr, "LOCKDTEST_TLS_CA": caFile, "LOCKDTEST_TLS_CERT": cliCert,
 			"LOCKDTEST_TLS_KEY": cliKey, "LOCKDTEST_TOKEN_ADDR": asrv.Addr, "LOCKDTEST_TOKEN_FILE": write("token", token+"\n"),
+			"LOCKDTEST_TLS_HTTP_ADDR": tsrv.HTTPAddr, "LOCKDTEST_TOKEN_HTTP_ADDR": asrv.HTTPAddr,
 		}, "dist/test/integration/security.test.js")
 	})
 }
