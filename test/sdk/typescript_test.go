@@ -92,6 +92,16 @@ func TestTypeScriptSDK(t *testing.T) {
 				set = append(set, r)
 				addrs = append(addrs, r.Addr)
 			}
+			// Two more with the HTTP/JSON API too (replicas tsReplicas and
+			// tsReplicas+1 of the control): the HTTP transport's drain test.
+			hrcfg := cfg
+			hrcfg.HTTPListen = "127.0.0.1:0"
+			var httpAddrs []string
+			for range 2 {
+				r := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &hrcfg})
+				set = append(set, r)
+				httpAddrs = append(httpAddrs, r.HTTPAddr)
+			}
 			// A proxy in front of the first server (the outage tests pause and
 			// cut it) and one in front of the last replica (the failover test
 			// stalls it).
@@ -102,6 +112,7 @@ func TestTypeScriptSDK(t *testing.T) {
 				"LOCKDTEST_REPLICA_PROXY": proxies["replica"].Addr(),
 				"LOCKDTEST_REPLICAS":      strings.Join(addrs, ","), "LOCKDTEST_CONTROL": tsControl(t, set, proxies),
 				"LOCKDTEST_REPO_README": readme, "LOCKDTEST_HTTP_ADDR": srv.HTTPAddr,
+				"LOCKDTEST_HTTP_REPLICAS": strings.Join(httpAddrs, ","), "LOCKDTEST_HTTP_REPLICA_FIRST": strconv.Itoa(tsReplicas),
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
 				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js")

@@ -73,3 +73,22 @@ test("over HTTP: Heartbeat calls keep a lock past its TTL, each deadline from it
   ac.abort();
   await it.return?.();
 });
+
+// TTL 6 s: the lock outlives a TTL after the drained replica stopped only if
+// Heartbeat calls to the other replica were answered meanwhile.
+test("over HTTP: a lock stays trusted while its client leaves a draining replica", { timeout: 60_000 }, async (t) => {
+  const first = Number(need("LOCKDTEST_HTTP_REPLICA_FIRST"));
+  const c = new Client(need("LOCKDTEST_HTTP_REPLICAS"), { http: true, backoffMinMs: 10, backoffMaxMs: 200 });
+  t.after(() => c.close());
+  const s = await c.newSession({ ttlMs: 6000 });
+  const l = await s.acquire(key("http-drain"));
+  const r = await fetch(`${need("LOCKDTEST_CONTROL")}/replica/${first}/stop`, { method: "POST" }); // drains, then stops
+  assert.equal(r.status, 200, await r.text());
+  const stopped = performance.now();
+  await eventually(3 * s.ttlMs, "a TTL after the stop", () => performance.now() > stopped + s.ttlMs || !l.valid());
+  assert.ok(l.valid() && s.valid(), `lock lost over HTTP after the drain: ${l.err ?? s.err}`);
+  const l2 = await s.acquire(key("http-after-drain"), { signal: AbortSignal.timeout(10_000) }); // on the other replica
+  t.diagnostic(`drain: lock kept ${Math.round(performance.now() - stopped)} ms past the stop (TTL ${s.ttlMs} ms)`);
+  await l2.release();
+  await l.release();
+});
