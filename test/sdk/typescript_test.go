@@ -101,7 +101,8 @@ func TestTypeScriptSDK(t *testing.T) {
 				"LOCKDTEST_REPO_README": readme,
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
-				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js")
+				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js",
+				"dist/test/integration/acquire_all.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {
