@@ -115,7 +115,8 @@ func TestTypeScriptSDK(t *testing.T) {
 				"LOCKDTEST_HTTP_REPLICAS": strings.Join(httpAddrs, ","), "LOCKDTEST_HTTP_REPLICA_FIRST": strconv.Itoa(tsReplicas),
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
-				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js")
+				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js",
+				"dist/test/integration/acquire_all.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {
