@@ -4,7 +4,7 @@
 // path), and every deadline it set no later than that call's send time +
 // TTL − margin — the send-time rule (C2 #ct2-deadline), which a deadline
 // counted from the answer's arrival breaks (LOCKD_TSSDK_CONTROL=recvtime).
-// Acquire, inspect, release, hotKeys and watch go over HTTP too.
+// Acquire, acquireAll, inspect, release, hotKeys and watch go over HTTP too.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "../../src/client.js";
@@ -66,6 +66,9 @@ test("over HTTP: Heartbeat calls keep a lock past its TTL, each deadline from it
     seen.map((x) => (x.deadline - x.sent).toFixed(0)).join(", ") + ` ms (TTL ${s.ttlMs}, margin ${s.marginMs})`);
   await l.release();
   assert.equal((await c.inspect(k)).held, false, "released over HTTP");
+  const both = await s.acquireAll([`${k}/y`, `${k}/x`]); // POST /v1/locks:acquire, the keys in the body
+  assert.deepEqual(both.map((x) => x.key), [`${k}/y`, `${k}/x`], "acquireAll over HTTP");
+  for (const x of both) await x.release();
   const hk = await c.hotKeys(k, { limit: 5 }); // GET /v1/hotkeys, query prefix and limit
   assert.equal(typeof hk.enabled, "boolean", "hotKeys over HTTP");
   const ev2 = (await it.next()).value!;
