@@ -34,7 +34,8 @@ def _check_keys(keys) -> list[str]:
 class AcquireAllMixin:
     """Session's calls taking several keys at once."""
 
-    def acquire_all(self, keys, timeout: float | None = None, cancel: Cancel | None = None) -> list["Lock"]:
+    def acquire_all(self, keys, timeout: float | None = None, cancel: Cancel | None = None,
+                    no_deadlock_check: bool = False) -> list["Lock"]:
         """Takes every lock of ``keys`` at once, or none: the server takes
         them in ascending key order, each in its FIFO queue, so two sessions
         asking for overlapping keys in different orders never deadlock.
@@ -43,12 +44,15 @@ class AcquireAllMixin:
         ``timeout`` seconds pass for the whole set
         (:class:`lockd.WaitTimeout`), ``cancel`` fires
         (:class:`lockd.Cancelled`) or the session ends; a wait that closes a
-        cycle of waiting sessions raises :class:`lockd.Deadlock`. On any
+        cycle of waiting sessions raises :class:`lockd.Deadlock` unless
+        ``no_deadlock_check`` (then none of the call's waits is ever a
+        deadlock's victim, C2 #ct2-acquire-all). On any
         error the session holds none of the keys it did not hold before.
         1 to 64 distinct keys, plain locks only (docs/contracts/C2.md
         #ct2-acquire-all)."""
         keys = _check_keys(keys)
-        req = pb.AcquireRequest(session_id=self.id, session_secret=self._secret, keys=keys, wait=True)
+        req = pb.AcquireRequest(session_id=self.id, session_secret=self._secret, keys=keys, wait=True,
+                                no_deadlock_check=no_deadlock_check)
         if timeout is not None:
             if timeout < 0:
                 raise errors.InvalidArgument("timeout: negative", field="timeout")

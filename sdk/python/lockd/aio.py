@@ -163,13 +163,13 @@ class Session(_Lost):
     async def try_acquire(self, key: str, **kw) -> Lock:
         return Lock(await _run(self.sync.try_acquire, key, **kw))
 
-    async def acquire_all(self, keys, timeout: float | None = None) -> list[Lock]:
+    async def acquire_all(self, keys, timeout: float | None = None, no_deadlock_check: bool = False) -> list[Lock]:
         """Takes every lock of keys at once, or none (see
         :meth:`lockd.Session.acquire_all`); cancel the task to give up (grants
         that raced the cancellation are released)."""
         cancel = Cancel()
         task = asyncio.ensure_future(_run(functools.partial(self.sync.acquire_all, keys, timeout=timeout,
-                                                            cancel=cancel)))
+                                                            cancel=cancel, no_deadlock_check=no_deadlock_check)))
         try:
             got = await asyncio.shield(task)
         except asyncio.CancelledError:

@@ -81,6 +81,44 @@ class AcquireAllTest(unittest.TestCase):
                 self.assertIsInstance(got.get("a"), lockd.Lock, (b, got))
         self.each(run)
 
+    def test_acquire_all_deadlock_opt_out(self):
+        """As test_acquire_all_deadlock, but B's acquire_all opts out
+        (no_deadlock_check): A's older wait is refused instead, and B is
+        granted both keys once A releases d/b (the server dropped the option
+        beside keys before 2026-12-06 and refused B)."""
+        def run(b, c):
+            ka, kb, k0 = "aado/a", "aado/b", "aado/0"
+            with c.session() as sa, c.session() as sb:
+                lb = sa.acquire(kb, timeout=10)
+                la = sb.acquire(ka, timeout=10)
+                got = {}
+
+                def wait():
+                    try:
+                        got["a"] = sa.acquire(ka, timeout=30)
+                    except lockd.LockdError as e:
+                        got["a"] = e
+                t = threading.Thread(target=wait)
+                t.start()
+                self.assertTrue(poll(lambda: len(c.inspect(ka).waiters) == 1, timeout=10))
+
+                def wait_all():
+                    try:
+                        got["b"] = sb.acquire_all([kb, k0], timeout=30, no_deadlock_check=True)
+                    except lockd.LockdError as e:
+                        got["b"] = e
+                tb = threading.Thread(target=wait_all)
+                tb.start()
+                t.join(30)
+                self.assertIsInstance(got.get("a"), lockd.Deadlock, (b, got))
+                self.assertNotIn("b", got)
+                lb.release()
+                tb.join(30)
+                self.assertIsInstance(got.get("b"), list, (b, got))
+                for l in got["b"] + [la]:
+                    l.release()
+        self.each(run)
+
     def test_aio_acquire_all(self):
         async def run(b):
             async with lockd.aio.Client(it.addr(b), backoff=(0.01, 0.2)) as c:

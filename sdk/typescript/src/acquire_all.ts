@@ -20,6 +20,8 @@ export interface TryAcquireAllOptions {
 export interface AcquireAllOptions extends TryAcquireAllOptions {
   /** How long to wait for the whole set before WaitTimeoutError; 0 or absent: until granted or aborted. */
   waitTimeoutMs?: number;
+  /** None of the call's waits is ever a deadlock's victim (C2 #ct2-acquire-all, #ct2-deadlock). */
+  noDeadlockCheck?: boolean;
 }
 
 function checkKeys(keys: string[]): void {
@@ -38,6 +40,7 @@ export async function acquireAll(s: Session, keys: string[], o: AcquireAllOption
   checkWholeMs("wait_timeout", Math.ceil(wt));
   const req = create(AcquireRequestSchema, {
     sessionId: s.id, sessionSecret: s.secret, keys: [...keys], wait: true, waitTimeoutMs: BigInt(Math.ceil(wt)),
+    noDeadlockCheck: o.noDeadlockCheck ?? false,
   });
   return send(s, req, wt === 0, o.signal);
 }

@@ -58,3 +58,23 @@ test("acquireAll: a wait that closes a cycle is DeadlockError and gives back the
   const r = await aw;
   assert.ok("v" in r, `a's wait failed: ${String("e" in r ? r.e : "")}`);
 });
+
+test("acquireAll with noDeadlockCheck: the other, older wait is refused and the set is granted (C2 #ct2-acquire-all)", { timeout: 60_000 }, async (t) => {
+  const c = client(t);
+  const base = key("alldlo");
+  const [ka, kb, k0] = ["a", "b", "0"].map((s) => `${base}/${s}`);
+  const a = await c.newSession();
+  const b = await c.newSession();
+  const lb = await a.acquire(kb);
+  const la = await b.acquire(ka);
+  const settle = <T>(p: Promise<T>) => p.then((v) => ({ v }), (e: unknown) => ({ e }));
+  const aw = settle(a.acquire(ka));
+  await eventually(10_000, "a queued for a", async () => (await c.inspect(ka)).waiters.length === 1);
+  const bw = settle(b.acquireAll([kb, k0], { noDeadlockCheck: true }));
+  const r = await aw;
+  assert.ok("e" in r && r.e instanceof DeadlockError, `a's wait: ${String("e" in r ? r.e : "granted")}`);
+  await lb.release();
+  const rb = await bw;
+  assert.ok("v" in rb, `b's acquireAll failed: ${String("e" in rb ? rb.e : "")}`);
+  for (const l of [...rb.v, la]) await l.release();
+});
