@@ -317,7 +317,12 @@ func TestHeldSetAcrossReplicas(t *testing.T) {
 // gRPC, for three TTLs: every heartbeat answer is live and confirms the
 // lock, the holder's trust (send + Remaining − margin, as the SDK computes
 // it) never runs out between heartbeats — the SDK's Done() would never
-// fire — and the waiter keeps waiting. The holder then releases through B
+// fire — and the waiter keeps waiting. Heartbeats follow the SDK's schedule
+// (C2 #ct2-sdk): every TTL/3, or halfway to the deadline when that is
+// sooner. With a fixed TTL/3 tick the loop failed a clean-clone CI run at
+// load 15 (2026-12-06, etcd: an answer's Remaining left less than a tick,
+// and the next tick came 131 ms after the trust ran out), a schedule the
+// SDK never keeps. The holder then releases through B
 // and the waiter gets the key. Before, on etcd B did not know the session
 // (it lived in A's process): its first heartbeat answer was not live.
 func TestReplicaDiesSessionMoves(t *testing.T) {
@@ -375,8 +380,8 @@ func TestReplicaDiesSessionMoves(t *testing.T) {
 		if err != nil {
 			t.Fatalf("KeepAlive on B: %v", err)
 		}
-		tick := time.NewTicker(lockdtest.TTL / 3)
-		defer tick.Stop()
+		pace := time.NewTimer(time.Hour) // reset after each heartbeat
+		defer pace.Stop()
 		for req := uint64(1); time.Since(died) < 3*lockdtest.TTL; req++ {
 			sent := time.Now()
 			if !sent.Before(deadline) {
@@ -401,7 +406,12 @@ func TestReplicaDiesSessionMoves(t *testing.T) {
 				t.Fatalf("waiter on B granted k (token %d) while the holder still holds it through B", tok)
 			default:
 			}
-			<-tick.C
+			next := sent.Add(lockdtest.TTL / 3) // the SDK's interval, or halfway to the deadline if sooner
+			if half := time.Now().Add(time.Until(deadline) / 2); half.Before(next) {
+				next = half
+			}
+			pace.Reset(time.Until(next))
+			<-pace.C
 		}
 
 		if _, err := apiB.Release(ctx, &lockdv1.ReleaseRequest{SessionId: id, Key: "k", Token: g.Token}); err != nil {
