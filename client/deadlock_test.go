@@ -16,14 +16,17 @@ import (
 // (C2 #ct2-deadlock). The wait that closes the cycle fails with
 // ErrDeadlock naming both keys — once, not retried — and the other is
 // granted once the refused session releases. With WithoutDeadlockCheck on
-// the closing wait, the other (older) wait is refused instead.
+// the closing wait, the other (older) wait is refused instead — also when
+// the closing wait is an AcquireAll's (C2 #ct2-acquire-all: the server used
+// to drop the option beside keys, and the AcquireAll was refused).
 func TestDeadlock(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{})
 		ctx := testCtx(t, 60*time.Second)
-		for _, optOut := range []bool{false, true} {
-			t.Run(fmt.Sprintf("optOut=%v", optOut), func(t *testing.T) {
-				ka, kb := fmt.Sprintf("dl/%v/a", optOut), fmt.Sprintf("dl/%v/b", optOut)
+		for _, tc := range []struct{ optOut, all bool }{{false, false}, {true, false}, {true, true}} {
+			optOut := tc.optOut
+			t.Run(fmt.Sprintf("optOut=%v/all=%v", optOut, tc.all), func(t *testing.T) {
+				ka, kb := fmt.Sprintf("dl/%v/%v/a", optOut, tc.all), fmt.Sprintf("dl/%v/%v/b", optOut, tc.all)
 				a, b := newSession(t, ctx, srv.Client), newSession(t, ctx, srv.Client)
 				la, err := a.Acquire(ctx, ka)
 				if err != nil {
@@ -50,7 +53,19 @@ func TestDeadlock(t *testing.T) {
 				if optOut {
 					opts = append(opts, client.WithoutDeadlockCheck())
 				}
-				go func() { l, err := b.Acquire(ctx, ka, opts...); bw <- result{l, err} }()
+				go func() {
+					if !tc.all {
+						l, err := b.Acquire(ctx, ka, opts...)
+						bw <- result{l, err}
+						return
+					}
+					ls, err := b.AcquireAll(ctx, []string{ka}, opts...)
+					if err != nil {
+						bw <- result{nil, err}
+						return
+					}
+					bw <- result{ls[0], nil}
+				}()
 				victim, other, keep, give := bw, aw, la, lb
 				if optOut {
 					victim, other, keep, give = aw, bw, lb, la

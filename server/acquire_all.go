@@ -42,13 +42,17 @@ func (s service) acquireAll(ctx context.Context, req *lockdv1.AcquireRequest) (*
 	var (
 		gs      []store.Grant
 		granted bool
+		opts    []store.AcquireOption
 	)
+	if req.NoDeadlockCheck {
+		opts = append(opts, store.NoDeadlockCheck()) // C2 #ct2-acquire-all
+	}
 	if req.Wait {
 		wctx, done := s.waitContext(ctx, req.WaitTimeoutMs)
-		gs, granted, err = s.st.AcquireAll(wctx, id, req.Keys, true)
+		gs, granted, err = s.st.AcquireAll(wctx, id, req.Keys, true, opts...)
 		err = done(err)
 	} else {
-		gs, granted, err = s.st.AcquireAll(ctx, id, req.Keys, false)
+		gs, granted, err = s.st.AcquireAll(ctx, id, req.Keys, false, opts...)
 	}
 	switch {
 	case err != nil:

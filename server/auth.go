@@ -100,6 +100,9 @@ func (s *Server) authorize(ctx context.Context, az *auth.Authorizer, method stri
 	}
 	s.identifyConn(ctx, principal, method) // principal_conns.go
 	s.guard.authorised(ctx)                // idle.go
+	if az != nil {
+		ctx = withReadFilter(ctx, az, principal) // readfilter.go
+	}
 	return telemetry.WithCaller(ctx, principal, rule), principal, filter, nil
 }
 
@@ -130,14 +133,11 @@ func (s *Server) authUnary(az *auth.Authorizer) grpc.UnaryServerInterceptor {
 			return s.filteredList(ctx, az, principal, lr, handler)
 		}
 		if hr, ok := req.(*lockdv1.HotKeysRequest); ok {
-			ctx, principal, filter, err := s.authorize(ctx, az, method, auth.ActionRead, hr.Prefix, true)
+			ctx, _, _, err := s.authorize(ctx, az, method, auth.ActionRead, hr.Prefix, true)
 			if err != nil {
 				return nil, err
 			}
-			if filter {
-				ctx = withHotFilter(ctx, az, principal) // hotkeys.go
-			}
-			return handler(ctx, req)
+			return handler(ctx, req) // filtered by the read filter authorize attached
 		}
 		if lr, ok := req.(*lockdv1.ListSessionsRequest); ok {
 			ctx, err := s.authorizeSessions(ctx, az, method, lr.Principal) // sessionlist.go

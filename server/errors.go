@@ -82,7 +82,7 @@ func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reas
 	case errors.Is(err, store.ErrDeadlock):
 		reason, msg = wireerr.ReasonDeadlock, "deadlock: the wait closes a cycle of waiting sessions (C2 #ct2-deadlock)"
 		if de, ok := errors.AsType[*store.DeadlockError](err); ok {
-			msg = fmt.Sprintf("deadlock: the wait closes a cycle of waiting sessions over keys %q (C2 #ct2-deadlock)", de.Keys)
+			msg = deadlockMessage(readable(ctx, de.Keys)) // only the keys the caller may read
 		}
 	case errors.Is(err, store.ErrNotOwner):
 		reason, msg = wireerr.ReasonNotOwner, "not the current grant of the key (wrong session or stale token)"
@@ -116,7 +116,8 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 	}
 	code, reason, msg := s.classify(ctx, err)
 	if de, ok := errors.AsType[*store.DeadlockError](err); ok && reason == wireerr.ReasonDeadlock {
-		return wireerr.DeadlockStatus(de.Keys, msg).Err()
+		shown, _ := readable(ctx, de.Keys) // as in msg: a key the caller may not read is never named
+		return wireerr.DeadlockStatus(shown, msg).Err()
 	}
 	if code == codes.Internal {
 		s.log.LogAttrs(context.Background(), slog.LevelError, "rpc failed",

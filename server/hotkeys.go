@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 
-	"lock.dev/lockd/internal/auth"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/server/internal/hotkeys"
 	"lock.dev/lockd/store"
@@ -11,17 +10,6 @@ import (
 
 // The HotKeys RPC (C2 #ct2-hotkeys): the sketches of server/internal/hotkeys,
 // filtered by the caller's read access as List is.
-
-type hotFilterKey struct{}
-
-// withHotFilter returns ctx carrying the per-key read check of a caller who
-// may read only part of a HotKeys prefix.
-func withHotFilter(ctx context.Context, az *auth.Authorizer, principal string) context.Context {
-	return context.WithValue(ctx, hotFilterKey{}, func(key string) bool {
-		ok, _ := az.Decide(principal, auth.ActionRead, key)
-		return ok
-	})
-}
 
 // HotKeys implements the HotKeys RPC.
 func (s service) HotKeys(ctx context.Context, req *lockdv1.HotKeysRequest) (*lockdv1.HotKeysResponse, error) {
@@ -35,7 +23,7 @@ func (s service) HotKeys(ctx context.Context, req *lockdv1.HotKeysRequest) (*loc
 	case limit > hotkeys.MaxLimit:
 		return nil, s.toStatus(ctx, "HotKeys", invalidf("limit", "%d; at most %d", limit, hotkeys.MaxLimit))
 	}
-	allow, _ := ctx.Value(hotFilterKey{}).(func(string) bool)
+	allow := readFilter(ctx) // auth.go; nil without a policy
 	resp := &lockdv1.HotKeysResponse{WindowMs: hotkeys.Window.Milliseconds(), Enabled: s.hot != nil}
 	rank := func(r hotkeys.Ranking, div uint64) []*lockdv1.HotKey {
 		es := s.hot.Top(r, req.Prefix, allow, limit)

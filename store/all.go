@@ -39,10 +39,21 @@ const undoTimeout = 5 * time.Second
 // returns one grant per key in the order of keys, or none: on an error, a
 // busy key (!wait: acquired false, nil error) or an ended ctx, it releases
 // every grant it made before it returns. Keys the session held before the
-// call are returned with their grant and never released.
-func AcquireAllInOrder(ctx context.Context, st SingleKeyStore, id SessionID, keys []string, wait bool) ([]Grant, bool, error) {
+// call are returned with their grant and never released. The one option
+// is NoDeadlockCheck, passed to every key's Acquire; any other is
+// ErrInvalidArgument.
+func AcquireAllInOrder(ctx context.Context, st SingleKeyStore, id SessionID, keys []string, wait bool, opts ...AcquireOption) ([]Grant, bool, error) {
 	if err := ValidateKeys(keys); err != nil {
 		return nil, false, err
+	}
+	var each []AcquireOption // every key's Acquire
+	switch o, err := NewAcquireOptions(opts...); {
+	case err != nil:
+		return nil, false, err
+	case o.Limit > 1 || o.Mode != ModeUnset || o.KeepPlace:
+		return nil, false, fmt.Errorf("%w: AcquireAll takes no option but NoDeadlockCheck (C2 #ct2-acquire-all)", ErrInvalidArgument)
+	case o.NoDeadlockCheck:
+		each = append(each, NoDeadlockCheck())
 	}
 	if err := ValidateSessionID(id); err != nil {
 		return nil, false, err
@@ -65,7 +76,7 @@ func AcquireAllInOrder(ctx context.Context, st SingleKeyStore, id SessionID, key
 			ok = true
 		)
 		if wait {
-			g, err = st.Acquire(ctx, id, k)
+			g, err = st.Acquire(ctx, id, k, each...)
 		} else {
 			g, ok, err = st.TryInsert(ctx, id, k)
 		}

@@ -245,7 +245,9 @@ type LockStore interface {
 	// (wait) or with TryInsert's rule (!wait), so AcquireAll callers never
 	// deadlock on each other. Invalid keys (store.ValidateKeys) are
 	// ErrInvalidArgument; a semaphore or read/write key ErrLimitMismatch.
-	AcquireAll(ctx context.Context, id SessionID, keys []string, wait bool) (grants []Grant, acquired bool, err error)
+	// The one option is NoDeadlockCheck, applied to every key's wait; any
+	// other is ErrInvalidArgument.
+	AcquireAll(ctx context.Context, id SessionID, keys []string, wait bool, opts ...AcquireOption) (grants []Grant, acquired bool, err error)
 
 	// LeaveQueue removes the session's place in the key's queue, if it has
 	// one; it never touches a grant. Idempotent: a session that is not

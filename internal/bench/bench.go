@@ -100,6 +100,10 @@ type Config struct {
 	// measures lockd through, at each of SDKConcurrency (sdk.go; issue 25).
 	SDKs           []SDKWorker
 	SDKConcurrency []int
+	// StatsOffRows adds the system lockd-nostats to distinct and contended:
+	// lockd with lock.server.stats.enabled false, a second server over the
+	// same backend (statsoff.go). Only with processes of their own.
+	StatsOffRows bool
 	// Progress receives one line per measurement; nil discards them.
 	Progress io.Writer
 	// CPUProfile, when set, receives a pprof CPU profile of this process
@@ -180,6 +184,9 @@ func (c Config) Validate() error {
 	}
 	if c.Duration < 10*time.Millisecond {
 		bad("duration %v is below 10ms", c.Duration)
+	}
+	if c.StatsOffRows && !ownProcesses(c) {
+		bad("the stats-off rows need lockd's servers in processes of their own (--backend etcd or pg, without --in-process or a CPU profile)")
 	}
 	if c.Rounds < 1 {
 		bad("rounds %d must be at least 1", c.Rounds)
@@ -283,6 +290,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if ownProcesses(cfg) {
 		rep.Settings.Processes = layoutOwn
+	}
+	if cfg.StatsOffRows {
+		rep.Notes = append(rep.Notes, statsOffNote)
 	}
 	b, err := newBed(ctx, cfg)
 	if err != nil {

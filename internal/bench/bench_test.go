@@ -121,6 +121,10 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Scenarios: []string{"distinct"}, SDKs: []SDKWorker{{Name: "go-sdk", Command: []string{"x"}}}}, `sdk "go-sdk"`},
 		{Config{Scenarios: []string{"distinct"}, SDKs: []SDKWorker{{Name: "python"}}}, `sdk "python"`},
 		{Config{Scenarios: []string{"distinct"}, SDKConcurrency: []int{0}}, "sdk concurrency 0"},
+		{Config{Backend: BackendEtcd, LockdCommand: []string{"lockd"}, Scenarios: []string{"distinct"}, StatsOffRows: true}, ""},
+		{Config{Scenarios: []string{"distinct"}, StatsOffRows: true}, "stats-off rows need"},
+		{Config{Backend: BackendEtcd, LockdCommand: []string{"lockd"}, Scenarios: []string{"distinct"}, StatsOffRows: true, InProcess: true},
+			"stats-off rows need"},
 	} {
 		err := tc.cfg.Validate()
 		switch {

@@ -113,6 +113,10 @@ func (b *bed) job(name, scenario string, c int, dur time.Duration, tag string) w
 	case sysLockd:
 		j.LockdAddr = b.lockdProc.addr
 		j.Meter[roleServer] = b.lockdProc.pid()
+	case sysLockdNoStats: // lockd's namespace: keys of its own
+		j.LockdAddr = b.noStatsProc.addr
+		j.Meter[roleServer] = b.noStatsProc.pid()
+		j.Tag = "nostats-" + tag
 	case sysEtcdTxn:
 		j.Prefix = etcdRawPrefix + b.run + "/"
 	case sysEtcdMutex:

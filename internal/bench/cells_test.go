@@ -123,6 +123,35 @@ func TestCPURows(t *testing.T) {
 	if got := perSessionSecond(50, 1000); got != 500 {
 		t.Errorf("half a core over 1000 sessions = %v µs per session-second, want 500", got)
 	}
+	// lockd-nostats is lockd: its server and clients against lockd's,
+	// and a server row of its own.
+	res[sysLockdNoStats] = []loadResult{{ops: 10, cpu: map[string]time.Duration{roleServer: ms, roleClient: ms, roleBackend: 4 * ms}}}
+	rows = cpuRows(scDistinct, 8, res, []string{sysLockd, sysLockdNoStats}, sysEtcdTxn, 2.0)
+	want = []struct {
+		metric     string
+		lockd, raw Value
+		target     string
+	}{
+		{MetricServerCPUPerOp, 200, -1, ""},
+		{MetricServerCPUPerOp, 200, 100, ""},
+		{MetricCPUPerOp, 300, 200, ""},
+		{MetricClientCPUPerOp, 100, 100, ""},
+		{MetricBackendCPUPerOp, 400, 400, ""},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("lockd-nostats: cpu rows = %+v, want %d rows", rows, len(want))
+	}
+	for i, w := range want {
+		r := rows[i]
+		raw := Value(-1)
+		if r.Raw != nil {
+			raw = *r.Raw
+		}
+		if r.Metric != w.metric || r.Lockd != w.lockd || raw != w.raw || r.Target != w.target {
+			t.Errorf("lockd-nostats: row %d = %s lockd %v raw %v target %q; want %s lockd %v raw %v target %q", i, r.Metric, r.Lockd, raw,
+				r.Target, w.metric, w.lockd, w.raw, w.target)
+		}
+	}
 	if rows := cpuRows(scDistinct, 8, map[string][]loadResult{sysLockd: {{ops: 1}}}, []string{sysLockd}, "", 0); rows != nil {
 		t.Errorf("unmetered results gave cpu rows %+v, want none", rows)
 	}

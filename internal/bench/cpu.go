@@ -175,14 +175,19 @@ func cpuRows(scenario string, c int, res map[string][]loadResult, names []string
 			metric      string
 			lockd, base []string
 		}{
+			{MetricServerCPUPerOp, []string{roleServer}, nil}, // lockd-nostats only
 			{MetricCPUPerOp, []string{roleServer, roleClient}, []string{roleClient}},
 			{MetricClientCPUPerOp, []string{roleClient}, []string{roleClient}},
 			{MetricBackendCPUPerOp, []string{roleBackend}, []string{roleBackend}},
 		} {
-			if m.metric == MetricBackendCPUPerOp && !backendMetered {
+			if m.metric == MetricBackendCPUPerOp && !backendMetered || m.metric == MetricServerCPUPerOp && name != sysLockdNoStats {
 				continue
 			}
-			lv, rv := cpusPerOp(lockd, m.lockd...), cpusPerOp(raw, m.base...)
+			base := m.base
+			if name == sysLockdNoStats { // lockd too: the same roles, its own server
+				base = m.lockd
+			}
+			lv, rv := cpusPerOp(lockd, m.lockd...), cpusPerOp(raw, base...)
 			row := compare(scenario, c, m.metric, name, median(lv), median(rv))
 			row.LockdRounds, row.RawRounds, row.Note = lv, rv, cpuNote
 			if m.metric == MetricCPUPerOp && name == primary && target > 0 {

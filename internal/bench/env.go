@@ -99,6 +99,8 @@ type bed struct {
 	// ownProcesses); lockdProc is then lockd's `lockd serve` child.
 	own       bool
 	lockdProc *child
+	// noStatsProc is lockd-nostats' `lockd serve` child (Config.StatsOffRows).
+	noStatsProc *child
 	// lockdAddr is lockd's server's address (the child's or this
 	// process's): the SDK rows' workers connect to it.
 	lockdAddr string
@@ -146,7 +148,13 @@ func newBed(ctx context.Context, cfg Config) (b *bed, err error) {
 		maxLocks = max(maxLocks, n)
 	}
 	if b.own {
-		return b, b.startLockdProcess(ctx, cfg, etcdLockdPrefix+b.run+"/", maxLocks)
+		if err := b.startLockdProcess(ctx, cfg, etcdLockdPrefix+b.run+"/", maxLocks); err != nil {
+			return b, err
+		}
+		if cfg.StatsOffRows {
+			return b, b.startLockdNoStats(ctx, cfg, etcdLockdPrefix+b.run+"/", maxLocks)
+		}
+		return b, nil
 	}
 	if err := b.startLockd(st, maxLocks); err != nil {
 		return b, err

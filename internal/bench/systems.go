@@ -202,11 +202,18 @@ func (r *retrier) retries() int64 { return r.n.Load() }
 // lockdSystem is lockd through the SDK.
 type lockdSystem struct {
 	c *client.Client
+	// label is the system's name when it is not lockd (sysLockdNoStats).
+	label string
 	// count reports how many grants the backend holds under a key prefix.
 	count func(ctx context.Context, prefix string) (int64, error)
 }
 
-func (s *lockdSystem) name() string { return sysLockd }
+func (s *lockdSystem) name() string {
+	if s.label != "" {
+		return s.label
+	}
+	return sysLockd
+}
 
 func (s *lockdSystem) open(ctx context.Context) (locker, error) {
 	sess, err := s.c.NewSession(ctx)

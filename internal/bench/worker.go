@@ -141,12 +141,16 @@ func (j workerJob) run(ctx context.Context) (workerResult, error) {
 // open builds the job's system, connected as the bench's own would be.
 func (j workerJob) open(ctx context.Context) (sys any, closeFn func(), err error) {
 	switch j.System {
-	case sysLockd:
+	case sysLockd, sysLockdNoStats:
 		c, err := client.New(j.LockdAddr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lockd client: %w", err)
 		}
-		return &lockdSystem{c: c}, func() { _ = c.Close() }, nil
+		s := &lockdSystem{c: c}
+		if j.System != sysLockd {
+			s.label = j.System
+		}
+		return s, func() { _ = c.Close() }, nil
 	case sysEtcdTxn, sysEtcdMutex, sysEtcdElection, sysEtcdSem:
 		cli, err := clientv3.New(etcdstore.ClientConfig(j.Endpoints, dialTimeout))
 		if err != nil {

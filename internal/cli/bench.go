@@ -148,6 +148,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
 	f.IntVar(&cfg.FailoverKills, "failover-kills", bench.DefaultFailoverKills, "replica kills of the failover scenario")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
+	f.BoolVar(&cfg.StatsOffRows, "stats-off-rows", false, "also measure lockd with --stats-enabled=false (the system lockd-nostats) in distinct and contended: the statistics' cost")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run lockd's server and every system's clients in this process (the layout before issue 24)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the scenarios to this file (labelled by system)")
 	f.StringVar(&pySDK, "python-sdk", "", "sdk/python of a lockd checkout: add the Python SDK's rows to distinct")

@@ -257,10 +257,12 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 // each system in processes of its own (issue 24): every system's row has
 // its figures and the CPU per operation of its processes (lockd's server,
 // every system's clients, the etcd process). The same cell with
-// --in-process has the figures and no CPU rows.
+// --in-process has the figures and no CPU rows. --stats-off-rows adds
+// lockd-nostats (a second server, statistics off) to distinct, metered as
+// lockd is.
 func TestBenchOwnProcesses(t *testing.T) {
 	cells := []string{"--scenarios", "distinct,election,semaphore", "--distinct-concurrency", "2", "--election-concurrency", "2",
-		"--semaphore-concurrency", "3", "--semaphore-limit", "2", "--duration", "100ms", "--rounds", "1"}
+		"--semaphore-concurrency", "3", "--semaphore-limit", "2", "--duration", "100ms", "--rounds", "1", "--stats-off-rows"}
 	for _, tc := range []struct {
 		name    string
 		args    func(t *testing.T) []string
@@ -268,9 +270,9 @@ func TestBenchOwnProcesses(t *testing.T) {
 		etcd    bool
 	}{
 		{"etcd", func(t *testing.T) []string { return []string{"--backend", "etcd", "--data-dir", t.TempDir()} },
-			[]string{"etcd-txn", "etcd-mutex", "etcd-election", "etcd-sem"}, true},
+			[]string{"etcd-txn", "etcd-mutex", "etcd-election", "etcd-sem", "lockd-nostats"}, true},
 		{"pg", func(t *testing.T) []string { return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)} },
-			[]string{"pg-raw", "pg-raw-min", "pg-raw-defpool", "pg-sem"}, false},
+			[]string{"pg-raw", "pg-raw-min", "pg-raw-defpool", "pg-sem", "lockd-nostats"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -290,6 +292,10 @@ func TestBenchOwnProcesses(t *testing.T) {
 			positive := func(v *float64) bool { return v != nil && *v > 0 }
 			if r := find(bench.MetricServerCPUPerOp, ""); r == nil || !positive(r.Lockd) {
 				t.Errorf("lockd's server cpu per operation: %+v, want > 0", r)
+			}
+			// --stats-off-rows (issue 27): lockd-nostats' own server is metered.
+			if r := find(bench.MetricServerCPUPerOp, "lockd-nostats"); r == nil || !positive(r.Lockd) || !positive(r.Raw) {
+				t.Errorf("server cpu per operation against lockd-nostats: %+v, want both > 0", r)
 			}
 			for _, sys := range tc.systems {
 				metrics := []string{bench.MetricCPUPerOp, bench.MetricClientCPUPerOp}

@@ -249,7 +249,9 @@ func tokenOf(l *client.Lock) string { return strconv.FormatUint(l.Token(), 10) }
 // session and token, waiters in order, the sessions, the events, and the
 // row disappear on release; keys with markup are shown as text; a reader's
 // Revoke (confirmed) is refused and shown; an admin's confirmed Revoke
-// revokes (the SDK's Lock.Done fires). It writes a screenshot into the
+// revokes (the SDK's Lock.Done fires); the hot-keys panel shows a key
+// waited for and held, refuses the anonymous page and follows the prefix.
+// It writes a screenshot into the
 // test's artifact directory (go test -artifacts keeps it).
 func TestConsoleInBrowser(t *testing.T) {
 	srv, tokens := startConsole(t)
@@ -262,6 +264,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	run(t, admin, "open the console", chromedp.Navigate(url))
 	waitFor(t, admin, "the anonymous refusal is shown",
 		`document.getElementById('locks-error').textContent.startsWith('403 ACCESS_DENIED')`)
+	waitFor(t, admin, "the anonymous hot-keys refusal is shown",
+		`document.getElementById('hot-error').textContent.startsWith('403 ACCESS_DENIED')`)
 
 	setToken(t, admin, tokens["admin"])
 	waitFor(t, admin, "the admin's list loads", `document.getElementById('locks-error').hidden`)
@@ -362,6 +366,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		tr.querySelector('td.session').textContent === %s && tr.querySelector('td.owner').textContent === 'report-job' &&
 		tr.querySelector('td.principal').textContent === 'worker' && tr.querySelector('td.ttl').textContent === '3s' &&
 		/^[0-3]s$/.test(tr.querySelector('td.left').textContent) && tr.querySelector('td.locks').textContent === '2')`, js(sess.ID())))
+	// Hot keys (issue 27): a key waited for and held shows in both
+	// rankings with a positive sum.
+	hotKey(t, ctx, srv, admin, sess)
 	shot, err := chromedp.Run(admin, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -447,6 +454,50 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, admin, "pool/one's event is shown", eventShown("acquired", "pool/one", tokenOf(one)))
 	if shown := eval[bool](t, admin, `[...document.querySelectorAll('#locks-body td.key, #events .key')].some(e => e.textContent.startsWith('jobs/'))`); shown {
 		t.Errorf("a jobs/ key is shown under the filter pool/ (held: %s)", tokenOf(other))
+	}
+	// The hot keys follow the prefix: pool/slots (held, released) only.
+	// Control: before the filter both tables showed hot/key.
+	waitFor(t, admin, "only pool/ keys are hot under the filter", `(() => {
+		const keys = [...document.querySelectorAll('#hot-wait-body td.hotkey, #hot-hold-body td.hotkey')].map(td => td.textContent);
+		return keys.includes('pool/slots') && keys.every(k => k.startsWith('pool/')) })()`)
+}
+
+// hotKey makes hot/key hot on srv — held by sess, waited for by another
+// session until sess releases it, then released by the waiter — and waits
+// until the page shows it in the hot-keys panel by wait and by hold, each
+// with a positive sum (GET /v1/hotkeys, C5 #ct5-console).
+func hotKey(t *testing.T, ctx context.Context, srv *lockdtest.Server, page context.Context, sess *client.Session) {
+	t.Helper()
+	held, err := sess.TryAcquire(ctx, "hot/key")
+	if err != nil {
+		t.Fatalf("TryAcquire(hot/key): %v", err)
+	}
+	w, err := srv.Client.NewSession(ctx, client.WithOwner("hot-waiter", nil))
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	defer func() { _ = w.Close(context.Background()) }()
+	granted := make(chan error, 1)
+	go func() { // ends with ctx at the latest
+		l, err := w.Acquire(ctx, "hot/key")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		granted <- err
+	}()
+	waitFor(t, page, "the hot/key waiter is shown", rowIs("hot/key", "report-job", sess.ID(), tokenOf(held), "1. "+w.ID()))
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release(hot/key): %v", err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("the waiter's Acquire and Release of hot/key: %v", err)
+	}
+	for _, table := range []string{"hot-wait-body", "hot-hold-body"} {
+		waitFor(t, page, "hot/key in "+table+" with a positive sum", fmt.Sprintf(`[...document.querySelectorAll('#%s tr')].some(tr =>
+			tr.querySelector('td.hotkey').textContent === 'hot/key' && parseInt(tr.querySelector('td.score').textContent, 10) > 0)`, table))
+	}
+	if w := eval[string](t, page, `document.getElementById('hot-window').textContent`); w != "(this server, the last 1m 00s at most)" {
+		t.Errorf("the hot-keys window reads %q; want the server's 60 s", w)
 	}
 }
 

@@ -144,6 +144,12 @@ var scenarios = []scenario{
 		run: deadlockRow,
 	},
 	{
+		name: "acquire-all",
+		want: "try=ErrLocked held=b=held(A) wait(300ms)=ErrWaitTimeout held=b=held(A) while-waiting=a=held(B),b=held(A) waiters=[B] " +
+			"grants=3 order=asked tokens=own after-release=none opposite-orders=no-deadlock",
+		run: acquireAllRow,
+	},
+	{
 		name: "bad-input-sdk",
 		want: "ErrInvalidArgument: open(ttl=1s) acquire(bad-keys) try(bad-keys) inspect(bad-keys) revoke(bad-keys) " +
 			"wait-timeout=-1s wait-timeout=11m0s list(limit=5000) list(token=junk) watch(prefix=NUL); " +

@@ -77,7 +77,10 @@ func TestTypeScriptSDK(t *testing.T) {
 	t.Run("bench-rows", func(t *testing.T) { benchSDKRows(t, ctx, dir) })
 	for _, b := range lockdtest.Backends {
 		t.Run(b, func(t *testing.T) {
-			srv := lockdtest.StartBackend(t, b, lockdtest.Options{NoClient: true})
+			// With the HTTP/JSON API too (the HTTP transport's test).
+			hcfg := lockdtest.Config()
+			hcfg.HTTPListen = "127.0.0.1:0"
+			srv := lockdtest.StartBackend(t, b, lockdtest.Options{NoClient: true, Config: &hcfg})
 			// Replicas drain at stop (C2 #ct2-drain), so that the SDK is told to move.
 			cfg := lockdtest.Config()
 			cfg.DrainTimeout = 5 * time.Second
@@ -89,6 +92,16 @@ func TestTypeScriptSDK(t *testing.T) {
 				set = append(set, r)
 				addrs = append(addrs, r.Addr)
 			}
+			// Two more with the HTTP/JSON API too (replicas tsReplicas and
+			// tsReplicas+1 of the control): the HTTP transport's drain test.
+			hrcfg := cfg
+			hrcfg.HTTPListen = "127.0.0.1:0"
+			var httpAddrs []string
+			for range 2 {
+				r := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &hrcfg})
+				set = append(set, r)
+				httpAddrs = append(httpAddrs, r.HTTPAddr)
+			}
 			// A proxy in front of the first server (the outage tests pause and
 			// cut it) and one in front of the last replica (the failover test
 			// stalls it).
@@ -98,10 +111,12 @@ func TestTypeScriptSDK(t *testing.T) {
 				"LOCKDTEST_BACKEND": b, "LOCKDTEST_ADDR": srv.Addr, "LOCKDTEST_PROXY": proxies["server"].Addr(),
 				"LOCKDTEST_REPLICA_PROXY": proxies["replica"].Addr(),
 				"LOCKDTEST_REPLICAS":      strings.Join(addrs, ","), "LOCKDTEST_CONTROL": tsControl(t, set, proxies),
-				"LOCKDTEST_REPO_README": readme,
-			}, "dist/test/integration/lockd.test.js", "dist/test/integration/readme.test.js",
+				"LOCKDTEST_REPO_README": readme, "LOCKDTEST_HTTP_ADDR": srv.HTTPAddr,
+				"LOCKDTEST_HTTP_REPLICAS": strings.Join(httpAddrs, ","), "LOCKDTEST_HTTP_REPLICA_FIRST": strconv.Itoa(tsReplicas),
+			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
-				"dist/test/integration/agent.test.js")
+				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js",
+				"dist/test/integration/acquire_all.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {
@@ -112,6 +127,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		cliCert, cliKey := ca.Issue(t, testkit.CertOptions{CommonName: "tssdk"}).Write(t, files, "client")
 		tcfg := lockdtest.Config()
 		tcfg.TLSCertFile, tcfg.TLSKeyFile, tcfg.TLSClientCAFile, tcfg.TLSClientAuth = srvCert, srvKey, caFile, "require"
+		tcfg.HTTPListen = "127.0.0.1:0" // HTTPS with the same TLS (the HTTP transport's test)
 		tsrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Config: &tcfg})
 
 		const token = "tssdk-token-of-alice-0123456789abcdef"
@@ -128,10 +144,13 @@ func TestTypeScriptSDK(t *testing.T) {
 			t.Fatalf("auth.New: %v", err)
 		}
 		t.Cleanup(func() { _ = az.Close() })
-		asrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Auth: az})
+		acfg := lockdtest.Config()
+		acfg.HTTPListen = "127.0.0.1:0"
+		asrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Auth: az, Config: &acfg})
 		node(t, map[string]string{
 			"LOCKDTEST_TLS_ADDR": tsrv.Addr, "LOCKDTEST_TLS_CA": caFile, "LOCKDTEST_TLS_CERT": cliCert,
 			"LOCKDTEST_TLS_KEY": cliKey, "LOCKDTEST_TOKEN_ADDR": asrv.Addr, "LOCKDTEST_TOKEN_FILE": write("token", token+"\n"),
+			"LOCKDTEST_TLS_HTTP_ADDR": tsrv.HTTPAddr, "LOCKDTEST_TOKEN_HTTP_ADDR": asrv.HTTPAddr,
 		}, "dist/test/integration/security.test.js")
 	})
 }

@@ -14,6 +14,8 @@
   const PAGE = 500; // List page size
   const MAX_PAGES = 10; // at most PAGE × MAX_PAGES rows per table
   const MAX_EVENTS = 200; // events kept in the list
+  const HOT_LIMIT = 10; // keys per hot-key ranking
+  const HOT_MS = 2000; // hot keys are re-read with the lists, at most this often
   // The API is served next to the console: /console/ → /v1/…, also behind a
   // proxy that adds a path prefix.
   const base = location.pathname.replace(/\/console\/.*$/, '');
@@ -28,6 +30,7 @@
     sessions: null, sessionsAt: 0, sessionsNote: '',
     refused: new Map(), // key → why a revoke was refused (until the next Apply)
     refreshing: false, again: false, refreshTimer: 0,
+    hotAt: -Infinity, // when the hot keys were last asked for (performance.now())
   };
 
   class APIError extends Error {
@@ -238,6 +241,25 @@
     $('sessions-count').textContent = state.sessions ? '(' + rows.length + ')' + (state.sessionsNote ? ' — ' + state.sessionsNote : '') : '';
   }
 
+  // renderHot shows one ranking of GET /v1/hotkeys: key, summed
+  // milliseconds and, when the sketch may over-count, by how much.
+  function renderHot(id, entries) {
+    const rows = (entries || []).map((e) => {
+      const tr = el('tr', 'hot');
+      tr.dataset.key = e.key;
+      const score = el('td', 'score', fmtMillis(Number(e.score)));
+      if (Number(e.overcount) > 0) score.append(el('span', 'over', ' (at most ' + fmtMillis(Number(e.overcount)) + ' over)'));
+      tr.append(el('td', 'hotkey', e.key), score);
+      return tr;
+    });
+    $(id).replaceChildren(...rows);
+  }
+
+  function fmtMillis(ms) {
+    if (!Number.isFinite(ms)) return '—';
+    return ms < 10000 ? ms + ' ms' : fmtDuration(ms);
+  }
+
   function tick() { // times move without a fetch
     const held = document.querySelectorAll('#locks-body td.held');
     state.locks.forEach((lock, i) => { if (held[i]) held[i].textContent = heldFor(lock); });
@@ -278,12 +300,34 @@
     renderSessions();
   }
 
+  // refreshHot reads the hot keys under the prefix (C2 #ct2-hotkeys): the
+  // route keeps only the keys this caller may read. Not again within
+  // HOT_MS, however many events ask for a refresh.
+  async function refreshHot() {
+    const now = performance.now();
+    if (now - state.hotAt < HOT_MS) return;
+    state.hotAt = now;
+    let r = {};
+    try {
+      r = await api('GET', '/v1/hotkeys?' + new URLSearchParams({ prefix: state.prefix, limit: String(HOT_LIMIT) }).toString());
+      showError('hot-error', null);
+    } catch (e) {
+      showError('hot-error', e);
+    }
+    const off = r.enabled === false;
+    $('hot-off').hidden = !off;
+    $('hot-window').textContent = r.enabled ? '(this server, the last ' + fmtDuration(Number(r.window_ms)) + ' at most)' : '';
+    renderHot('hot-wait-body', r.by_wait);
+    renderHot('hot-hold-body', r.by_hold);
+  }
+
   async function refresh() {
     if (state.refreshing) { state.again = true; return; }
     state.refreshing = true;
     try {
       await refreshLocks();
       await refreshSessions();
+      await refreshHot();
     } finally {
       state.refreshing = false;
     }
@@ -452,6 +496,7 @@
     if (state.watchAbort) state.watchAbort.abort();
     state.refused.clear();
     $('events').replaceChildren();
+    state.hotAt = -Infinity; // a new prefix or token: ask at once
     setWatchState('connecting', '');
     setStatus(state.token ? 'Calling the API with the bearer token of this tab.'
       : 'Calling the API without a token (anonymous, or your client certificate).');

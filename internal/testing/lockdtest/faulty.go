@@ -289,6 +289,6 @@ func firstErr(err, after error) error {
 
 // AcquireAll implements store.LockStore over Faulty's own one-key calls,
 // so their faults apply to every key of the call.
-func (f *Faulty) AcquireAll(ctx context.Context, id store.SessionID, keys []string, wait bool) ([]store.Grant, bool, error) {
-	return store.AcquireAllInOrder(ctx, f, id, keys, wait)
+func (f *Faulty) AcquireAll(ctx context.Context, id store.SessionID, keys []string, wait bool, opts ...store.AcquireOption) ([]store.Grant, bool, error) {
+	return store.AcquireAllInOrder(ctx, f, id, keys, wait, opts...)
 }

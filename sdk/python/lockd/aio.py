@@ -163,6 +163,29 @@ class Session(_Lost):
     async def try_acquire(self, key: str, **kw) -> Lock:
         return Lock(await _run(self.sync.try_acquire, key, **kw))
 
+    async def acquire_all(self, keys, timeout: float | None = None, no_deadlock_check: bool = False) -> list[Lock]:
+        """Takes every lock of keys at once, or none (see
+        :meth:`lockd.Session.acquire_all`); cancel the task to give up (grants
+        that raced the cancellation are released)."""
+        cancel = Cancel()
+        task = asyncio.ensure_future(_run(functools.partial(self.sync.acquire_all, keys, timeout=timeout,
+                                                            cancel=cancel, no_deadlock_check=no_deadlock_check)))
+        try:
+            got = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancel.cancel()
+            try:
+                got = await task
+            except errors.LockdError:
+                raise asyncio.CancelledError from None
+            for l in got:
+                await _run(l.release)
+            raise
+        return [Lock(l) for l in got]
+
+    async def try_acquire_all(self, keys) -> list[Lock]:
+        return [Lock(l) for l in await _run(self.sync.try_acquire_all, keys)]
+
     async def campaign(self, name: str, value: bytes = b"", timeout: float | None = None) -> Leadership:
         return Leadership(await self._wait(self.sync.campaign, name=name, value=value, timeout=timeout))
 
@@ -221,6 +244,9 @@ class Client:
 
     async def list(self, prefix: str = "", page_token: str = "", limit: int = 0):
         return await _run(self.sync.list, prefix, page_token, limit)
+
+    async def hot_keys(self, prefix: str = "", limit: int = 0, timeout=-1.0):
+        return await _run(self.sync.hot_keys, prefix, limit, timeout)
 
     async def revoke(self, key: str, timeout=-1.0):
         return await _run(self.sync.revoke, key, timeout)

@@ -8,9 +8,10 @@ import threading
 
 import grpc
 
-from . import _conn, errors
+from . import _conn, _hotkeys, errors
 from ._cancel import Cancel
 from ._clock import Clock, Timers
+from ._hotkeys import HotKeys
 from ._keepalive import Keepaliver
 from ._types import LockInfo, TokenCheck, lock_info
 from .v1 import lockd_pb2 as pb
@@ -226,6 +227,16 @@ class Client:
         resp, _ = self._call("List", pb.ListRequest(prefix=prefix, page_token=page_token, limit=limit),
                              timeout=timeout)
         return [lock_info(p) for p in resp.locks], resp.next_page_token
+
+    def hot_keys(self, prefix: str = "", limit: int = 0, timeout: float | None = -1.0) -> HotKeys:
+        """Which keys under prefix the lockd process this client is connected
+        to saw waited for and held most over its recent window (30 to 60 s),
+        at most limit per ranking (0: 10; at most 50); see
+        :class:`lockd.HotKeys` (C2 #ct2-hotkeys). Keys the caller may not
+        read are left out; other replicas keep their own: ask each."""
+        req = _hotkeys.request(prefix, limit)
+        resp, _ = self._call("HotKeys", req, timeout=timeout)
+        return _hotkeys.answer(resp)
 
     def revoke(self, key: str, timeout: float | None = -1.0) -> LockInfo:
         """Deletes key's grant whoever holds it; returns the revoked grant (held False: it was free)."""

@@ -18,6 +18,7 @@ import threading
 
 from . import errors
 from ._acquire import AcquireMixin
+from ._acquire_all import AcquireAllMixin
 from ._cancel import Cancel
 from .client import CLOSE_TIMEOUT, check_timing
 from .lock import Lock, _Trust
@@ -48,7 +49,7 @@ if os.environ.get("LOCKD_PYSDK_CONTROL") == "recvtime":
                                        "(a test control); never use it for real locks")
 
 
-class Session(AcquireMixin, _Trust):
+class Session(AcquireMixin, AcquireAllMixin, _Trust):
     """A lockd session: the unit of liveness locks live in. Use it as a
     context manager (closed on exit) or call close()."""
 

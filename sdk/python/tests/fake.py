@@ -10,6 +10,8 @@ import itertools
 import queue
 import threading
 
+import grpc
+
 from lockd.v1 import lockd_pb2 as pb
 
 
@@ -69,6 +71,31 @@ class _Stream:
         return r
 
 
+class _Unavailable(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "connection refused"
+
+    def trailing_metadata(self):
+        return ()
+
+
+class _DeadStream:
+    """A KeepAlive stream to a server that is down: it breaks at once with
+    UNAVAILABLE, as grpcio's stream does when the dial fails."""
+
+    def cancel(self):
+        pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise _Unavailable()
+
+
 class FakeServer:
     def __init__(self, clock, ttl=60.0, remaining=10.0, margin=0.5, interval=2.0):
         self.clock = clock
@@ -83,6 +110,8 @@ class FakeServer:
         self.strip_notices = False
         self.drop_push = False
         self.heartbeats = 0
+        self.down = False      # KeepAlive streams break at once (UNAVAILABLE)
+        self.dials: list[float] = []  # clock time of every KeepAlive stream opened
         self._tokens = itertools.count(100)
         self._notices = itertools.count(1)
         self._gens = itertools.count(1)
@@ -97,6 +126,10 @@ class FakeServer:
         return self
 
     def KeepAlive(self, requests, metadata=None):
+        with self.mu:
+            self.dials.append(self.clock.now())
+            if self.down:
+                return _DeadStream()
         s = _Stream(self, requests)
         with self.mu:
             self.streams.append(s)

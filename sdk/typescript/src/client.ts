@@ -11,9 +11,11 @@ import {
   CheckConsistency, CheckTokenRequestSchema, CloseSessionsRequestSchema, InspectRequestSchema, ListRequestSchema, ListSessionsRequestSchema, LockMode, RevokeRequestSchema,
   type LockInfo as PbLockInfo,
 } from "./gen/lockd/v1/lockd_pb.js";
+import { hotKeys, type HotKeys } from "./hotkeys.js";
 import { KeepAliver } from "./keepalive.js";
 import { checkKey, checkPrefix, checkTiming, checkWholeMs, MAX_LIST_LIMIT } from "./limits.js";
 import { GrpcApi, type LockApi } from "./rpc.js";
+import { HttpApi, nodeTransport } from "./http.js";
 import { Session, type SessionOptions } from "./session.js";
 import { watch, type WatchEvent, type WatchOptions } from "./watch.js";
 import { observe, type Leader } from "./election.js";
@@ -57,6 +59,14 @@ export interface ClientOptions {
   clock?: Clock;
   /** Receives the SDK's debug messages (default: none). */
   logger?: (msg: string, detail?: unknown) => void;
+  /**
+   * Reach lockd through its HTTP/JSON API (C2 #ct2-http; the addresses are
+   * `lock.server.http.listen`'s) instead of gRPC: for a path that carries
+   * HTTP/1.1 only. Sessions are kept alive by the `Heartbeat` route, one call
+   * per heartbeat, on the gRPC path's schedule and deadline rules. No
+   * `closeSessions` (no route).
+   */
+  http?: boolean;
   /** @internal a LockApi to use instead of gRPC (tests) */
   api?: LockApi;
 }
@@ -203,6 +213,14 @@ export class Client {
       if (!opts.tls && !allLoopback) throw new InvalidArgumentError("a bearer token is sent over TLS only (or plaintext to loopback)");
     }
     const header = token === undefined ? undefined : `Bearer ${token}`;
+    if (opts.http) {
+      const t = opts.tls === true ? {} : opts.tls;
+      const transport = nodeTransport({
+        authorization: header,
+        tls: t && { ca: pem(t.ca, t.caFile), cert: pem(t.cert, t.certFile), key: pem(t.key, t.keyFile), serverName: t.serverName },
+      });
+      return new HttpApi({ addresses: addrs, transport, now: () => this.clock.now() });
+    }
     return new GrpcApi({
       addresses: addrs, credentials: creds, serverName, now: () => this.clock.now(),
       metadata: header === undefined ? undefined : () => {
@@ -305,6 +323,17 @@ export class Client {
     const r = await this.retry(opts.signal, (signal) =>
       this.api.list(create(ListRequestSchema, { prefix, pageToken: opts.pageToken ?? "", limit }), { signal }));
     return { locks: r.locks.map((l) => lockInfo(l, true, l.key)), nextPageToken: r.nextPageToken };
+  }
+
+  /**
+   * Which keys under prefix the lockd process this client is connected to
+   * saw waited for and held most over its recent window (30 to 60 s), at most
+   * `limit` per ranking (0: 10; at most 50); see {@link HotKeys} (C2
+   * #ct2-hotkeys). Keys the caller may not read are left out; other replicas
+   * keep their own: ask each.
+   */
+  hotKeys(prefix = "", opts: { limit?: number; signal?: AbortSignal } = {}): Promise<HotKeys> {
+    return hotKeys(this, prefix, opts);
   }
 
   /** Administrative: deletes key's grant whoever holds it (C2 #ct2-spi Revoke). */

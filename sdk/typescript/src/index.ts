@@ -21,7 +21,9 @@
 export { Client, type ClientOptions, type TLSOptions, type LockInfo, type HolderInfo, type TokenCheck } from "./client.js";
 export { Session, type SessionOptions } from "./session.js";
 export { Lock } from "./lock.js";
+export type { HotKey, HotKeys } from "./hotkeys.js";
 export type { AcquireOptions, TryAcquireOptions } from "./acquire.js";
+export type { AcquireAllOptions, TryAcquireAllOptions } from "./acquire_all.js";
 export { Leadership, type Leader } from "./election.js";
 export type { WatchEvent, WatchOptions, EventKindName } from "./watch.js";
 export { realClock, type Clock, type Timer } from "./clock.js";

@@ -9,7 +9,7 @@ import {
   LockService,
   type AcquireRequest, type AcquireResponse, type CloseSessionRequest, type CloseSessionResponse,
   type CloseSessionsRequest, type CloseSessionsResponse,
-  type CheckTokenRequest, type CheckTokenResponse, type InspectRequest, type InspectResponse, type KeepAliveRequest, type KeepAliveResponse,
+  type CheckTokenRequest, type CheckTokenResponse, type HotKeysRequest, type HotKeysResponse, type InspectRequest, type InspectResponse, type KeepAliveRequest, type KeepAliveResponse,
   type LeaveQueueRequest, type LeaveQueueResponse, type ListRequest, type ListResponse,
   type ListSessionsRequest, type ListSessionsResponse, type OpenSessionRequest, type OpenSessionResponse,
   type ReleaseRequest, type ReleaseResponse, type RevokeRequest, type RevokeResponse,
@@ -54,6 +54,7 @@ export interface LockApi {
   revoke(req: RevokeRequest, o?: CallOpts): Promise<RevokeResponse>;
   listSessions(req: ListSessionsRequest, o?: CallOpts): Promise<ListSessionsResponse>;
   closeSessions(req: CloseSessionsRequest, o?: CallOpts): Promise<CloseSessionsResponse>;
+  hotKeys(req: HotKeysRequest, o?: CallOpts): Promise<HotKeysResponse>;
   keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse>;
   watch(req: WatchRequest): ServerStream<WatchResponse>;
   /**
@@ -237,6 +238,7 @@ export class GrpcApi implements LockApi {
   revoke(req: RevokeRequest, o?: CallOpts) { return this.unary(LockService.method.revoke, req, o); }
   listSessions(req: ListSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.listSessions, req, o); }
   closeSessions(req: CloseSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.closeSessions, req, o); }
+  hotKeys(req: HotKeysRequest, o?: CallOpts) { return this.unary(LockService.method.hotKeys, req, o); }
 
   keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse> {
     const m = LockService.method.keepAlive;

@@ -13,6 +13,7 @@ import { checkLabels, checkLockDelay, checkOwner, checkTiming, checkWholeMs } fr
 import type { Client } from "./client.js";
 import { Lock } from "./lock.js";
 import { acquire, tryAcquire, type AcquireOptions, type TryAcquireOptions } from "./acquire.js";
+import { acquireAll, tryAcquireAll, type AcquireAllOptions, type TryAcquireAllOptions } from "./acquire_all.js";
 import { campaign, type Leadership } from "./election.js";
 
 /** Options of {@link Client.newSession}. */
@@ -194,6 +195,26 @@ export class Session {
   /** Takes the lock if it is free and nobody waits for it; otherwise LockedError at once. */
   tryAcquire(key: string, opts: TryAcquireOptions = {}): Promise<Lock> {
     return tryAcquire(this, key, opts);
+  }
+
+  /**
+   * Takes every lock of `keys` at once, or none (C2 #ct2-acquire-all): the
+   * server takes them in ascending key order, each in its FIFO queue, so two
+   * sessions asking for overlapping keys in different orders never deadlock.
+   * Resolves to one Lock per key, in the order of `keys`, each with its key's
+   * own fencing token; waits until granted, `signal` aborts, `waitTimeoutMs`
+   * runs out for the whole set (WaitTimeoutError) or the session ends; a wait
+   * that closes a cycle of waiting sessions is DeadlockError. On any error
+   * the session holds none of the keys it did not hold before. 1 to 64
+   * distinct keys, plain locks only.
+   */
+  acquireAll(keys: string[], opts: AcquireAllOptions = {}): Promise<Lock[]> {
+    return acquireAll(this, keys, opts);
+  }
+
+  /** Takes every lock of `keys` if each is free and nobody waits for it; otherwise LockedError and none. */
+  tryAcquireAll(keys: string[], opts: TryAcquireAllOptions = {}): Promise<Lock[]> {
+    return tryAcquireAll(this, keys, opts);
   }
 
   /** Campaigns in the election `name` (C2 #ct2-election): waits until this session leads. */

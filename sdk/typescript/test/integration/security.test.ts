@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client, InvalidArgumentError, PermissionDeniedError } from "../../src/index.js";
-import { key, need } from "./env.js";
+import { eventually, key, need } from "./env.js";
 
 test("mutual TLS: a client certificate of the CA is accepted", { timeout: 30_000 }, async (t) => {
   const c = new Client(need("LOCKDTEST_TLS_ADDR"), {
@@ -72,4 +72,31 @@ test("plaintext and bearer tokens only to loopback unless asked", () => {
   assert.throws(() => new Client("lockd.example:7420", { insecure: true, token: "t" }), InvalidArgumentError);
   assert.throws(() => new Client("not an address"), InvalidArgumentError);
   void new Client("lockd.example:7420", { insecure: true }).close();
+});
+
+test("over HTTP: mutual TLS (HTTPS with the CA and a client certificate) and a bearer token; Heartbeat calls extend the session", { timeout: 30_000 }, async (t) => {
+  const c = new Client(need("LOCKDTEST_TLS_HTTP_ADDR"), {
+    http: true, tls: { caFile: need("LOCKDTEST_TLS_CA"), certFile: need("LOCKDTEST_TLS_CERT"), keyFile: need("LOCKDTEST_TLS_KEY") },
+  });
+  t.after(() => c.close());
+  const s = await c.newSession({ ttlMs: 3000 });
+  const l = await s.acquire(key("https-mtls"));
+  const d = l.deadline;
+  await eventually(5000, "a Heartbeat call over HTTPS extended the lock", () => l.deadline > d);
+  await l.release();
+  const anon = new Client(need("LOCKDTEST_TLS_HTTP_ADDR"), { http: true, tls: { caFile: need("LOCKDTEST_TLS_CA") }, backoffMaxMs: 100 });
+  t.after(() => anon.close());
+  await assert.rejects(anon.newSession({ signal: AbortSignal.timeout(1500) }));
+
+  const addr = need("LOCKDTEST_TOKEN_HTTP_ADDR");
+  const ok = new Client(addr, { http: true, tokenFile: need("LOCKDTEST_TOKEN_FILE") });
+  t.after(() => ok.close());
+  const s2 = await ok.newSession();
+  await (await s2.acquire(key("http-token"))).release();
+  const wrong = new Client(addr, { http: true, token: "not-the-token" });
+  t.after(() => wrong.close());
+  await assert.rejects(wrong.newSession(), (e) => e instanceof PermissionDeniedError && e.reason === "UNAUTHENTICATED");
+  const none = new Client(addr, { http: true });
+  t.after(() => none.close());
+  await assert.rejects(none.newSession(), (e) => e instanceof PermissionDeniedError && e.reason === "ACCESS_DENIED");
 });

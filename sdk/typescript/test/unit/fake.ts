@@ -177,6 +177,9 @@ export class FakeApi implements LockApi {
   closeSessions(): never {
     throw new Error("not in the fake");
   }
+  hotKeys(): never {
+    throw new Error("not in the fake");
+  }
   keepAlive(): FakeStream {
     const s = new FakeStream(this.clock);
     this.streams.push(s);

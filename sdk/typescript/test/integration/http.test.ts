@@ -1,0 +1,97 @@
+// The HTTP transport against a real lockd (the harness's server with
+// lock.server.http.listen): a session kept alive by Heartbeat calls past its
+// TTL, each answer held back 300 ms on its way to the SDK (a slow return
+// path), and every deadline it set no later than that call's send time +
+// TTL − margin — the send-time rule (C2 #ct2-deadline), which a deadline
+// counted from the answer's arrival breaks (LOCKD_TSSDK_CONTROL=recvtime).
+// Acquire, acquireAll, inspect, release, hotKeys and watch go over HTTP too.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Client } from "../../src/client.js";
+import { HttpApi, nodeTransport, type HttpTransport } from "../../src/http.js";
+import type { Session } from "../../src/session.js";
+import { eventually, key, need } from "./env.js";
+
+const SLOW_ANSWER_MS = 300;
+
+test("over HTTP: Heartbeat calls keep a lock past its TTL, each deadline from its call's send time", { timeout: 30_000 }, async (t) => {
+  const addr = need("LOCKDTEST_HTTP_ADDR");
+  const real = nodeTransport({});
+  let s: Session | undefined;
+  const seen: { sent: number; deadline: number }[] = [];
+  // The latest send time of a call that extends trust (open, acquire, heartbeat) whose answer the SDK got: the
+  // session's deadline may come from any of them.
+  let latest = 0;
+  const transport: HttpTransport = {
+    async send(a, verb, path, body, signal) {
+      const sent = performance.now();
+      const r = await real.send(a, verb, path, body, signal);
+      const trustCall = path === "/v1/sessions" || path.endsWith(":acquire") || path.endsWith(":keepalive");
+      if (r.status === 200 && trustCall && !path.endsWith(":keepalive")) latest = Math.max(latest, sent);
+      if (!path.endsWith(":keepalive") || r.status !== 200) return r;
+      await new Promise((res) => setTimeout(res, SLOW_ANSWER_MS)); // the answer's slow way back
+      latest = Math.max(latest, sent);
+      setImmediate(() => s && seen.push({ sent: latest, deadline: s.deadline })); // once the SDK applied it
+      return r;
+    },
+    stream: real.stream,
+  };
+  const api = new HttpApi({ addresses: [addr], transport, now: () => performance.now() });
+  const log: string[] = [];
+  const c = new Client(addr, { api, backoffMinMs: 10, backoffMaxMs: 200, logger: (m, d) => log.push(`${m}: ${String(d)}`) });
+  t.after(async () => {
+    await c.close();
+    real.close();
+  });
+  s = await c.newSession({ ttlMs: 3000 });
+  const k = key("http");
+  const ac = new AbortController();
+  t.after(() => ac.abort());
+  const it = (await c.watch(k, { signal: ac.signal }))[Symbol.asyncIterator](); // GET /v1/watch, JSON lines
+  const l = await s.acquire(k);
+  const ev = (await it.next()).value!;
+  assert.equal(`${ev.kind} ${ev.key}`, `acquired ${k}`, "watch over HTTP");
+  assert.ok(l.token > 0n);
+  const info = await c.inspect(k);
+  assert.equal(info.session, s.id, "inspect over HTTP: the holder");
+  const until = performance.now() + s.ttlMs * 1.5;
+  await eventually(s.ttlMs * 4, "1.5 TTL passed with three answered heartbeats", () => (performance.now() > until && seen.length >= 3) || !l.valid());
+  assert.ok(l.valid(), `lock lost over HTTP after ${s.ttlMs * 1.5} ms: ${l.err}; ${log.join("; ")}`);
+  for (const [i, x] of seen.entries()) {
+    assert.ok(x.deadline <= x.sent + s.ttlMs - s.marginMs,
+      `heartbeat ${i}: deadline sent+${(x.deadline - x.sent).toFixed(1)} ms, beyond send + TTL − margin = sent+${s.ttlMs - s.marginMs} ms`);
+  }
+  assert.ok(seen.some((x) => x.deadline > x.sent + s!.ttlMs / 2), "no heartbeat answer extended the deadline");
+  t.diagnostic(`${seen.length} Heartbeat calls, answers ${SLOW_ANSWER_MS} ms late; deadline − send: ` +
+    seen.map((x) => (x.deadline - x.sent).toFixed(0)).join(", ") + ` ms (TTL ${s.ttlMs}, margin ${s.marginMs})`);
+  await l.release();
+  assert.equal((await c.inspect(k)).held, false, "released over HTTP");
+  const both = await s.acquireAll([`${k}/y`, `${k}/x`]); // POST /v1/locks:acquire, the keys in the body
+  assert.deepEqual(both.map((x) => x.key), [`${k}/y`, `${k}/x`], "acquireAll over HTTP");
+  for (const x of both) await x.release();
+  const hk = await c.hotKeys(k, { limit: 5 }); // GET /v1/hotkeys, query prefix and limit
+  assert.equal(typeof hk.enabled, "boolean", "hotKeys over HTTP");
+  const ev2 = (await it.next()).value!;
+  assert.equal(`${ev2.kind} ${ev2.key}`, `released ${k}`, "watch over HTTP");
+  ac.abort();
+  await it.return?.();
+});
+
+// TTL 6 s: the lock outlives a TTL after the drained replica stopped only if
+// Heartbeat calls to the other replica were answered meanwhile.
+test("over HTTP: a lock stays trusted while its client leaves a draining replica", { timeout: 60_000 }, async (t) => {
+  const first = Number(need("LOCKDTEST_HTTP_REPLICA_FIRST"));
+  const c = new Client(need("LOCKDTEST_HTTP_REPLICAS"), { http: true, backoffMinMs: 10, backoffMaxMs: 200 });
+  t.after(() => c.close());
+  const s = await c.newSession({ ttlMs: 6000 });
+  const l = await s.acquire(key("http-drain"));
+  const r = await fetch(`${need("LOCKDTEST_CONTROL")}/replica/${first}/stop`, { method: "POST" }); // drains, then stops
+  assert.equal(r.status, 200, await r.text());
+  const stopped = performance.now();
+  await eventually(3 * s.ttlMs, "a TTL after the stop", () => performance.now() > stopped + s.ttlMs || !l.valid());
+  assert.ok(l.valid() && s.valid(), `lock lost over HTTP after the drain: ${l.err ?? s.err}`);
+  const l2 = await s.acquire(key("http-after-drain"), { signal: AbortSignal.timeout(10_000) }); // on the other replica
+  t.diagnostic(`drain: lock kept ${Math.round(performance.now() - stopped)} ms past the stop (TTL ${s.ttlMs} ms)`);
+  await l2.release();
+  await l.release();
+});
