@@ -46,6 +46,41 @@ async def _run(fn, *args, **kw):
     return await fut
 
 
+def _release_each(got) -> None:
+    """Releases (or resigns) every lock of got, each on its own: one that
+    fails (the session ended meanwhile: nothing is held) stops no other."""
+    for obj in got:
+        try:
+            (obj.release if hasattr(obj, "release") else obj.resign)()
+        except errors.LockdError:
+            pass
+
+
+async def _give_back(task, as_list) -> None:
+    """After the caller's task was cancelled and the blocking call told to
+    stop: waits for that call to end, however often the task is cancelled
+    again, and releases what it returned — grants that raced the
+    cancellation — so that nothing stays held until the session ends. The
+    caller raises its CancelledError afterwards. Before, a second
+    cancellation while waiting here cancelled the wait and left such grants
+    held."""
+    while True:
+        try:
+            got = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            continue  # the caller's task cancelled again: the call still ends (its cancel fired)
+        except errors.LockdError:
+            return  # the call ended without a grant
+    rel = asyncio.ensure_future(_run(_release_each, as_list(got)))
+    while True:
+        try:
+            await asyncio.shield(rel)
+            return
+        except asyncio.CancelledError:
+            continue
+
+
 class _Lost:
     """An asyncio.Event set when the sync object's trust ends."""
 
@@ -149,11 +184,7 @@ class Session(_Lost):
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             cancel.cancel()
-            try:
-                got = await task
-            except errors.LockdError:
-                raise asyncio.CancelledError from None
-            await _run(got.release if hasattr(got, "release") else got.resign)
+            await _give_back(task, lambda got: [got])
             raise
 
     async def acquire(self, key: str, timeout: float | None = None, **kw) -> Lock:
@@ -174,12 +205,7 @@ class Session(_Lost):
             got = await asyncio.shield(task)
         except asyncio.CancelledError:
             cancel.cancel()
-            try:
-                got = await task
-            except errors.LockdError:
-                raise asyncio.CancelledError from None
-            for l in got:
-                await _run(l.release)
+            await _give_back(task, list)
             raise
         return [Lock(l) for l in got]
 
