@@ -490,8 +490,15 @@ func TestFailoverKeepsAnswersInFlight(t *testing.T) {
 				}
 				a, fa := start()
 				b, fb := start()
+				// B is cut off until the holder's heartbeat is held on A: the
+				// window is made on purpose. Before, a client that had moved to
+				// B under load before the holds (a slow answer from A is a stall)
+				// sent A nothing: "no heartbeat of the holder reached A within
+				// 20s", three times on 2026-12-06 at load 8-25 (issue 21 §1).
+				pb := testkit.NewProxy(t, b.Addr)
+				pb.Cut()
 				ctx := testCtx(t, 90*time.Second)
-				c, err := client.New(a.Addr, client.WithAddresses(a.Addr, b.Addr), client.WithHeartbeatInterval(time.Second),
+				c, err := client.New(a.Addr, client.WithAddresses(a.Addr, pb.Addr()), client.WithHeartbeatInterval(time.Second),
 					client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
 				if err != nil {
 					t.Fatalf("client.New: %v", err)
@@ -517,6 +524,7 @@ func TestFailoverKeepsAnswersInFlight(t *testing.T) {
 					// on a loaded machine (the client had left A before the hold).
 					t.Fatalf("no heartbeat of the holder reached A within %v", ttl)
 				}
+				pb.Restore() // B reachable: the client may leave A now
 				answeredA := len(fa.Reported())
 				stopped := make(chan error, 1)
 				if why == "draining" {
