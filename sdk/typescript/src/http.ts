@@ -14,7 +14,7 @@ import { checkServerIdentity } from "node:tls";
 import { create, fromJson, toJson, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import {
   HeartbeatRequestSchema, KeepAliveResponseSchema, LockService,
-  type AcquireRequest, type CheckTokenRequest, type CloseSessionRequest, type CloseSessionsRequest, type CloseSessionsResponse,
+  type AcquireRequest, type CheckTokenRequest, type CloseSessionRequest, type CloseSessionsRequest,
   type HotKeysRequest, type InspectRequest, type KeepAliveRequest, type KeepAliveResponse, type LeaveQueueRequest, type ListRequest,
   type ListSessionsRequest, type OpenSessionRequest, type ReleaseRequest, type RevokeRequest, type SetValueRequest,
   type WatchRequest, type WatchResponse,
@@ -139,6 +139,7 @@ const ROUTES: Partial<Record<string, Route>> = {
   CheckToken: onKey("GET", "/v1/tokens/", ""),
   List: { verb: "GET", path: () => "/v1/locks", inPath: [] },
   ListSessions: { verb: "GET", path: () => "/v1/sessions", inPath: [] },
+  CloseSessions: { verb: "POST", path: () => "/v1/sessions:closeAll", inPath: [] },
   Watch: { verb: "GET", path: () => "/v1/watch", inPath: [] },
 };
 
@@ -303,9 +304,7 @@ export class HttpApi implements LockApi {
   revoke(req: RevokeRequest, o?: CallOpts) { return this.unary(LockService.method.revoke, req, o); }
   listSessions(req: ListSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.listSessions, req, o); }
   hotKeys(req: HotKeysRequest, o?: CallOpts) { return this.unary(LockService.method.hotKeys, req, o); }
-  closeSessions(_req: CloseSessionsRequest): Promise<CloseSessionsResponse> {
-    return Promise.reject(new InternalError("CloseSessions has no HTTP route (C2 #ct2-http): use gRPC"));
-  }
+  closeSessions(req: CloseSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.closeSessions, req, o); }
 
   /**
    * The KeepAlive stream, emulated: each heartbeat is one Heartbeat call to
