@@ -20,7 +20,8 @@ import {
   type WatchRequest, type WatchResponse,
 } from "./gen/lockd/v1/lockd_pb.js";
 import { fromCode, InternalError, LockdError, UnavailableError, type StatusDetails } from "./errors.js";
-import { ASIDE_MS, type BidiStream, type CallOpts, type LockApi, type ServerStream } from "./rpc.js";
+import { Replicas } from "./replicas.js";
+import { type BidiStream, type CallOpts, type LockApi, type ServerStream } from "./rpc.js";
 
 /** An HTTP answer: its status and body. */
 export interface HttpReply {
@@ -193,54 +194,23 @@ export interface HttpConfig {
 
 /** The HTTP/JSON implementation of LockApi (C2 #ct2-http), with the replica moves of GrpcApi (C2 #ct2-failover). */
 export class HttpApi implements LockApi {
-  private current = 0;
-  private readonly aside = new Map<string, number>();
-  private readonly inflight = new Map<string, Set<() => void>>();
+  private readonly replicas: Replicas;
   private closed = false;
 
-  constructor(private readonly cfg: HttpConfig) {}
+  constructor(private readonly cfg: HttpConfig) {
+    this.replicas = new Replicas(cfg.addresses, cfg.now);
+  }
 
   get several(): boolean {
-    return this.cfg.addresses.length > 1;
-  }
-
-  private pick(): string {
-    const n = this.cfg.addresses.length;
-    const now = this.cfg.now();
-    for (let i = 0; i < n; i++) {
-      const a = this.cfg.addresses[(this.current + i) % n]!;
-      const until = this.aside.get(a);
-      if (until === undefined || until <= now) {
-        this.aside.delete(a);
-        this.current = (this.current + i) % n;
-        return a;
-      }
-    }
-    this.aside.clear();
-    return this.cfg.addresses[this.current % n]!;
-  }
-
-  private failed(addr: string): void {
-    const n = this.cfg.addresses.length;
-    if (n > 1 && this.cfg.addresses[this.current % n] === addr) this.current = (this.current + 1) % n;
+    return this.replicas.several;
   }
 
   setAside(peer: string, draining: boolean): boolean {
-    const others = this.cfg.addresses.filter((a) => a !== peer);
-    if (others.length === 0) return false;
-    const now = this.cfg.now();
-    if (others.every((a) => (this.aside.get(a) ?? 0) > now)) {
-      if (!draining) return false;
-      this.aside.clear();
-    }
-    this.aside.set(peer, now + ASIDE_MS);
-    this.failed(peer);
-    for (const move of this.inflight.get(peer) ?? []) move(); // as GrpcApi: the calls there move with the client
-    return true;
+    return this.replicas.setAside(peer, draining);
   }
 
   clearAside(): void {
-    this.aside.clear();
+    this.replicas.clearAside();
   }
 
   /** One call of method m to addr; errors mapped, the replica moves of a failed call applied. */
@@ -256,9 +226,7 @@ export class HttpApi implements LockApi {
       moved = true;
       ac.abort();
     };
-    let calls = this.inflight.get(addr);
-    if (!calls) this.inflight.set(addr, (calls = new Set()));
-    calls.add(move);
+    const done = this.replicas.track(addr, move);
     const onAbort = () => ac.abort(signal!.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     let reply: HttpReply;
@@ -267,18 +235,15 @@ export class HttpApi implements LockApi {
     } catch (err) {
       if (signal?.aborted) throw signal.reason;
       if (moved) throw new ConnectionError(`${m.name}: moved off replica ${addr}, set aside`);
-      this.failed(addr);
+      this.replicas.failed(addr);
       throw new ConnectionError(`${m.name} to ${addr}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     } finally {
       signal?.removeEventListener("abort", onAbort);
-      calls.delete(move);
+      done();
     }
     if (reply.status !== 200) {
       const err = httpError(reply.status, reply.body);
-      if (err instanceof UnavailableError) {
-        if (err.reason === "SHUTTING_DOWN") this.setAside(addr, true);
-        else if (err.reason === "") this.failed(addr);
-      }
+      this.replicas.answered(addr, err);
       throw err;
     }
     try {
@@ -289,7 +254,7 @@ export class HttpApi implements LockApi {
   }
 
   private unary<M extends Method>(m: M, req: MessageShape<M["input"]>, o?: CallOpts) {
-    return this.call(this.pick(), m, req, o?.signal);
+    return this.call(this.replicas.pick(), m, req, o?.signal);
   }
 
   openSession(req: OpenSessionRequest, o?: CallOpts) { return this.unary(LockService.method.openSession, req, o); }
@@ -315,7 +280,7 @@ export class HttpApi implements LockApi {
    * HTTP answer, or one without a reason or SHUTTING_DOWN, breaks the stream.
    */
   keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse> {
-    const addr = this.pick();
+    const addr = this.replicas.pick();
     const ac = new AbortController();
     let onMessage: (m: KeepAliveResponse) => void = () => undefined;
     let onEnd: (err: unknown) => void = () => undefined;
@@ -356,7 +321,7 @@ export class HttpApi implements LockApi {
 
   /** Watch over `GET /v1/watch`: grpc-gateway's stream of `{"result": …}` / `{"error": …}` JSON lines. */
   watch(req: WatchRequest): ServerStream<WatchResponse> {
-    const addr = this.pick();
+    const addr = this.replicas.pick();
     const ac = new AbortController();
     const { path } = encode(ROUTES["Watch"]!, LockService.method.watch.input, req);
     let cancelled = false;
@@ -370,10 +335,7 @@ export class HttpApi implements LockApi {
           if (cancelled || failed) return;
           failed = true;
           ac.abort();
-          if (err instanceof UnavailableError && (err.reason === "" || err.reason === "SHUTTING_DOWN")) {
-            if (err.reason === "SHUTTING_DOWN") this.setAside(addr, true);
-            else this.failed(addr);
-          }
+          this.replicas.answered(addr, err);
           onEnd(err);
         };
         this.cfg.transport.stream(addr, path, ac.signal, (s) => void (status = s), (chunk) => {
