@@ -203,7 +203,11 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 		return nil, ErrLocked
 	}
 	d := s.extend(sent, ms(resp.GetRemainingMs()))
-	return s.addLock(req.Key, resp.GetToken(), d)
+	var holdEnd time.Time // C2 #ct2-maxhold-sdk
+	if req.MaxHoldMs > 0 {
+		holdEnd = sent.Add(ms(req.MaxHoldMs))
+	}
+	return s.addLock(req.Key, resp.GetToken(), d, holdEnd)
 }
 
 // send sends req until it is answered, as acquire describes, and returns
@@ -252,7 +256,11 @@ func (s *Session) send(ctx context.Context, req *lockdv1.AcquireRequest, untilCt
 // reply's own bound counts from the Acquire's send time, so a grant that
 // waited in the queue longer than Remaining − margin would otherwise be born
 // expired.
-func (s *Session) addLock(key string, token uint64, deadline time.Time) (*Lock, error) {
+//
+// maxHoldAt (zero: none) is the Acquire's send time plus the grant's
+// maximum hold (Lock.maxHoldAt); a Lock the session already had keeps its
+// own.
+func (s *Session) addLock(key string, token uint64, deadline, maxHoldAt time.Time) (*Lock, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -271,7 +279,8 @@ func (s *Session) addLock(key string, token uint64, deadline time.Time) (*Lock, 
 		return l, nil
 	}
 	s.lockSeq++
-	l := &Lock{s: s, key: key, token: token, seq: s.lockSeq, deadline: deadline, done: make(chan struct{})}
+	l := &Lock{s: s, key: key, token: token, seq: s.lockSeq, deadline: deadline, maxHoldAt: maxHoldAt,
+		done: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	s.locks[key] = l
 	if deadline.Before(s.timerAt) {

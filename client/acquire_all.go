@@ -122,7 +122,7 @@ func (s *Session) acquireAll(ctx context.Context, req *lockdv1.AcquireRequest, u
 		s.mu.Lock()
 		had := s.locks[req.Keys[i]]
 		s.mu.Unlock()
-		l, err := s.addLock(req.Keys[i], g.GetToken(), d)
+		l, err := s.addLock(req.Keys[i], g.GetToken(), d, time.Time{})
 		if err == nil && g.GetKey() != req.Keys[i] {
 			err = fmt.Errorf("%w: grant %d names %q, not %q", ErrUnavailable, i, g.GetKey(), req.Keys[i])
 		}

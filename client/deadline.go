@@ -68,8 +68,21 @@ func (s *Session) deadlineReached(gen uint64) {
 	s.armLocked() // extended since armed, or an early wake-up of a real timer
 	s.mu.Unlock()
 	for _, l := range lost {
-		l.end(fmt.Errorf("%w: not confirmed by the server before its deadline", ErrLockLost))
+		l.end(l.unconfirmed(now, "not confirmed by the server before its deadline"))
 	}
+}
+
+// unconfirmed is the error of a lock that no answer confirms any more,
+// found at now (client clock): ErrMaxHold once its maximum hold may have
+// run out, else ErrLockLost (C2 #ct2-maxhold-sdk). The send time of the
+// Acquire plus the hold is a lower bound of the hold's end on the server,
+// so before it the hold cannot be why. A notice that comes later changes
+// nothing: a lock keeps its first error.
+func (l *Lock) unconfirmed(now time.Time, why string) error {
+	if !l.maxHoldAt.IsZero() && !now.Before(l.maxHoldAt) {
+		return fmt.Errorf("%w: %s (its maximum hold had run out)", ErrMaxHold, why)
+	}
+	return fmt.Errorf("%w: %s", ErrLockLost, why)
 }
 
 // extend applies an acknowledgement of the session (a grant reply): a
@@ -113,7 +126,8 @@ func (s *Session) answer(sent time.Time, seq uint64, live bool, remaining time.D
 		s.mu.Unlock()
 		return
 	}
-	if live && !s.c.clock.Now().Before(s.deadline) {
+	now := s.c.clock.Now()
+	if live && !now.Before(s.deadline) {
 		s.mu.Unlock()
 		s.end(ErrSessionExpired)
 		return
@@ -154,7 +168,7 @@ func (s *Session) answer(sent time.Time, seq uint64, live bool, remaining time.D
 	}
 	s.mu.Unlock()
 	for _, l := range lost {
-		l.end(fmt.Errorf("%w: not confirmed by the server", ErrLockLost))
+		l.end(l.unconfirmed(now, "not confirmed by the server"))
 	}
 	for _, h := range orphans {
 		s.releaseOrphan(h.GetKey(), h.GetToken())

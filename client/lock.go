@@ -20,9 +20,14 @@ type Lock struct {
 	// deadline (Session.mu) is when the lock stops being trusted unless an
 	// answer that confirms it extends it; never after the session's.
 	deadline time.Time
-	done     chan struct{}
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	// maxHoldAt is the send time of the Acquire that granted the lock plus
+	// its maximum hold (zero: none): a lock no answer confirms from then on
+	// ends with ErrMaxHold (C2 #ct2-maxhold-sdk). Set when the Lock is made,
+	// never changed.
+	maxHoldAt time.Time
+	done      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
 
 	mu         sync.Mutex
 	err        error
