@@ -40,6 +40,21 @@ export interface HttpTransport {
     onEnd: (err: unknown) => void): void;
 }
 
+/**
+ * The largest answer body read (and, in a Watch stream, the longest line):
+ * 4 MiB, the receive bound of the gRPC transport (grpc-js's default
+ * grpc.max_receive_message_length, which GrpcApi keeps). A larger answer is
+ * an AnswerTooLargeError, never buffered whole.
+ */
+export const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
+
+/** An answer over MAX_ANSWER_BYTES: not retryable (the same call gets the same answer). */
+export class AnswerTooLargeError extends InternalError {}
+
+function tooLarge(what: string): AnswerTooLargeError {
+  return new AnswerTooLargeError(`${what}: the answer is over ${MAX_ANSWER_BYTES >> 20} MiB, the bound of an answer (the gRPC transport's too)`);
+}
+
 /** A call that got no HTTP answer (the connection failed): retryable, and it ends an emulated KeepAlive stream. */
 export class ConnectionError extends UnavailableError {}
 
@@ -81,7 +96,16 @@ export function nodeTransport(cfg: NodeHttpConfig): HttpTransport & { close(): v
     send: (addr, verb, path, body, signal) => new Promise((resolve, reject) => {
       request(addr, verb, path, body, signal, (res) => {
         const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
+        let n = 0;
+        res.on("data", (c: Buffer) => {
+          n += c.length;
+          if (n > MAX_ANSWER_BYTES) {
+            res.destroy();
+            reject(tooLarge(`${verb} ${path.split("?")[0]}`));
+            return;
+          }
+          chunks.push(c);
+        });
         res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
         res.on("error", reject);
       }, reject);
@@ -109,7 +133,7 @@ export function nodeTransport(cfg: NodeHttpConfig): HttpTransport & { close(): v
 type Method = (typeof LockService.method)[keyof typeof LockService.method];
 
 /** A route of lockd_http.yaml: its verb, its path from the request, and the fields the path carries. */
-interface Route {
+export interface Route {
   verb: "GET" | "POST";
   path: (r: Record<string, unknown>) => string;
   inPath: string[];
@@ -144,14 +168,30 @@ const ROUTES: Partial<Record<string, Route>> = {
   Watch: { verb: "GET", path: () => "/v1/watch", inPath: [] },
 };
 
-/** The path and body (POST) or query (GET) of a request on its route. */
-function encode(route: Route, schema: DescMessage, req: unknown): { path: string; body?: string } {
+/**
+ * A field named like a secret (a session secret, a password, a credential, a
+ * bearer token): never put into a URL query, which proxies and access logs
+ * keep. Not `token` (a fencing token) nor `page_token` (a List cursor).
+ */
+const SECRET_FIELD = /secret|passw|credential|authoriz|bearer|api_?key|private/i;
+
+/**
+ * The path and body (POST) or query (GET) of a request on its route. A
+ * secret field (SECRET_FIELD) of a GET is refused: such a route must be a
+ * POST (C2 #ct2-http).
+ * @internal exported for the unit tests
+ */
+export function encode(route: Route, schema: DescMessage, req: unknown): { path: string; body?: string } {
   const j = toJson(schema, req as MessageShape<DescMessage>, { useProtoFieldName: true }) as Record<string, JsonValue>;
   const path = route.path(j);
   for (const f of route.inPath) delete j[f];
   if (route.verb === "POST") return { path, body: JSON.stringify(j) };
   const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(j)) if (v !== null && typeof v !== "object") q.append(k, String(v));
+  for (const [k, v] of Object.entries(j)) {
+    if (v === null || typeof v === "object") continue;
+    if (SECRET_FIELD.test(k)) throw new InternalError(`${schema.typeName}.${k}: a secret is never sent in a URL query; its route must be a POST (C2 #ct2-http)`);
+    q.append(k, String(v));
+  }
   const qs = q.toString();
   return { path: qs ? `${path}?${qs}` : path };
 }
@@ -235,12 +275,14 @@ export class HttpApi implements LockApi {
     } catch (err) {
       if (signal?.aborted) throw signal.reason;
       if (moved) throw new ConnectionError(`${m.name}: moved off replica ${addr}, set aside`);
+      if (err instanceof AnswerTooLargeError) throw err;
       this.replicas.failed(addr);
       throw new ConnectionError(`${m.name} to ${addr}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     } finally {
       signal?.removeEventListener("abort", onAbort);
       done();
     }
+    if (reply.body.length > MAX_ANSWER_BYTES) throw tooLarge(m.name); // a transport of the caller's that did not bound it
     if (reply.status !== 200) {
       const err = httpError(reply.status, reply.body);
       this.replicas.answered(addr, err);
@@ -340,6 +382,10 @@ export class HttpApi implements LockApi {
         };
         this.cfg.transport.stream(addr, path, ac.signal, (s) => void (status = s), (chunk) => {
           buf += chunk;
+          if (buf.length > MAX_ANSWER_BYTES) {
+            end(tooLarge("Watch"));
+            return;
+          }
           if (status !== 200) return; // the error body is read whole at the end
           for (let i = buf.indexOf("\n"); i >= 0 && !failed && !cancelled; i = buf.indexOf("\n")) {
             const line = buf.slice(0, i).trim();
