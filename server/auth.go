@@ -100,7 +100,7 @@ func (s *Server) authorize(ctx context.Context, az *auth.Authorizer, method stri
 	}
 	s.identifyConn(ctx, principal, method) // principal_conns.go
 	s.guard.authorised(ctx)                // idle.go
-	if az != nil {
+	if az != nil && readFilterNeeded(act, prefix && !filter) {
 		ctx = withReadFilter(ctx, az, principal) // readfilter.go
 	}
 	return telemetry.WithCaller(ctx, principal, rule), principal, filter, nil

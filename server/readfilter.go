@@ -24,6 +24,16 @@ func withReadFilter(ctx context.Context, az *auth.Authorizer, principal string) 
 	})
 }
 
+// readFilterNeeded tells authorize whether a call must carry the per-key
+// read check: not when it reads under a prefix all of which its caller may
+// read (wholePrefix: Scope said all), where the check would answer yes for
+// every key it is asked about (HotKeys ranks only keys under the prefix)
+// at the cost of one policy decision each; always for a call on one key
+// (an Acquire's DEADLOCK may name keys anywhere) or another action.
+func readFilterNeeded(act auth.Action, wholePrefix bool) bool {
+	return !wholePrefix || act != auth.ActionRead
+}
+
 // readFilter is the read check of ctx's caller; nil (every key readable)
 // without an access policy.
 func readFilter(ctx context.Context) func(key string) bool {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"
 )
@@ -56,5 +57,25 @@ func TestDeadlockKeysFilteredOnce(t *testing.T) {
 	}
 	if looks != 1 {
 		t.Fatalf("the read check looked at the cycle %d times; want once", looks)
+	}
+}
+
+// TestReadFilterNeeded: the per-key read check is skipped only for a read
+// under a prefix the caller may read whole; a call on a key (whose DEADLOCK
+// may name keys anywhere) and other actions keep it.
+func TestReadFilterNeeded(t *testing.T) {
+	for _, c := range []struct {
+		act         auth.Action
+		wholePrefix bool
+		want        bool
+	}{
+		{auth.ActionRead, true, false},
+		{auth.ActionRead, false, true},
+		{auth.ActionLock, false, true},
+		{auth.ActionLock, true, true},
+	} {
+		if got := readFilterNeeded(c.act, c.wholePrefix); got != c.want {
+			t.Errorf("readFilterNeeded(%v, %v) = %v; want %v", c.act, c.wholePrefix, got, c.want)
+		}
 	}
 }
