@@ -2,23 +2,14 @@ package server_test
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"lock.dev/lockd/internal/testing/lockdtest"
-	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
-	"lock.dev/lockd/proto/lockd/v1/wireerr"
 )
 
 // deadlockPolicy: alice and bob may do everything; carol may read and
@@ -78,47 +69,10 @@ func TestDeadlockHidesKeys(t *testing.T) {
 			wg.Go(func() {
 				_, _ = api.Acquire(as(wctx, w.from), &lockdv1.AcquireRequest{SessionId: w.s.SessionId, SessionSecret: w.s.SessionSecret, Key: w.key, Wait: true})
 			})
-			testkit.Eventually(t, 10*time.Second, w.from+" queued for "+w.key, func() error {
-				r, err := api.Inspect(alice, &lockdv1.InspectRequest{Key: w.key})
-				if err != nil || len(r.GetLock().GetWaiters()) != 1 {
-					return status.Errorf(codes.Unknown, "waiters %v, %v", r.GetLock().GetWaiters(), err)
-				}
-				return nil
-			})
+			waitQueued(t, alice, api, w.from, w.key)
 		}
 
-		var (
-			keys []string
-			msg  string
-			body string
-		)
-		if overHTTP {
-			st, out := hc.do("POST", "/v1/locks/"+ka+":acquire", obj{"session_id": sc.SessionId,
-				"session_secret": base64.StdEncoding.EncodeToString(sc.SessionSecret), "wait": true})
-			wantErr(t, "HTTP acquire closing the cycle", st, out, http.StatusConflict, wireerr.ReasonDeadlock)
-			b, _ := json.Marshal(out)
-			body = string(b)
-			msg, _ = out["message"].(string)
-			details, _ := out["details"].([]any)
-			for _, d := range details {
-				if m, _ := d.(obj); m["reason"] == wireerr.ReasonDeadlock {
-					md, _ := m["metadata"].(obj)
-					s, _ := md[wireerr.MetadataKeys].(string)
-					if err := json.Unmarshal([]byte(s), &keys); err != nil {
-						t.Fatalf("metadata keys %q: %v", s, err)
-					}
-				}
-			}
-		} else {
-			_, err := api.Acquire(carol, &lockdv1.AcquireRequest{SessionId: sc.SessionId, SessionSecret: sc.SessionSecret, Key: ka, Wait: true})
-			st := status.Convert(err)
-			if st.Code() != codes.Aborted || wireerr.Reason(st) != wireerr.ReasonDeadlock {
-				t.Fatalf("gRPC acquire closing the cycle = %v; want ABORTED, DEADLOCK", err)
-			}
-			keys, _ = wireerr.DeadlockKeys(st)
-			msg = st.Message()
-			body = fmt.Sprint(st.Details()...) // every detail, decoded
-		}
+		keys, msg, body := closeCycle(t, carol, api, hc, overHTTP, sc, ka) // carol's token over HTTP
 		if !slices.Equal(keys, []string{ka, kc}) {
 			t.Errorf("over HTTP %v: keys %v; want [%s %s] (the readable keys only)", overHTTP, keys, ka, kc)
 		}

@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -49,36 +51,8 @@ func TestDeadlockOnTheWire(t *testing.T) {
 				r, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: a.SessionId, SessionSecret: a.SessionSecret, Key: kb, Wait: true})
 				aw <- result{r, err}
 			}()
-			testkit.Eventually(t, 10*time.Second, "a queued for "+kb, func() error {
-				r, err := api.Inspect(ctx, &lockdv1.InspectRequest{Key: kb})
-				if err != nil || len(r.GetLock().GetWaiters()) != 1 {
-					return status.Errorf(codes.Unknown, "waiters %v, %v", r.GetLock().GetWaiters(), err)
-				}
-				return nil
-			})
-			var keys []string
-			if overHTTP {
-				st, out := hc.do("POST", "/v1/locks/"+ka+":acquire", obj{"session_id": b.SessionId,
-					"session_secret": base64.StdEncoding.EncodeToString(b.SessionSecret), "wait": true})
-				wantErr(t, "HTTP acquire closing the cycle", st, out, http.StatusConflict, wireerr.ReasonDeadlock)
-				details, _ := out["details"].([]any)
-				for _, d := range details {
-					if m, _ := d.(obj); m["reason"] == wireerr.ReasonDeadlock {
-						md, _ := m["metadata"].(obj)
-						s, _ := md[wireerr.MetadataKeys].(string)
-						if err := json.Unmarshal([]byte(s), &keys); err != nil {
-							t.Fatalf("metadata keys %q: %v", s, err)
-						}
-					}
-				}
-			} else {
-				_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: b.SessionId, SessionSecret: b.SessionSecret, Key: ka, Wait: true})
-				st := status.Convert(err)
-				if st.Code() != codes.Aborted || wireerr.Reason(st) != wireerr.ReasonDeadlock {
-					t.Fatalf("gRPC acquire closing the cycle = %v; want ABORTED, DEADLOCK", err)
-				}
-				keys, _ = wireerr.DeadlockKeys(st)
-			}
+			waitQueued(t, ctx, api, "a", kb)
+			keys, _, _ := closeCycle(t, ctx, api, hc, overHTTP, b, ka)
 			if !slices.Equal(keys, []string{ka, kb}) {
 				t.Fatalf("over HTTP %v: keys %v; want [%s %s]", overHTTP, keys, ka, kb)
 			}
@@ -90,4 +64,51 @@ func TestDeadlockOnTheWire(t *testing.T) {
 			}
 		}
 	})
+}
+
+// waitQueued waits until key has one waiter (who's wait), read with ctx's caller.
+func waitQueued(t *testing.T, ctx context.Context, api lockdv1.LockServiceClient, who, key string) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, who+" queued for "+key, func() error {
+		r, err := api.Inspect(ctx, &lockdv1.InspectRequest{Key: key})
+		if err != nil || len(r.GetLock().GetWaiters()) != 1 {
+			return status.Errorf(codes.Unknown, "waiters %v, %v", r.GetLock().GetWaiters(), err)
+		}
+		return nil
+	})
+}
+
+// closeCycle has session s wait for key, closing a cycle of waiting
+// sessions, over HTTP (hc, with its token) or gRPC (ctx's caller); the wait
+// must be refused with DEADLOCK (409 / ABORTED). It returns the keys of the
+// refusal's details, its message and its whole body (the JSON answer, or
+// every gRPC detail decoded).
+func closeCycle(t *testing.T, ctx context.Context, api lockdv1.LockServiceClient, hc *jclient, overHTTP bool,
+	s *lockdv1.OpenSessionResponse, key string) (keys []string, msg, body string) {
+	t.Helper()
+	if !overHTTP {
+		_, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: s.SessionId, SessionSecret: s.SessionSecret, Key: key, Wait: true})
+		st := status.Convert(err)
+		if st.Code() != codes.Aborted || wireerr.Reason(st) != wireerr.ReasonDeadlock {
+			t.Fatalf("gRPC acquire closing the cycle = %v; want ABORTED, DEADLOCK", err)
+		}
+		keys, _ = wireerr.DeadlockKeys(st)
+		return keys, st.Message(), fmt.Sprint(st.Details()...)
+	}
+	st, out := hc.do("POST", "/v1/locks/"+key+":acquire", obj{"session_id": s.SessionId,
+		"session_secret": base64.StdEncoding.EncodeToString(s.SessionSecret), "wait": true})
+	wantErr(t, "HTTP acquire closing the cycle", st, out, http.StatusConflict, wireerr.ReasonDeadlock)
+	b, _ := json.Marshal(out)
+	msg, _ = out["message"].(string)
+	details, _ := out["details"].([]any)
+	for _, d := range details {
+		if m, _ := d.(obj); m["reason"] == wireerr.ReasonDeadlock {
+			md, _ := m["metadata"].(obj)
+			k, _ := md[wireerr.MetadataKeys].(string)
+			if err := json.Unmarshal([]byte(k), &keys); err != nil {
+				t.Fatalf("metadata keys %q: %v", k, err)
+			}
+		}
+	}
+	return keys, msg, string(b)
 }

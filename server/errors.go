@@ -57,20 +57,34 @@ func invalidf(field, format string, args ...any) error {
 	return &fieldError{field: field, problem: fmt.Sprintf(format, args...), err: store.ErrInvalidArgument}
 }
 
+// classified is an error as it crosses the wire: classify's answer.
+type classified struct {
+	code        codes.Code
+	reason, msg string
+	// cycle: the error is a *store.DeadlockError; shown: its keys the caller
+	// may read, filtered once (the policy may be reloaded at any time) and
+	// named by both msg and the status details.
+	cycle bool
+	shown []string
+}
+
 // classify maps an error to the gRPC code and wireerr reason it crosses the
 // wire with, and the message. ctx is the RPC's context: when it has ended,
 // the error is the caller's own cancellation or deadline whatever the store
 // said (no reason then).
-func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reason, msg string) {
+func (s *Server) classify(ctx context.Context, err error) classified {
 	if d, ok := errors.AsType[*deniedError](err); ok {
-		return wireerr.Code(d.reason), d.reason, d.msg // a refusal (secret.go)
+		return classified{code: wireerr.Code(d.reason), reason: d.reason, msg: d.msg} // a refusal (secret.go)
 	}
+	var reason, msg string
+	var shown []string // a DEADLOCK's keys the caller may read
+	cycle := false
 	switch {
 	case errors.Is(err, errWaitTimeout):
 		reason, msg = wireerr.ReasonWaitTimeout, "wait timeout exceeded"
 	case ctx.Err() != nil:
 		st := status.FromContextError(ctx.Err())
-		return st.Code(), "", st.Message()
+		return classified{code: st.Code(), msg: st.Message()}
 	case errors.Is(err, errShuttingDown):
 		reason, msg = wireerr.ReasonShuttingDown, "server is shutting down"
 	case errors.Is(err, store.ErrInvalidArgument):
@@ -82,7 +96,10 @@ func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reas
 	case errors.Is(err, store.ErrDeadlock):
 		reason, msg = wireerr.ReasonDeadlock, "deadlock: the wait closes a cycle of waiting sessions (C2 #ct2-deadlock)"
 		if de, ok := errors.AsType[*store.DeadlockError](err); ok {
-			msg = deadlockMessage(readable(ctx, de.Keys)) // only the keys the caller may read
+			var withheld int
+			cycle = true
+			shown, withheld = readable(ctx, de.Keys) // only the keys the caller may read
+			msg = deadlockMessage(shown, withheld)
 		}
 	case errors.Is(err, store.ErrNotOwner):
 		reason, msg = wireerr.ReasonNotOwner, "not the current grant of the key (wrong session or stale token)"
@@ -100,7 +117,7 @@ func (s *Server) classify(ctx context.Context, err error) (code codes.Code, reas
 	default:
 		reason, msg = wireerr.ReasonInternal, "internal error"
 	}
-	return wireerr.Code(reason), reason, msg
+	return classified{code: wireerr.Code(reason), reason: reason, msg: msg, cycle: cycle, shown: shown}
 }
 
 // toStatus turns an error of an RPC handler into the gRPC status error it
@@ -114,10 +131,10 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 	if d, ok := errors.AsType[*deniedError](err); ok && d.limit != "" {
 		return wireerr.LimitStatus(d.limit, d.msg).Err()
 	}
-	code, reason, msg := s.classify(ctx, err)
-	if de, ok := errors.AsType[*store.DeadlockError](err); ok && reason == wireerr.ReasonDeadlock {
-		shown, _ := readable(ctx, de.Keys) // as in msg: a key the caller may not read is never named
-		return wireerr.DeadlockStatus(shown, msg).Err()
+	c := s.classify(ctx, err)
+	code, reason, msg := c.code, c.reason, c.msg
+	if c.cycle && reason == wireerr.ReasonDeadlock {
+		return wireerr.DeadlockStatus(c.shown, msg).Err() // the keys msg names, no other
 	}
 	if code == codes.Internal {
 		s.log.LogAttrs(context.Background(), slog.LevelError, "rpc failed",
@@ -135,11 +152,11 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 
 // sessionError is the per-session error of a KeepAlive reply.
 func (s *Server) sessionError(ctx context.Context, err error) *lockdv1.SessionError {
-	code, reason, msg := s.classify(ctx, err)
-	if code == codes.Internal {
+	c := s.classify(ctx, err)
+	if c.code == codes.Internal {
 		s.log.LogAttrs(context.Background(), slog.LevelError, "heartbeat failed", slog.String("error", err.Error()))
 	}
-	return &lockdv1.SessionError{Code: int32(code), Reason: reason, Message: msg}
+	return &lockdv1.SessionError{Code: int32(c.code), Reason: c.reason, Message: c.msg}
 }
 
 // streamEnd is what the KeepAlive handler returns when its stream ended for

@@ -108,6 +108,12 @@ func TestHTTPAccessParity(t *testing.T) {
 				return err
 			},
 			func(c *jclient) (int, obj) { return c.do("POST", "/v1/locks/a/free:revoke", obj{}) }},
+		{"CloseSessions ghost",
+			func(ctx context.Context) error {
+				_, err := api.CloseSessions(ctx, &lockdv1.CloseSessionsRequest{Principal: "ghost"})
+				return err
+			},
+			func(c *jclient) (int, obj) { return c.do("POST", "/v1/sessions:closeAll", obj{"principal": "ghost"}) }},
 	}
 	denials := 0
 	for _, p := range []string{"reader", "locker", "admin", "nobody", "", "not-a-principal"} {
@@ -148,6 +154,15 @@ func TestHTTPAccessParity(t *testing.T) {
 	anon.token = "token-root"
 	if in := anon.ok("GET", "/v1/locks/a/held", nil); in["held"] != true {
 		t.Errorf("root Inspect over HTTP = %v; want held", in)
+	}
+	// root closes locker's sessions over HTTP (C2 #ct2-close-sessions):
+	// ls and the two the matrix opened as locker (gRPC and HTTP), with
+	// ls's lock on a/x; locker's next heartbeat of ls finds it dead.
+	if out := anon.ok("POST", "/v1/sessions:closeAll", obj{"principal": "locker"}); out["closed"] != "3" || out["released"] != "1" {
+		t.Errorf("root POST /v1/sessions:closeAll {locker} = %v; want closed \"3\", released \"1\"", out)
+	}
+	if out := lc.ok("POST", "/v1/sessions/"+ls.id+":keepalive", obj{"session_secret": ls.secret}); out["live"] != false {
+		t.Errorf("locker's heartbeat after root closed its sessions = %v; want live false", out)
 	}
 }
 

@@ -24,7 +24,7 @@
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY) || '',
     prefix: sessionStorage.getItem(PREFIX_KEY) || '',
-    gen: 0, // bumped by Apply: a watch of an older generation stops
+    gen: 0, // bumped by Apply and Forget: a watch of an older generation stops, its answers are not drawn
     watchAbort: null,
     locks: [], locksTruncated: false, locksSig: '',
     sessions: null, sessionsAt: 0, sessionsNote: '',
@@ -273,12 +273,15 @@
   // --- reading ---
 
   async function refreshLocks() {
+    const gen = state.gen;
     try {
       const r = await pages('/v1/locks', 'locks', { prefix: state.prefix });
+      if (gen !== state.gen) return; // asked with a token or prefix since replaced
       state.locks = r.items;
       state.locksTruncated = r.truncated;
       showError('locks-error', null);
     } catch (e) {
+      if (gen !== state.gen) return;
       state.locks = [];
       showError('locks-error', e);
     }
@@ -286,12 +289,15 @@
   }
 
   async function refreshSessions() {
+    const gen = state.gen;
     try {
       const r = await pages('/v1/sessions', 'sessions', {});
+      if (gen !== state.gen) return;
       state.sessions = r.items;
       state.sessionsNote = r.truncated ? 'the first ' + r.items.length + ' shown' : '';
       showError('sessions-error', null);
     } catch (e) {
+      if (gen !== state.gen) return;
       state.sessions = [];
       state.sessionsNote = '';
       showError('sessions-error', e);
@@ -307,11 +313,14 @@
     const now = performance.now();
     if (now - state.hotAt < HOT_MS) return;
     state.hotAt = now;
+    const gen = state.gen;
     let r = {};
     try {
       r = await api('GET', '/v1/hotkeys?' + new URLSearchParams({ prefix: state.prefix, limit: String(HOT_LIMIT) }).toString());
+      if (gen !== state.gen) return;
       showError('hot-error', null);
     } catch (e) {
+      if (gen !== state.gen) return;
       showError('hot-error', e);
     }
     const off = r.enabled === false;
@@ -431,6 +440,7 @@
             const line = buf.slice(0, nl).trim();
             buf = buf.slice(nl + 1);
             if (!line) continue;
+            if (gen !== state.gen) return; // replaced by Apply or Forget
             const msg = JSON.parse(line);
             if (msg.error) throw new APIError(200, msg);
             const r = msg.result;
@@ -496,6 +506,14 @@
     if (state.watchAbort) state.watchAbort.abort();
     state.refused.clear();
     $('events').replaceChildren();
+    // Nothing read with the old token or prefix stays on the page.
+    state.locks = [];
+    state.locksTruncated = false;
+    state.sessions = null;
+    renderLocks();
+    renderSessions();
+    renderHot('hot-wait-body', []);
+    renderHot('hot-hold-body', []);
     state.hotAt = -Infinity; // a new prefix or token: ask at once
     setWatchState('connecting', '');
     setStatus(state.token ? 'Calling the API with the bearer token of this tab.'

@@ -192,7 +192,8 @@ type LockServiceClient interface {
 	// session's CloseSession would, without its secret: an admin remedy for
 	// a principal that holds too many (C2 #ct2-close-sessions). Only a
 	// caller with admin on every key may call it (C5 #ct5-auth); each close
-	// is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
+	// is audited (session_closed, C4 #ct4-audit). Over HTTP:
+	// POST /v1/sessions:closeAll (C2 #ct2-http).
 	CloseSessions(ctx context.Context, in *CloseSessionsRequest, opts ...grpc.CallOption) (*CloseSessionsResponse, error)
 	// CheckToken answers whether (key, token) is a current grant of the key:
 	// Chubby's CheckSequencer, for a resource handed a fencing token
@@ -483,7 +484,8 @@ type LockServiceServer interface {
 	// session's CloseSession would, without its secret: an admin remedy for
 	// a principal that holds too many (C2 #ct2-close-sessions). Only a
 	// caller with admin on every key may call it (C5 #ct5-auth); each close
-	// is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
+	// is audited (session_closed, C4 #ct4-audit). Over HTTP:
+	// POST /v1/sessions:closeAll (C2 #ct2-http).
 	CloseSessions(context.Context, *CloseSessionsRequest) (*CloseSessionsResponse, error)
 	// CheckToken answers whether (key, token) is a current grant of the key:
 	// Chubby's CheckSequencer, for a resource handed a fencing token

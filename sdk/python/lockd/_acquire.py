@@ -100,9 +100,24 @@ class AcquireMixin:
         self.c._spawn(run, "lockd-leave")
 
     def _acquire(self, req, until_cancel: bool, cancel: Cancel | None, timeout: float | None = None) -> "Lock":
+        def record(resp, sent):
+            if not resp.granted:
+                raise errors.Locked(f"{req.key!r} is locked")
+            d = self._extend(sent, resp.remaining_ms / 1000.0)
+            # C2 #ct2-maxhold-sdk: the hold cannot end before sent + max_hold.
+            hold_at = sent + req.max_hold_ms / 1000.0 if req.max_hold_ms > 0 else math.inf
+            return self._add_lock(req.key, resp.token, d, hold_at)
+        return self._send_acquire(req, [req.key], until_cancel, cancel, timeout, record)
+
+    def _send_acquire(self, req, keys, until_cancel: bool, cancel: Cancel | None, timeout: float | None, record):
+        """Sends an Acquire of keys (_acquire's one, _acquire_all's several)
+        until it is answered, then returns record(resp, sent) while the keys
+        are still busy. The session's end also ends the wait; with
+        until_cancel a WAIT_TIMEOUT (the server's maximum wait: the places
+        are left or kept as C2 says) starts the wait again."""
         if self.error is not None:
             raise self.error
-        done = self._busy(req.key)
+        dones = [self._busy(k) for k in keys]
         both, unlink = link(cancel, self._ended)
         try:
             while True:
@@ -111,7 +126,7 @@ class AcquireMixin:
                     break
                 except errors.WaitTimeout:
                     if until_cancel:
-                        continue  # the server's maximum wait: the place is kept, ask again
+                        continue
                     raise
                 except errors.Cancelled:
                     if self.error is not None and not (cancel is not None and cancel.cancelled):
@@ -120,15 +135,11 @@ class AcquireMixin:
                 except errors.LockdError as e:
                     self._check_server_err(e)
                     raise
-            if not resp.granted:
-                raise errors.Locked(f"{req.key!r} is locked")
-            d = self._extend(sent, resp.remaining_ms / 1000.0)
-            # C2 #ct2-maxhold-sdk: the hold cannot end before sent + max_hold.
-            hold_at = sent + req.max_hold_ms / 1000.0 if req.max_hold_ms > 0 else math.inf
-            return self._add_lock(req.key, resp.token, d, hold_at)
+            return record(resp, sent)
         finally:
             unlink()
-            done()
+            for done in dones:
+                done()
 
     def _add_lock(self, key: str, token: int, deadline: float, max_hold_at: float = math.inf) -> "Lock":
         with self.mu:

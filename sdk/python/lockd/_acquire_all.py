@@ -8,7 +8,7 @@ import logging
 import math
 
 from . import errors
-from ._cancel import Cancel, link
+from ._cancel import Cancel
 from .client import CLOSE_TIMEOUT, validate_key
 from .lock import Lock
 from .v1 import lockd_pb2 as pb
@@ -69,60 +69,41 @@ class AcquireAllMixin:
         return self._acquire_all(req, until_cancel=False, cancel=None, timeout=timeout)
 
     def _acquire_all(self, req, until_cancel: bool, cancel: Cancel | None, timeout: float | None) -> list["Lock"]:
-        if self.error is not None:
-            raise self.error
-        dones = [self._busy(k) for k in req.keys]
-        both, unlink = link(cancel, self._ended)
-        try:
-            while True:
-                try:
-                    resp, sent = self.c._call("Acquire", req, timeout=timeout, cancel=both)
-                    break
-                except errors.WaitTimeout:
-                    if until_cancel:
-                        continue  # the server's maximum wait: it left every queue; ask again
-                    raise
-                except errors.Cancelled:
-                    if self.error is not None and not (cancel is not None and cancel.cancelled):
-                        raise self.error from None
-                    raise
-                except errors.LockdError as e:
-                    self._check_server_err(e)
-                    raise
-            if not resp.granted:
-                raise errors.Locked(f"one of {list(req.keys)!r} is locked")
-            if len(resp.grants) != len(req.keys):
-                raise errors.Unavailable(f"the server answered {len(resp.grants)} grants for {len(req.keys)} keys")
-            d = self._extend(sent, resp.remaining_ms / 1000.0)
-            locks, fresh = [], []
-            for i, g in enumerate(resp.grants):
-                with self.mu:
-                    had = self.locks.get(req.keys[i])
-                try:
-                    if g.key != req.keys[i]:
-                        raise errors.Unavailable(f"grant {i} names {g.key!r}, not {req.keys[i]!r}")
-                    l = self._add_lock(g.key, g.token, d)
-                except errors.LockdError:
-                    # All or none: give back what this call was granted.
-                    for f in fresh:
-                        try:
-                            f.release(timeout=CLOSE_TIMEOUT)
-                        except errors.LockdError as e:
-                            log.debug("releasing %r after a failed acquire_all failed: %s", f.key, e)
-                    for rest in resp.grants[i:]:
-                        with self.mu:
-                            l = self.locks.get(rest.key)
-                        if l is None or l.token != rest.token:
-                            self._give_back(rest.key, rest.token)
-                    raise
-                if l is not had:
-                    fresh.append(l)
-                locks.append(l)
-            return locks
-        finally:
-            unlink()
-            for done in dones:
-                done()
+        return self._send_acquire(req, req.keys, until_cancel, cancel, timeout, lambda resp, sent: self._record_all(req, resp, sent))
+
+    def _record_all(self, req, resp, sent) -> list["Lock"]:
+        """Records the grants of an answered acquire_all; a grant it cannot
+        record fails the call and the others are given back."""
+        if not resp.granted:
+            raise errors.Locked(f"one of {list(req.keys)!r} is locked")
+        if len(resp.grants) != len(req.keys):
+            raise errors.Unavailable(f"the server answered {len(resp.grants)} grants for {len(req.keys)} keys")
+        d = self._extend(sent, resp.remaining_ms / 1000.0)
+        locks, fresh = [], []
+        for i, g in enumerate(resp.grants):
+            with self.mu:
+                had = self.locks.get(req.keys[i])
+            try:
+                if g.key != req.keys[i]:
+                    raise errors.Unavailable(f"grant {i} names {g.key!r}, not {req.keys[i]!r}")
+                l = self._add_lock(g.key, g.token, d)
+            except errors.LockdError:
+                # All or none: give back what this call was granted.
+                for f in fresh:
+                    try:
+                        f.release(timeout=CLOSE_TIMEOUT)
+                    except errors.LockdError as e:
+                        log.debug("releasing %r after a failed acquire_all failed: %s", f.key, e)
+                for rest in resp.grants[i:]:
+                    with self.mu:
+                        l = self.locks.get(rest.key)
+                    if l is None or l.token != rest.token:
+                        self._give_back(rest.key, rest.token)
+                raise
+            if l is not had:
+                fresh.append(l)
+            locks.append(l)
+        return locks
 
     def _give_back(self, key: str, token: int) -> None:
         """Releases a grant of a failed acquire_all that no Lock records,

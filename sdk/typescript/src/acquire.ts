@@ -5,7 +5,7 @@ import {
   InvalidArgumentError, LockedError, PermissionDeniedError, WaitTimeoutError,
 } from "./errors.js";
 import {
-  AcquireRequestSchema, InspectRequestSchema, LeaveQueueRequestSchema, LockMode, type AcquireRequest,
+  AcquireRequestSchema, InspectRequestSchema, LeaveQueueRequestSchema, LockMode, type AcquireRequest, type AcquireResponse,
 } from "./gen/lockd/v1/lockd_pb.js";
 import { checkKey, checkLockDelay, checkMaxHold, checkValue, checkWholeMs, MAX_LIMIT } from "./limits.js";
 import { Lock, valueBytes } from "./lock.js";
@@ -112,18 +112,35 @@ async function lockedBy(s: Session, key: string): Promise<LockedError> {
 /** Sends req until it is answered; with untilAborted a WAIT_TIMEOUT (the server's maximum wait) starts the wait again. */
 async function send(s: Session, req: AcquireRequest, untilAborted: boolean, userSignal?: AbortSignal): Promise<Lock> {
   checkKey(req.key);
+  return sendAcquire(s, [req.key], req, untilAborted, userSignal, (resp, sent) => {
+    if (!resp.granted) throw new LockedError("locked by another session");
+    const d = s.extend(sent, Number(resp.remainingMs));
+    return s.addLock(req.key, resp.token, d);
+  });
+}
+
+/**
+ * Sends an Acquire of keys (acquire's one, acquireAll's several) until it is
+ * answered, then hands the answer and its send time to record while the keys
+ * are still busy: leaves of the keys' queues still under way are cancelled
+ * first (they must not take the place this call resumes or waits for), the
+ * session's end also ends the wait, and with untilAborted a WAIT_TIMEOUT (the
+ * server's maximum wait: it left every queue) starts the wait again.
+ */
+export async function sendAcquire<T>(s: Session, keys: string[], req: AcquireRequest, untilAborted: boolean,
+  userSignal: AbortSignal | undefined, record: (resp: AcquireResponse, sent: number) => T): Promise<T> {
   if (s.err) throw s.err;
   const c = s.client;
-  const done = s.busyKey(req.key);
+  const dones = keys.map((k) => s.busyKey(k));
   try {
-    // A leave of the key's queue still under way must not take the place this call resumes.
-    const pending = s.leaving.get(req.key);
-    s.leaving.delete(req.key);
-    if (pending) {
-      pending.abort.abort();
-      await pending.done;
+    for (const k of keys) {
+      const pending = s.leaving.get(k);
+      s.leaving.delete(k);
+      if (pending) {
+        pending.abort.abort();
+        await pending.done;
+      }
     }
-    // The session's end also ends the wait.
     const signal = userSignal ? AbortSignal.any([userSignal, s.signal]) : s.signal;
     let sent = 0;
     let resp;
@@ -145,11 +162,9 @@ async function send(s: Session, req: AcquireRequest, untilAborted: boolean, user
       throw e;
     }
     if (s.err && !userSignal?.aborted) throw s.err;
-    if (!resp.granted) throw new LockedError("locked by another session");
-    const d = s.extend(sent, Number(resp.remainingMs));
-    return s.addLock(req.key, resp.token, d);
+    return record(resp, sent);
   } finally {
-    done();
+    for (const done of dones) done();
   }
 }
 

@@ -1,7 +1,8 @@
 // Several locks at once, all or none (C2 #ct2-acquire-all; the Go SDK's
 // acquire_all.go): one Acquire call with every key.
 import { create } from "@bufbuild/protobuf";
-import { InvalidArgumentError, LockedError, UnavailableError, WaitTimeoutError } from "./errors.js";
+import { sendAcquire } from "./acquire.js";
+import { InvalidArgumentError, LockedError, UnavailableError } from "./errors.js";
 import { AcquireRequestSchema, ReleaseRequestSchema, type AcquireRequest } from "./gen/lockd/v1/lockd_pb.js";
 import { checkKey, checkWholeMs } from "./limits.js";
 import type { Lock } from "./lock.js";
@@ -54,41 +55,7 @@ export async function tryAcquireAll(s: Session, keys: string[], o: TryAcquireAll
 
 /** Sends req until it is answered and records the grants; a grant it cannot record fails the call and the others are given back. */
 async function send(s: Session, req: AcquireRequest, untilAborted: boolean, userSignal?: AbortSignal): Promise<Lock[]> {
-  if (s.err) throw s.err;
-  const c = s.client;
-  const dones = req.keys.map((k) => s.busyKey(k));
-  try {
-    // Leaves of these keys' queues still under way must not take what this call waits for.
-    for (const k of req.keys) {
-      const pending = s.leaving.get(k);
-      s.leaving.delete(k);
-      if (pending) {
-        pending.abort.abort();
-        await pending.done;
-      }
-    }
-    const signal = userSignal ? AbortSignal.any([userSignal, s.signal]) : s.signal;
-    let sent = 0;
-    let resp;
-    try {
-      resp = await c.retry(signal, async (sig) => {
-        for (;;) {
-          sent = c.clock.now();
-          try {
-            return await c.api.acquire(req, { signal: sig });
-          } catch (e) {
-            // The server's maximum wait: it left every queue; ask again.
-            if (untilAborted && e instanceof WaitTimeoutError) continue;
-            throw e;
-          }
-        }
-      });
-    } catch (e) {
-      if (s.err && !userSignal?.aborted) throw s.err; // the session ended while waiting
-      s.checkServerErr(e);
-      throw e;
-    }
-    if (s.err && !userSignal?.aborted) throw s.err;
+  return sendAcquire(s, req.keys, req, untilAborted, userSignal, (resp, sent) => {
     if (!resp.granted) throw new LockedError(`one of ${JSON.stringify(req.keys)} is locked by another session`);
     if (resp.grants.length !== req.keys.length) {
       throw new UnavailableError(`the server answered ${resp.grants.length} grants for ${req.keys.length} keys`);
@@ -111,9 +78,7 @@ async function send(s: Session, req: AcquireRequest, untilAborted: boolean, user
       }
     }
     return locks;
-  } finally {
-    for (const done of dones) done();
-  }
+  });
 }
 
 function giveBack(s: Session, fresh: Lock[], rest: { key: string; token: bigint }[]): void {

@@ -63,8 +63,7 @@ export interface ClientOptions {
    * Reach lockd through its HTTP/JSON API (C2 #ct2-http; the addresses are
    * `lock.server.http.listen`'s) instead of gRPC: for a path that carries
    * HTTP/1.1 only. Sessions are kept alive by the `Heartbeat` route, one call
-   * per heartbeat, on the gRPC path's schedule and deadline rules. No
-   * `closeSessions` (no route).
+   * per heartbeat, on the gRPC path's schedule and deadline rules.
    */
   http?: boolean;
   /** @internal a LockApi to use instead of gRPC (tests) */

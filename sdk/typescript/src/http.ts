@@ -14,13 +14,14 @@ import { checkServerIdentity } from "node:tls";
 import { create, fromJson, toJson, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import {
   HeartbeatRequestSchema, KeepAliveResponseSchema, LockService,
-  type AcquireRequest, type CheckTokenRequest, type CloseSessionRequest, type CloseSessionsRequest, type CloseSessionsResponse,
+  type AcquireRequest, type CheckTokenRequest, type CloseSessionRequest, type CloseSessionsRequest,
   type HotKeysRequest, type InspectRequest, type KeepAliveRequest, type KeepAliveResponse, type LeaveQueueRequest, type ListRequest,
   type ListSessionsRequest, type OpenSessionRequest, type ReleaseRequest, type RevokeRequest, type SetValueRequest,
   type WatchRequest, type WatchResponse,
 } from "./gen/lockd/v1/lockd_pb.js";
 import { fromCode, InternalError, LockdError, UnavailableError, type StatusDetails } from "./errors.js";
-import { ASIDE_MS, type BidiStream, type CallOpts, type LockApi, type ServerStream } from "./rpc.js";
+import { Replicas } from "./replicas.js";
+import { type BidiStream, type CallOpts, type LockApi, type ServerStream } from "./rpc.js";
 
 /** An HTTP answer: its status and body. */
 export interface HttpReply {
@@ -37,6 +38,21 @@ export interface HttpTransport {
   send(addr: string, verb: "GET" | "POST", path: string, body: string | undefined, signal: AbortSignal): Promise<HttpReply>;
   stream(addr: string, path: string, signal: AbortSignal, onStatus: (status: number) => void, onChunk: (s: string) => void,
     onEnd: (err: unknown) => void): void;
+}
+
+/**
+ * The largest answer body read (and, in a Watch stream, the longest line):
+ * 4 MiB, the receive bound of the gRPC transport (grpc-js's default
+ * grpc.max_receive_message_length, which GrpcApi keeps). A larger answer is
+ * an AnswerTooLargeError, never buffered whole.
+ */
+export const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
+
+/** An answer over MAX_ANSWER_BYTES: not retryable (the same call gets the same answer). */
+export class AnswerTooLargeError extends InternalError {}
+
+function tooLarge(what: string): AnswerTooLargeError {
+  return new AnswerTooLargeError(`${what}: the answer is over ${MAX_ANSWER_BYTES >> 20} MiB, the bound of an answer (the gRPC transport's too)`);
 }
 
 /** A call that got no HTTP answer (the connection failed): retryable, and it ends an emulated KeepAlive stream. */
@@ -80,7 +96,16 @@ export function nodeTransport(cfg: NodeHttpConfig): HttpTransport & { close(): v
     send: (addr, verb, path, body, signal) => new Promise((resolve, reject) => {
       request(addr, verb, path, body, signal, (res) => {
         const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
+        let n = 0;
+        res.on("data", (c: Buffer) => {
+          n += c.length;
+          if (n > MAX_ANSWER_BYTES) {
+            res.destroy();
+            reject(tooLarge(`${verb} ${path.split("?")[0]}`));
+            return;
+          }
+          chunks.push(c);
+        });
         res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
         res.on("error", reject);
       }, reject);
@@ -108,7 +133,7 @@ export function nodeTransport(cfg: NodeHttpConfig): HttpTransport & { close(): v
 type Method = (typeof LockService.method)[keyof typeof LockService.method];
 
 /** A route of lockd_http.yaml: its verb, its path from the request, and the fields the path carries. */
-interface Route {
+export interface Route {
   verb: "GET" | "POST";
   path: (r: Record<string, unknown>) => string;
   inPath: string[];
@@ -139,17 +164,34 @@ const ROUTES: Partial<Record<string, Route>> = {
   CheckToken: onKey("GET", "/v1/tokens/", ""),
   List: { verb: "GET", path: () => "/v1/locks", inPath: [] },
   ListSessions: { verb: "GET", path: () => "/v1/sessions", inPath: [] },
+  CloseSessions: { verb: "POST", path: () => "/v1/sessions:closeAll", inPath: [] },
   Watch: { verb: "GET", path: () => "/v1/watch", inPath: [] },
 };
 
-/** The path and body (POST) or query (GET) of a request on its route. */
-function encode(route: Route, schema: DescMessage, req: unknown): { path: string; body?: string } {
+/**
+ * A field named like a secret (a session secret, a password, a credential, a
+ * bearer token): never put into a URL query, which proxies and access logs
+ * keep. Not `token` (a fencing token) nor `page_token` (a List cursor).
+ */
+const SECRET_FIELD = /secret|passw|credential|authoriz|bearer|api_?key|private/i;
+
+/**
+ * The path and body (POST) or query (GET) of a request on its route. A
+ * secret field (SECRET_FIELD) of a GET is refused: such a route must be a
+ * POST (C2 #ct2-http).
+ * @internal exported for the unit tests
+ */
+export function encode(route: Route, schema: DescMessage, req: unknown): { path: string; body?: string } {
   const j = toJson(schema, req as MessageShape<DescMessage>, { useProtoFieldName: true }) as Record<string, JsonValue>;
   const path = route.path(j);
   for (const f of route.inPath) delete j[f];
   if (route.verb === "POST") return { path, body: JSON.stringify(j) };
   const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(j)) if (v !== null && typeof v !== "object") q.append(k, String(v));
+  for (const [k, v] of Object.entries(j)) {
+    if (v === null || typeof v === "object") continue;
+    if (SECRET_FIELD.test(k)) throw new InternalError(`${schema.typeName}.${k}: a secret is never sent in a URL query; its route must be a POST (C2 #ct2-http)`);
+    q.append(k, String(v));
+  }
   const qs = q.toString();
   return { path: qs ? `${path}?${qs}` : path };
 }
@@ -192,54 +234,23 @@ export interface HttpConfig {
 
 /** The HTTP/JSON implementation of LockApi (C2 #ct2-http), with the replica moves of GrpcApi (C2 #ct2-failover). */
 export class HttpApi implements LockApi {
-  private current = 0;
-  private readonly aside = new Map<string, number>();
-  private readonly inflight = new Map<string, Set<() => void>>();
+  private readonly replicas: Replicas;
   private closed = false;
 
-  constructor(private readonly cfg: HttpConfig) {}
+  constructor(private readonly cfg: HttpConfig) {
+    this.replicas = new Replicas(cfg.addresses, cfg.now);
+  }
 
   get several(): boolean {
-    return this.cfg.addresses.length > 1;
-  }
-
-  private pick(): string {
-    const n = this.cfg.addresses.length;
-    const now = this.cfg.now();
-    for (let i = 0; i < n; i++) {
-      const a = this.cfg.addresses[(this.current + i) % n]!;
-      const until = this.aside.get(a);
-      if (until === undefined || until <= now) {
-        this.aside.delete(a);
-        this.current = (this.current + i) % n;
-        return a;
-      }
-    }
-    this.aside.clear();
-    return this.cfg.addresses[this.current % n]!;
-  }
-
-  private failed(addr: string): void {
-    const n = this.cfg.addresses.length;
-    if (n > 1 && this.cfg.addresses[this.current % n] === addr) this.current = (this.current + 1) % n;
+    return this.replicas.several;
   }
 
   setAside(peer: string, draining: boolean): boolean {
-    const others = this.cfg.addresses.filter((a) => a !== peer);
-    if (others.length === 0) return false;
-    const now = this.cfg.now();
-    if (others.every((a) => (this.aside.get(a) ?? 0) > now)) {
-      if (!draining) return false;
-      this.aside.clear();
-    }
-    this.aside.set(peer, now + ASIDE_MS);
-    this.failed(peer);
-    for (const move of this.inflight.get(peer) ?? []) move(); // as GrpcApi: the calls there move with the client
-    return true;
+    return this.replicas.setAside(peer, draining);
   }
 
   clearAside(): void {
-    this.aside.clear();
+    this.replicas.clearAside();
   }
 
   /** One call of method m to addr; errors mapped, the replica moves of a failed call applied. */
@@ -255,9 +266,7 @@ export class HttpApi implements LockApi {
       moved = true;
       ac.abort();
     };
-    let calls = this.inflight.get(addr);
-    if (!calls) this.inflight.set(addr, (calls = new Set()));
-    calls.add(move);
+    const done = this.replicas.track(addr, move);
     const onAbort = () => ac.abort(signal!.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     let reply: HttpReply;
@@ -266,18 +275,17 @@ export class HttpApi implements LockApi {
     } catch (err) {
       if (signal?.aborted) throw signal.reason;
       if (moved) throw new ConnectionError(`${m.name}: moved off replica ${addr}, set aside`);
-      this.failed(addr);
+      if (err instanceof AnswerTooLargeError) throw err;
+      this.replicas.failed(addr);
       throw new ConnectionError(`${m.name} to ${addr}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     } finally {
       signal?.removeEventListener("abort", onAbort);
-      calls.delete(move);
+      done();
     }
+    if (reply.body.length > MAX_ANSWER_BYTES) throw tooLarge(m.name); // a transport of the caller's that did not bound it
     if (reply.status !== 200) {
       const err = httpError(reply.status, reply.body);
-      if (err instanceof UnavailableError) {
-        if (err.reason === "SHUTTING_DOWN") this.setAside(addr, true);
-        else if (err.reason === "") this.failed(addr);
-      }
+      this.replicas.answered(addr, err);
       throw err;
     }
     try {
@@ -288,7 +296,7 @@ export class HttpApi implements LockApi {
   }
 
   private unary<M extends Method>(m: M, req: MessageShape<M["input"]>, o?: CallOpts) {
-    return this.call(this.pick(), m, req, o?.signal);
+    return this.call(this.replicas.pick(), m, req, o?.signal);
   }
 
   openSession(req: OpenSessionRequest, o?: CallOpts) { return this.unary(LockService.method.openSession, req, o); }
@@ -303,9 +311,7 @@ export class HttpApi implements LockApi {
   revoke(req: RevokeRequest, o?: CallOpts) { return this.unary(LockService.method.revoke, req, o); }
   listSessions(req: ListSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.listSessions, req, o); }
   hotKeys(req: HotKeysRequest, o?: CallOpts) { return this.unary(LockService.method.hotKeys, req, o); }
-  closeSessions(_req: CloseSessionsRequest): Promise<CloseSessionsResponse> {
-    return Promise.reject(new InternalError("CloseSessions has no HTTP route (C2 #ct2-http): use gRPC"));
-  }
+  closeSessions(req: CloseSessionsRequest, o?: CallOpts) { return this.unary(LockService.method.closeSessions, req, o); }
 
   /**
    * The KeepAlive stream, emulated: each heartbeat is one Heartbeat call to
@@ -316,7 +322,7 @@ export class HttpApi implements LockApi {
    * HTTP answer, or one without a reason or SHUTTING_DOWN, breaks the stream.
    */
   keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse> {
-    const addr = this.pick();
+    const addr = this.replicas.pick();
     const ac = new AbortController();
     let onMessage: (m: KeepAliveResponse) => void = () => undefined;
     let onEnd: (err: unknown) => void = () => undefined;
@@ -357,7 +363,7 @@ export class HttpApi implements LockApi {
 
   /** Watch over `GET /v1/watch`: grpc-gateway's stream of `{"result": …}` / `{"error": …}` JSON lines. */
   watch(req: WatchRequest): ServerStream<WatchResponse> {
-    const addr = this.pick();
+    const addr = this.replicas.pick();
     const ac = new AbortController();
     const { path } = encode(ROUTES["Watch"]!, LockService.method.watch.input, req);
     let cancelled = false;
@@ -371,14 +377,15 @@ export class HttpApi implements LockApi {
           if (cancelled || failed) return;
           failed = true;
           ac.abort();
-          if (err instanceof UnavailableError && (err.reason === "" || err.reason === "SHUTTING_DOWN")) {
-            if (err.reason === "SHUTTING_DOWN") this.setAside(addr, true);
-            else this.failed(addr);
-          }
+          this.replicas.answered(addr, err);
           onEnd(err);
         };
         this.cfg.transport.stream(addr, path, ac.signal, (s) => void (status = s), (chunk) => {
           buf += chunk;
+          if (buf.length > MAX_ANSWER_BYTES) {
+            end(tooLarge("Watch"));
+            return;
+          }
           if (status !== 200) return; // the error body is read whole at the end
           for (let i = buf.indexOf("\n"); i >= 0 && !failed && !cancelled; i = buf.indexOf("\n")) {
             const line = buf.slice(0, i).trim();

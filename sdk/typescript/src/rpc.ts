@@ -16,6 +16,7 @@ import {
   type SetValueRequest, type SetValueResponse, type WatchRequest, type WatchResponse,
 } from "./gen/lockd/v1/lockd_pb.js";
 import { fromGrpcError, UnavailableError } from "./errors.js";
+import { Replicas } from "./replicas.js";
 
 /** Options of one call. */
 export interface CallOpts {
@@ -75,9 +76,6 @@ export function msg<D extends DescMessage>(schema: D, init?: MessageInitShape<D>
   return create(schema, init);
 }
 
-/** How long a replica set aside is avoided (C2 #ct2-failover). */
-export const ASIDE_MS = 30_000;
-
 /** What grpcApi needs to reach the replicas. */
 export interface ChannelConfig {
   addresses: string[];
@@ -94,39 +92,20 @@ type Method = (typeof LockService.method)[keyof typeof LockService.method];
 /** The grpc-js implementation of LockApi. */
 export class GrpcApi implements LockApi {
   private readonly channels = new Map<string, grpc.Client>();
-  private current = 0;
-  private readonly aside = new Map<string, number>(); // address → until
-  /** The unary calls in flight, by address: a replica set aside has its calls moved (setAside). */
-  private readonly inflight = new Map<string, Set<() => void>>();
+  private readonly replicas: Replicas;
   private closed = false;
 
-  constructor(private readonly cfg: ChannelConfig) {}
-
-  get several(): boolean {
-    return this.cfg.addresses.length > 1;
+  constructor(private readonly cfg: ChannelConfig) {
+    this.replicas = new Replicas(cfg.addresses, cfg.now);
   }
 
-  /** The address calls go to now: the current one, unless it is set aside. */
-  private pick(): string {
-    const n = this.cfg.addresses.length;
-    const now = this.cfg.now();
-    for (let i = 0; i < n; i++) {
-      const a = this.cfg.addresses[(this.current + i) % n]!;
-      const until = this.aside.get(a);
-      if (until === undefined || until <= now) {
-        this.aside.delete(a);
-        this.current = (this.current + i) % n;
-        return a;
-      }
-    }
-    // Every address set aside: forget the asides and use the current one.
-    this.aside.clear();
-    return this.cfg.addresses[this.current % n]!;
+  get several(): boolean {
+    return this.replicas.several;
   }
 
   /** @internal the address the next call goes to (the chaos worker's hold lines name it) */
   address(): string {
-    return this.pick();
+    return this.replicas.pick();
   }
 
   private channel(addr: string): grpc.Client {
@@ -140,34 +119,12 @@ export class GrpcApi implements LockApi {
     return ch;
   }
 
-  /** A call to addr failed as if the replica were gone: the next call tries the next address (pick_first's move). */
-  private failed(addr: string): void {
-    const n = this.cfg.addresses.length;
-    if (n > 1 && this.cfg.addresses[this.current % n] === addr) this.current = (this.current + 1) % n;
-  }
-
   setAside(peer: string, draining: boolean): boolean {
-    const others = this.cfg.addresses.filter((a) => a !== peer);
-    if (others.length === 0) return false;
-    const now = this.cfg.now();
-    const allAside = others.every((a) => (this.aside.get(a) ?? 0) > now);
-    if (allAside) {
-      if (!draining) return false; // a stall with every other replica aside: stay
-      this.aside.clear(); // a drain: the others are likely back (C2 #ct2-failover)
-    }
-    this.aside.set(peer, now + ASIDE_MS);
-    this.failed(peer);
-    // The calls waiting there move with the client (as gRPC's pick_first
-    // drops a connection whose address is gone): cancelled here, they fail
-    // retryable and are sent again to the replica in use — a waiting
-    // Acquire resumes its kept place there (C2 #ct2-keep-place) instead of
-    // being cut, and its place left, when the draining replica stops.
-    for (const move of this.inflight.get(peer) ?? []) move();
-    return true;
+    return this.replicas.setAside(peer, draining);
   }
 
   clearAside(): void {
-    this.aside.clear();
+    this.replicas.clearAside();
   }
 
   private metadata(): grpc.Metadata {
@@ -176,7 +133,7 @@ export class GrpcApi implements LockApi {
 
   private unary<M extends Method>(m: M, req: MessageShape<M["input"]>, o?: CallOpts): Promise<MessageShape<M["output"]>> {
     if (this.closed) return Promise.reject(new UnavailableError("client closed"));
-    const addr = this.pick();
+    const addr = this.replicas.pick();
     const path = `/${LockService.typeName}/${m.name}`;
     return new Promise((resolve, reject) => {
       if (o?.signal?.aborted) {
@@ -188,9 +145,7 @@ export class GrpcApi implements LockApi {
         moved = true;
         call.cancel();
       };
-      let calls = this.inflight.get(addr);
-      if (!calls) this.inflight.set(addr, (calls = new Set()));
-      calls.add(move);
+      const done = this.replicas.track(addr, move);
       const call = this.channel(addr).makeUnaryRequest(
         path,
         (v: MessageShape<M["input"]>) => Buffer.from(toBinary(m.input, v)),
@@ -200,7 +155,7 @@ export class GrpcApi implements LockApi {
         {},
         (err, resp) => {
           o?.signal?.removeEventListener("abort", onAbort);
-          calls.delete(move);
+          done();
           if (o?.signal?.aborted) {
             reject(o.signal.reason);
             return;
@@ -211,10 +166,7 @@ export class GrpcApi implements LockApi {
           }
           if (err) {
             const mapped = fromGrpcError(err);
-            if (mapped instanceof UnavailableError) {
-              if (mapped.reason === "SHUTTING_DOWN") this.setAside(addr, true);
-              else if (mapped.reason === "") this.failed(addr); // the connection, not the backend
-            }
+            this.replicas.answered(addr, mapped);
             reject(mapped);
             return;
           }
@@ -242,7 +194,7 @@ export class GrpcApi implements LockApi {
 
   keepAlive(): BidiStream<KeepAliveRequest, KeepAliveResponse> {
     const m = LockService.method.keepAlive;
-    const addr = this.pick();
+    const addr = this.replicas.pick();
     const call = this.channel(addr).makeBidiStreamRequest(
       `/${LockService.typeName}/${m.name}`,
       (v: KeepAliveRequest) => Buffer.from(toBinary(m.input, v)),
@@ -254,7 +206,7 @@ export class GrpcApi implements LockApi {
 
   watch(req: WatchRequest): ServerStream<WatchResponse> {
     const m = LockService.method.watch;
-    const addr = this.pick();
+    const addr = this.replicas.pick();
     const call = this.channel(addr).makeServerStreamRequest(
       `/${LockService.typeName}/${m.name}`,
       (v: WatchRequest) => Buffer.from(toBinary(m.input, v)),
@@ -273,10 +225,7 @@ export class GrpcApi implements LockApi {
       if (ended || cancelled) return;
       ended = true;
       const mapped = fromGrpcError(err);
-      if (mapped instanceof UnavailableError) {
-        if (mapped.reason === "SHUTTING_DOWN") this.setAside(addr, true);
-        else if (mapped.reason === "") this.failed(addr);
-      }
+      this.replicas.answered(addr, mapped);
       onEnd(mapped);
     };
     return {

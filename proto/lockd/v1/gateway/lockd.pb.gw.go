@@ -652,6 +652,45 @@ func local_request_LockService_ListSessions_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
+func request_LockService_CloseSessions_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq extLockdv1.CloseSessionsRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.CloseSessions(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_LockService_CloseSessions_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq extLockdv1.CloseSessionsRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	msg, err := server.CloseSessions(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_LockService_CheckToken_0 = &utilities.DoubleArray{Encoding: map[string]int{"key": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
 func request_LockService_CheckToken_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -993,6 +1032,26 @@ func RegisterLockServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_LockService_ListSessions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_LockService_CloseSessions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/lockd.v1.LockService/CloseSessions", runtime.WithHTTPPathPattern("/v1/sessions:closeAll"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_LockService_CloseSessions_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LockService_CloseSessions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_LockService_CheckToken_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1294,6 +1353,23 @@ func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_LockService_ListSessions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_LockService_CloseSessions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/lockd.v1.LockService/CloseSessions", runtime.WithHTTPPathPattern("/v1/sessions:closeAll"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LockService_CloseSessions_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LockService_CloseSessions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_LockService_CheckToken_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1332,37 +1408,39 @@ func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 }
 
 var (
-	pattern_LockService_OpenSession_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, ""))
-	pattern_LockService_Heartbeat_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "sessions", "session_id"}, "keepalive"))
-	pattern_LockService_CloseSession_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "sessions", "session_id"}, "close"))
-	pattern_LockService_Acquire_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "acquire"))
-	pattern_LockService_Acquire_1      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, "acquire"))
-	pattern_LockService_LeaveQueue_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "leave"))
-	pattern_LockService_Release_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "release"))
-	pattern_LockService_Inspect_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, ""))
-	pattern_LockService_List_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, ""))
-	pattern_LockService_Revoke_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "revoke"))
-	pattern_LockService_Watch_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "watch"}, ""))
-	pattern_LockService_SetValue_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "value"))
-	pattern_LockService_ListSessions_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, ""))
-	pattern_LockService_CheckToken_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "tokens", "key"}, ""))
-	pattern_LockService_HotKeys_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "hotkeys"}, ""))
+	pattern_LockService_OpenSession_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, ""))
+	pattern_LockService_Heartbeat_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "sessions", "session_id"}, "keepalive"))
+	pattern_LockService_CloseSession_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "sessions", "session_id"}, "close"))
+	pattern_LockService_Acquire_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "acquire"))
+	pattern_LockService_Acquire_1       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, "acquire"))
+	pattern_LockService_LeaveQueue_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "leave"))
+	pattern_LockService_Release_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "release"))
+	pattern_LockService_Inspect_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, ""))
+	pattern_LockService_List_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, ""))
+	pattern_LockService_Revoke_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "revoke"))
+	pattern_LockService_Watch_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "watch"}, ""))
+	pattern_LockService_SetValue_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "key"}, "value"))
+	pattern_LockService_ListSessions_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, ""))
+	pattern_LockService_CloseSessions_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, "closeAll"))
+	pattern_LockService_CheckToken_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "tokens", "key"}, ""))
+	pattern_LockService_HotKeys_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "hotkeys"}, ""))
 )
 
 var (
-	forward_LockService_OpenSession_0  = runtime.ForwardResponseMessage
-	forward_LockService_Heartbeat_0    = runtime.ForwardResponseMessage
-	forward_LockService_CloseSession_0 = runtime.ForwardResponseMessage
-	forward_LockService_Acquire_0      = runtime.ForwardResponseMessage
-	forward_LockService_Acquire_1      = runtime.ForwardResponseMessage
-	forward_LockService_LeaveQueue_0   = runtime.ForwardResponseMessage
-	forward_LockService_Release_0      = runtime.ForwardResponseMessage
-	forward_LockService_Inspect_0      = runtime.ForwardResponseMessage
-	forward_LockService_List_0         = runtime.ForwardResponseMessage
-	forward_LockService_Revoke_0       = runtime.ForwardResponseMessage
-	forward_LockService_Watch_0        = runtime.ForwardResponseStream
-	forward_LockService_SetValue_0     = runtime.ForwardResponseMessage
-	forward_LockService_ListSessions_0 = runtime.ForwardResponseMessage
-	forward_LockService_CheckToken_0   = runtime.ForwardResponseMessage
-	forward_LockService_HotKeys_0      = runtime.ForwardResponseMessage
+	forward_LockService_OpenSession_0   = runtime.ForwardResponseMessage
+	forward_LockService_Heartbeat_0     = runtime.ForwardResponseMessage
+	forward_LockService_CloseSession_0  = runtime.ForwardResponseMessage
+	forward_LockService_Acquire_0       = runtime.ForwardResponseMessage
+	forward_LockService_Acquire_1       = runtime.ForwardResponseMessage
+	forward_LockService_LeaveQueue_0    = runtime.ForwardResponseMessage
+	forward_LockService_Release_0       = runtime.ForwardResponseMessage
+	forward_LockService_Inspect_0       = runtime.ForwardResponseMessage
+	forward_LockService_List_0          = runtime.ForwardResponseMessage
+	forward_LockService_Revoke_0        = runtime.ForwardResponseMessage
+	forward_LockService_Watch_0         = runtime.ForwardResponseStream
+	forward_LockService_SetValue_0      = runtime.ForwardResponseMessage
+	forward_LockService_ListSessions_0  = runtime.ForwardResponseMessage
+	forward_LockService_CloseSessions_0 = runtime.ForwardResponseMessage
+	forward_LockService_CheckToken_0    = runtime.ForwardResponseMessage
+	forward_LockService_HotKeys_0       = runtime.ForwardResponseMessage
 )

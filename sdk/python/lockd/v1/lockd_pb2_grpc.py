@@ -254,7 +254,8 @@ class LockServiceServicer(object):
         session's CloseSession would, without its secret: an admin remedy for
         a principal that holds too many (C2 #ct2-close-sessions). Only a
         caller with admin on every key may call it (C5 #ct5-auth); each close
-        is audited (session_closed, C4 #ct4-audit). Not served over HTTP.
+        is audited (session_closed, C4 #ct4-audit). Over HTTP:
+        POST /v1/sessions:closeAll (C2 #ct2-http).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -37,16 +37,17 @@ test("bearer token: the token's principal is allowed, a wrong token and no token
   await assert.rejects(anon.newSession(), (e) => e instanceof PermissionDeniedError && e.reason === "ACCESS_DENIED");
 });
 
-test("closeSessions: an admin closes every session of a principal, a caller without admin is refused", { timeout: 30_000 }, async (t) => {
-  const addr = need("LOCKDTEST_TOKEN_ADDR");
-  const c = new Client(addr, { tokenFile: need("LOCKDTEST_TOKEN_FILE") });
+for (const http of [false, true]) {
+test(`closeSessions${http ? " over HTTP" : ""}: an admin closes every session of a principal, a caller without admin is refused`, { timeout: 30_000 }, async (t) => {
+  const addr = need(http ? "LOCKDTEST_TOKEN_HTTP_ADDR" : "LOCKDTEST_TOKEN_ADDR");
+  const c = new Client(addr, { http, tokenFile: need("LOCKDTEST_TOKEN_FILE") });
   t.after(() => c.close());
   const s1 = await c.newSession();
   const s2 = await c.newSession();
   const a = key("closes-a"), b = key("closes-b");
   await s1.acquire(a);
   await s2.acquire(b);
-  const admin = new Client(addr, { tokenFile: need("LOCKDTEST_TOKEN_FILE") });
+  const admin = new Client(addr, { http, tokenFile: need("LOCKDTEST_TOKEN_FILE") });
   t.after(() => admin.close());
   const { closed, released } = await admin.closeSessions("alice");
   assert.ok(closed >= 2 && released >= 2, `closed ${closed}, released ${released}; want at least 2 and 2`);
@@ -62,10 +63,11 @@ test("closeSessions: an admin closes every session of a principal, a caller with
     }
     assert.equal(s.valid(), false);
   }
-  const anon = new Client(addr);
+  const anon = new Client(addr, { http });
   t.after(() => anon.close());
   await assert.rejects(anon.closeSessions("alice"), (e) => e instanceof PermissionDeniedError && e.reason === "ACCESS_DENIED");
 });
+}
 
 test("plaintext and bearer tokens only to loopback unless asked", () => {
   assert.throws(() => new Client("lockd.example:7420"), InvalidArgumentError);
