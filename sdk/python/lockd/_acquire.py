@@ -104,7 +104,9 @@ class AcquireMixin:
             if not resp.granted:
                 raise errors.Locked(f"{req.key!r} is locked")
             d = self._extend(sent, resp.remaining_ms / 1000.0)
-            return self._add_lock(req.key, resp.token, d)
+            # C2 #ct2-maxhold-sdk: the hold cannot end before sent + max_hold.
+            hold_at = sent + req.max_hold_ms / 1000.0 if req.max_hold_ms > 0 else math.inf
+            return self._add_lock(req.key, resp.token, d, hold_at)
         return self._send_acquire(req, [req.key], until_cancel, cancel, timeout, record)
 
     def _send_acquire(self, req, keys, until_cancel: bool, cancel: Cancel | None, timeout: float | None, record):
@@ -139,7 +141,7 @@ class AcquireMixin:
             for done in dones:
                 done()
 
-    def _add_lock(self, key: str, token: int, deadline: float) -> "Lock":
+    def _add_lock(self, key: str, token: int, deadline: float, max_hold_at: float = math.inf) -> "Lock":
         with self.mu:
             if self._err is not None:
                 raise self._err
@@ -151,7 +153,7 @@ class AcquireMixin:
                 l._deadline = max(l._deadline, deadline)
                 return l
             self.lock_seq += 1
-            l = Lock(self, key, token, self.lock_seq, deadline)
+            l = Lock(self, key, token, self.lock_seq, deadline, max_hold_at)
             self.locks[key] = l
             if deadline < self._timer_at:
                 self._arm()

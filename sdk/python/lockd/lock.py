@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 from . import errors
@@ -68,13 +69,17 @@ class Lock(_Trust):
     """A granted lock, trusted until ``lost`` is set. A context manager that
     releases it on exit. Pass ``token`` to the resource it protects."""
 
-    def __init__(self, s: Session, key: str, token: int, seq: int, deadline: float):
+    def __init__(self, s: Session, key: str, token: int, seq: int, deadline: float, max_hold_at: float = math.inf):
         super().__init__()
         self.session = s
         self.key = key
         self.token = token
         self.seq = seq
         self._deadline = deadline  # under s.mu
+        # The Acquire's send time plus the grant's max_hold (inf: none): a
+        # lock no answer confirms from then on is MaxHold (C2
+        # #ct2-maxhold-sdk). Set here, never changed.
+        self._max_hold_at = max_hold_at
         self._ambiguous = False
         self._released_ok = False
 

@@ -49,6 +49,17 @@ if os.environ.get("LOCKD_PYSDK_CONTROL") == "recvtime":
                                        "(a test control); never use it for real locks")
 
 
+def _unconfirmed(l: Lock, now: float, why: str) -> errors.LockLost:
+    """The error of a lock no answer confirms any more, found at now (client
+    clock): MaxHold once its max_hold may have run out, else LockLost (C2
+    #ct2-maxhold-sdk). The Acquire's send time plus max_hold is a lower bound
+    of the hold's end on the server, so before it the hold cannot be why. A
+    notice that comes later changes nothing: a lock keeps its first error."""
+    if now >= l._max_hold_at:
+        return errors.MaxHold(f"lock {l.key!r} {why} after its max_hold")
+    return errors.LockLost(f"lock {l.key!r} {why}")
+
+
 class Session(AcquireMixin, AcquireAllMixin, _Trust):
     """A lockd session: the unit of liveness locks live in. Use it as a
     context manager (closed on exit) or call close()."""
@@ -173,7 +184,7 @@ class Session(AcquireMixin, AcquireAllMixin, _Trust):
             self._end(errors.SessionExpired("session expired: its deadline passed without an answer"))
             return
         for l in lost:
-            l._end_trust(errors.LockLost(f"lock {l.key!r} not confirmed by the server before its deadline"))
+            l._end_trust(_unconfirmed(l, now, "not confirmed by the server before its deadline"))
 
     def _extend(self, sent: float, remaining: float) -> float:
         """Applies a grant reply: the session's deadline moves to the later of
@@ -227,7 +238,7 @@ class Session(AcquireMixin, AcquireAllMixin, _Trust):
             self._end(errors.SessionExpired("session expired"))
             return
         for l in lost:
-            l._end_trust(errors.LockLost(f"lock {l.key!r} not confirmed by the server"))
+            l._end_trust(_unconfirmed(l, now, "not confirmed by the server"))
         for key, token in orphans:
             self._release_orphan(key, token)
 

@@ -134,6 +134,37 @@ class TimingTest(unittest.TestCase, Checks):
     def test_revoke_without_notice_ends_trust(self):
         self.revoke_without_notice_ends_trust()
 
+    def test_omitted_past_max_hold_is_max_hold(self):
+        # C2 #ct2-maxhold-sdk (MAXHOLD-1): an answer omits a lock granted
+        # with max_hold m and no notice comes (as when the server's held set
+        # saw the backend's revoke before its lock-loss watch made the
+        # notice): MaxHold once the clock reads the Acquire's send time + m,
+        # plain LockLost before (the control, 1 ms before).
+        c, clock, srv = start(self, ttl=60.0, remaining=30.0, margin=0.5, interval=2.0)
+        srv.strip_notices = True
+        hold = 5.0
+        s = c.session()
+        t0 = clock.now()  # both Acquires are sent at t0: the clock does not move
+        early = s.acquire("early", max_hold=hold)
+        late = s.acquire("late", max_hold=hold)
+        self.assertTrue(poll(lambda: srv.heartbeats >= 1))
+        srv.revoke(s.id, "early")
+        clock.advance(hold - 0.001)  # the next heartbeat goes at t0 + m - 1 ms
+        sent = clock.now()
+        self.assertTrue(poll(lambda: early.lost.is_set(), timeout=WAIT), "early lock still trusted after its revoke")
+        self.assertIsInstance(early.error, lockd.LockLost)
+        self.assertNotIsInstance(early.error, lockd.MaxHold,
+                                 f"omitted at t0 + {sent - t0}, before the hold could end it: {early.error!r}")
+        # That heartbeat's answer (listing late) applied: none composed
+        # before late's revoke is left on its way.
+        self.assertTrue(poll(lambda: abs(late.deadline - (sent + 29.5)) < 1e-9, timeout=WAIT))
+        srv.revoke(s.id, "late")
+        clock.advance(2.0)
+        self.assertTrue(poll(lambda: late.lost.is_set(), timeout=WAIT), "late lock still trusted after its revoke")
+        self.assertIsInstance(late.error, lockd.MaxHold,
+                              f"omitted at t0 + {clock.now() - t0}, past max_hold {hold}, no notice: {late.error!r}")
+        self.assertTrue(s.valid(), "the session must live on")
+
     def test_deadline_passes_without_answers(self):
         # Nothing answers: trust ends at the deadline, on the SDK's timer.
         c, clock, srv = start(self, ttl=60.0, remaining=3.0, margin=0.5, interval=1.0)
