@@ -134,19 +134,11 @@ func (b *bed) job(name, scenario string, c int, dur time.Duration, tag string) w
 // tables in pgLockdSchema on PostgreSQL) and connects the bench's own SDK
 // client to it (the death scenario's).
 func (b *bed) startLockdProcess(ctx context.Context, cfg Config, lockdPrefix string, maxLocks int) error {
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off",
-		"--session-ttl", sessionTTL.String(), "--max-locks-per-session", strconv.Itoa(maxLocksPerSession(maxLocks))}
-	if b.backend == BackendPG {
-		args = append(args, "--backend", BackendPG, "--pg-schema", pgLockdSchema)
-	} else {
-		args = append(args, "--backend", BackendEtcd, "--etcd-endpoints", strings.Join(b.endpoints, ","), "--etcd-prefix", lockdPrefix)
-	}
-	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine, b.childEnv()...)
+	ch, err := b.startServe(ctx, cfg, lockdPrefix, maxLocks)
 	if err != nil {
 		return fmt.Errorf("start lockd's server: %w", err)
 	}
 	b.lockdProc, b.lockdAddr = ch, ch.addr
-	b.onClose(func(context.Context) error { ch.stop(); return nil })
 	c, err := client.New(ch.addr)
 	if err != nil {
 		return fmt.Errorf("lockd client: %w", err)
@@ -155,6 +147,27 @@ func (b *bed) startLockdProcess(ctx context.Context, cfg Config, lockdPrefix str
 	b.onClose(func(context.Context) error { return c.Close() })
 	b.systems[0].(*lockdSystem).c = c
 	return nil
+}
+
+// startServe starts a `lockd serve` child over the bed's backend (lockd's
+// keys under lockdPrefix on etcd, its tables in pgLockdSchema on
+// PostgreSQL) with extra flags after the shared ones; the bed's close stops
+// it.
+func (b *bed) startServe(ctx context.Context, cfg Config, lockdPrefix string, maxLocks int, extra ...string) (*child, error) {
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+		"--session-ttl", sessionTTL.String(), "--max-locks-per-session", strconv.Itoa(maxLocksPerSession(maxLocks))}
+	args = append(args, extra...)
+	if b.backend == BackendPG {
+		args = append(args, "--backend", BackendPG, "--pg-schema", pgLockdSchema)
+	} else {
+		args = append(args, "--backend", BackendEtcd, "--etcd-endpoints", strings.Join(b.endpoints, ","), "--etcd-prefix", lockdPrefix)
+	}
+	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine, b.childEnv()...)
+	if err != nil {
+		return nil, err
+	}
+	b.onClose(func(context.Context) error { ch.stop(); return nil })
+	return ch, nil
 }
 
 // childEnv is the environment a `lockd serve` child of the bed adds to the

@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 )
 
 // sysLockdNoStats is lockd with lock.server.stats.enabled false (C5
@@ -25,19 +23,11 @@ const statsOffNote = "lockd-nostats: a second `lockd serve` child over the same 
 // to distinct and contended, after the others (so that each round runs it
 // right before lockd, the order rotating).
 func (b *bed) startLockdNoStats(ctx context.Context, cfg Config, lockdPrefix string, maxLocks int) error {
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--stats-enabled=false",
-		"--session-ttl", sessionTTL.String(), "--max-locks-per-session", strconv.Itoa(maxLocksPerSession(maxLocks))}
-	if b.backend == BackendPG {
-		args = append(args, "--backend", BackendPG, "--pg-schema", pgLockdSchema)
-	} else {
-		args = append(args, "--backend", BackendEtcd, "--etcd-endpoints", strings.Join(b.endpoints, ","), "--etcd-prefix", lockdPrefix)
-	}
-	ch, err := startChild(ctx, cfg.LockdCommand, args, servingLine, b.childEnv()...)
+	ch, err := b.startServe(ctx, cfg, lockdPrefix, maxLocks, "--stats-enabled=false")
 	if err != nil {
 		return fmt.Errorf("start lockd's server without statistics: %w", err)
 	}
 	b.noStatsProc = ch
-	b.onClose(func(context.Context) error { ch.stop(); return nil })
 	b.systems = append(b.systems, &lockdSystem{label: sysLockdNoStats})
 	return nil
 }
