@@ -23,6 +23,7 @@ import (
 	"lock.dev/lockd/internal/auth"
 	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/server/internal/estimate"
 	"lock.dev/lockd/server/internal/hotkeys"
 	"lock.dev/lockd/server/internal/prefixstats"
 	"lock.dev/lockd/server/internal/sessions"
@@ -96,6 +97,7 @@ type Server struct {
 	metrics  *telemetry.Metrics
 	stats    *prefixstats.Stats // per-template waits, holds, queues (C4 #ct4-template-stats)
 	hot      *hotkeys.Keys      // the hot keys (C4 #ct4-hotkeys); nil when stats are off
+	est      *estimate.Holds    // recent holds for wait estimates (C2 #ct2-wait-estimate); nil when stats are off
 	reg      *prometheus.Registry
 	grpc     *grpc.Server
 	health   *health.Server
@@ -174,8 +176,9 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	// #ct4-template-stats).
 	var stats *prefixstats.Stats // nil: off (lock.server.stats.enabled)
 	var hot *hotkeys.Keys
+	var est *estimate.Holds
 	if cfg.StatsEnabled {
-		hot = hotkeys.New(nil)
+		hot, est = hotkeys.New(nil), estimate.New()
 		if stats, err = prefixstats.New(reg, cfg.StatsTemplates, opts.Auth.Policy() == nil); err != nil {
 			return nil, fmt.Errorf("server: lock.server.stats.templates: %w", err)
 		}
@@ -199,6 +202,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 		metrics:  m,
 		stats:    stats,
 		hot:      hot,
+		est:      est,
 		reg:      reg,
 	}
 	s.maxWait.Store(int64(MaxWait))
