@@ -110,7 +110,7 @@ func (b *bed) job(name, scenario string, c int, dur time.Duration, tag string) w
 		j.Meter[roleBackend] = b.etcdProc.pid()
 	}
 	switch name {
-	case sysLockd:
+	case sysLockd, sysLockdAll, sysLockdSortd:
 		j.LockdAddr = b.lockdProc.addr
 		j.Meter[roleServer] = b.lockdProc.pid()
 	case sysLockdNoStats: // lockd's namespace: keys of its own
