@@ -29,7 +29,9 @@ import (
 // wakes only the waiters the key's holders now admit, named by the slot
 // triggers (slot_admissible); any other (a session's end, a revoke, a
 // waiter leaving on a timeout) wakes every local waiter of the key, which
-// decide again. pgstore.TestSlotAdmissibleMatchesAdmit holds the SQL to
+// decide again. A release (slot_release, migration 0010) grants the
+// waiters it admits in its own statement (C2 #ct2-multi, hand-over in the
+// release): the woken waiters find their slots held. pgstore.TestSlotAdmissibleMatchesAdmit holds the SQL to
 // store.Admit.
 
 // multiQueries are the statements of multi.go.
