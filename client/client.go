@@ -104,6 +104,9 @@ func New(target string, opts ...Option) (*Client, error) {
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
 	}
+	if o.tracer != nil { // outermost: the span covers the whole call (trace.go)
+		dial = append(dial, grpc.WithChainUnaryInterceptor(tracingInterceptor(o.tracer)))
+	}
 	if fo != nil {
 		dial = append(dial, fo.dialOptions()...)
 		dial = append(dial, grpc.WithChainUnaryInterceptor(fo.asideOnShutdown))
@@ -261,6 +264,18 @@ type LockInfo struct {
 	// DelayRemaining is set when nobody holds the key but a lock-delay
 	// still keeps it from being granted: about how long it does.
 	DelayRemaining time.Duration
+	// WaitEstimates (Inspect only) estimate each waiter's wait, in queue
+	// order; empty when the server knows none. Never a promise (C2
+	// #ct2-wait-estimate).
+	WaitEstimates []WaitEstimate
+}
+
+// WaitEstimate is one waiter's estimated wait: Position 1 is next in line,
+// Wait about how long from Inspect's answer until its grant.
+type WaitEstimate struct {
+	Session  string
+	Position int
+	Wait     time.Duration
 }
 
 // HolderInfo is one holder of a semaphore or read/write key.
@@ -314,6 +329,9 @@ func lockInfo(p *lockdv1.LockInfo) LockInfo {
 			hi.AcquiredAt = h.GetAcquiredAt().AsTime()
 		}
 		info.Holders = append(info.Holders, hi)
+	}
+	for _, w := range p.GetWaitEstimates() {
+		info.WaitEstimates = append(info.WaitEstimates, WaitEstimate{w.GetSessionId(), int(w.GetPosition()), ms(w.GetEstimateMs())})
 	}
 	return info
 }

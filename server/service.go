@@ -358,7 +358,7 @@ func (s service) Inspect(ctx context.Context, req *lockdv1.InspectRequest) (*loc
 		}
 		return &lockdv1.InspectResponse{}, nil
 	}
-	return &lockdv1.InspectResponse{Held: true, Lock: lockInfo(info)}, nil
+	return &lockdv1.InspectResponse{Held: true, Lock: s.withEstimates(lockInfo(info), info)}, nil // estimate.go
 }
 
 func lockInfo(info store.LockInfo) *lockdv1.LockInfo {

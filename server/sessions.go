@@ -36,8 +36,10 @@ func (s *Server) newTable() *sessions.Table {
 			s.metrics.SessionLost(reason)
 		},
 		Ended: func(key string, held time.Duration) {
-			s.stats.Held(s.stats.Template(key), held)
+			tmpl := s.stats.Template(key)
+			s.stats.Held(tmpl, held)
 			s.hot.Held(key, held)
+			s.est.Held(key, tmpl, held)
 		},
 	}, s.st)
 }

@@ -124,7 +124,9 @@ a holder that was superseded.
 --wait bounds how long to wait for the lock: without it lockd run waits as
 long as it takes; --wait 0 tries once and fails at once if the key is held.
 While waiting, a status line on stderr shows the holder's token and how long it
-has held the key (updated in place when stderr is a terminal).
+has held the key, the queue position and, once the server has seen holds of the
+key or its template, an estimate of the wait (not a promise); it is read again
+every second and updated in place when stderr is a terminal, else printed once.
 
 --max-runtime bounds how long CMD may run once it started (the wait is not
 counted): then CMD is stopped as on a lost lock (SIGTERM, SIGKILL after
@@ -539,6 +541,11 @@ func waitingLine(prefix, key string, info client.LockInfo, err error, self strin
 	for i, w := range info.Waiters {
 		if w == self {
 			fmt.Fprintf(&b, ", queue position %d of %d", i+1, len(info.Waiters))
+		}
+	}
+	for _, e := range info.WaitEstimates { // absent when the server knows none (C2 #ct2-wait-estimate)
+		if e.Session == self {
+			fmt.Fprintf(&b, ", estimated %.1fs", e.Wait.Seconds())
 		}
 	}
 	return b.String()

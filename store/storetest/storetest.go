@@ -128,6 +128,7 @@ func Run(t *testing.T, cfg Config) {
 		{"AcquireAllSessionDeath", s.testAcquireAllSessionDeath},
 		{"AcquireAllLimits", s.testAcquireAllLimits},
 		{"AcquireAllRace", s.testAcquireAllRace},
+		{"AcquireAllAtomic", s.testAcquireAllAtomic},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -54,9 +54,9 @@ func newSession(t *testing.T, ctx context.Context, c *client.Client, opts ...cli
 	return s
 }
 
-func acquire(t *testing.T, ctx context.Context, s *client.Session, key string) *client.Lock {
+func acquire(t *testing.T, ctx context.Context, s *client.Session, key string, opts ...client.AcquireOption) *client.Lock {
 	t.Helper()
-	l, err := s.Acquire(ctx, key)
+	l, err := s.Acquire(ctx, key, opts...)
 	if err != nil {
 		t.Fatalf("Acquire(%q): %v", key, err)
 	}

@@ -150,6 +150,14 @@ var scenarios = []scenario{
 		run: acquireAllRow,
 	},
 	{
+		name: "check-token",
+		want: "A:lin=current A:cached=current A:index=current above-A=stale(tokens=1) " +
+			"after-B:A:lin=stale(tokens=1) A:cached=stale(tokens=1) B:lin=current B:cached=current " +
+			"after-revoke:B:lin=stale(tokens=0) B:cached=stale(tokens=0) " +
+			"semaphore=current(tokens=2),current(tokens=2) never-held=stale(tokens=0) token0=ErrInvalidArgument",
+		run: checkTokenRow,
+	},
+	{
 		name: "bad-input-sdk",
 		want: "ErrInvalidArgument: open(ttl=1s) acquire(bad-keys) try(bad-keys) inspect(bad-keys) revoke(bad-keys) " +
 			"wait-timeout=-1s wait-timeout=11m0s list(limit=5000) list(token=junk) watch(prefix=NUL); " +

@@ -1999,8 +1999,13 @@ type LockInfo struct {
 	// false), is about how long a lock-delay still keeps it from being
 	// granted (docs/contracts/C2.md #ct2-delay).
 	DelayRemainingMs int64 `protobuf:"varint,21,opt,name=delay_remaining_ms,json=delayRemainingMs,proto3" json:"delay_remaining_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// wait_estimates, set only by Inspect, estimate each waiter's wait, in
+	// queue order; empty when nothing is known (no hold of the key or its
+	// template observed on this lockd) — never a promise
+	// (docs/contracts/C2.md #ct2-wait-estimate).
+	WaitEstimates []*WaitEstimate `protobuf:"bytes,22,rep,name=wait_estimates,json=waitEstimates,proto3" json:"wait_estimates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockInfo) Reset() {
@@ -2117,6 +2122,77 @@ func (x *LockInfo) GetDelayRemainingMs() int64 {
 	return 0
 }
 
+func (x *LockInfo) GetWaitEstimates() []*WaitEstimate {
+	if x != nil {
+		return x.WaitEstimates
+	}
+	return nil
+}
+
+// WaitEstimate is one waiter's wait estimate (C2 #ct2-wait-estimate).
+type WaitEstimate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the waiting session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// position is its place in the queue: 1 is next in line.
+	Position uint32 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	// estimate_ms is about how long from the answer until it is granted.
+	EstimateMs    int64 `protobuf:"varint,3,opt,name=estimate_ms,json=estimateMs,proto3" json:"estimate_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitEstimate) Reset() {
+	*x = WaitEstimate{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitEstimate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitEstimate) ProtoMessage() {}
+
+func (x *WaitEstimate) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitEstimate.ProtoReflect.Descriptor instead.
+func (*WaitEstimate) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WaitEstimate) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WaitEstimate) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *WaitEstimate) GetEstimateMs() int64 {
+	if x != nil {
+		return x.EstimateMs
+	}
+	return 0
+}
+
 // LockHolder is one holder of a semaphore or read/write key.
 type LockHolder struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2141,7 +2217,7 @@ type LockHolder struct {
 
 func (x *LockHolder) Reset() {
 	*x = LockHolder{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2229,7 @@ func (x *LockHolder) String() string {
 func (*LockHolder) ProtoMessage() {}
 
 func (x *LockHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2242,7 @@ func (x *LockHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
 func (*LockHolder) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LockHolder) GetSessionId() string {
@@ -2234,7 +2310,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2322,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2335,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2296,7 +2372,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2384,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2397,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -2349,7 +2425,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2437,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2450,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeRequest) GetKey() string {
@@ -2399,7 +2475,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2487,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2500,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevokeResponse) GetRevoked() bool {
@@ -2478,7 +2554,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2566,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2579,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -2565,7 +2641,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2653,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2666,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchResponse) GetKind() EventKind {
@@ -2675,7 +2751,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2763,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2776,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetValueRequest) GetSessionId() string {
@@ -2747,7 +2823,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2835,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2848,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
 }
 
 // ListSessionsRequest selects a page of sessions.
@@ -2792,7 +2868,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2880,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2893,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSessionsRequest) GetPrincipal() string {
@@ -2854,7 +2930,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2942,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2955,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -2907,7 +2983,7 @@ type CloseSessionsRequest struct {
 
 func (x *CloseSessionsRequest) Reset() {
 	*x = CloseSessionsRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +2995,7 @@ func (x *CloseSessionsRequest) String() string {
 func (*CloseSessionsRequest) ProtoMessage() {}
 
 func (x *CloseSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3008,7 @@ func (x *CloseSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionsRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CloseSessionsRequest) GetPrincipal() string {
@@ -2955,7 +3031,7 @@ type CloseSessionsResponse struct {
 
 func (x *CloseSessionsResponse) Reset() {
 	*x = CloseSessionsResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3043,7 @@ func (x *CloseSessionsResponse) String() string {
 func (*CloseSessionsResponse) ProtoMessage() {}
 
 func (x *CloseSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3056,7 @@ func (x *CloseSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionsResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CloseSessionsResponse) GetClosed() int64 {
@@ -3024,7 +3100,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3112,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3125,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -3114,7 +3190,7 @@ type HotKeysRequest struct {
 
 func (x *HotKeysRequest) Reset() {
 	*x = HotKeysRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3202,7 @@ func (x *HotKeysRequest) String() string {
 func (*HotKeysRequest) ProtoMessage() {}
 
 func (x *HotKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3215,7 @@ func (x *HotKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKeysRequest.ProtoReflect.Descriptor instead.
 func (*HotKeysRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HotKeysRequest) GetPrefix() string {
@@ -3178,7 +3254,7 @@ type HotKeysResponse struct {
 
 func (x *HotKeysResponse) Reset() {
 	*x = HotKeysResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3266,7 @@ func (x *HotKeysResponse) String() string {
 func (*HotKeysResponse) ProtoMessage() {}
 
 func (x *HotKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3279,7 @@ func (x *HotKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKeysResponse.ProtoReflect.Descriptor instead.
 func (*HotKeysResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HotKeysResponse) GetByWait() []*HotKey {
@@ -3254,7 +3330,7 @@ type HotKey struct {
 
 func (x *HotKey) Reset() {
 	*x = HotKey{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3342,7 @@ func (x *HotKey) String() string {
 func (*HotKey) ProtoMessage() {}
 
 func (x *HotKey) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3355,7 @@ func (x *HotKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
 func (*HotKey) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HotKey) GetKey() string {
@@ -3420,7 +3496,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x12CheckTokenResponse\x12\x18\n" +
 	"\acurrent\x18\x01 \x01(\bR\acurrent\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x04R\x06tokens\x12\x16\n" +
-	"\x06cached\x18\x03 \x01(\bR\x06cached\"\xdf\x03\n" +
+	"\x06cached\x18\x03 \x01(\bR\x06cached\"\x9e\x04\n" +
 	"\bLockInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -3436,10 +3512,17 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05limit\x18\n" +
 	" \x01(\rR\x05limit\x12\"\n" +
 	"\rlock_delay_ms\x18\x14 \x01(\x03R\vlockDelayMs\x12,\n" +
-	"\x12delay_remaining_ms\x18\x15 \x01(\x03R\x10delayRemainingMs\x1a9\n" +
+	"\x12delay_remaining_ms\x18\x15 \x01(\x03R\x10delayRemainingMs\x12=\n" +
+	"\x0ewait_estimates\x18\x16 \x03(\v2\x16.lockd.v1.WaitEstimateR\rwaitEstimates\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
+	"\fWaitEstimate\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\rR\bposition\x12\x1f\n" +
+	"\vestimate_ms\x18\x03 \x01(\x03R\n" +
+	"estimateMs\"\xc7\x02\n" +
 	"\n" +
 	"LockHolder\x12\x1d\n" +
 	"\n" +
@@ -3591,7 +3674,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(LockLostReason)(0),           // 0: lockd.v1.LockLostReason
 	(LockMode)(0),                 // 1: lockd.v1.LockMode
@@ -3620,32 +3703,33 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*CheckTokenRequest)(nil),     // 24: lockd.v1.CheckTokenRequest
 	(*CheckTokenResponse)(nil),    // 25: lockd.v1.CheckTokenResponse
 	(*LockInfo)(nil),              // 26: lockd.v1.LockInfo
-	(*LockHolder)(nil),            // 27: lockd.v1.LockHolder
-	(*ListRequest)(nil),           // 28: lockd.v1.ListRequest
-	(*ListResponse)(nil),          // 29: lockd.v1.ListResponse
-	(*RevokeRequest)(nil),         // 30: lockd.v1.RevokeRequest
-	(*RevokeResponse)(nil),        // 31: lockd.v1.RevokeResponse
-	(*WatchRequest)(nil),          // 32: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),         // 33: lockd.v1.WatchResponse
-	(*SetValueRequest)(nil),       // 34: lockd.v1.SetValueRequest
-	(*SetValueResponse)(nil),      // 35: lockd.v1.SetValueResponse
-	(*ListSessionsRequest)(nil),   // 36: lockd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 37: lockd.v1.ListSessionsResponse
-	(*CloseSessionsRequest)(nil),  // 38: lockd.v1.CloseSessionsRequest
-	(*CloseSessionsResponse)(nil), // 39: lockd.v1.CloseSessionsResponse
-	(*SessionInfo)(nil),           // 40: lockd.v1.SessionInfo
-	(*HotKeysRequest)(nil),        // 41: lockd.v1.HotKeysRequest
-	(*HotKeysResponse)(nil),       // 42: lockd.v1.HotKeysResponse
-	(*HotKey)(nil),                // 43: lockd.v1.HotKey
-	nil,                           // 44: lockd.v1.OpenSessionRequest.LabelsEntry
-	nil,                           // 45: lockd.v1.LockInfo.LabelsEntry
-	nil,                           // 46: lockd.v1.LockHolder.LabelsEntry
-	nil,                           // 47: lockd.v1.WatchResponse.LabelsEntry
-	nil,                           // 48: lockd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
+	(*WaitEstimate)(nil),          // 27: lockd.v1.WaitEstimate
+	(*LockHolder)(nil),            // 28: lockd.v1.LockHolder
+	(*ListRequest)(nil),           // 29: lockd.v1.ListRequest
+	(*ListResponse)(nil),          // 30: lockd.v1.ListResponse
+	(*RevokeRequest)(nil),         // 31: lockd.v1.RevokeRequest
+	(*RevokeResponse)(nil),        // 32: lockd.v1.RevokeResponse
+	(*WatchRequest)(nil),          // 33: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),         // 34: lockd.v1.WatchResponse
+	(*SetValueRequest)(nil),       // 35: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),      // 36: lockd.v1.SetValueResponse
+	(*ListSessionsRequest)(nil),   // 37: lockd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 38: lockd.v1.ListSessionsResponse
+	(*CloseSessionsRequest)(nil),  // 39: lockd.v1.CloseSessionsRequest
+	(*CloseSessionsResponse)(nil), // 40: lockd.v1.CloseSessionsResponse
+	(*SessionInfo)(nil),           // 41: lockd.v1.SessionInfo
+	(*HotKeysRequest)(nil),        // 42: lockd.v1.HotKeysRequest
+	(*HotKeysResponse)(nil),       // 43: lockd.v1.HotKeysResponse
+	(*HotKey)(nil),                // 44: lockd.v1.HotKey
+	nil,                           // 45: lockd.v1.OpenSessionRequest.LabelsEntry
+	nil,                           // 46: lockd.v1.LockInfo.LabelsEntry
+	nil,                           // 47: lockd.v1.LockHolder.LabelsEntry
+	nil,                           // 48: lockd.v1.WatchResponse.LabelsEntry
+	nil,                           // 49: lockd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	44, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
+	45, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
 	10, // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
 	13, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
 	12, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
@@ -3657,57 +3741,58 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	11, // 9: lockd.v1.AcquireResponse.grants:type_name -> lockd.v1.HeldLock
 	26, // 10: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
 	2,  // 11: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
-	49, // 12: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	45, // 13: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	27, // 14: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	49, // 15: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
-	1,  // 16: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	46, // 17: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
-	26, // 18: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	3,  // 19: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	47, // 20: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	40, // 21: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	48, // 22: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
-	43, // 23: lockd.v1.HotKeysResponse.by_wait:type_name -> lockd.v1.HotKey
-	43, // 24: lockd.v1.HotKeysResponse.by_hold:type_name -> lockd.v1.HotKey
-	43, // 25: lockd.v1.HotKeysResponse.by_contention:type_name -> lockd.v1.HotKey
-	4,  // 26: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	6,  // 27: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	7,  // 28: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
-	14, // 29: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	16, // 30: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 31: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
-	20, // 32: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	22, // 33: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	28, // 34: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	30, // 35: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	32, // 36: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	34, // 37: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	36, // 38: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	38, // 39: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
-	24, // 40: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	41, // 41: lockd.v1.LockService.HotKeys:input_type -> lockd.v1.HotKeysRequest
-	5,  // 42: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	9,  // 43: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	8,  // 44: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
-	15, // 45: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	19, // 46: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 47: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	21, // 48: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	23, // 49: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	29, // 50: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	31, // 51: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	33, // 52: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	35, // 53: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	37, // 54: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	39, // 55: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
-	25, // 56: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	42, // 57: lockd.v1.LockService.HotKeys:output_type -> lockd.v1.HotKeysResponse
-	42, // [42:58] is the sub-list for method output_type
-	26, // [26:42] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	50, // 12: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	46, // 13: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	28, // 14: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	27, // 15: lockd.v1.LockInfo.wait_estimates:type_name -> lockd.v1.WaitEstimate
+	50, // 16: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	1,  // 17: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
+	47, // 18: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	26, // 19: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	3,  // 20: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	48, // 21: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	41, // 22: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	49, // 23: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	44, // 24: lockd.v1.HotKeysResponse.by_wait:type_name -> lockd.v1.HotKey
+	44, // 25: lockd.v1.HotKeysResponse.by_hold:type_name -> lockd.v1.HotKey
+	44, // 26: lockd.v1.HotKeysResponse.by_contention:type_name -> lockd.v1.HotKey
+	4,  // 27: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	6,  // 28: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	7,  // 29: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	14, // 30: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	16, // 31: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 32: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	20, // 33: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	22, // 34: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	29, // 35: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	31, // 36: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	33, // 37: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	35, // 38: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	37, // 39: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	39, // 40: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
+	24, // 41: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	42, // 42: lockd.v1.LockService.HotKeys:input_type -> lockd.v1.HotKeysRequest
+	5,  // 43: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	9,  // 44: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	8,  // 45: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	15, // 46: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	19, // 47: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 48: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	21, // 49: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	23, // 50: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	30, // 51: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	32, // 52: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	34, // 53: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	36, // 54: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	38, // 55: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	40, // 56: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
+	25, // 57: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	43, // 58: lockd.v1.LockService.HotKeys:output_type -> lockd.v1.HotKeysResponse
+	43, // [43:59] is the sub-list for method output_type
+	27, // [27:43] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -3721,7 +3806,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

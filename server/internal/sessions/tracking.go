@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"time"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
@@ -113,6 +114,23 @@ func (t *Table) endedLocked(r *Record, key string) {
 	if t.cfg.Ended != nil {
 		t.cfg.Ended(key, t.now().Sub(at))
 	}
+}
+
+// HeldFor is how long session id has held key by the table's clock, from
+// this table's first answer of the grant; false when the table did not
+// answer it (adopted, another replica's) or the grant ended.
+func (t *Table) HeldFor(id store.SessionID, key string) (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.recs[id]
+	if r == nil {
+		return 0, false
+	}
+	at, ok := r.grantedAt[key]
+	if !ok {
+		return 0, false
+	}
+	return t.now().Sub(at), true
 }
 
 // endAllLocked ends every grant of r this table answered (t.mu held): its

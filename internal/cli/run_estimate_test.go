@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"lock.dev/lockd/internal/testing/lockdtest"
+	"lock.dev/lockd/internal/testing/testkit"
+)
+
+// TestRunWaitEstimate: lockd run's waiting line shows the server's wait
+// estimate (C2 #ct2-wait-estimate) once holds of the key were observed, and
+// none before.
+func TestRunWaitEstimate(t *testing.T) {
+	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
+		ctx := testkit.Context(t, 60*time.Second)
+		l := hold(t, srv.Client, "eta/k")
+		res := lockd(t, environ, "run", "--wait", "700ms", "eta/k", "--", "true")
+		if !strings.Contains(res.stderr, `waiting for "eta/k": held by token `) || strings.Contains(res.stderr, "estimated") {
+			t.Errorf("with no hold observed: want a waiting line without an estimate:\n%s", res.stderr)
+		}
+		// Two holds of about 200 ms (the test's input, not a
+		// synchronisation).
+		for range 2 {
+			<-time.After(200 * time.Millisecond)
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l = hold(t, srv.Client, "eta/k")
+		}
+		r := start(t, environ, "run", "eta/k", "--", "true")
+		re := regexp.MustCompile(`waiting for "eta/k": held by token \d+ for \S+, queue position 1 of 1, estimated (\d+\.\d)s`)
+		testkit.Eventually(t, 30*time.Second, "run's waiting line with an estimate", func() bool {
+			return re.MatchString(r.stderr.String())
+		})
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if res := r.wait(t, 30*time.Second); res.code != 0 {
+			t.Errorf("lockd run after the release: %v", res)
+		}
+	})
+}
