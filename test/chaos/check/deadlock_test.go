@@ -11,11 +11,11 @@ import (
 // 0-10 ms and waits for its second from wait ms; the refused one (err)
 // answers at refusedAt, the other is granted after the refused one's
 // release.
-func deadlockPairs(refusedAt int64, err string) history.History {
+func deadlockPairs(refusedAt int64, out history.Outcome, err string) history.History {
 	var b hb
 	b.acquire("p", "a", 0, 10, 1)
 	b.acquire("q", "b", 0, 10, 2)
-	b.add(history.Op{Proc: "q", Kind: history.Acquire, Key: "a", Invoke: 20, Complete: refusedAt, Outcome: history.Fail, Err: err})
+	b.add(history.Op{Proc: "q", Kind: history.Acquire, Key: "a", Invoke: 20, Complete: refusedAt, Outcome: out, Err: err})
 	b.release("q", "b", refusedAt+1, refusedAt+2, 2, history.OK)
 	b.acquire("p", "b", 15, refusedAt+3, 3)
 	b.release("p", "b", refusedAt+4, refusedAt+5, 3, history.OK)
@@ -26,13 +26,13 @@ func deadlockPairs(refusedAt int64, err string) history.History {
 func TestDeadlocksResolved(t *testing.T) {
 	const bound = 2 * time.Second
 	t.Run("refused in time", func(t *testing.T) {
-		res := DeadlocksResolved(deadlockPairs(1100, "acquire \"a\": lockd: deadlock: keys a, b"), bound)
+		res := DeadlocksResolved(deadlockPairs(1100, history.Fail, "acquire \"a\": lockd: deadlock: keys a, b"), bound)
 		if !res.OK() || res.Cycles != 1 || res.Refused != 1 || res.Max != 1080*time.Millisecond {
 			t.Fatalf("a cycle refused after 1.08 s = %s; want ok, 1 cycle refused in 1.08s", res)
 		}
 	})
 	t.Run("never refused", func(t *testing.T) { // the control: both wait until their wait timeout
-		res := DeadlocksResolved(deadlockPairs(6020, "acquire \"a\": lockd: wait timeout"), bound)
+		res := DeadlocksResolved(deadlockPairs(6020, history.Unknown, "acquire \"a\": lockd: wait timeout"), bound)
 		if res.Violations != 1 || res.Cycles != 1 || res.Refused != 0 {
 			t.Fatalf("a cycle answered after 6 s = %s; want 1 violation", res)
 		}
