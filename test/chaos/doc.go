@@ -127,6 +127,16 @@
 //     and acting across a writer, and its read accepted after the
 //     writer's write).
 //
+//   - deadlock-off (LOCKD_CHAOS_SUITE=deadlock, runner.DeadlockSuite; in
+//     make chaos, not in make test): the deadlock-pairs scenario (pair
+//     workers on two keys in opposite orders, each holding its first key
+//     while it waits for its second) on lockd built with the deadlock
+//     detector's tag lockd_deadlock_off_control, a detector that never
+//     refuses. A fault cycle waits until two workers of opposite orders
+//     wait for their second keys at once, so a cycle is certainly closed,
+//     and it stays closed until their 10 s wait timeout (every cycle
+//     answered within 2 s + slack: check.DeadlocksResolved).
+//
 // LOCKD_CHAOS_BREAK_OFF=1 runs the same scenarios and triggers with each
 // break removed; every checker must then find nothing.
 //
