@@ -104,6 +104,9 @@ func New(target string, opts ...Option) (*Client, error) {
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
 	}
+	if o.tracer != nil { // outermost: the span covers the whole call (trace.go)
+		dial = append(dial, grpc.WithChainUnaryInterceptor(tracingInterceptor(o.tracer)))
+	}
 	if fo != nil {
 		dial = append(dial, fo.dialOptions()...)
 		dial = append(dial, grpc.WithChainUnaryInterceptor(fo.asideOnShutdown))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
@@ -38,6 +39,7 @@ type options struct {
 	ttl               time.Duration
 	backoffMin        time.Duration
 	backoffMax        time.Duration
+	tracer            trace.TracerProvider // WithTracerProvider (trace.go); nil: no tracing
 }
 
 // Option configures a Client.

@@ -42,6 +42,14 @@ type Config struct {
 	// StatsEnabled is lock.server.stats.enabled: keep the per-template
 	// statistics and the hot keys (C5 #ct5-stats); false: neither.
 	StatsEnabled bool `koanf:"lock.server.stats.enabled"`
+	// Tracing* are lock.server.tracing.* (C5 #ct5-tracing): OpenTelemetry
+	// traces exported over OTLP, off by default.
+	TracingEnabled      bool    `koanf:"lock.server.tracing.enabled"`
+	TracingOTLPEndpoint string  `koanf:"lock.server.tracing.otlp-endpoint"`
+	TracingOTLPProtocol string  `koanf:"lock.server.tracing.otlp-protocol"`
+	TracingOTLPInsecure bool    `koanf:"lock.server.tracing.otlp-insecure"`
+	TracingOTLPCAFile   string  `koanf:"lock.server.tracing.otlp-ca-file"`
+	TracingSampleRatio  float64 `koanf:"lock.server.tracing.sample-ratio"`
 	// CloseSessionsOnShutdown is lock.server.close-sessions-on-shutdown: on
 	// SIGINT/SIGTERM, close every session (releasing its locks at once)
 	// instead of leaving them to expire.
@@ -154,6 +162,9 @@ func DefaultConfig() Config {
 		DrainTimeout:  5 * time.Second,
 		StatsEnabled:  true,
 
+		TracingOTLPProtocol: TracingGRPC,
+		TracingSampleRatio:  1,
+
 		MaxTTL:             store.MaxTTL,
 		MaxSessions:        10000,
 		MaxSessionOpens:    64,
@@ -205,6 +216,7 @@ func (c Config) Validate() error {
 	c.MetricsTLS().validate("lock.server.metrics-tls.", bad)
 	c.validateListeners(bad)
 	c.validateLimits(bad)
+	c.validateTracing(bad)
 	if err := prefixstats.Validate(c.StatsTemplates); err != nil {
 		bad("lock.server.stats.templates", "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}

@@ -67,12 +67,16 @@ func (s *Server) newHTTPAPI(opts []grpc.ServerOption) *httpAPI {
 		UnmarshalOptions: protojson.UnmarshalOptions{},
 	}
 	none := func(string) (string, bool) { return "", false }
+	incoming := none
+	if s.tp != nil {
+		incoming = traceHeaders // and traceparent, tracestate when tracing is on (C2 #ct2-tracing)
+	}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonPb),
 		// Only the Authorization header becomes metadata (the gateway
 		// forwards it by itself); no Grpc-Metadata-* header, and no
 		// metadata back to the client.
-		runtime.WithIncomingHeaderMatcher(none),
+		runtime.WithIncomingHeaderMatcher(incoming),
 		runtime.WithOutgoingHeaderMatcher(none),
 		runtime.WithOutgoingTrailerMatcher(none),
 		runtime.WithErrorHandler(httpError),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -82,6 +83,9 @@ type Options struct {
 	// TransportLog receives net/http's own error log lines (translog.go);
 	// nil makes one over Logger and Registry.
 	TransportLog *TransportLog
+	// TraceExporter, when not nil and lock.server.tracing.enabled is true,
+	// receives the spans synchronously instead of the OTLP exporter (tests).
+	TraceExporter sdktrace.SpanExporter
 }
 
 // Server is a lockd gRPC server over one store.
@@ -97,13 +101,14 @@ type Server struct {
 	reg      *prometheus.Registry
 	grpc     *grpc.Server
 	health   *health.Server
-	bad      badRequests      // requests that failed to decode on invalid UTF-8 (codec.go)
-	lim      *limits          // the limits of C2 #ct2-limits (limits.go)
-	refused  *refusals        // the refusal rate per peer (refusals.go)
-	guard    *connGuard       // closes connections without an authorised call (idle.go)
-	translog *TransportLog    // net/http's error log as C4 events (translog.go)
-	plim     *principalLimits // per-principal shares (principal_limits.go)
-	tokens   tokenIndex       // CheckToken's cached mode (tokenindex.go), fed by lostLoop
+	bad      badRequests              // requests that failed to decode on invalid UTF-8 (codec.go)
+	lim      *limits                  // the limits of C2 #ct2-limits (limits.go)
+	refused  *refusals                // the refusal rate per peer (refusals.go)
+	guard    *connGuard               // closes connections without an authorised call (idle.go)
+	translog *TransportLog            // net/http's error log as C4 events (translog.go)
+	plim     *principalLimits         // per-principal shares (principal_limits.go)
+	tokens   tokenIndex               // CheckToken's cached mode (tokenindex.go), fed by lostLoop
+	tp       *sdktrace.TracerProvider // nil: tracing off (tracing.go, C5 #ct5-tracing)
 
 	grpcTLS, metricsTLS, httpTLS *TLSReloader // nil: plaintext listener (tls.go)
 	http                         *httpAPI     // the HTTP/JSON API (http.go); nil when off
@@ -208,6 +213,9 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 	if s.grpcTLS, s.metricsTLS, s.httpTLS, err = cfg.tlsSetup(log); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if s.tp, err = newTracerProvider(cfg, opts.TraceExporter); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.sess = s.newTable() // its silence loop runs until Shutdown closes it
 	gopts := s.grpcOptions(opts.Auth)
@@ -236,7 +244,7 @@ func New(cfg Config, st store.LockStore, opts Options) (*Server, error) {
 // credentials: the public server's and the HTTP/JSON API's in-process one
 // (http.go) are the same server but for them.
 func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxReadMsgSize), // MaxRecvMsgSize is the codec's (badinput.go)
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
@@ -254,6 +262,10 @@ func (s *Server) grpcOptions(az *auth.Authorizer) []grpc.ServerOption {
 			MaxConnectionIdle: s.cfg.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	if o := s.tracingOption(); o != nil { // only when tracing is on (C2 #ct2-tracing)
+		opts = append(opts, o)
+	}
+	return opts
 }
 
 // Serve accepts gRPC connections on lis until Shutdown; it returns nil after
@@ -330,6 +342,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 	s.wg.Wait()
+	errs = append(errs, s.shutdownTracing(ctx)) // after every span ended
 	return errors.Join(errs...)
 }
 

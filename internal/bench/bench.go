@@ -199,8 +199,8 @@ func (c Config) Validate() error {
 		bad("rounds %d must be at least 1", c.Rounds)
 	}
 	for _, s := range c.Scenarios {
-		if !slices.Contains(Scenarios, s) {
-			bad("unknown scenario %q (want some of %s)", s, strings.Join(Scenarios, ","))
+		if !slices.Contains(Scenarios, s) && !slices.Contains(Optional, s) {
+			bad("unknown scenario %q (want some of %s)", s, strings.Join(slices.Concat(Scenarios, Optional), ","))
 		}
 	}
 	for _, n := range slices.Concat(c.DistinctConcurrency, c.ContendedConcurrency, c.SemaphoreConcurrency, c.AcquireAllConcurrency) {
@@ -266,7 +266,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	cfg = cfg.withDefaults()
 	rep = &Report{Start: time.Now(), Machine: machine()}
 	var scenarios []string // in run order
-	for _, s := range Scenarios {
+	for _, s := range slices.Concat(Scenarios, Optional) {
 		if slices.Contains(cfg.Scenarios, s) {
 			scenarios = append(scenarios, s)
 		}
@@ -350,6 +350,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rows, serr = r.idle(ctx)
 		case scFailover:
 			rows, serr = r.failover(ctx)
+		case scEstimate:
+			rows, serr = r.estimate(ctx)
 		}
 		if serr != nil {
 			if ctx.Err() != nil {

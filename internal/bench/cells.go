@@ -27,7 +27,7 @@ import (
 const (
 	layoutOwn = "own processes: lockd's server is a `lockd serve` child; each cell (system, scenario, concurrency, round) runs its " +
 		"clients in a `lockd bench worker` child of its own (lockd's SDK clients and each baseline's alike); " +
-		"the ceilings, death, idle and failover run from the bench process"
+		"the ceilings, death, idle, failover and estimate run from the bench process"
 	layoutShared = "one process: lockd's server, its SDK clients and the baselines' clients share the bench process and its Go runtime"
 )
 

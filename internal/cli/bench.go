@@ -101,6 +101,12 @@ Scenarios (--scenarios, comma-separated; default all):
              given every address: --failover-kills times, SIGKILL the
              replica it talks to and time its next heartbeat answered
              through another (p50/p99 ms; target under TTL/3)
+  estimate   (not in the default run: name it) the wait estimate (issue 27):
+             as many clients as the first --contended-concurrency loop on one key,
+             holding it 10-50 ms (uniform), each polling Inspect every 5 ms
+             while it waits: |estimate - actual| p50/p90 over the waits
+             after the warm-up, from the first answer listing the waiter
+             to its grant; lockd only, its clients in the bench process
 
 SDK rows (issue 25): with --python-sdk DIR (sdk/python of a lockd checkout,
 run by --python, default /usr/bin/python3 with Debian's python3-grpcio and

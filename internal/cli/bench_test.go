@@ -567,3 +567,27 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	})
 }
+
+// TestBenchEstimate runs the estimate scenario (issue 27) tiny over an etcd
+// the bench starts, lockd's server in a process of its own: the rows of
+// |estimate − actual| and the actual wait have figures, and the waiters
+// after the warm-up had estimates.
+func TestBenchEstimate(t *testing.T) {
+	rep := benchJSON(t, "bench", "--json", "--backend", "etcd", "--data-dir", t.TempDir(), "--scenarios", "estimate",
+		"--contended-concurrency", "3", "--duration", "1s", "--rounds", "1")
+	got := map[string]float64{}
+	for _, r := range rep.Rows {
+		if r.Scenario == "estimate" && r.Concurrency == 3 && r.Lockd != nil {
+			got[r.Metric] = *r.Lockd
+		}
+	}
+	for _, m := range []string{bench.MetricEstimateErrP50, bench.MetricEstimateErrP90, bench.MetricEstimateWait50, bench.MetricEstimateShown} {
+		if _, ok := got[m]; !ok {
+			t.Errorf("no row %q in %+v", m, rep.Rows)
+		}
+	}
+	if got[bench.MetricEstimateWait50] <= 0 || got[bench.MetricEstimateShown] <= 0 || got[bench.MetricEstimateErrP90] < got[bench.MetricEstimateErrP50] {
+		t.Errorf("estimate rows %v; want waits, some with an estimate, p90 ≥ p50", got)
+	}
+	t.Logf("estimate rows: %v", got)
+}

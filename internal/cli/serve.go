@@ -103,6 +103,9 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 	}
 	defer func() { err = errors.Join(err, b.Close()) }()
 
+	if cfg.Server.TracingEnabled {
+		routeTracingErrors(logger)
+	}
 	srv, err := server.New(cfg.Server, b, server.Options{Logger: logger, Registry: reg, Metrics: metrics, BackendLabel: label, Auth: az, TransportLog: tlog})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)

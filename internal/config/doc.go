@@ -41,6 +41,12 @@
 //	lock.server.http.console                 false           true | false; needs http.listen (console)    LOCKD_SERVER_HTTP_CONSOLE                --http-console
 //	lock.server.stats.templates              (first segment) at most 32 templates (C5 #ct5-stats)         LOCKD_SERVER_STATS_TEMPLATES             --stats-templates
 //	lock.server.stats.enabled                true            true | false (C5 #ct5-stats)                 LOCKD_SERVER_STATS_ENABLED               --stats-enabled
+//	lock.server.tracing.enabled              false           true | false (C5 #ct5-tracing)               LOCKD_SERVER_TRACING_ENABLED             --tracing-enabled
+//	lock.server.tracing.otlp-endpoint        (OTLP default)  host:port of the collector                   LOCKD_SERVER_TRACING_OTLP_ENDPOINT       --tracing-otlp-endpoint
+//	lock.server.tracing.otlp-protocol        grpc            grpc | http                                  LOCKD_SERVER_TRACING_OTLP_PROTOCOL       --tracing-otlp-protocol
+//	lock.server.tracing.otlp-insecure        false           true | false (false: TLS)                    LOCKD_SERVER_TRACING_OTLP_INSECURE       --tracing-otlp-insecure
+//	lock.server.tracing.otlp-ca-file         (system roots)  PEM CA bundle; not with otlp-insecure        LOCKD_SERVER_TRACING_OTLP_CA_FILE        --tracing-otlp-ca-file
+//	lock.server.tracing.sample-ratio         1               0..1                                         LOCKD_SERVER_TRACING_SAMPLE_RATIO        --tracing-sample-ratio
 //	lock.server.close-sessions-on-shutdown   false           true | false                                 LOCKD_SERVER_CLOSE_SESSIONS_ON_SHUTDOWN  --close-sessions-on-shutdown
 //	lock.server.drain-timeout                5s              0, or 100ms..1m                              LOCKD_SERVER_DRAIN_TIMEOUT               --drain-timeout
 //	lock.server.tls.cert-file                (none)          PEM certificate; with key-file               LOCKD_SERVER_TLS_CERT_FILE               --tls-cert-file

@@ -30,9 +30,10 @@ const (
 	kindBool
 	kindList
 	kindInt
+	kindFloat
 )
 
-var kindTypes = [...]string{kindString: "string", kindDuration: "duration", kindBool: "bool", kindList: "strings", kindInt: "int"}
+var kindTypes = [...]string{kindString: "string", kindDuration: "duration", kindBool: "bool", kindList: "strings", kindInt: "int", kindFloat: "float"}
 
 // keyTable is the C5 table in documentation order. Env names follow the rule
 // (envName); flag names are chosen for the command line.
@@ -47,6 +48,13 @@ var keyTable = []struct{ name, flag, usage string }{
 	{"lock.server.http.console", "http-console", "serve the read-only web console under /console/ on --http-listen"},
 	{"lock.server.stats.templates", "stats-templates", "key templates of the per-template statistics, e.g. jobs/*,tenants/*/report (at most 32; empty: the first path segment)"},
 	{"lock.server.stats.enabled", "stats-enabled", "keep the per-template statistics and the hot keys (false: neither)"},
+	// Tracing (C5 #ct5-tracing).
+	{"lock.server.tracing.enabled", "tracing-enabled", "record OpenTelemetry traces and export them over OTLP"},
+	{"lock.server.tracing.otlp-endpoint", "tracing-otlp-endpoint", "host:port of the OTLP collector (empty: localhost:4317 for grpc, localhost:4318 for http)"},
+	{"lock.server.tracing.otlp-protocol", "tracing-otlp-protocol", "OTLP protocol: grpc or http"},
+	{"lock.server.tracing.otlp-insecure", "tracing-otlp-insecure", "plaintext to the OTLP collector (default: TLS)"},
+	{"lock.server.tracing.otlp-ca-file", "tracing-otlp-ca-file", "PEM CA bundle of the OTLP collector's certificate (default: the system roots)"},
+	{"lock.server.tracing.sample-ratio", "tracing-sample-ratio", "share of the traces lockd starts that are kept (0..1; a caller's traceparent decides for its calls)"},
 	{"lock.server.close-sessions-on-shutdown", "close-sessions-on-shutdown", "on SIGINT/SIGTERM close every session (releasing its locks) instead of leaving them to expire"},
 	{"lock.server.drain-timeout", "drain-timeout", "on SIGINT/SIGTERM, how long to tell clients to move to another replica and wait for them (0: no drain)"},
 	// Transport security of the listeners (C5 #ct5-tls).
@@ -203,6 +211,8 @@ func kindOf(t reflect.Type) kind {
 		return kindBool
 	case t.Kind() == reflect.Int64, t.Kind() == reflect.Int:
 		return kindInt
+	case t.Kind() == reflect.Float64:
+		return kindFloat
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		return kindList
 	}

@@ -302,6 +302,24 @@ func convert(key *Key, v any) (any, error) {
 			return n, nil
 		}
 		return nil, fmt.Errorf("want an integer, got %s", describe(v))
+	case kindFloat:
+		switch x := v.(type) {
+		case float64:
+			return x, nil
+		case int:
+			return float64(x), nil
+		case int64:
+			return float64(x), nil
+		case uint64:
+			return float64(x), nil
+		case string:
+			f, err := strconv.ParseFloat(x, 64)
+			if err != nil || strings.TrimSpace(x) != x {
+				return nil, fmt.Errorf("invalid number %q (want a decimal number such as 0.25)", x)
+			}
+			return f, nil
+		}
+		return nil, fmt.Errorf("want a number, got %s", describe(v))
 	case kindList:
 		switch x := v.(type) {
 		case string:

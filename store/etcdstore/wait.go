@@ -111,7 +111,9 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	if prev := queued.Responses[0].GetResponsePut().PrevKv; prev != nil {
 		myRev = prev.CreateRevision // already queued (a retried call): keep the place
 	}
-	g, err = s.checkedWait(ctx, ss, key, myRev, start, o.NoDeadlockCheck) // deadlock.go
+	wctx, wsp := telemetry.StartWait(ctx, "etcd")                          // nil: untraced (C4 #ct4-traces)
+	g, err = s.checkedWait(wctx, ss, key, myRev, start, o.NoDeadlockCheck) // deadlock.go
+	wsp.EndWait(ctx, err)
 	if errors.Is(err, store.ErrDeadlock) {
 		return store.Grant{}, fmt.Errorf("etcdstore: acquire: %w", err)
 	}

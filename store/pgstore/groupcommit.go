@@ -128,7 +128,10 @@ func (s *Store) lockWorker() {
 		if batch == nil {
 			return
 		}
-		s.runLockBatch(groupcommit.Reqs(batch))
+		reqs := groupcommit.Reqs(batch)
+		sp := telemetry.StartCommit("pg", len(batch), groupcommit.Traced(batch)) // nil: untraced (C4 #ct4-traces)
+		s.runLockBatch(reqs)
+		sp.EndCommit(firstErr(reqs))
 		for _, j := range s.lockQ.Finish(batch) {
 			s.undo(j.Req)
 		}
@@ -266,6 +269,16 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		}
 		g.Remaining = time.Duration(*c.remainingUS) * time.Microsecond
 		r.g = g
+	}
+	return nil
+}
+
+// firstErr is the first request's error of a run batch, for its span.
+func firstErr(reqs []*lockReq) error {
+	for _, r := range reqs {
+		if r.err != nil {
+			return r.err
+		}
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func (s *Store) wakeAllLocked() {
 // With store.KeepPlace (C2 #ct2-keep-place) a call that ends without a grant
 // leaves its waiters row in place, unless the session ended: the next
 // call's enqueue finds it (ON CONFLICT DO NOTHING keeps its id, the place).
-func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (_ store.Grant, err error) {
 	keep := store.KeepsPlace(opts)
 	var refused <-chan struct{} // closed when the detector refuses this wait
 	var refusal func() *store.DeadlockError
@@ -137,6 +137,8 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
+	var waiting bool        // an attempt found the key busy
+	var wsp *telemetry.Span // the wait's span from then; nil when untraced
 	start := time.Now()
 	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
@@ -148,6 +150,13 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		}
 		if done, g, err := s.acquireDone(ctx, r.out, r.g, key, o, start); done {
 			return g, err
+		}
+		if !waiting {
+			waiting = true
+			// The first busy attempt: the wait's span from now (nil when
+			// untraced, C4 #ct4-traces); later attempts are its children.
+			ctx, wsp = telemetry.StartWait(ctx, "pg")
+			defer func() { wsp.EndWait(ctx, err) }()
 		}
 		if refused == nil && !o.NoDeadlockCheck {
 			// Waiting from now: the detector may refuse it (registered

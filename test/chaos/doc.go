@@ -61,6 +61,9 @@
 //	                       (runner.PythonSuite, make chaos-python); the
 //	                       interpreter is LOCKD_CHAOS_PYTHON (default
 //	                       /usr/bin/python3)
+//	LOCKD_CHAOS_SUITE=deadlock  the deadlock scenarios and their control
+//	                       (runner.DeadlockSuite; make chaos runs them
+//	                       after the short suite)
 //	LOCKD_CHAOS_SUITE=typescript  the TypeScript SDK's scenarios
 //	                       (runner.TypeScriptSuite, make chaos-typescript);
 //	                       node is LOCKD_CHAOS_NODE (default node on PATH)
@@ -126,7 +129,6 @@
 //     accepted (more than N trusted holders and writers; a reader trusted
 //     and acting across a writer, and its read accepted after the
 //     writer's write).
-//
 //   - deadlock-off (LOCKD_CHAOS_SUITE=deadlock, runner.DeadlockSuite; in
 //     make chaos, not in make test): the deadlock-pairs scenario (pair
 //     workers on two keys in opposite orders, each holding its first key

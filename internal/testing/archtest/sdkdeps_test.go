@@ -30,6 +30,13 @@ var sdkForbidden = []string{
 	"lock.dev/lockd/server",
 	"lock.dev/lockd/store", // and store/etcdstore, store/pgstore
 	"lock.dev/lockd/internal",
+	// OpenTelemetry's API (otel, otel/trace, otel/propagation) may be
+	// linked: client.WithTracerProvider takes the application's provider
+	// (C4 #ct4-traces). Its SDK, exporters and contrib instrumentation
+	// are the application's choice, never the SDK's (issue 27).
+	"go.opentelemetry.io/otel/sdk",
+	"go.opentelemetry.io/otel/exporters",
+	"go.opentelemetry.io/contrib",
 }
 
 // TestSDKImportGraph pins the SDK's import graph (issues 10 and 22): `go

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
 	"lock.dev/lockd/client"
@@ -70,6 +71,9 @@ type Options struct {
 	// Auth is the server's access control (server.Options.Auth); nil
 	// allows every call.
 	Auth *auth.Authorizer
+	// TraceExporter receives the server's spans when Config turns
+	// tracing on (server.Options.TraceExporter).
+	TraceExporter sdktrace.SpanExporter
 }
 
 // Server is a running lockd server.
@@ -137,7 +141,7 @@ func start(t testing.TB, st store.LockStore, label string, reg *prometheus.Regis
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	srv, err := server.New(cfg, st, server.Options{Logger: opts.Logger, Registry: reg, Metrics: m, BackendLabel: label, Auth: opts.Auth})
+	srv, err := server.New(cfg, st, server.Options{Logger: opts.Logger, Registry: reg, Metrics: m, BackendLabel: label, Auth: opts.Auth, TraceExporter: opts.TraceExporter})
 	if err != nil {
 		t.Fatalf("lockdtest: server.New: %v", err)
 	}

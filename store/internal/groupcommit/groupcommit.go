@@ -17,6 +17,8 @@ package groupcommit
 import (
 	"context"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // state is where a job is in its queue.
@@ -229,4 +231,18 @@ func (q *Queue[T]) Queued() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.pending)
+}
+
+// Traced returns the contexts of the jobs of batch whose callers are traced
+// (their context carries a valid OpenTelemetry span context), in batch
+// order, or nil when none is: the callers of a commit span (C4
+// #ct4-traces). With tracing off it allocates nothing.
+func Traced[T any](batch []*Job[T]) []context.Context {
+	var out []context.Context
+	for _, j := range batch {
+		if trace.SpanContextFromContext(j.ctx).IsValid() {
+			out = append(out, j.ctx)
+		}
+	}
+	return out
 }
