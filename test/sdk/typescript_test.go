@@ -92,12 +92,13 @@ func TestTypeScriptSDK(t *testing.T) {
 				set = append(set, r)
 				addrs = append(addrs, r.Addr)
 			}
-			// Two more with the HTTP/JSON API too (replicas tsReplicas and
-			// tsReplicas+1 of the control): the HTTP transport's drain test.
+			// Three more with the HTTP/JSON API too (replicas tsReplicas to
+			// tsReplicas+2 of the control): the HTTP transport's drain-then-kill
+			// test.
 			hrcfg := cfg
 			hrcfg.HTTPListen = "127.0.0.1:0"
 			var httpAddrs []string
-			for range 2 {
+			for range 3 {
 				r := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &hrcfg})
 				set = append(set, r)
 				httpAddrs = append(httpAddrs, r.HTTPAddr)
