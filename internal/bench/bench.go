@@ -33,21 +33,22 @@ const (
 )
 
 // Scenarios are every scenario, in the order they run.
-var Scenarios = []string{scDistinct, scContended, scElection, scSemaphore, scDeath, scIdle, scFailover}
+var Scenarios = []string{scDistinct, scContended, scElection, scSemaphore, scAcquireAll, scDeath, scIdle, scFailover}
 
 // Defaults of Config (issue 5 §3).
 var (
-	DefaultDuration             = 5 * time.Second
-	DefaultRounds               = 3
-	DefaultDistinctConcurrency  = []int{1, 8, 64}
-	DefaultContendedConcurrency = []int{8, 64}
-	DefaultElectionConcurrency  = []int{2, 8}
-	DefaultSemaphoreConcurrency = []int{8, 64}
-	DefaultSemaphoreLimit       = 4
-	DefaultDeathLocks           = []int{1, 100, 10000}
-	DefaultIdleSessions         = 10000
-	DefaultIdleDuration         = 20 * time.Second
-	DefaultFailoverKills        = 10
+	DefaultDuration              = 5 * time.Second
+	DefaultRounds                = 3
+	DefaultDistinctConcurrency   = []int{1, 8, 64}
+	DefaultContendedConcurrency  = []int{8, 64}
+	DefaultElectionConcurrency   = []int{2, 8}
+	DefaultSemaphoreConcurrency  = []int{8, 64}
+	DefaultSemaphoreLimit        = 4
+	DefaultAcquireAllConcurrency = []int{1, 8}
+	DefaultDeathLocks            = []int{1, 100, 10000}
+	DefaultIdleSessions          = 10000
+	DefaultIdleDuration          = 20 * time.Second
+	DefaultFailoverKills         = 10
 )
 
 // Config configures Run. Zero fields take the defaults above.
@@ -78,6 +79,9 @@ type Config struct {
 	// scenario, SemaphoreLimit its N (2 to 1024).
 	SemaphoreConcurrency []int
 	SemaphoreLimit       int
+	// AcquireAllConcurrency are the numbers of clients of the acquire-all
+	// scenario (acquireall.go).
+	AcquireAllConcurrency []int
 	// DeathLocks are the numbers of locks the dying session holds: the
 	// death scenario is measured once for each.
 	DeathLocks []int
@@ -140,6 +144,9 @@ func (c Config) withDefaults() Config {
 	if len(c.SemaphoreConcurrency) == 0 {
 		c.SemaphoreConcurrency = DefaultSemaphoreConcurrency
 	}
+	if len(c.AcquireAllConcurrency) == 0 {
+		c.AcquireAllConcurrency = DefaultAcquireAllConcurrency
+	}
 	if c.SemaphoreLimit == 0 {
 		c.SemaphoreLimit = DefaultSemaphoreLimit
 	}
@@ -192,11 +199,11 @@ func (c Config) Validate() error {
 		bad("rounds %d must be at least 1", c.Rounds)
 	}
 	for _, s := range c.Scenarios {
-		if !slices.Contains(Scenarios, s) {
-			bad("unknown scenario %q (want some of %s)", s, strings.Join(Scenarios, ","))
+		if !slices.Contains(Scenarios, s) && !slices.Contains(Optional, s) {
+			bad("unknown scenario %q (want some of %s)", s, strings.Join(slices.Concat(Scenarios, Optional), ","))
 		}
 	}
-	for _, n := range slices.Concat(c.DistinctConcurrency, c.ContendedConcurrency, c.SemaphoreConcurrency) {
+	for _, n := range slices.Concat(c.DistinctConcurrency, c.ContendedConcurrency, c.SemaphoreConcurrency, c.AcquireAllConcurrency) {
 		if n < 1 || n > 10000 {
 			bad("concurrency %d out of [1, 10000]", n)
 		}
@@ -259,28 +266,30 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	cfg = cfg.withDefaults()
 	rep = &Report{Start: time.Now(), Machine: machine()}
 	var scenarios []string // in run order
-	for _, s := range Scenarios {
+	for _, s := range slices.Concat(Scenarios, Optional) {
 		if slices.Contains(cfg.Scenarios, s) {
 			scenarios = append(scenarios, s)
 		}
 	}
 	rep.Settings = Settings{
-		Backend:              cfg.Backend,
-		Duration:             cfg.Duration.String(),
-		Rounds:               cfg.Rounds,
-		Scenarios:            scenarios,
-		DistinctConcurrency:  cfg.DistinctConcurrency,
-		ContendedConcurrency: cfg.ContendedConcurrency,
-		DeathLocks:           cfg.DeathLocks,
-		ElectionConcurrency:  cfg.ElectionConcurrency,
-		SemaphoreConcurrency: cfg.SemaphoreConcurrency,
-		SemaphoreLimit:       cfg.SemaphoreLimit,
-		IdleSessions:         cfg.IdleSessions,
-		IdleDuration:         cfg.IdleDuration.String(),
-		FailoverKills:        cfg.FailoverKills,
-		SessionTTL:           sessionTTL.String(),
-		SystemOrder:          "order rotated by one each round",
-		Processes:            layoutShared,
+		Backend:               cfg.Backend,
+		Duration:              cfg.Duration.String(),
+		Rounds:                cfg.Rounds,
+		Scenarios:             scenarios,
+		DistinctConcurrency:   cfg.DistinctConcurrency,
+		ContendedConcurrency:  cfg.ContendedConcurrency,
+		DeathLocks:            cfg.DeathLocks,
+		ElectionConcurrency:   cfg.ElectionConcurrency,
+		SemaphoreConcurrency:  cfg.SemaphoreConcurrency,
+		SemaphoreLimit:        cfg.SemaphoreLimit,
+		AcquireAllConcurrency: cfg.AcquireAllConcurrency,
+		AcquireAllKeys:        acquireAllKeys,
+		IdleSessions:          cfg.IdleSessions,
+		IdleDuration:          cfg.IdleDuration.String(),
+		FailoverKills:         cfg.FailoverKills,
+		SessionTTL:            sessionTTL.String(),
+		SystemOrder:           "order rotated by one each round",
+		Processes:             layoutShared,
 	}
 	for _, s := range cfg.SDKs {
 		rep.Settings.SDKs = append(rep.Settings.SDKs, s.Name)
@@ -333,12 +342,16 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rows, serr = r.election(ctx)
 		case scSemaphore:
 			rows, serr = r.semaphore(ctx)
+		case scAcquireAll:
+			rows, serr = r.acquireAll(ctx)
 		case scDeath:
 			rows, serr = r.death(ctx)
 		case scIdle:
 			rows, serr = r.idle(ctx)
 		case scFailover:
 			rows, serr = r.failover(ctx)
+		case scEstimate:
+			rows, serr = r.estimate(ctx)
 		}
 		if serr != nil {
 			if ctx.Err() != nil {

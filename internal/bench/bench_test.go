@@ -108,6 +108,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Backend: BackendEtcd, Scenarios: []string{"death"}, EtcdEndpoints: []string{"http://127.0.0.1:2379"}}, ""},
 		{Config{Backend: BackendPG, Scenarios: []string{"death"}}, "PostgreSQL DSN"},
 		{Config{Scenarios: []string{"nope"}}, `unknown scenario "nope"`},
+		{Config{Scenarios: []string{"estimate"}}, ""},
 		{Config{Scenarios: []string{"death"}, DistinctConcurrency: []int{0}}, "concurrency 0"},
 		{Config{Scenarios: []string{"death"}, Duration: time.Millisecond}, "duration 1ms"},
 		{Config{Scenarios: []string{"death"}, Rounds: -1}, "rounds -1"},

@@ -27,7 +27,7 @@ import (
 const (
 	layoutOwn = "own processes: lockd's server is a `lockd serve` child; each cell (system, scenario, concurrency, round) runs its " +
 		"clients in a `lockd bench worker` child of its own (lockd's SDK clients and each baseline's alike); " +
-		"the ceilings, death, idle and failover run from the bench process"
+		"the ceilings, death, idle, failover and estimate run from the bench process"
 	layoutShared = "one process: lockd's server, its SDK clients and the baselines' clients share the bench process and its Go runtime"
 )
 
@@ -110,7 +110,7 @@ func (b *bed) job(name, scenario string, c int, dur time.Duration, tag string) w
 		j.Meter[roleBackend] = b.etcdProc.pid()
 	}
 	switch name {
-	case sysLockd:
+	case sysLockd, sysLockdAll, sysLockdSortd:
 		j.LockdAddr = b.lockdProc.addr
 		j.Meter[roleServer] = b.lockdProc.pid()
 	case sysLockdNoStats: // lockd's namespace: keys of its own

@@ -56,6 +56,11 @@
 //     one counting semaphore, holding it 1 ms and freeing it: acquisitions
 //     per second, the wait for a slot (p50/p99), fairness and the most
 //     holders at once; more than N at once fails the measurement.
+//   - acquire-all: c clients (1 and 8), each with keys of its own, loop
+//     taking a set of 4 keys and releasing them, on lockd both ways:
+//     lockd-all (Session.AcquireAll, one commit for a set of free keys)
+//     against lockd-sorted (Session.Acquire of each key in ascending order):
+//     sets per second and the take's p50/p99 (acquireall.go).
 //   - death: one session holds N locks and ends (lockd: the client closes
 //     it; raw: lease revoke / delete of the sessions row): the time from the
 //     end until the backend holds none of the keys.
@@ -66,6 +71,10 @@
 //     sessions, which run in this process, are not counted. With the
 //     embedded backend the child runs its own embedded etcd, as the
 //     zero-configuration deployment does, and that is counted.
+//   - estimate (only when named, Optional; issue 27): the first contended
+//     concurrency's clients loop on one key, holding it 10–50 ms, each
+//     polling Inspect while it waits: |estimate − actual| p50/p90, from the
+//     first answer that lists the waiter to its grant (estimate.go).
 //
 // # Processes
 //

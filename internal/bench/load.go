@@ -108,8 +108,19 @@ func measure(ctx context.Context, sys system, c int, dur time.Duration, tag stri
 // pair after another: for warm (on keys of their own), then for dur. The
 // measured window ends when the last client finished its last pair.
 func distinctLoad(ctx context.Context, clients []locker, warm, dur time.Duration, tag string) (loadResult, error) {
+	return distinctRun(ctx, clients, warm, dur, tag, false)
+}
+
+// takeLoad is distinctLoad whose latencies are of the acquire alone (the
+// acquire-all scenario's take of a set), not of the pair.
+func takeLoad(ctx context.Context, clients []locker, warm, dur time.Duration, tag string) (loadResult, error) {
+	return distinctRun(ctx, clients, warm, dur, tag, true)
+}
+
+// distinctRun is distinctLoad, timing the acquire alone when takeOnly.
+func distinctRun(ctx context.Context, clients []locker, warm, dur time.Duration, tag string, takeOnly bool) (loadResult, error) {
 	if warm > 0 {
-		if _, err := distinctLoad(withoutCPUWindow(ctx), clients, 0, warm, tag+"-warm"); err != nil {
+		if _, err := distinctRun(withoutCPUWindow(ctx), clients, 0, warm, tag+"-warm", takeOnly); err != nil {
 			return loadResult{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -128,6 +139,7 @@ func distinctLoad(ctx context.Context, clients []locker, warm, dur time.Duration
 			for i := 0; time.Now().Before(deadline); i++ {
 				t0 := time.Now()
 				release, err := l.acquire(ctx, prefix+strconv.Itoa(i%keysPerClient))
+				took := time.Since(t0)
 				if err == nil {
 					err = release(ctx)
 				}
@@ -135,7 +147,10 @@ func distinctLoad(ctx context.Context, clients []locker, warm, dur time.Duration
 					cancel(fmt.Errorf("client %d, pair %d: %w", ci, i, err))
 					return
 				}
-				lats[ci] = append(lats[ci], time.Since(t0))
+				if !takeOnly {
+					took = time.Since(t0)
+				}
+				lats[ci] = append(lats[ci], took)
 			}
 		}()
 	}

@@ -126,23 +126,25 @@ type Machine struct {
 
 // Settings are the parameters of the run.
 type Settings struct {
-	Backend              string   `json:"backend"`
-	BackendVersion       string   `json:"backend_version,omitempty"`
-	Duration             string   `json:"duration"`
-	Rounds               int      `json:"rounds"`
-	Scenarios            []string `json:"scenarios"`
-	DistinctConcurrency  []int    `json:"distinct_concurrency"`
-	ContendedConcurrency []int    `json:"contended_concurrency"`
-	DeathLocks           []int    `json:"death_locks"`
-	ElectionConcurrency  []int    `json:"election_concurrency"`
-	SemaphoreConcurrency []int    `json:"semaphore_concurrency"`
-	SemaphoreLimit       int      `json:"semaphore_limit"`
-	IdleSessions         int      `json:"idle_sessions"`
-	IdleDuration         string   `json:"idle_duration"`
-	FailoverKills        int      `json:"failover_kills"`
-	SessionTTL           string   `json:"session_ttl"`
-	PGPoolMaxConns       int      `json:"pg_pool_max_conns,omitempty"`
-	LockdPGMaxConns      int      `json:"lockd_pg_max_conns,omitempty"`
+	Backend               string   `json:"backend"`
+	BackendVersion        string   `json:"backend_version,omitempty"`
+	Duration              string   `json:"duration"`
+	Rounds                int      `json:"rounds"`
+	Scenarios             []string `json:"scenarios"`
+	DistinctConcurrency   []int    `json:"distinct_concurrency"`
+	ContendedConcurrency  []int    `json:"contended_concurrency"`
+	DeathLocks            []int    `json:"death_locks"`
+	ElectionConcurrency   []int    `json:"election_concurrency"`
+	SemaphoreConcurrency  []int    `json:"semaphore_concurrency"`
+	SemaphoreLimit        int      `json:"semaphore_limit"`
+	AcquireAllConcurrency []int    `json:"acquire_all_concurrency,omitempty"`
+	AcquireAllKeys        int      `json:"acquire_all_keys,omitempty"`
+	IdleSessions          int      `json:"idle_sessions"`
+	IdleDuration          string   `json:"idle_duration"`
+	FailoverKills         int      `json:"failover_kills"`
+	SessionTTL            string   `json:"session_ttl"`
+	PGPoolMaxConns        int      `json:"pg_pool_max_conns,omitempty"`
+	LockdPGMaxConns       int      `json:"lockd_pg_max_conns,omitempty"`
 	// BackendProcess says where the backend ran, Durability how it
 	// commits (etcd's fsync; PostgreSQL's fsync, synchronous_commit,
 	// wal_sync_method …).
@@ -187,6 +189,8 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // systemLegend explains the system names of the table.
 var systemLegend = []string{
 	"lockd           lockd gRPC server (127.0.0.1; a `lockd serve` child unless in one process) + Go SDK, one session per client",
+	"lockd-all       acquire-all: lockd, Session.AcquireAll of a set of 4 keys (one commit for a set of free keys), ReleaseAll",
+	"lockd-sorted    acquire-all: lockd, Session.Acquire of each key of the set in ascending order, one Release each",
 	"etcd-txn        raw etcd (primary): Txn(If CreateRevision==0 Then Put with lease) + Delete; waiters watch the key; death = lease revoke",
 	"etcd-mutex      go.etcd.io/etcd/client/v3/concurrency.Mutex, one concurrency.Session per client (reference only, not a target)",
 	"etcd-election   election: go.etcd.io/etcd/client/v3/concurrency.Election (Campaign, Resign, Observe), one concurrency.Session per candidate (primary election baseline)",
@@ -208,7 +212,7 @@ var systemLegend = []string{
 // backend.
 func legendFor(name, backend string) bool {
 	switch {
-	case name == sysLockd || name == ceilFsync:
+	case name == sysLockd || name == ceilFsync || strings.HasPrefix(name, "lockd-"):
 		return true
 	case backend == BackendPG:
 		return strings.HasPrefix(name, "pg-")

@@ -95,6 +95,12 @@ func (j workerJob) run(ctx context.Context) (workerResult, error) {
 	mctx := withCPUWindow(ctx, w)
 	var lr loadResult
 	switch j.Scenario {
+	case scAcquireAll:
+		s, ok := sys.(system)
+		if !ok {
+			return workerResult{}, fmt.Errorf("%s has no locks", j.System)
+		}
+		lr, err = measure(mctx, s, j.C, j.Duration, j.Tag, takeLoad)
 	case scDistinct, scContended:
 		s, ok := sys.(system)
 		if !ok {
@@ -141,13 +147,16 @@ func (j workerJob) run(ctx context.Context) (workerResult, error) {
 // open builds the job's system, connected as the bench's own would be.
 func (j workerJob) open(ctx context.Context) (sys any, closeFn func(), err error) {
 	switch j.System {
-	case sysLockd, sysLockdNoStats:
+	case sysLockd, sysLockdNoStats, sysLockdAll, sysLockdSortd:
 		c, err := client.New(j.LockdAddr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lockd client: %w", err)
 		}
 		s := &lockdSystem{c: c}
-		if j.System != sysLockd {
+		switch j.System {
+		case sysLockdAll, sysLockdSortd:
+			return &lockdSetSystem{base: s, all: j.System == sysLockdAll}, func() { _ = c.Close() }, nil
+		case sysLockdNoStats:
 			s.label = j.System
 		}
 		return s, func() { _ = c.Close() }, nil

@@ -85,6 +85,13 @@ Scenarios (--scenarios, comma-separated; default all):
              watching for deletes of those); pg-sem, N slot rows taken with
              UPDATE ... (SELECT ... FOR UPDATE SKIP LOCKED), polled every
              2-10 ms when none is free
+  acquire-all
+             1, 8 clients (--acquire-all-concurrency), each with keys of its
+             own, loop taking a set of 4 keys and releasing them, on lockd
+             both ways through the Go SDK: lockd-all (Session.AcquireAll,
+             one commit for a set of free keys) against lockd-sorted
+             (Session.Acquire of each key in ascending order); sets/s and
+             the take's p50/p99 (until the whole set is held)
   death      one session holding N locks ends, for each N of --death-locks:
              time until the backend holds none of them
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
@@ -94,6 +101,12 @@ Scenarios (--scenarios, comma-separated; default all):
              given every address: --failover-kills times, SIGKILL the
              replica it talks to and time its next heartbeat answered
              through another (p50/p99 ms; target under TTL/3)
+  estimate   (not in the default run: name it) the wait estimate (issue 27):
+             as many clients as the first --contended-concurrency loop on one key,
+             holding it 10-50 ms (uniform), each polling Inspect every 5 ms
+             while it waits: |estimate - actual| p50/p90 over the waits
+             after the warm-up, from the first answer listing the waiter
+             to its grant; lockd only, its clients in the bench process
 
 SDK rows (issue 25): with --python-sdk DIR (sdk/python of a lockd checkout,
 run by --python, default /usr/bin/python3 with Debian's python3-grpcio and
@@ -121,6 +134,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		contended string
 		election  string
 		semaphore string
+		acqAll    string
 		death     string
 		profile   string
 		asJSON    bool
@@ -143,6 +157,7 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.StringVar(&election, "election-concurrency", joinInts(bench.DefaultElectionConcurrency), "candidate counts of the election scenario (at least 2)")
 	f.StringVar(&semaphore, "semaphore-concurrency", joinInts(bench.DefaultSemaphoreConcurrency), "client counts of the semaphore scenario")
 	f.IntVar(&cfg.SemaphoreLimit, "semaphore-limit", bench.DefaultSemaphoreLimit, "N of the semaphore scenario's semaphore (2 to 1024)")
+	f.StringVar(&acqAll, "acquire-all-concurrency", joinInts(bench.DefaultAcquireAllConcurrency), "client counts of the acquire-all scenario")
 	f.StringVar(&death, "death-locks", joinInts(bench.DefaultDeathLocks), "locks held by the dying session, comma-separated (one measurement each)")
 	f.IntVar(&cfg.IdleSessions, "idle-sessions", bench.DefaultIdleSessions, "sessions of the idle scenario")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
@@ -170,6 +185,9 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		}
 		if cfg.SemaphoreConcurrency, err = parseInts(semaphore); err != nil {
 			return usageErrorf("--semaphore-concurrency: %v", err)
+		}
+		if cfg.AcquireAllConcurrency, err = parseInts(acqAll); err != nil {
+			return usageErrorf("--acquire-all-concurrency: %v", err)
 		}
 		if cfg.DeathLocks, err = parseInts(death); err != nil {
 			return usageErrorf("--death-locks: %v", err)

@@ -49,14 +49,16 @@ func init() {
 var smallBench = []string{"--duration", "100ms", "--rounds", "1", "--death-locks", "1,50",
 	"--idle-sessions", "50", "--idle-duration", "500ms", "--failover-kills", "2",
 	"--distinct-concurrency", joinLevels(smokeDistinct), "--contended-concurrency", joinLevels(smokeContended),
-	"--election-concurrency", joinLevels(smokeElection), "--semaphore-concurrency", joinLevels(smokeSemaphore)}
+	"--election-concurrency", joinLevels(smokeElection), "--semaphore-concurrency", joinLevels(smokeSemaphore),
+	"--acquire-all-concurrency", joinLevels(smokeAcquireAll)}
 
 // The smoke runs' client counts per scenario (smallBench).
 var (
-	smokeDistinct  = []int{1, 64}
-	smokeContended = []int{8}
-	smokeElection  = []int{2}
-	smokeSemaphore = []int{8}
+	smokeDistinct   = []int{1, 64}
+	smokeContended  = []int{8}
+	smokeElection   = []int{2}
+	smokeSemaphore  = []int{8}
+	smokeAcquireAll = []int{8}
 )
 
 func joinLevels(levels []int) string {
@@ -146,6 +148,11 @@ func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline st
 			want = append(want, wantRow{"semaphore", c, m, semaphore})
 		}
 		want = append(want, cpuRows("semaphore", c, []string{semaphore}, backendCPU)...)
+	}
+	for _, c := range smokeAcquireAll {
+		for _, m := range []string{bench.MetricSetsPerSec, bench.MetricTakeP50, bench.MetricTakeP99} {
+			want = append(want, wantRow{"acquire-all", c, m, "lockd-sorted"})
+		}
 	}
 	for _, n := range []int{1, 50} {
 		want = append(want, wantRow{"death", n, bench.MetricGoneMs, baselines[0]})
@@ -388,8 +395,8 @@ func TestBenchSmoke(t *testing.T) {
 			if rep.Machine.NumCPU < 1 || rep.Machine.GOMAXPROCS < 1 || rep.Machine.GoVersion == "" {
 				t.Errorf("machine = %+v, want nproc, GOMAXPROCS and go version", rep.Machine)
 			}
-			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,election,semaphore,death,idle,failover" {
-				t.Errorf("scenarios = %v, want all seven", rep.Settings.Scenarios)
+			if strings.Join(rep.Settings.Scenarios, ",") != "distinct,contended,election,semaphore,acquire-all,death,idle,failover" {
+				t.Errorf("scenarios = %v, want all eight", rep.Settings.Scenarios)
 			}
 			st := rep.Settings
 			if !strings.Contains(st.Durability, tc.durability) || st.DataDir == "" || st.DataDirFS == "" || st.SystemOrder == "" ||
@@ -559,4 +566,28 @@ func TestBenchSmoke(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestBenchEstimate runs the estimate scenario (issue 27) tiny over an etcd
+// the bench starts, lockd's server in a process of its own: the rows of
+// |estimate − actual| and the actual wait have figures, and the waiters
+// after the warm-up had estimates.
+func TestBenchEstimate(t *testing.T) {
+	rep := benchJSON(t, "bench", "--json", "--backend", "etcd", "--data-dir", t.TempDir(), "--scenarios", "estimate",
+		"--contended-concurrency", "3", "--duration", "1s", "--rounds", "1")
+	got := map[string]float64{}
+	for _, r := range rep.Rows {
+		if r.Scenario == "estimate" && r.Concurrency == 3 && r.Lockd != nil {
+			got[r.Metric] = *r.Lockd
+		}
+	}
+	for _, m := range []string{bench.MetricEstimateErrP50, bench.MetricEstimateErrP90, bench.MetricEstimateWait50, bench.MetricEstimateShown} {
+		if _, ok := got[m]; !ok {
+			t.Errorf("no row %q in %+v", m, rep.Rows)
+		}
+	}
+	if got[bench.MetricEstimateWait50] <= 0 || got[bench.MetricEstimateShown] <= 0 || got[bench.MetricEstimateErrP90] < got[bench.MetricEstimateErrP50] {
+		t.Errorf("estimate rows %v; want waits, some with an estimate, p90 ≥ p50", got)
+	}
+	t.Logf("estimate rows: %v", got)
 }

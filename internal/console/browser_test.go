@@ -337,8 +337,38 @@ func TestConsoleInBrowser(t *testing.T) {
 	w2 := queued("jobs/report")
 	waitFor(t, admin, "both waiters are shown in order",
 		rowIs("jobs/report", "report-job", sess.ID(), tokenOf(report), "1. "+w1.ID()+"\n2. "+w2.ID()))
+
+	// The waiters' wait estimates (C2 #ct2-wait-estimate), from Inspect:
+	// once holds of eta/k ended (the server has holds of its template,
+	// other under this policy, before; the absent estimate is
+	// server.TestWaitEstimate's), one per waiter in their column.
+	eta := func() *client.Lock {
+		l, err := sess.Acquire(ctx, "eta/k")
+		if err != nil {
+			t.Fatalf("Acquire(eta/k): %v", err)
+		}
+		return l
+	}
+	etaL := eta()
+	we := queued("eta/k")
+	waitFor(t, admin, "eta/k's waiter is shown", fmt.Sprintf(`(() => {
+		const tr = document.querySelector('#locks-body tr[data-key="eta/k"]');
+		return tr !== null && tr.querySelector('td.waiters').textContent === %s })()`, js("1. "+we.ID())))
+	if err := etaL.Release(ctx); err != nil { // the waiter takes it and releases: two holds ended
+		t.Fatalf("Release(eta/k): %v", err)
+	}
+	waitFor(t, admin, "eta/k is free", `document.querySelector('#locks-body tr[data-key="eta/k"]') === null`)
+	etaL = eta()
+	we2 := queued("eta/k")
+	waitFor(t, admin, "eta/k's waiter is shown with an estimate", fmt.Sprintf(`(() => {
+		const tr = document.querySelector('#locks-body tr[data-key="eta/k"]');
+		return tr !== null && tr.querySelector('td.waiters').textContent === %s &&
+			/^1\. ≈ \d/.test(tr.querySelector('td.estimates').textContent) })()`, js("1. "+we2.ID())))
 	stopWaits()
 	waits.Wait()
+	if err := etaL.Release(ctx); err != nil {
+		t.Fatalf("Release(eta/k): %v", err)
+	}
 
 	// A semaphore: every holder, and the key's kind.
 	s2, err := srv.Client.NewSession(ctx, client.WithOwner("slot-2", nil))

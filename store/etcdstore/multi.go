@@ -204,11 +204,14 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		seen   int64       // the revision of the last read
 		rng    *multiRange // the m/<key> range
 		read   = true      // read the range (and the plain keys) again
+		// fromEvents: rng was updated from watch events since the read.
+		fromEvents bool
+		myRev      int64 // the create revision of the session's waiter key
 	)
 	defer func() {
 		w.close()
 		if queued && err != nil {
-			s.leaveMulti(ss, key)
+			s.leaveMulti(ss, key, myRev)
 		}
 	}()
 	for {
@@ -224,7 +227,7 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 			if len(resp.Responses[0].GetResponseRange().Kvs) > 0 || len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
 				return store.Grant{}, false, errMismatch(key, o) // a plain lock
 			}
-			rev, seen, read = resp.Header.Revision, resp.Header.Revision, false
+			rev, seen, read, fromEvents = resp.Header.Revision, resp.Header.Revision, false, false
 			rng = s.newRange(key)
 			for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 				if err := rng.put(kv); err != nil {
@@ -235,13 +238,28 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		st := rng.state()
 		for _, e := range st.slots {
 			if e.Session == ss.id && clientv3.LeaseID(e.kv.Lease) == ss.lease {
+				if queued && e.kv.CreateRevision > myRev {
+					// Handed over by a release (handover.go): this
+					// call's grant.
+					g, err := s.slotGranted(ss, key, e.kv.ModRevision, e.at, start)
+					return g, err == nil, err
+				}
 				// Held already: that grant, at once.
 				return s.withRemaining(ss, store.Grant{Key: key, Session: ss.id, Token: s.token(e.kv.ModRevision), AcquiredAt: e.at}, start), true, nil
 			}
 		}
 		mine := slices.IndexFunc(st.waiters, func(e slotEntry) bool { return e.Session == ss.id })
 		if queued && mine < 0 {
+			if fromEvents {
+				// A hand-over's events may arrive in two responses: the
+				// range itself decides.
+				read = true
+				continue
+			}
 			return store.Grant{}, false, s.waiterGone(ctx, ss)
+		}
+		if mine >= 0 {
+			myRev = st.waiters[mine].kv.CreateRevision
 		}
 		unchanged := []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(s.lockKey(key)), "=", 0),
@@ -315,7 +333,7 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 					} else if err := rng.put(ev.Kv); err != nil {
 						return store.Grant{}, false, err
 					}
-					rev = ev.Kv.ModRevision
+					rev, fromEvents = ev.Kv.ModRevision, true
 				}
 			case <-ctx.Done():
 				return store.Grant{}, false, ctx.Err()
@@ -355,11 +373,27 @@ func (s *Store) slotGranted(ss *session, key string, rev int64, at, start time.T
 
 // leaveMulti removes the session's waiter entry of key, best effort, on a
 // context of its own (the caller's may be done); the lease's end removes it
-// otherwise.
-func (s *Store) leaveMulti(ss *session, key string) {
+// otherwise. A slot a release handed to this call meanwhile (created after
+// the waiter entry, myRev) nobody claims: it goes too, and its freed slot
+// to the waiters it admits.
+func (s *Store) leaveMulti(ss *session, key string, myRev int64) {
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 	defer cancel()
-	s.cli.Delete(ctx, s.mwaiterKey(key, ss.id)) //nolint:errcheck // best effort
+	wk, sk := s.mwaiterKey(key, ss.id), s.slotKey(key, ss.id)
+	if myRev == 0 {
+		s.cli.Delete(ctx, wk) //nolint:errcheck // best effort
+		return
+	}
+	tr, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.LeaseValue(sk), "=", ss.lease),
+		clientv3.Compare(clientv3.CreateRevision(sk), ">", myRev),
+	).Then(clientv3.OpDelete(wk), clientv3.OpDelete(sk), clientv3.OpDelete(s.slotValueKey(key, ss.id))).
+		Else(clientv3.OpDelete(wk)).Commit()
+	if err == nil && tr.Succeeded {
+		if st, _, err := s.readRange(ctx, key); err == nil {
+			s.handOverRest(ctx, key, st) //nolint:errcheck // best effort: the waiters' own attempts remain
+		}
+	}
 }
 
 // isMulti reports whether the session's grant of key is a slot.
@@ -367,36 +401,6 @@ func (s *Store) isMulti(ss *session, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return ss.multi[key]
-}
-
-// releaseMulti is DeleteIfOwner of a slot.
-func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token uint64, notOwner error) error {
-	rev, issued := s.revision(token)
-	if !issued {
-		return notOwner
-	}
-	sk := s.slotKey(key, ss.id)
-	resp, err := s.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(sk), "=", rev),
-		clientv3.Compare(clientv3.LeaseValue(sk), "=", ss.lease),
-	).Then(clientv3.OpDelete(sk), clientv3.OpDelete(s.slotValueKey(key, ss.id))).Commit()
-	if err != nil {
-		return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
-	}
-	if !resp.Succeeded {
-		return notOwner
-	}
-	g := store.Grant{Key: key, Session: ss.id, Token: token}
-	s.mu.Lock()
-	if ss.held[key] == token && !ss.dead {
-		delete(ss.held, key)
-		ss.heldGen++
-		delete(ss.multi, key)
-		s.met.Released(telemetry.ReleaseRelease, 1)
-	}
-	s.mu.Unlock()
-	s.log.LockReleased(g, telemetry.ReleaseRelease)
-	return nil
 }
 
 // setValueMulti is SetValue of a slot.

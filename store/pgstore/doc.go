@@ -72,7 +72,8 @@
 // listening connection and dispatches those notifications to its waiting
 // Acquire calls (by key: only the key's first waiter when the event names
 // it, see wakeLocked; for a semaphore or read/write key, changed under the
-// key's lock, only the waiters its holders now admit, migration 0008) and
+// key's lock, only the waiters its holders now admit, migration 0008; a
+// slot's release has granted those already, migration 0010) and
 // to its watches (by prefix); NOTIFY delivers in
 // commit order, so watches see events in commit order. There is no polling
 // on the hot path. As a safety net against a lost notification, a waiting

@@ -29,7 +29,9 @@ import (
 // wakes only the waiters the key's holders now admit, named by the slot
 // triggers (slot_admissible); any other (a session's end, a revoke, a
 // waiter leaving on a timeout) wakes every local waiter of the key, which
-// decide again. pgstore.TestSlotAdmissibleMatchesAdmit holds the SQL to
+// decide again. A release (slot_release, migration 0010) grants the
+// waiters it admits in its own statement (C2 #ct2-multi, hand-over in the
+// release): the woken waiters find their slots held. pgstore.TestSlotAdmissibleMatchesAdmit holds the SQL to
 // store.Admit.
 
 // multiQueries are the statements of multi.go.
@@ -131,7 +133,9 @@ func (s *Store) tryMulti(ctx context.Context, id store.SessionID, key string, o 
 }
 
 // acquireMulti is Acquire of a slot: attempts, woken by the notifications
-// of the key (as Acquire), until granted.
+// of the key (as Acquire), until granted. A release hands its freed slot to
+// the waiters it admits in its own statement (slot_release, migration
+// 0010): such a waiter's next attempt finds the slot held.
 func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions) (store.Grant, error) {
 	w, err := s.addWaiter(id, key)
 	if err != nil {
@@ -141,11 +145,16 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 	start := time.Now()
 	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
-	for {
+	for queued := false; ; queued = true {
 		g, out, err := s.attemptMulti(ctx, id, key, o, true)
 		if err != nil {
 			s.leaveSlotQueue(id, key)
 			return store.Grant{}, s.acquireFailed(ctx, err)
+		}
+		if out == held && queued {
+			// Handed over by a release (slot_release, migration 0010):
+			// a new grant of this call, not one held before it.
+			out = granted
 		}
 		if done, g, err := s.acquireDone(ctx, out, g, key, o, start); done {
 			return g, err
@@ -175,8 +184,9 @@ func (s *Store) leaveSlotQueue(id store.SessionID, key string) {
 // releaseSlot is DeleteIfOwner of a slot (the plain release found no
 // such lock row).
 func (s *Store) releaseSlot(ctx context.Context, id store.SessionID, key string, token uint64) error {
-	// slot_release (migration 0008) deletes under the key's lock, so the
-	// slot's released event names the waiters it admits.
+	// slot_release (migrations 0008, 0010) deletes under the key's lock
+	// and grants the waiters the release admits in the same statement
+	// (C2 #ct2-multi, hand-over in the release); its events wake them.
 	var at *time.Time
 	err := s.pool.QueryRow(ctx, s.q.m.release, key, string(id), int64(token)).Scan(&at)
 	if err = classify(ctx, "release", err); err != nil {

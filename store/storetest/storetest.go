@@ -108,6 +108,7 @@ func Run(t *testing.T, cfg Config) {
 		{"SlotRelease", s.testSlotRelease},
 		{"SlotHolderDeath", s.testSlotHolderDeath},
 		{"RWExclusivityRace", s.testRWExclusivityRace},
+		{"SlotHandOver", s.testSlotHandOver},
 		{"ReplicaServesSession", s.testReplicaServesSession},
 		{"ReplicaOutlivesOpener", s.testReplicaOutlivesOpener},
 		{"ReplicaUnknownSession", s.testReplicaUnknownSession},

@@ -10,6 +10,7 @@
 (() => {
   const TOKEN_KEY = 'lockd.console.token';
   const PREFIX_KEY = 'lockd.console.prefix';
+  const EST_KEYS = 20; // keys with waiters whose estimates one poll reads (one Inspect each)
   const POLL_MS = 2000; // held keys and sessions are re-read this often (waiters have no event)
   const PAGE = 500; // List page size
   const MAX_PAGES = 10; // at most PAGE × MAX_PAGES rows per table
@@ -203,7 +204,8 @@
       tr.append(key, el('td', 'owner', lines(lock, (h) => h.owner || '')), el('td', 'session', lines(lock, (h) => modeOf(h) + h.session_id)),
         el('td', 'token', lines(lock, (h) => h.token)), el('td', 'held', heldFor(lock)),
         el('td', 'value', lines(lock, (h) => valueText(h.value))),
-        el('td', 'waiters', (lock.waiters || []).map((w, i) => (i + 1) + '. ' + w).join('\n')));
+        el('td', 'waiters', (lock.waiters || []).map((w, i) => (i + 1) + '. ' + w).join('\n')),
+        el('td', 'estimates', estimatesText(lock)));
       const act = el('td', 'actions');
       const refused = state.refused.get(lock.key);
       if (refused) {
@@ -222,6 +224,16 @@
     body.replaceChildren(...rows);
     $('locks-empty').hidden = rows.length > 0;
     $('locks-count').textContent = '(' + rows.length + (state.locksTruncated ? '+, the first ' + rows.length + ' shown' : '') + ')';
+  }
+
+  // estimatesText shows each waiter's wait estimate (C2
+  // #ct2-wait-estimate, from Inspect), in queue order; '' when the server
+  // has none, '—' for a waiter it has none for.
+  function estimatesText(lock) {
+    const es = lock.wait_estimates || [];
+    if (es.length === 0) return '';
+    const by = new Map(es.map((e) => [e.session_id, Number(e.estimate_ms)]));
+    return (lock.waiters || []).map((w, i) => (i + 1) + '. ' + (by.has(w) ? '≈ ' + fmtMillis(by.get(w)) : '—')).join('\n');
   }
 
   function renderSessions() {
@@ -277,6 +289,8 @@
     try {
       const r = await pages('/v1/locks', 'locks', { prefix: state.prefix });
       if (gen !== state.gen) return; // asked with a token or prefix since replaced
+      await addEstimates(r.items, gen);
+      if (gen !== state.gen) return;
       state.locks = r.items;
       state.locksTruncated = r.truncated;
       showError('locks-error', null);
@@ -286,6 +300,19 @@
       showError('locks-error', e);
     }
     renderLocks();
+  }
+
+  // addEstimates reads, for the first EST_KEYS keys with waiters, the
+  // waiters' wait estimates: List carries none, Inspect (GET
+  // /v1/locks/{key}) does. A key Inspect fails for keeps none.
+  async function addEstimates(locks, gen) {
+    const waited = locks.filter((l) => (l.waiters || []).length > 0).slice(0, EST_KEYS);
+    await Promise.all(waited.map(async (lock) => {
+      try {
+        const r = await api('GET', '/v1/locks/' + encodeKey(lock.key));
+        if (gen === state.gen && r.lock) lock.wait_estimates = r.lock.wait_estimates || [];
+      } catch (_) { /* no estimate */ }
+    }));
   }
 
   async function refreshSessions() {
