@@ -182,3 +182,20 @@ func (s *Store) handOverRest(ctx context.Context, key string, st multiState) err
 	}
 	return nil
 }
+
+// stillThere compares every holder and waiter of st as read: a request
+// queues only while what kept it out is all still there (a delete leaves no
+// key newer than the read, so the range compare alone misses it, and a
+// release that read before this waiter queued hands over to nobody). With
+// more entries than a transaction's compares allow, the waiter's read after
+// queueing finds a slot freed meanwhile, as before.
+func stillThere(st multiState) []clientv3.Cmp {
+	if len(st.slots)+len(st.waiters) > 100 {
+		return nil
+	}
+	cmps := make([]clientv3.Cmp, 0, len(st.slots)+len(st.waiters))
+	for _, e := range append(slices.Clone(st.slots), st.waiters...) {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(e.kv.Key)), "=", e.kv.CreateRevision))
+	}
+	return cmps
+}
