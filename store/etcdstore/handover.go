@@ -75,16 +75,14 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 		clientv3.Compare(clientv3.LeaseValue(sk), "=", ss.lease),
 	}
 	var (
-		st   multiState // the range as of rev, once released
+		st   multiState // the range, once released
 		done bool
 	)
+	st, read, err := s.readRange(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcdstore: release: %w", err)
+	}
 	for range 10 {
-		var read int64
-		var err error
-		st, read, err = s.readRange(ctx, key)
-		if err != nil {
-			return fmt.Errorf("etcdstore: release: %w", err)
-		}
 		mine := slices.IndexFunc(st.slots, func(e slotEntry) bool { return string(e.kv.Key) == sk })
 		if mine < 0 || st.slots[mine].kv.ModRevision != rev || clientv3.LeaseID(st.slots[mine].kv.Lease) != ss.lease {
 			return notOwner
@@ -99,7 +97,8 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 		} else {
 			cmps = append(cmps, s.admitsNone(key, st, read)...)
 		}
-		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		// Else: the range again, for the next try (no read of its own).
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(s.multiPrefix(key), clientv3.WithPrefix())).Commit()
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
@@ -110,7 +109,11 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 			done = true
 			break
 		}
-		// Changed since the read (or no longer ours): read again.
+		// Changed since the read (or no longer ours): decide again.
+		read = tr.Header.Revision
+		if st, err = s.decodeMulti(key, tr.Responses[0].GetResponseRange().Kvs); err != nil {
+			return fmt.Errorf("etcdstore: release: %w", err)
+		}
 	}
 	if !done {
 		return fmt.Errorf("%w: etcdstore: release %q: its slots kept changing", store.ErrContention, key)
