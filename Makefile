@@ -217,6 +217,7 @@ DURATION ?= 10m
 chaos:
 	$(GO) test -count=1 -timeout 5m ./test/chaos/history/ ./test/chaos/fenced/ ./test/chaos/check/ ./test/chaos/worker/ ./test/chaos/runner/
 	$(GO) test -count=1 -timeout 15m -v -run 'TestChaos' ./test/chaos/
+	LOCKD_CHAOS_SUITE=deadlock $(GO) test -count=1 -timeout 5m -v -run 'TestChaos' ./test/chaos/
 
 ## chaos-python: issue 25: the pause, kill-holder, long-partition and
 ## replica-kill scenarios with Python workers (sdk/python) on etcd and

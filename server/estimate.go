@@ -16,7 +16,7 @@ func (s service) withEstimates(out *lockdv1.LockInfo, info store.LockInfo) *lock
 	if len(info.Waiters) == 0 || s.est == nil {
 		return out
 	}
-	typ, ok := s.est.Typical(info.Key, s.stats.Template(info.Key))
+	typ, gap, ok := s.est.Typical(info.Key, s.stats.Template(info.Key))
 	if !ok {
 		return out
 	}
@@ -37,9 +37,18 @@ func (s service) withEstimates(out *lockdv1.LockInfo, info store.LockInfo) *lock
 	if info.RW {
 		n = 1
 	}
-	for i, d := range estimate.Waits(typ, elapsed, n, len(info.Waiters)) {
+	for i, d := range estimate.Waits(typ, gap, elapsed, n, len(info.Waiters)) {
 		out.WaitEstimates = append(out.WaitEstimates, &lockdv1.WaitEstimate{
 			SessionId: string(info.Waiters[i]), Position: uint32(i + 1), EstimateMs: d.Round(time.Millisecond).Milliseconds()})
 	}
 	return out
+}
+
+// grantObserved feeds a grant this lockd answered, after waited, to the
+// per-template statistics, the hot keys and the wait estimates.
+func (s service) grantObserved(key string, waited time.Duration) {
+	tmpl := s.stats.Template(key)
+	s.stats.Waited(tmpl, waited)
+	s.hot.Waited(key, waited)
+	s.est.Granted(key, tmpl, waited)
 }

@@ -70,14 +70,16 @@ func TestWaitEstimate(t *testing.T) {
 		}
 		var holds []span
 		// holdRelease holds l, granted within [gStart, gEnd], for holdFor
-		// and releases it, recording the hold the server can have seen.
-		holdRelease := func(l *client.Lock, gStart, gEnd time.Time) {
+		// and releases it, recording the hold the server can have seen;
+		// it returns when the release began.
+		holdRelease := func(l *client.Lock, gStart, gEnd time.Time) time.Time {
 			<-time.After(holdFor) // the hold's length: the test's input
 			rStart := time.Now()
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			holds = append(holds, span{rStart.Sub(gEnd), time.Since(gStart)})
+			return rStart
 		}
 
 		// No history: the waiter has no estimate.
@@ -86,14 +88,16 @@ func TestWaitEstimate(t *testing.T) {
 		if info, err := srv.Client.Inspect(ctx, key); err != nil || len(info.WaitEstimates) != 0 {
 			t.Fatalf("Inspect with no hold observed = %+v, %v; want no estimate", info.WaitEstimates, err)
 		}
-		// Three holds: sess[0]'s, sess[1]'s (granted at sess[0]'s release),
-		// sess[0]'s again.
-		rStart := time.Now()
-		holdRelease(l0, s0, e0)
+		// Three holds: sess[0]'s, sess[1]'s (granted at sess[0]'s release:
+		// the one hand-over, at most from that release's start to the
+		// grant's return), sess[0]'s again (it did not wait: no
+		// hand-over).
+		rStart := holdRelease(l0, s0, e0)
 		g1 := <-w1
 		if g1.err != nil {
 			t.Fatalf("the waiter's Acquire: %v", g1.err)
 		}
+		gapHi := g1.at.Sub(rStart)
 		holdRelease(g1.l, rStart, g1.at)
 		l0, s0, e0 = acquire(sess[0])
 		holdRelease(l0, s0, e0)
@@ -124,9 +128,10 @@ func TestWaitEstimate(t *testing.T) {
 		elapsed := span{iStart.Sub(e0), iEnd.Sub(s0)}
 		for _, p := range []int{1, 3} {
 			we := info.WaitEstimates[p-1]
+			// r + g + (p−1)(h+g), g in [0, gapHi].
 			lo := max(h.lo-elapsed.hi, 0) + time.Duration(p-1)*h.lo - time.Millisecond
-			hi := max(h.hi-elapsed.lo, 0) + time.Duration(p-1)*h.hi + time.Millisecond
-			t.Logf("position %d: estimate %v, bound [%v, %v] (holds %v, holder's elapsed %v)", p, we.Wait, lo, hi, holds, elapsed)
+			hi := max(h.hi-elapsed.lo, 0) + gapHi + time.Duration(p-1)*(h.hi+gapHi) + time.Millisecond
+			t.Logf("position %d: estimate %v, bound [%v, %v] (holds %v, holder's elapsed %v, hand-over ≤ %v)", p, we.Wait, lo, hi, holds, elapsed, gapHi)
 			if we.Position != p || we.Session != info.Waiters[p-1] || we.Session != sess[p].ID() {
 				t.Errorf("estimate %d = %+v; want position %d of session %s", p-1, we, p, sess[p].ID())
 			}

@@ -183,8 +183,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 		(*h)(g.Key) // tests hold the window between tracking and reply open
 	}
 	if outcome == sessions.Granted {
-		s.stats.Waited(s.stats.Template(g.Key), waited)
-		s.hot.Waited(g.Key, waited)
+		s.grantObserved(g.Key, waited) // estimate.go
 	}
 	switch outcome {
 	case sessions.GrantOverlapped:

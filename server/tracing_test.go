@@ -243,3 +243,45 @@ func TestTracing(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkTracingAcquireRelease measures the cost of tracing on the
+// Acquire/Release hot path through the Go SDK (docs/backends.md "Tracing
+// on vs off"): off (the default), on at the server only (every call a
+// trace lockd starts, sample ratio 1), and on at both ends (the SDK's
+// client spans and traceparent too). The server's spans go to a
+// discarding exporter, synchronously: the cost measured is recording, not
+// the OTLP export.
+func BenchmarkTracingAcquireRelease(b *testing.B) {
+	for _, backend := range lockdtest.Backends {
+		for _, mode := range []string{"off", "server", "sdk+server"} {
+			b.Run(backend+"/"+mode, func(b *testing.B) {
+				cfg := lockdtest.Config()
+				cfg.TracingEnabled = mode != "off"
+				srv := lockdtest.StartBackend(b, backend, lockdtest.Options{Config: &cfg, TraceExporter: tracetest.NewNoopExporter()})
+				c := srv.Client
+				if mode == "sdk+server" {
+					tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()))
+					b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+					c = srv.NewClient(b, client.WithTracerProvider(tp))
+				}
+				ctx := testkit.Context(b, 10*time.Minute)
+				sess, err := c.NewSession(ctx)
+				if err != nil {
+					b.Fatalf("NewSession: %v", err)
+				}
+				defer sess.Close(context.Background())
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					l, err := sess.Acquire(ctx, "bench/trace")
+					if err != nil {
+						b.Fatalf("Acquire: %v", err)
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Fatalf("Release: %v", err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -110,15 +110,8 @@ func (s *Store) wakeAllLocked() {
 // With store.KeepPlace (C2 #ct2-keep-place) a call that ends without a grant
 // leaves its waiters row in place, unless the session ended: the next
 // call's enqueue finds it (ON CONFLICT DO NOTHING keeps its id, the place).
-func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (_ store.Grant, err error) {
+func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opts ...store.AcquireOption) (store.Grant, error) {
 	keep := store.KeepsPlace(opts)
-	var refused <-chan struct{} // closed when the detector refuses this wait
-	var refusal func() *store.DeadlockError
-	leave := func() {
-		if !keep {
-			s.leaveQueue(id, key)
-		}
-	}
 	if err := validateGrantArgs("acquire", id, key); err != nil {
 		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
@@ -137,6 +130,23 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
+	g, wsp, err := s.acquireLoop(ctx, id, key, o, keep, w)
+	wsp.EndWait(ctx, err) // the wait's span, if it waited traced (C4 #ct4-traces)
+	return g, err
+}
+
+// acquireLoop is Acquire's attempts and waits, and the wait's span once an
+// attempt found the key busy (nil when untraced): later attempts run under
+// it. The span is returned, not ended in a deferred closure, so that an
+// untraced call moves nothing to the heap.
+func (s *Store) acquireLoop(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions, keep bool, w *waiter) (store.Grant, *telemetry.Span, error) {
+	var refused <-chan struct{} // closed when the detector refuses this wait
+	var refusal func() *store.DeadlockError
+	leave := func() {
+		if !keep {
+			s.leaveQueue(id, key)
+		}
+	}
 	var waiting bool        // an attempt found the key busy
 	var wsp *telemetry.Span // the wait's span from then; nil when untraced
 	start := time.Now()
@@ -146,17 +156,16 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		r, err := s.attempt(ctx, id, key, keep, o.NoDeadlockCheck)
 		if err != nil {
 			leave()
-			return store.Grant{}, s.acquireFailed(ctx, err)
+			return store.Grant{}, wsp, s.acquireFailed(ctx, err)
 		}
 		if done, g, err := s.acquireDone(ctx, r.out, r.g, key, o, start); done {
-			return g, err
+			return g, wsp, err
 		}
 		if !waiting {
 			waiting = true
-			// The first busy attempt: the wait's span from now (nil when
-			// untraced, C4 #ct4-traces); later attempts are its children.
+			// The first busy attempt: the wait's span from now (C4
+			// #ct4-traces); later attempts are its children.
 			ctx, wsp = telemetry.StartWait(ctx, "pg")
-			defer func() { wsp.EndWait(ctx, err) }()
 		}
 		if refused == nil && !o.NoDeadlockCheck {
 			// Waiting from now: the detector may refuse it (registered
@@ -179,13 +188,13 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 			// also a kept one. A grant the last attempt got would have
 			// been returned above.
 			s.leaveQueue(id, key)
-			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", refusal()))
+			return store.Grant{}, wsp, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", refusal()))
 		case <-ctx.Done():
 			leave()
-			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
+			return store.Grant{}, wsp, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
 		case <-s.closing:
 			leave()
-			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errClosed))
+			return store.Grant{}, wsp, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errClosed))
 		}
 	}
 }

@@ -38,7 +38,18 @@ func (s *suite) testRWExclusivityRace(t *testing.T) {
 	for i := range ids {
 		ids[i] = openSession(t, insts[i%2])
 	}
-	ctx, cancel := context.WithCancel(ctxT(t))
+	// The race's calls run until it ends, not under ctxT's minute: the 96
+	// grants follow one another (a writer alone, readers a few at a time),
+	// each after a release, a watch event and a grant transaction, so the
+	// race lasts about 96 loaded round trips of the backend. Beside two CPU
+	// burners (load 20–26, etcd) it took 20–45 s, once 73 s, and past the
+	// minute when other tests ran beside it: its Acquires then failed with
+	// "context deadline exceeded" at grant 45 (issue 21). What the race
+	// proves about liveness — every request is granted in the end — is
+	// bounded by progress below (raceStall). On PostgreSQL, where the suite
+	// does not heartbeat, the sessions' LongTTL still ends the race at a
+	// minute; it took 6–8 s there beside the burners.
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -72,18 +83,31 @@ func (s *suite) testRWExclusivityRace(t *testing.T) {
 		})
 	}
 	close(start)
+	began, last := time.Now(), time.Now()
+	var gap time.Duration // the longest wait for the next grant
 	for i := range n * rounds {
 		select {
 		case err := <-errs:
 			if err != nil {
 				t.Fatalf("grant %d: %v", i, err)
 			}
-		case <-time.After(90 * time.Second):
-			t.Fatalf("%d of %d grants of %q done in 90s", i, n*rounds, key)
+			gap, last = max(gap, time.Since(last)), time.Now()
+		case <-time.After(raceStall):
+			t.Fatalf("no grant of %q for %v after %d of %d (%v in): a waiter missed its turn", key, raceStall, i, n*rounds, time.Since(began))
 		}
 	}
+	t.Logf("%d grants of %q in %v, at most %v between two", n*rounds, key, time.Since(began).Round(time.Millisecond), gap.Round(time.Millisecond))
 	checkRWHolds(t, &mu, &violations, &holds)
 }
+
+// raceStall bounds the read/write race's progress: a grant at most this
+// long after the one before. A waiter that misses its turn (a lost wake-up,
+// a starved writer) stops all progress once the other sessions are done,
+// so it fails here however loaded the machine (shown with etcd waiters
+// that ignore one delete event in five: no grant after 4 of 96). A slow backend only stretches each gap: beside two CPU
+// burners (load 20–26) at most 2.2–3.6 s, and 11.3 s once with two more
+// test binaries running; the bound leaves five times the worst.
+const raceStall = time.Minute
 
 // rwHoldOnce is one grant of the read/write race: acquire, count, read the
 // holders while holding, uncount, release.

@@ -45,8 +45,10 @@ func TestChaos(t *testing.T) {
 		specs = runner.PythonSuite()
 	case "typescript":
 		specs = runner.TypeScriptSuite()
+	case "deadlock":
+		specs = runner.DeadlockSuite()
 	default:
-		t.Fatalf("%s=%q: want go, python or typescript", envSuite, v)
+		t.Fatalf("%s=%q: want go, python, typescript or deadlock", envSuite, v)
 	}
 	if v := os.Getenv(envBreakOff); v != "" {
 		off, err := strconv.ParseBool(v)
@@ -126,6 +128,9 @@ func TestChaos(t *testing.T) {
 					reports[spec.Name] = rep
 					mu.Unlock()
 					t.Logf("%s in %v:\n%s", spec.Name, rep.Wall.Round(time.Second), runner.Table([]*runner.Report{rep}))
+					if spec.Fault == runner.DeadlockPairs {
+						t.Logf("%s: %s", spec.Name, rep.Deadlock)
+					}
 					if ok, why := rep.Verdict(); !ok {
 						t.Errorf("%s: %s\n%s", spec.Name, why, rep.Details())
 					}

@@ -61,6 +61,9 @@
 //	                       (runner.PythonSuite, make chaos-python); the
 //	                       interpreter is LOCKD_CHAOS_PYTHON (default
 //	                       /usr/bin/python3)
+//	LOCKD_CHAOS_SUITE=deadlock  the deadlock scenarios and their control
+//	                       (runner.DeadlockSuite; make chaos runs them
+//	                       after the short suite)
 //	LOCKD_CHAOS_SUITE=typescript  the TypeScript SDK's scenarios
 //	                       (runner.TypeScriptSuite, make chaos-typescript);
 //	                       node is LOCKD_CHAOS_NODE (default node on PATH)
@@ -126,6 +129,15 @@
 //     accepted (more than N trusted holders and writers; a reader trusted
 //     and acting across a writer, and its read accepted after the
 //     writer's write).
+//   - deadlock-off (LOCKD_CHAOS_SUITE=deadlock, runner.DeadlockSuite; in
+//     make chaos, not in make test): the deadlock-pairs scenario (pair
+//     workers on two keys in opposite orders, each holding its first key
+//     while it waits for its second) on lockd built with the deadlock
+//     detector's tag lockd_deadlock_off_control, a detector that never
+//     refuses. A fault cycle waits until two workers of opposite orders
+//     wait for their second keys at once, so a cycle is certainly closed,
+//     and it stays closed until their 10 s wait timeout (every cycle
+//     answered within 2 s + slack: check.DeadlocksResolved).
 //
 // LOCKD_CHAOS_BREAK_OFF=1 runs the same scenarios and triggers with each
 // break removed; every checker must then find nothing.

@@ -92,12 +92,13 @@ func TestTypeScriptSDK(t *testing.T) {
 				set = append(set, r)
 				addrs = append(addrs, r.Addr)
 			}
-			// Two more with the HTTP/JSON API too (replicas tsReplicas and
-			// tsReplicas+1 of the control): the HTTP transport's drain test.
+			// Three more with the HTTP/JSON API too (replicas tsReplicas to
+			// tsReplicas+2 of the control): the HTTP transport's drain-then-kill
+			// test.
 			hrcfg := cfg
 			hrcfg.HTTPListen = "127.0.0.1:0"
 			var httpAddrs []string
-			for range 2 {
+			for range 3 {
 				r := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &hrcfg})
 				set = append(set, r)
 				httpAddrs = append(httpAddrs, r.HTTPAddr)
@@ -116,7 +117,7 @@ func TestTypeScriptSDK(t *testing.T) {
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
 				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js",
-				"dist/test/integration/acquire_all.test.js")
+				"dist/test/integration/acquire_all.test.js", "dist/test/integration/wait_estimate.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {

@@ -18,7 +18,7 @@ from ._cancel import Cancel
 from ._clock import Clock, FakeClock
 from ._conn import TLS
 from ._hotkeys import HotKey, HotKeys
-from ._types import Event, EventKind, HolderInfo, LockInfo, Observation, TokenCheck
+from ._types import Event, EventKind, HolderInfo, LockInfo, Observation, TokenCheck, WaitEstimate
 from .client import Client, check_timing
 from .election import Leadership, Observer
 from .errors import (Cancelled, Closed, Deadlock, DeadlineExceeded, Internal, InvalidArgument, LimitMismatch, LimitReached,
@@ -32,7 +32,7 @@ from . import aio  # noqa: E402  (after the sync API it wraps)
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cancel", "Clock", "FakeClock", "TLS", "HotKey", "HotKeys", "Event", "EventKind", "HolderInfo", "LockInfo", "Observation", "TokenCheck", "Client",
+    "Cancel", "Clock", "FakeClock", "TLS", "HotKey", "HotKeys", "Event", "EventKind", "HolderInfo", "LockInfo", "WaitEstimate", "Observation", "TokenCheck", "Client",
     "check_timing", "Leadership", "Observer", "Lock", "Session", "Watch", "Cancelled", "Closed", "Deadlock", "DeadlineExceeded",
     "Internal", "InvalidArgument", "LimitMismatch", "LimitReached", "Locked", "LockdError", "LockLost", "MaxHold",
     "NotOwner", "PermissionDenied", "Released", "SessionDead", "SessionExpired", "ShuttingDown", "Unauthenticated",

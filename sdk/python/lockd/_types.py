@@ -21,6 +21,16 @@ class HolderInfo:
 
 
 @dataclass
+class WaitEstimate:
+    """One waiter's estimated wait (C2 #ct2-wait-estimate): ``position`` 1 is
+    next in line, ``wait`` about how many seconds from inspect's answer until
+    its grant. Never a promise."""
+    session: str
+    position: int
+    wait: float
+
+
+@dataclass
 class LockInfo:
     """A key as Inspect and List describe it. ``held`` False: nobody holds it
     (``delay_remaining`` says how long a lock-delay still keeps it)."""
@@ -37,6 +47,9 @@ class LockInfo:
     lock_delay: float = 0.0
     delay_remaining: float = 0.0
     acquired_at: float | None = None
+    # inspect only: each waiter's estimate in queue order; empty when the
+    # server knows none (C2 #ct2-wait-estimate).
+    wait_estimates: list = field(default_factory=list)
 
     def holder(self) -> str:
         """The holder for people: its owner, else its session, and the token."""
@@ -62,6 +75,8 @@ def lock_info(p) -> LockInfo:
         info.holders.append(HolderInfo(session=h.session_id, token=h.token, mode=_MODES.get(h.mode, ""),
                                        owner=h.owner, labels=dict(h.labels), value=bytes(h.value),
                                        acquired_at=_ts(h.acquired_at) if h.HasField("acquired_at") else None))
+    for e in p.wait_estimates:
+        info.wait_estimates.append(WaitEstimate(session=e.session_id, position=e.position, wait=e.estimate_ms / 1000.0))
     return info
 
 

@@ -115,7 +115,8 @@ async function send(s: Session, req: AcquireRequest, untilAborted: boolean, user
   return sendAcquire(s, [req.key], req, untilAborted, userSignal, (resp, sent) => {
     if (!resp.granted) throw new LockedError("locked by another session");
     const d = s.extend(sent, Number(resp.remainingMs));
-    return s.addLock(req.key, resp.token, d);
+    // C2 #ct2-maxhold-sdk: the hold cannot end before sent + maxHoldMs.
+    return s.addLock(req.key, resp.token, d, req.maxHoldMs > 0n ? sent + Number(req.maxHoldMs) : 0);
   });
 }
 

@@ -109,6 +109,15 @@ export interface LockInfo {
   lockDelayMs: number;
   /** Set when nobody holds the key but a lock-delay still keeps it from being granted. */
   delayRemainingMs: number;
+  /** Inspect only: each waiter's estimated wait, in queue order; empty when the server knows none (C2 #ct2-wait-estimate). */
+  waitEstimates: WaitEstimate[];
+}
+
+/** One waiter's estimated wait: position 1 is next in line; waitMs about how long from the answer until its grant. Never a promise. */
+export interface WaitEstimate {
+  session: string;
+  position: number;
+  waitMs: number;
 }
 
 function lockInfo(p: PbLockInfo | undefined, held: boolean, key: string): LockInfo {
@@ -122,6 +131,7 @@ function lockInfo(p: PbLockInfo | undefined, held: boolean, key: string): LockIn
       owner: h.owner, labels: h.labels, value: h.value,
     })),
     limit: p?.limit ?? 0, lockDelayMs: Number(p?.lockDelayMs ?? 0n), delayRemainingMs: Number(p?.delayRemainingMs ?? 0n),
+    waitEstimates: (p?.waitEstimates ?? []).map((e) => ({ session: e.sessionId, position: e.position, waitMs: Number(e.estimateMs) })),
   };
 }
 

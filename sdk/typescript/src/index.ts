@@ -18,7 +18,7 @@
  * the lock extended it.
  * @module
  */
-export { Client, type ClientOptions, type TLSOptions, type LockInfo, type HolderInfo, type TokenCheck } from "./client.js";
+export { Client, type ClientOptions, type TLSOptions, type LockInfo, type HolderInfo, type TokenCheck, type WaitEstimate } from "./client.js";
 export { Session, type SessionOptions } from "./session.js";
 export { Lock } from "./lock.js";
 export type { HotKey, HotKeys } from "./hotkeys.js";

@@ -40,6 +40,12 @@ export class Lock {
     /** @internal Session.lockSeq when added */
     readonly seq: number,
     deadline: number,
+    /**
+     * @internal the send time of the Acquire that granted the lock plus its
+     * maxHoldMs (0: none): a lock no answer confirms from then on ends with
+     * MaxHoldError (C2 #ct2-maxhold-sdk). Set here, never changed.
+     */
+    readonly maxHoldAt = 0,
   ) {
     this.ownDeadline = deadline;
   }

@@ -52,6 +52,19 @@ if (RECV_TIME_CONTROL) {
   process.emitWarning("LOCKD_TSSDK_CONTROL=recvtime: this SDK breaks the send-time rule on purpose (a test control); never use it for real locks");
 }
 
+/**
+ * The error of a lock that no answer confirms any more, found at now (client
+ * clock, ms): MaxHoldError once its maximum hold may have run out, else
+ * LockLostError (C2 #ct2-maxhold-sdk; the Go SDK's Lock.unconfirmed). The
+ * Acquire's send time plus maxHoldMs is a lower bound of the hold's end on
+ * the server, so before it the hold cannot be why. A notice that comes later
+ * changes nothing: a lock keeps its first error.
+ */
+function unconfirmed(l: Lock, now: number, why: string): LockLostError {
+  if (l.maxHoldAt > 0 && now >= l.maxHoldAt) return new MaxHoldError(`lock lost: ${why} (its maximum hold had run out)`);
+  return new LockLostError(`lock lost: ${why}`);
+}
+
 /** Notice ids kept per key at most (Session.lostTok), as the Go SDK's maxLostKeys. */
 const MAX_LOST_KEYS = 4096;
 
@@ -254,7 +267,7 @@ export class Session {
       }
     }
     this.arm(); // extended since armed
-    for (const l of lost) l.end(new LockLostError("lock lost: not confirmed by the server before its deadline"));
+    for (const l of lost) l.end(unconfirmed(l, now, "not confirmed by the server before its deadline"));
   }
 
   /**
@@ -285,13 +298,14 @@ export class Session {
    */
   answer(sent: number, seq: number, live: boolean, remainingMs: number, held: HeldLocks | undefined): void {
     if (this._err) return;
-    if (live && this.client.clock.now() >= this._deadline) {
+    const now = this.client.clock.now();
+    if (live && now >= this._deadline) {
       this.end(new SessionExpiredError());
       return;
     }
     const listed = new Map<string, bigint>();
     for (const h of held?.locks ?? []) listed.set(h.key, h.token);
-    const d = trustFrom(sent, this.client.clock.now()) + remainingMs - this.marginMs;
+    const d = trustFrom(sent, now) + remainingMs - this.marginMs;
     const lost: Lock[] = [];
     for (const [key, l] of this.locks) {
       if (held === undefined || listed.get(key) === l.token) {
@@ -313,7 +327,7 @@ export class Session {
         orphans.push({ key: h.key, token: h.token });
       }
     }
-    for (const l of lost) l.end(new LockLostError("lock lost: not confirmed by the server"));
+    for (const l of lost) l.end(unconfirmed(l, now, "not confirmed by the server"));
     for (const o of orphans) this.releaseOrphan(o.key, o.token);
   }
 
@@ -385,8 +399,12 @@ export class Session {
     };
   }
 
-  /** @internal records a granted lock (addLock of the Go SDK). */
-  addLock(key: string, token: bigint, deadline: number): Lock {
+  /**
+   * @internal records a granted lock (addLock of the Go SDK). maxHoldAt (0:
+   * none) is the Acquire's send time plus the grant's maxHoldMs (Lock.maxHoldAt);
+   * a lock the session already had keeps its own.
+   */
+  addLock(key: string, token: bigint, deadline: number, maxHoldAt = 0): Lock {
     if (this._err) throw this._err;
     if (this._deadline > deadline) deadline = this._deadline;
     if (token <= (this.lostTok.get(key) ?? 0n)) throw new LockLostError("lock lost before its grant reply arrived");
@@ -396,7 +414,7 @@ export class Session {
       return have;
     }
     this.lockSeq++;
-    const l = new Lock(this, key, token, this.lockSeq, deadline);
+    const l = new Lock(this, key, token, this.lockSeq, deadline, maxHoldAt);
     this.locks.set(key, l);
     if (deadline < this.timerAt) this.arm();
     return l;

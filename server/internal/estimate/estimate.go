@@ -23,9 +23,10 @@ const (
 	// MaxTemplates is how many templates it keeps (prefixstats'
 	// declared or default ones and Other: 33).
 	MaxTemplates = prefixstats.MaxTemplates + 1
-	// MaxBytes is the memory bound: a 512-byte key plus its ring, map and
-	// list entries in 1024 B per key, 128 B per template ring.
-	MaxBytes = MaxKeys*1024 + MaxTemplates*128
+	// MaxBytes is the memory bound: a 512-byte key plus its rings, last
+	// end, map and list entries in 1024 B per key, 256 B per template's
+	// two rings.
+	MaxBytes = MaxKeys*1024 + MaxTemplates*256
 )
 
 // ring is the last Ring holds, newest at next-1.
@@ -57,8 +58,10 @@ func (r *ring) median() (time.Duration, bool) {
 }
 
 type entry struct {
-	key   string
-	holds ring
+	key     string
+	holds   ring
+	gaps    ring      // hand-overs: a grant's end to the next grant to a waiter
+	lastEnd time.Time // the last grant's end not yet followed by a hand-over; zero: none
 }
 
 // Holds keeps recent holds. A nil *Holds is valid: it records nothing and
@@ -67,12 +70,42 @@ type Holds struct {
 	mu    sync.Mutex
 	keys  map[string]*list.Element // of *entry
 	lru   list.List                // most recently fed first
-	tmpls [MaxTemplates]ring
+	tmpls [MaxTemplates]ring       // holds
+	tgaps [MaxTemplates]ring       // hand-overs
+	now   func() time.Time
 }
 
 // New returns an empty Holds.
 func New() *Holds {
-	return &Holds{keys: map[string]*list.Element{}}
+	return &Holds{keys: map[string]*list.Element{}, now: time.Now}
+}
+
+// Granted records that this lockd answered a grant of key, of template
+// tmpl, to an Acquire that waited waited: when the key's last grant ended
+// while it waited, the time since that end is a hand-over.
+func (h *Holds) Granted(key string, tmpl int, waited time.Duration) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	el, ok := h.keys[key]
+	if !ok {
+		return
+	}
+	e := el.Value.(*entry)
+	if e.lastEnd.IsZero() {
+		return
+	}
+	gap := max(h.now().Sub(e.lastEnd), 0)
+	e.lastEnd = time.Time{}
+	if gap > waited { // it came after the end: no hand-over
+		return
+	}
+	e.gaps.add(gap)
+	if tmpl >= 0 && tmpl < MaxTemplates {
+		h.tgaps[tmpl].add(gap)
+	}
 }
 
 // Held records that a grant of key, of template tmpl (its index; -1 or out
@@ -87,7 +120,9 @@ func (h *Holds) Held(key string, tmpl int, held time.Duration) {
 		h.tmpls[tmpl].add(held)
 	}
 	if el, ok := h.keys[key]; ok {
-		el.Value.(*entry).holds.add(held)
+		e := el.Value.(*entry)
+		e.holds.add(held)
+		e.lastEnd = h.now()
 		h.lru.MoveToFront(el)
 		return
 	}
@@ -103,26 +138,38 @@ func (h *Holds) Held(key string, tmpl int, held time.Duration) {
 	}
 	e.key = key
 	e.holds.add(held)
+	e.lastEnd = h.now()
 	h.keys[key] = h.lru.PushFront(e)
 }
 
 // Typical is the typical hold of key: the median of its recent holds, else
-// of its template's; false when neither has any.
-func (h *Holds) Typical(key string, tmpl int) (time.Duration, bool) {
+// of its template's; false when neither has any. gap is the typical
+// hand-over, likewise, 0 when none was seen.
+func (h *Holds) Typical(key string, tmpl int) (hold, gap time.Duration, ok bool) {
 	if h == nil {
-		return 0, false
+		return 0, 0, false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if el, ok := h.keys[key]; ok {
-		if d, ok := el.Value.(*entry).holds.median(); ok {
-			return d, true
-		}
+	var e *entry
+	if el, found := h.keys[key]; found {
+		e = el.Value.(*entry)
 	}
-	if tmpl >= 0 && tmpl < MaxTemplates {
-		return h.tmpls[tmpl].median()
+	inTmpl := tmpl >= 0 && tmpl < MaxTemplates
+	if e != nil {
+		hold, ok = e.holds.median()
 	}
-	return 0, false
+	if !ok && inTmpl {
+		hold, ok = h.tmpls[tmpl].median()
+	}
+	var gok bool
+	if e != nil {
+		gap, gok = e.gaps.median()
+	}
+	if !gok && inTmpl {
+		gap, _ = h.tgaps[tmpl].median()
+	}
+	return hold, gap, ok
 }
 
 // Len is how many keys are kept.
@@ -133,10 +180,11 @@ func (h *Holds) Len() int {
 }
 
 // Waits estimates the wait of each of waiters waiting behind holders that
-// have held the key for elapsed (one per holder), with typical hold typ and
-// limit n (0 or 1: a plain lock): position p (1 = next) waits
-// min over holders of max(typ − e, 0) + (p − 1) × typ / n.
-func Waits(typ time.Duration, elapsed []time.Duration, n uint32, waiters int) []time.Duration {
+// have held the key for elapsed (one per holder), with typical hold typ,
+// typical hand-over gap and limit n (0 or 1: a plain lock): position p
+// (1 = next) waits r + gap + (p − 1) × (typ + gap) / n, r the least over
+// holders of max(typ − e, 0).
+func Waits(typ, gap time.Duration, elapsed []time.Duration, n uint32, waiters int) []time.Duration {
 	if waiters == 0 {
 		return nil
 	}
@@ -144,7 +192,8 @@ func Waits(typ time.Duration, elapsed []time.Duration, n uint32, waiters int) []
 	for _, e := range elapsed {
 		rem = min(rem, max(typ-e, 0))
 	}
-	per := typ / time.Duration(max(n, 1))
+	rem += gap
+	per := (typ + gap) / time.Duration(max(n, 1))
 	out := make([]time.Duration, waiters)
 	for i := range out {
 		out[i] = rem + time.Duration(i)*per

@@ -44,40 +44,68 @@ func rep(d time.Duration, n int) []time.Duration {
 
 func TestTypicalFallsBackToTemplate(t *testing.T) {
 	h := New()
-	if _, ok := h.Typical("a/1", 0); ok {
+	if _, _, ok := h.Typical("a/1", 0); ok {
 		t.Fatal("an estimate with no hold observed; want none")
 	}
 	h.Held("a/1", 0, 100*ms)
-	if d, ok := h.Typical("a/1", 0); !ok || d != 100*ms {
-		t.Errorf("Typical(a/1) = %v, %v; want 100ms", d, ok)
+	if d, g, ok := h.Typical("a/1", 0); !ok || d != 100*ms || g != 0 {
+		t.Errorf("Typical(a/1) = %v, %v, %v; want 100ms, no hand-over", d, g, ok)
 	}
-	if d, ok := h.Typical("a/2", 0); !ok || d != 100*ms { // the template's
+	if d, _, ok := h.Typical("a/2", 0); !ok || d != 100*ms { // the template's
 		t.Errorf("Typical(a/2) = %v, %v; want the template's 100ms", d, ok)
 	}
-	if _, ok := h.Typical("b/1", 1); ok {
+	if _, _, ok := h.Typical("b/1", 1); ok {
 		t.Error("Typical(b/1) of an unseen template: want none")
 	}
 	var nilH *Holds
 	nilH.Held("a", 0, ms)
-	if _, ok := nilH.Typical("a", 0); ok {
+	nilH.Granted("a", 0, ms)
+	if _, _, ok := nilH.Typical("a", 0); ok {
 		t.Error("a nil Holds estimated")
+	}
+}
+
+// TestHandOver: a grant to an Acquire that waited through the key's last
+// end is a hand-over of the time since that end; one that came after the
+// end, or a second grant after the same end, is not.
+func TestHandOver(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := New()
+	h.now = func() time.Time { return now }
+	h.Held("a/1", 0, 100*ms)
+	now = now.Add(30 * ms)
+	h.Granted("a/1", 0, time.Second) // waited through the end: 30 ms
+	now = now.Add(5 * ms)
+	h.Granted("a/1", 0, time.Second) // no end since: nothing
+	if _, g, _ := h.Typical("a/1", 0); g != 30*ms {
+		t.Errorf("hand-over = %v; want 30ms", g)
+	}
+	h.Held("a/1", 0, 100*ms)
+	now = now.Add(50 * ms)
+	h.Granted("a/1", 0, 10*ms) // arrived after the end: not a hand-over
+	if _, g, _ := h.Typical("a/1", 0); g != 30*ms {
+		t.Errorf("hand-over after a late arrival = %v; want still 30ms", g)
+	}
+	if _, g, _ := h.Typical("a/2", 0); g != 30*ms {
+		t.Errorf("a/2's hand-over = %v; want the template's 30ms", g)
 	}
 }
 
 func TestWaits(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		typ     time.Duration
-		elapsed []time.Duration
-		n       uint32
-		want    []time.Duration
+		name     string
+		typ, gap time.Duration
+		elapsed  []time.Duration
+		n        uint32
+		want     []time.Duration
 	}{
-		{"plain", 100 * ms, []time.Duration{30 * ms}, 0, []time.Duration{70 * ms, 170 * ms, 270 * ms}},
-		{"overdue holder", 100 * ms, []time.Duration{300 * ms}, 1, []time.Duration{0, 100 * ms, 200 * ms}},
-		{"semaphore of 2", 100 * ms, []time.Duration{90 * ms, 10 * ms}, 2, []time.Duration{10 * ms, 60 * ms, 110 * ms}},
-		{"no holder elapsed known", 100 * ms, nil, 0, []time.Duration{100 * ms, 200 * ms, 300 * ms}},
+		{"plain", 100 * ms, 0, []time.Duration{30 * ms}, 0, []time.Duration{70 * ms, 170 * ms, 270 * ms}},
+		{"overdue holder", 100 * ms, 0, []time.Duration{300 * ms}, 1, []time.Duration{0, 100 * ms, 200 * ms}},
+		{"semaphore of 2", 100 * ms, 0, []time.Duration{90 * ms, 10 * ms}, 2, []time.Duration{10 * ms, 60 * ms, 110 * ms}},
+		{"no holder elapsed known", 100 * ms, 0, nil, 0, []time.Duration{100 * ms, 200 * ms, 300 * ms}},
+		{"hand-over", 100 * ms, 20 * ms, []time.Duration{30 * ms}, 0, []time.Duration{90 * ms, 210 * ms, 330 * ms}},
 	} {
-		got := Waits(tc.typ, tc.elapsed, tc.n, len(tc.want))
+		got := Waits(tc.typ, tc.gap, tc.elapsed, tc.n, len(tc.want))
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: Waits = %v; want %v", tc.name, got, tc.want)
 		}
@@ -111,6 +139,7 @@ func TestMemoryBound(t *testing.T) {
 			key += strings.Repeat("x", 512-len(key))
 			for j := range Ring {
 				h.Held(key, i%MaxTemplates, time.Duration(j)*ms)
+				h.Granted(key, i%MaxTemplates, time.Second)
 			}
 		}
 	}

@@ -141,7 +141,7 @@ func (d *Detector) Scan(ctx context.Context) (int, error) {
 		if len(ws) == 0 {
 			continue // another instance's call, or a kept place with none
 		}
-		if !d.prev[v] {
+		if !d.prev[v] || controlOff {
 			next[v] = true
 			continue
 		}

@@ -25,6 +25,9 @@ type Binaries struct {
 	// LockdStale is lockd built with the server's stale-record control
 	// (build tag lockd_stale_control): the stale-record control.
 	LockdStale string
+	// LockdDeadlockOff is lockd built with the deadlock detector's control
+	// (build tag lockd_deadlock_off_control): the deadlock-off control.
+	LockdDeadlockOff string
 	// Python is the interpreter of the Python workers and PythonPath the
 	// directory of the Python SDK (SDK PythonSDK, python.go).
 	Python, PythonPath string
@@ -38,7 +41,8 @@ type Binaries struct {
 // command (go build -o dir), from the module that contains the working
 // directory, and the worker once more with the SDK's receive-time control
 // (dir/recvtime) and lockd once more with the server's stale-record control
-// (dir/stale). race adds -race.
+// (dir/stale) and once with the deadlock detector's control
+// (dir/deadlockoff). race adds -race.
 func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
@@ -80,12 +84,24 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
+	dlDir := filepath.Join(dir, "deadlockoff")
+	args = []string{"build", "-tags", "lockd_deadlock_off_control", "-o", filepath.Join(dlDir, "lockd")}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/lockd")
+	cmd = exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
 	b := Binaries{
-		LockdStale:     filepath.Join(staleDir, "lockd"),
-		Lockd:          filepath.Join(dir, "lockd"),
-		Worker:         filepath.Join(dir, "chaos-worker"),
-		Etcd:           filepath.Join(dir, "etcd"),
-		WorkerRecvTime: filepath.Join(recvDir, "chaos-worker"),
+		LockdDeadlockOff: filepath.Join(dlDir, "lockd"),
+		LockdStale:       filepath.Join(staleDir, "lockd"),
+		Lockd:            filepath.Join(dir, "lockd"),
+		Worker:           filepath.Join(dir, "chaos-worker"),
+		Etcd:             filepath.Join(dir, "etcd"),
+		WorkerRecvTime:   filepath.Join(recvDir, "chaos-worker"),
 	}
 	pythonBinaries(root, &b)
 	typescriptBinaries(root, dir, &b)

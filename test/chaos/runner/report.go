@@ -29,6 +29,9 @@ type Report struct {
 	// Recovery: every key granted again within the bound after each fault
 	// ended (check.Recovery).
 	Recovery check.RecoveryResult
+	// Deadlock: every cycle of waits answered within the bound
+	// (check.DeadlocksResolved; DeadlockPairs only).
+	Deadlock check.DeadlockResult
 	// Pauses counts the pauses of holders, PauseHits what
 	// check.PausesHitHolders found about them.
 	Pauses    int
@@ -94,6 +97,9 @@ func (r *run) evaluateWith(lin bool) (*Report, error) {
 	rep.PauseHits = check.PausesHitHolders(h, r.pauses)
 	if r.multi() {
 		r.evaluateMulti(rep, h, writes)
+	}
+	if r.deadlocks() {
+		rep.Deadlock = check.DeadlocksResolved(h, r.deadlockBound())
 	}
 	return rep, nil
 }
@@ -173,6 +179,11 @@ func (rep *Report) controlVerdict() (ok bool, why string) {
 		return true, "control failed as it must"
 	case SemExtra, IgnoreDone:
 		return rep.multiVerdict()
+	case DeadlockOff:
+		if rep.Deadlock.Violations == 0 {
+			return false, "control did not fail: every cycle of waits was answered within the bound with the detector off"
+		}
+		return true, "control failed as it must"
 	case NoHeal, NoSync:
 		if rep.Recovery.Violations == 0 {
 			return false, "control did not fail: every key was granted again within the bound"
@@ -196,6 +207,10 @@ func (rep *Report) Details() string {
 	b.WriteString(rep.Liveness.String())
 	b.WriteByte('\n')
 	b.WriteString(rep.Recovery.String())
+	if rep.Spec.Fault == DeadlockPairs {
+		b.WriteByte('\n')
+		b.WriteString(rep.Deadlock.String())
+	}
 	for _, key := range slices.Sorted(maps.Keys(rep.PerKey)) {
 		kc := rep.PerKey[key]
 		fmt.Fprintf(&b, "\nkey %q (%s):", key, rep.Kinds[key])
@@ -328,6 +343,9 @@ func (rep *Report) results() []check.Result {
 		rep.Liveness.Result, rep.Recovery.Result}
 	if rep.Spec.pausesHolders() {
 		rs = append(rs, rep.PauseHits)
+	}
+	if rep.Spec.Fault == DeadlockPairs {
+		rs = append(rs, rep.Deadlock.Result)
 	}
 	return rs
 }

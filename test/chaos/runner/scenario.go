@@ -626,6 +626,9 @@ func (r *run) startLockd() error {
 	if r.spec.breaks(StaleRecord) {
 		bin = r.env.bins.LockdStale
 	}
+	if r.spec.breaks(DeadlockOff) {
+		bin = r.env.bins.LockdDeadlockOff
+	}
 	cfg := lockdConfig{
 		bin:     bin,
 		dir:     r.dir,
@@ -704,6 +707,9 @@ func (r *run) planWorkers() {
 		}
 		if r.multi() {
 			r.planMulti(slot, &ws)
+		}
+		if r.deadlocks() {
+			r.planPairs(slot, &ws)
 		}
 		r.workerSpecs = append(r.workerSpecs, ws)
 	}
@@ -864,6 +870,8 @@ func (r *run) cycle(ctx context.Context, i int) error {
 		return sleep(ctx, ttl)
 	case MultiPauseKill:
 		return r.multiCycle(ctx, i)
+	case DeadlockPairs:
+		return r.deadlockCycle(ctx)
 	case LeaderKill:
 		leader, err := etcdLeader(ctx, r.etcd)
 		if err != nil {

@@ -25,6 +25,7 @@ type workerSpec struct {
 	keys              []string // the keys it takes; nil is every key of the run
 	limit             uint32   // semaphore limit (-limit), 0 for none
 	rw                bool     // read/write lock grants (-rw)
+	pairs             bool     // keys[0] then, holding it, keys[1] (-pairs, deadlock.go)
 	// sessionTTL is the TTL of the worker's sessions (-ttl); 0 is lockd's.
 	sessionTTL time.Duration
 	// sdk is the SDK of the worker: the Go one (GoSDK), or the Python or
@@ -258,6 +259,7 @@ func (r *run) startWorker(slot, n int) (*workerProc, error) {
 		"-keys", strings.Join(keys, ","),
 		"-limit", strconv.FormatUint(uint64(ws.limit), 10),
 		"-rw=" + strconv.FormatBool(ws.rw),
+		"-pairs=" + strconv.FormatBool(ws.pairs),
 		"-hold-min", ws.holdMin.String(),
 		"-hold-max", ws.holdMax.String(),
 		"-clock-scale", strconv.FormatFloat(ws.clockScale, 'g', -1, 64),

@@ -77,6 +77,10 @@ type Config struct {
 	// HeartbeatInterval overrides the server's advertised interval; 0 keeps
 	// it.
 	HeartbeatInterval time.Duration
+	// Pairs takes Keys[0] and, holding it, Keys[1] (pairs.go): workers
+	// given the two in opposite orders close cycles of waits. Plain locks
+	// only; exactly two keys.
+	Pairs bool
 	// Seed seeds the worker's random choices.
 	Seed uint64
 	// HoldAck, if set, is read after every hold line and its hold, before
@@ -125,6 +129,9 @@ func (cfg *Config) validate() error {
 	case TrustSDK, TrustReceiveTTL, TrustIgnoreDone:
 	default:
 		errs = append(errs, fmt.Errorf("trust %q: want %s, %s or %s", cfg.Trust, TrustSDK, TrustReceiveTTL, TrustIgnoreDone))
+	}
+	if cfg.Pairs && (len(cfg.Keys) != 2 || cfg.RW || cfg.Limit > 1 || cfg.Trust != TrustSDK) {
+		errs = append(errs, errors.New("pairs: exactly two keys, plain locks, trust sdk"))
 	}
 	if cfg.RW && cfg.Limit > 1 {
 		errs = append(errs, fmt.Errorf("limit %d with rw: a key is a semaphore or a read/write lock", cfg.Limit))
@@ -210,7 +217,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (err error) {
 	}()
 
 	for ctx.Err() == nil && rec.Err() == nil {
-		w.iteration(ctx)
+		if cfg.Pairs {
+			w.pairIteration(ctx)
+		} else {
+			w.iteration(ctx)
+		}
 	}
 	return rec.Err()
 }

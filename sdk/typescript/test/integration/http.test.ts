@@ -77,21 +77,26 @@ test("over HTTP: Heartbeat calls keep a lock past its TTL, each deadline from it
   await it.return?.();
 });
 
-// TTL 6 s: the lock outlives a TTL after the drained replica stopped only if
-// Heartbeat calls to the other replica were answered meanwhile.
-test("over HTTP: a lock stays trusted while its client leaves a draining replica", { timeout: 60_000 }, async (t) => {
+// TTL 6 s: the lock outlives a TTL after each move only if Heartbeat calls
+// to another replica were answered meanwhile. The client is on the first
+// HTTP replica; it is drained and stopped (the client is told to move),
+// then the second, where the client went, is killed (the client learns it
+// from a failed call and moves to the third).
+test("over HTTP: a lock stays trusted while its client leaves a draining replica, then a killed one", { timeout: 90_000 }, async (t) => {
   const first = Number(need("LOCKDTEST_HTTP_REPLICA_FIRST"));
   const c = new Client(need("LOCKDTEST_HTTP_REPLICAS"), { http: true, backoffMinMs: 10, backoffMaxMs: 200 });
   t.after(() => c.close());
   const s = await c.newSession({ ttlMs: 6000 });
   const l = await s.acquire(key("http-drain"));
-  const r = await fetch(`${need("LOCKDTEST_CONTROL")}/replica/${first}/stop`, { method: "POST" }); // drains, then stops
-  assert.equal(r.status, 200, await r.text());
-  const stopped = performance.now();
-  await eventually(3 * s.ttlMs, "a TTL after the stop", () => performance.now() > stopped + s.ttlMs || !l.valid());
-  assert.ok(l.valid() && s.valid(), `lock lost over HTTP after the drain: ${l.err ?? s.err}`);
-  const l2 = await s.acquire(key("http-after-drain"), { signal: AbortSignal.timeout(10_000) }); // on the other replica
-  t.diagnostic(`drain: lock kept ${Math.round(performance.now() - stopped)} ms past the stop (TTL ${s.ttlMs} ms)`);
+  for (const [i, action] of [[first, "stop"], [first + 1, "kill"]] as const) {
+    const r = await fetch(`${need("LOCKDTEST_CONTROL")}/replica/${i}/${action}`, { method: "POST" }); // stop drains first
+    assert.equal(r.status, 200, await r.text());
+    const after = performance.now();
+    await eventually(3 * s.ttlMs, `a TTL after replica ${i} ${action}`, () => performance.now() > after + s.ttlMs || !l.valid());
+    assert.ok(l.valid() && s.valid(), `lock lost over HTTP after replica ${i} ${action}: ${l.err ?? s.err}`);
+    t.diagnostic(`${action}: lock kept ${Math.round(performance.now() - after)} ms past it (TTL ${s.ttlMs} ms)`);
+  }
+  const l2 = await s.acquire(key("http-after-moves"), { signal: AbortSignal.timeout(10_000) }); // on the third replica
   await l2.release();
   await l.release();
 });

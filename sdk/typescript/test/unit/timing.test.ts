@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "../../src/client.js";
-import { InvalidArgumentError, LockLostError, SessionExpiredError } from "../../src/errors.js";
+import { InvalidArgumentError, LockLostError, MaxHoldError, SessionExpiredError } from "../../src/errors.js";
 import { LockLostReason } from "../../src/gen/lockd/v1/lockd_pb.js";
 import { FakeApi, FakeClock, flush, type FakeConfig } from "./fake.js";
 
@@ -115,6 +115,44 @@ test("an answer whose held set omits a lock ends that lock only (TestRevokeWitho
   assert.ok(kept.valid(), `kept lock lost: ${kept.err}`);
   assert.equal(kept.deadline, b.at + rem - margin, "kept lock extended by the answer that lists it");
   assert.equal(s.deadline, b.at + rem - margin, "session extended");
+  await client.close();
+});
+
+test("an answer that omits a lock granted with maxHoldMs ends it with MaxHoldError once the clock reads its Acquire's send time plus maxHoldMs, LockLostError before (TestOmittedPastMaxHoldIsErrMaxHold)", async () => {
+  // C2 #ct2-maxhold-sdk (MAXHOLD-1): no lock-lost notice arrives (as when the
+  // server's held set saw the backend's revoke before its lock-loss watch made
+  // the notice); the SDK names the cause from its own clock. Before the rule
+  // both locks ended with plain LockLostError.
+  const hold = 600_000;
+  const rem = 3_600_000; // every answer's Remaining: the session outlives the fake hour
+  const { clock, api, client } = setup({ ttlMs: 60_000, marginMs: 500, intervalMs: 1000, remainingMs: rem });
+  const s = await client.newSession();
+  await flush();
+  api.stream.answerLast(rem, []);
+  const t0 = clock.now(); // the send time of both Acquires: the fake clock does not move in them
+  const early = await s.acquire("early", { maxHoldMs: hold });
+  const late = await s.acquire("late", { maxHoldMs: hold });
+  assert.equal(clock.now(), t0);
+
+  // The control: omitted 1 ms before t0 + maxHoldMs, the hold cannot be why.
+  let before = api.stream.sent.length;
+  clock.advance(hold - 1);
+  await flush();
+  assert.ok(api.stream.sent.length > before, "no heartbeat while the clock moved");
+  api.stream.answerLast(rem, [{ key: "late", token: late.token }]);
+  assert.ok(early.err instanceof LockLostError && !(early.err instanceof MaxHoldError),
+    `lock omitted at t0 + ${clock.now() - t0} ms, before its maximum hold could end it: err ${early.err}; want LockLostError, not MaxHoldError`);
+  assert.ok(late.valid(), `late lock lost before an answer omitted it: ${late.err}`);
+
+  // Omitted at or past t0 + maxHoldMs: MaxHoldError, which is a LockLostError too.
+  before = api.stream.sent.length;
+  clock.advance(1000); // the next heartbeat goes at t0 + maxHoldMs − 1 ms + 1 s at the latest
+  await flush();
+  assert.ok(api.stream.sent.length > before, "no heartbeat within an interval");
+  api.stream.answerLast(rem, []);
+  assert.ok(late.err instanceof MaxHoldError && late.err instanceof LockLostError,
+    `lock omitted at t0 + ${clock.now() - t0} ms, past its maximum hold ${hold} ms, no notice: err ${late.err}; want MaxHoldError`);
+  assert.equal(s.err, undefined, "session ended; want only the locks lost");
   await client.close();
 });
 

@@ -38,6 +38,7 @@ func main() {
 	fs.UintVar(&limit, "limit", 0, "take every key as a semaphore of this limit (2 or more)")
 	fs.BoolVar(&cfg.RW, "rw", false, "take every key as a read/write lock (shared or exclusive grants)")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (0: the server's)")
+	fs.BoolVar(&cfg.Pairs, "pairs", false, "take -keys' first key, then, holding it, its second (the deadlock scenario)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random choices")
 	holdAck := fs.Bool("hold-ack", false, "after each hold line, wait for a line on stdin before the grant's second write")
 	if err := fs.Parse(os.Args[1:]); err != nil {
