@@ -75,16 +75,14 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 		clientv3.Compare(clientv3.LeaseValue(sk), "=", ss.lease),
 	}
 	var (
-		st   multiState // the range as of rev, once released
+		st   multiState // the range, once released
 		done bool
 	)
+	st, read, err := s.readRange(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcdstore: release: %w", err)
+	}
 	for range 10 {
-		var read int64
-		var err error
-		st, read, err = s.readRange(ctx, key)
-		if err != nil {
-			return fmt.Errorf("etcdstore: release: %w", err)
-		}
 		mine := slices.IndexFunc(st.slots, func(e slotEntry) bool { return string(e.kv.Key) == sk })
 		if mine < 0 || st.slots[mine].kv.ModRevision != rev || clientv3.LeaseID(st.slots[mine].kv.Lease) != ss.lease {
 			return notOwner
@@ -99,7 +97,8 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 		} else {
 			cmps = append(cmps, s.admitsNone(key, st, read)...)
 		}
-		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		// Else: the range again, for the next try (no read of its own).
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(s.multiPrefix(key), clientv3.WithPrefix())).Commit()
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
@@ -110,7 +109,11 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 			done = true
 			break
 		}
-		// Changed since the read (or no longer ours): read again.
+		// Changed since the read (or no longer ours): decide again.
+		read = tr.Header.Revision
+		if st, err = s.decodeMulti(key, tr.Responses[0].GetResponseRange().Kvs); err != nil {
+			return fmt.Errorf("etcdstore: release: %w", err)
+		}
 	}
 	if !done {
 		return fmt.Errorf("%w: etcdstore: release %q: its slots kept changing", store.ErrContention, key)
@@ -181,4 +184,21 @@ func (s *Store) handOverRest(ctx context.Context, key string, st multiState) err
 		}
 	}
 	return nil
+}
+
+// stillThere compares every holder and waiter of st as read: a request
+// queues only while what kept it out is all still there (a delete leaves no
+// key newer than the read, so the range compare alone misses it, and a
+// release that read before this waiter queued hands over to nobody). With
+// more entries than a transaction's compares allow, the waiter's read after
+// queueing finds a slot freed meanwhile, as before.
+func stillThere(st multiState) []clientv3.Cmp {
+	if len(st.slots)+len(st.waiters) > 100 {
+		return nil
+	}
+	cmps := make([]clientv3.Cmp, 0, len(st.slots)+len(st.waiters))
+	for _, e := range append(slices.Clone(st.slots), st.waiters...) {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(e.kv.Key)), "=", e.kv.CreateRevision))
+	}
+	return cmps
 }

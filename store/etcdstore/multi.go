@@ -289,7 +289,7 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 			return store.Grant{Key: key}, false, nil
 		}
 		if mine < 0 {
-			tr, err := s.cli.Txn(ctx).If(unchanged...).Then(
+			tr, err := s.cli.Txn(ctx).If(append(unchanged, stillThere(st)...)...).Then(
 				clientv3.OpPut(wk, entryValue(ss.id, o), clientv3.WithLease(ss.lease)),
 			).Commit()
 			if err != nil {
