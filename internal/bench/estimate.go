@@ -24,6 +24,7 @@ var Optional = []string{scEstimate}
 const (
 	MetricEstimateErrP50 = "|estimate - actual| p50 ms"
 	MetricEstimateErrP90 = "|estimate - actual| p90 ms"
+	MetricEstimateBias   = "estimate - actual p50 ms"
 	MetricEstimateWait50 = "actual wait p50 ms"
 	MetricEstimateShown  = "waits with an estimate %"
 )
@@ -65,14 +66,16 @@ func (r *runner) estimate(ctx context.Context) ([]Row, error) {
 		all = append(all, ss...)
 		r.progressf("%-22s round %d/%d  %-14s %d waits", fmt.Sprintf("estimate c=%d", c), round, r.cfg.Rounds, sysLockd, len(ss))
 	}
-	var errs, actual []time.Duration
+	var errs, signed, actual []time.Duration
 	for _, s := range all {
 		actual = append(actual, s.actual)
 		if s.shown {
 			errs = append(errs, (s.est - s.actual).Abs())
+			signed = append(signed, s.est-s.actual)
 		}
 	}
 	slices.Sort(errs)
+	slices.Sort(signed)
 	slices.Sort(actual)
 	shown := Value(0)
 	if len(all) > 0 {
@@ -84,6 +87,7 @@ func (r *runner) estimate(ctx context.Context) ([]Row, error) {
 	return []Row{
 		{Scenario: scEstimate, Concurrency: c, Metric: MetricEstimateErrP50, Lockd: percentile(errs, 50), Note: note},
 		{Scenario: scEstimate, Concurrency: c, Metric: MetricEstimateErrP90, Lockd: percentile(errs, 90), Note: note},
+		{Scenario: scEstimate, Concurrency: c, Metric: MetricEstimateBias, Lockd: percentile(signed, 50), Note: note},
 		{Scenario: scEstimate, Concurrency: c, Metric: MetricEstimateWait50, Lockd: percentile(actual, 50), Note: note},
 		{Scenario: scEstimate, Concurrency: c, Metric: MetricEstimateShown, Lockd: shown, Note: note},
 	}, nil

@@ -104,7 +104,8 @@ Scenarios (--scenarios, comma-separated; default all):
   estimate   (not in the default run: name it) the wait estimate (issue 27):
              as many clients as the first --contended-concurrency loop on one key,
              holding it 10-50 ms (uniform), each polling Inspect every 5 ms
-             while it waits: |estimate - actual| p50/p90 over the waits
+             while it waits: |estimate - actual| p50/p90 (and the signed
+             median: the bias) over the waits
              after the warm-up, from the first answer listing the waiter
              to its grant; lockd only, its clients in the bench process
 

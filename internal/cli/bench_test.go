@@ -581,7 +581,7 @@ func TestBenchEstimate(t *testing.T) {
 			got[r.Metric] = *r.Lockd
 		}
 	}
-	for _, m := range []string{bench.MetricEstimateErrP50, bench.MetricEstimateErrP90, bench.MetricEstimateWait50, bench.MetricEstimateShown} {
+	for _, m := range []string{bench.MetricEstimateErrP50, bench.MetricEstimateErrP90, bench.MetricEstimateBias, bench.MetricEstimateWait50, bench.MetricEstimateShown} {
 		if _, ok := got[m]; !ok {
 			t.Errorf("no row %q in %+v", m, rep.Rows)
 		}

@@ -167,6 +167,17 @@ type lockJSON struct {
 	// free key, how long a lock-delay still keeps it (C2 #ct2-delay).
 	LockDelayMs      int64 `json:"lock_delay_ms,omitempty"`
 	DelayRemainingMs int64 `json:"delay_remaining_ms,omitempty"`
+	// WaitEstimates (inspect only) are the waiters' wait estimates, in
+	// queue order; absent when the server has none (C2
+	// #ct2-wait-estimate).
+	WaitEstimates []waitJSON `json:"wait_estimates,omitempty"`
+}
+
+// waitJSON is one waiter's wait estimate.
+type waitJSON struct {
+	Session    string `json:"session"`
+	Position   int    `json:"position"`
+	EstimateMs int64  `json:"estimate_ms"`
 }
 
 // holderJSON is one holder of a semaphore or read/write key.
@@ -213,6 +224,9 @@ func toJSON(info client.LockInfo, now time.Time) lockJSON {
 		at := info.AcquiredAt.UTC()
 		j.AcquiredAt = &at
 		j.HeldForMs = heldFor(info, now).Milliseconds()
+	}
+	for _, e := range info.WaitEstimates {
+		j.WaitEstimates = append(j.WaitEstimates, waitJSON{e.Session, e.Position, e.Wait.Milliseconds()})
 	}
 	if j.Kind = multiKind(info); j.Kind != "" {
 		j.Limit = info.Limit

@@ -76,6 +76,11 @@ func newInspectCmd(e *env) *cobra.Command {
 		fmt.Fprintf(&b, "waiters:   %d\n", len(info.Waiters))
 		for i, w := range info.Waiters {
 			fmt.Fprintf(&b, "  %d. %s\n", i+1, w)
+			for _, e := range info.WaitEstimates { // C2 #ct2-wait-estimate: none when the server has none
+				if e.Session == w {
+					fmt.Fprintf(&b, "     estimated wait %.1fs (not a promise)\n", e.Wait.Seconds())
+				}
+			}
 		}
 		_, err = fmt.Fprint(e.stdout, b.String())
 		return err

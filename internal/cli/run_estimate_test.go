@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -36,6 +37,17 @@ func TestRunWaitEstimate(t *testing.T) {
 		testkit.Eventually(t, 30*time.Second, "run's waiting line with an estimate", func() bool {
 			return re.MatchString(r.stderr.String())
 		})
+		// lockd inspect shows it too, in text and JSON.
+		res = lockd(t, environ, "inspect", "eta/k")
+		if !regexp.MustCompile(`\n  1\. \S+\n     estimated wait \d+\.\ds \(not a promise\)\n`).MatchString(res.stdout) {
+			t.Errorf("inspect eta/k: want the waiter's estimate:\n%s", res.stdout)
+		}
+		res = lockd(t, environ, "inspect", "-o", "json", "eta/k")
+		var one lockJSON
+		if err := json.Unmarshal([]byte(res.stdout), &one); err != nil || len(one.WaitEstimates) != 1 ||
+			one.WaitEstimates[0].Position != 1 || one.WaitEstimates[0].Session != one.Waiters[0] {
+			t.Errorf("inspect -o json eta/k: %v (%v); want one wait estimate, position 1, of the waiter", res.stdout, err)
+		}
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}

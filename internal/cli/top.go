@@ -27,11 +27,21 @@ type topHolder struct {
 	since   time.Time // when top learnt of the grant (or the server's acquired-at)
 }
 
+// topWait is a key with waiters: how many, and the wait estimates of the
+// first and last in line (C2 #ct2-wait-estimate; has false: none).
+type topWait struct {
+	key         string
+	n           int
+	first, last time.Duration
+	has         bool
+}
+
 // topModel is the bubbletea model of lockd top.
 type topModel struct {
 	server, prefix string
 	holders        map[string]topHolder
 	hot            client.HotKeysInfo
+	waits          []topWait // the keys by contention that have waiters now
 	polled         time.Time
 	err            string
 	now            func() time.Time
@@ -40,8 +50,9 @@ type topModel struct {
 type (
 	topEventMsg client.Event
 	topHotMsg   struct {
-		hk  client.HotKeysInfo
-		err error
+		hk    client.HotKeysInfo
+		waits []topWait
+		err   error
 	}
 	topWatchEndMsg struct{ err error }
 )
@@ -69,7 +80,7 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.err != nil {
 			m.err = "hot keys: " + msg.err.Error()
 		} else {
-			m.hot, m.err = msg.hk, ""
+			m.hot, m.waits, m.err = msg.hk, msg.waits, ""
 		}
 	case topWatchEndMsg:
 		m.err = "watch ended: " + msg.err.Error()
@@ -95,6 +106,16 @@ func (m *topModel) View() string {
 		}
 		h := m.holders[k]
 		fmt.Fprintf(&b, "  %-32s %8d %-20s %-16s %s\n", displayKey(k), h.token, h.session, h.owner, now.Sub(h.since).Truncate(time.Second))
+	}
+	if len(m.waits) > 0 {
+		b.WriteString("\nWAITERS (keys by contention; estimates are not promises)\n")
+		for _, w := range m.waits {
+			est := "no estimate yet"
+			if w.has {
+				est = fmt.Sprintf("next in ~%.1fs, last in ~%.1fs", w.first.Seconds(), w.last.Seconds())
+			}
+			fmt.Fprintf(&b, "  %-32s %4d waiting  %s\n", displayKey(w.key), w.n, est)
+		}
 	}
 	if !m.hot.Enabled && !m.polled.IsZero() && m.err == "" {
 		b.WriteString("\nHOT KEYS: off on this server (lock.server.stats.enabled)\n")
@@ -126,8 +147,11 @@ func newTopCmd(e *env) *cobra.Command {
 		Long: `Top shows the keys held under PREFIX (all keys without one), kept current
 from the watch stream, and the hot keys of the lockd process it is
 connected to — by summed wait, summed hold and waiting acquires over the
-last 30 to 60 seconds (C2 #ct2-hotkeys) — polled every --interval. Keys the
-caller may not read are not shown. q, Esc or Ctrl+C quits.`,
+last 30 to 60 seconds (C2 #ct2-hotkeys) — polled every --interval. The keys
+ranked by waiting acquires that have waiters now are inspected each poll:
+how many wait, and the server's wait estimates of the first and last in
+line (C2 #ct2-wait-estimate; not promises). Keys the caller may not read
+are not shown. q, Esc or Ctrl+C quits.`,
 		Args: maxArgs(1, "at most a PREFIX"),
 	}
 	cf := addClientFlags(cmd, e)
@@ -195,7 +219,7 @@ caller may not read are not shown. q, Esc or Ctrl+C quits.`,
 				if ctx.Err() != nil {
 					return
 				}
-				p.Send(topHotMsg{hk, err})
+				p.Send(topHotMsg{hk, topWaits(ctx, c, hk), err})
 				select {
 				case <-ctx.Done():
 					return
@@ -209,4 +233,22 @@ caller may not read are not shown. q, Esc or Ctrl+C quits.`,
 		return nil
 	}
 	return cmd
+}
+
+// topWaits inspects the keys of hk's contention ranking (at most its
+// limit) and returns those with waiters, with their wait estimates.
+func topWaits(ctx context.Context, c *client.Client, hk client.HotKeysInfo) []topWait {
+	var ws []topWait
+	for _, h := range hk.ByContention {
+		info, err := c.Inspect(ctx, h.Key)
+		if err != nil || len(info.Waiters) == 0 {
+			continue
+		}
+		w := topWait{key: h.Key, n: len(info.Waiters)}
+		if es := info.WaitEstimates; len(es) > 0 {
+			w.first, w.last, w.has = es[0].Wait, es[len(es)-1].Wait, true
+		}
+		ws = append(ws, w)
+	}
+	return ws
 }

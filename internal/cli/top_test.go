@@ -55,6 +55,10 @@ func TestTop(t *testing.T) {
 	shows("the key held before top started", regexp.MustCompile(`t/before\s+\d+ `))
 	hold(t, srv.Client, "t/after")
 	shows("the key acquired while top runs", regexp.MustCompile(`t/after\s+\d+ `))
+	// A hold of the template t/ ends: the waiter below gets an estimate.
+	if err := hold(t, srv.Client, "t/ended").Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	hold(t, srv.Client, "t/hot")
 	s, err := srv.Client.NewSession(ctx)
 	if err != nil {
@@ -66,6 +70,7 @@ func TestTop(t *testing.T) {
 	go func() { _, err := s.Acquire(wctx, "t/hot"); waited <- err }() // ends at wcancel
 	defer func() { wcancel(); <-waited }()
 	shows("the key waited for, by contention", regexp.MustCompile(`t/hot\s+\d+ waiting acquires`))
+	shows("its waiter with an estimate", regexp.MustCompile(`t/hot\s+1 waiting  next in ~\d+\.\ds, last in ~\d+\.\ds`))
 	if _, err := ptmx.Write([]byte("q")); err != nil {
 		t.Fatal(err)
 	}
