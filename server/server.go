@@ -342,7 +342,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 	s.wg.Wait()
-	errs = append(errs, s.shutdownTracing(ctx)) // after every span ended
+	s.shutdownTracing(ctx) // after every span ended
 	return errors.Join(errs...)
 }
 

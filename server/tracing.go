@@ -9,8 +9,10 @@ import (
 	"net/textproto"
 	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -80,7 +82,7 @@ func newTracerProvider(c Config, exp sdktrace.SpanExporter) (*sdktrace.TracerPro
 	)
 	// New does not connect: an unreachable collector fails no start.
 	if c.TracingOTLPProtocol == TracingHTTP {
-		o := []otlptracehttp.Option{}
+		o := []otlptracehttp.Option{otlptracehttp.WithTimeout(tracingFlushTimeout)}
 		if c.TracingOTLPEndpoint != "" {
 			o = append(o, otlptracehttp.WithEndpoint(c.TracingOTLPEndpoint))
 		}
@@ -91,7 +93,7 @@ func newTracerProvider(c Config, exp sdktrace.SpanExporter) (*sdktrace.TracerPro
 		}
 		e, err = otlptracehttp.New(context.Background(), o...)
 	} else {
-		o := []otlptracegrpc.Option{}
+		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(tracingFlushTimeout)}
 		if c.TracingOTLPEndpoint != "" {
 			o = append(o, otlptracegrpc.WithEndpoint(c.TracingOTLPEndpoint))
 		}
@@ -142,13 +144,24 @@ func traceHeaders(h string) (string, bool) {
 	return "", false
 }
 
-// shutdownTracing flushes and stops the tracer provider (end of Shutdown).
-func (s *Server) shutdownTracing(ctx context.Context) error {
+// tracingFlushTimeout bounds every OTLP export, retries included, and so
+// the flush at shutdown (C5 #ct5-tracing).
+const tracingFlushTimeout = 5 * time.Second
+
+// shutdownTracing flushes and stops the tracer provider (end of Shutdown),
+// within about tracingFlushTimeout; a failure (an unreachable collector)
+// goes to OpenTelemetry's error handler (lockd serve: tracing_error), not
+// to Shutdown's error.
+func (s *Server) shutdownTracing(ctx context.Context) {
 	if s.tp == nil {
-		return nil
+		return
 	}
+	// Not cut short by ctx: the export under way ends by its own timeout
+	// (tracingFlushTimeout), and Shutdown returns only once it has, so no
+	// exporter goroutine outlives the server.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlushTimeout+time.Second)
+	defer cancel()
 	if err := s.tp.Shutdown(ctx); err != nil {
-		return fmt.Errorf("server: tracing shutdown: %w", err)
+		otel.Handle(fmt.Errorf("tracing shutdown: %w", err))
 	}
-	return nil
 }

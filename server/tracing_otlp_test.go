@@ -106,6 +106,36 @@ func TestTracingOTLP(t *testing.T) {
 		cfg.TracingEnabled, cfg.TracingOTLPInsecure, cfg.TracingOTLPEndpoint = true, true, lis.Addr().String()
 		otlpAcquire(t, cfg, col)
 	})
+	t.Run("unreachable", func(t *testing.T) {
+		// A collector that is not there fails no call, and the stop
+		// neither fails nor waits more than the flush bound (5 s).
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := lis.Addr().String()
+		_ = lis.Close()
+		cfg := lockdtest.Config()
+		cfg.TracingEnabled, cfg.TracingOTLPInsecure, cfg.TracingOTLPEndpoint = true, true, addr
+		srv := lockdtest.StartBackend(t, "etcd", lockdtest.Options{Config: &cfg})
+		ctx := testkit.Context(t, time.Minute)
+		sess, err := srv.Client.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		if _, err := sess.Acquire(ctx, "otlp/k"); err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		_ = sess.Close(ctx)
+		start := time.Now()
+		if err := srv.Stop(); err != nil {
+			t.Fatalf("Stop with an unreachable collector: %v; want nil", err)
+		}
+		t.Logf("Stop took %v", time.Since(start))
+		if d := time.Since(start); d > 8*time.Second { // the flush bound (5 s), with room for a loaded machine; the exporter alone would take its 10 s timeout
+			t.Fatalf("Stop took %v with an unreachable collector; the flush is bounded by 5 s", d)
+		}
+	})
 	t.Run("http-tls", func(t *testing.T) {
 		col := &collector{}
 		hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
