@@ -104,13 +104,49 @@ func addrList(rs []*lockd, first int) string {
 // startEtcdCluster starts n test/cmd/etcd members of one cluster (launched
 // together: none serves before a quorum does) and returns every member's
 // client URL, comma-separated. They are stopped when the test ends.
+//
+// The ports are chosen before the members bind them (the initial cluster
+// names every peer URL), so another process on the machine can take one in
+// between: a member then exits with "address already in use" (seen beside
+// other tests: "etcd-m1 … bind: address already in use", issue 21). The
+// whole cluster is then started again on other ports, up to
+// etcdStartAttempts times.
 func startEtcdCluster(t *testing.T, bins binaries, n int) string {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		endpoints, err := launchEtcdCluster(t, bins, n)
+		if err == nil {
+			return endpoints
+		}
+		if !strings.Contains(err.Error(), "address already in use") || attempt == etcdStartAttempts {
+			t.Fatalf("etcd cluster, attempt %d of %d: %v", attempt, etcdStartAttempts, err)
+		}
+		t.Logf("etcd cluster, attempt %d: %v; again on other ports", attempt, err)
+	}
+}
+
+// etcdStartAttempts bounds the starts of a cluster that another process
+// took a chosen port from.
+const etcdStartAttempts = 3
+
+// takePorts, when set (tests only), runs with the addresses chosen for an
+// attempt before its members are launched.
+var takePorts func(addrs []string)
+
+// launchEtcdCluster is one attempt of startEtcdCluster. A member that exits
+// before its ready line ends the attempt: every member of it is killed and
+// the error carries that member's stderr.
+func launchEtcdCluster(t *testing.T, bins binaries, n int) (string, error) {
+	t.Helper()
 	type member struct{ name, client, peer string }
+	addrs := freeAddrs(t, 2*n)
+	if takePorts != nil {
+		takePorts(addrs)
+	}
 	ms := make([]member, n)
 	var cluster []string
 	for i := range ms {
-		ms[i] = member{name: fmt.Sprintf("m%d", i), client: "http://" + freeAddr(t), peer: "http://" + freeAddr(t)}
+		ms[i] = member{name: fmt.Sprintf("m%d", i), client: "http://" + addrs[2*i], peer: "http://" + addrs[2*i+1]}
 		cluster = append(cluster, ms[i].name+"="+ms[i].peer)
 	}
 	dir := t.TempDir()
@@ -123,28 +159,67 @@ func startEtcdCluster(t *testing.T, bins binaries, n int) string {
 			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
 		}, nil)
 	}
+	// Every member's ready line, or the first to exit without one (the
+	// others wait for a quorum that member would have made).
+	got := make([]string, n)
+	deadline := time.Now().Add(startTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for ready := 0; ready < n; {
+		for i, p := range procs {
+			if got[i] != "" {
+				continue
+			}
+			select {
+			case l := <-lines[i]:
+				if !strings.HasPrefix(l, "etcd serving endpoints=") {
+					t.Fatalf("%s printed %q; want a line starting with %q", p.name, l, "etcd serving endpoints=")
+				}
+				got[i] = l
+				ready++
+				continue
+			default:
+			}
+			if !p.running() {
+				for _, q := range procs {
+					q.kill(t)
+				}
+				return "", fmt.Errorf("%s exited (%v) before printing its ready line; stderr:\n%s", p.name, p.err, p.stderrTail(40))
+			}
+		}
+		if ready < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("etcd cluster: %d of %d members ready within %v", ready, n, startTimeout)
+			}
+			<-tick.C
+		}
+	}
 	var endpoints []string
 	for i, p := range procs {
-		line := p.awaitReady(t, lines[i], "etcd serving endpoints=")
-		endpoints = append(endpoints, strings.TrimPrefix(line, "etcd serving endpoints="))
+		endpoints = append(endpoints, strings.TrimPrefix(got[i], "etcd serving endpoints="))
 		t.Cleanup(func() {
 			if p.running() {
 				p.stop(t)
 			}
 		})
 	}
-	return strings.Join(endpoints, ",")
+	return strings.Join(endpoints, ","), nil
 }
 
-// freeAddr returns a free loopback host:port.
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct free loopback host:port addresses: each
+// listener stays open until all are chosen, so none is handed out twice.
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // TestParityReplicas runs every multi-replica scenario on every replica row
