@@ -87,7 +87,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	binDir := t.TempDir()
-	bins, err := runner.Build(context.Background(), binDir, os.Getenv(envRace) == "1")
+	bins, err := runner.Build(context.Background(), binDir, os.Getenv(envRace) == "1", specs)
 	if err != nil {
 		t.Fatal(err)
 	}

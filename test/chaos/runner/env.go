@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,11 +40,13 @@ type Binaries struct {
 
 // Build builds lockd, the worker and the etcd member into dir with the go
 // command (go build -o dir), from the module that contains the working
-// directory, and the worker once more with the SDK's receive-time control
-// (dir/recvtime) and lockd once more with the server's stale-record control
-// (dir/stale) and once with the deadlock detector's control
-// (dir/deadlockoff). race adds -race.
-func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
+// directory, and the control builds the scenarios of specs break (with
+// their breaks on): the worker once more with the SDK's receive-time
+// control (dir/recvtime), lockd once more with the server's stale-record
+// control (dir/stale) and once with the deadlock detector's control
+// (dir/deadlockoff). A control build left out leaves its field empty.
+// race adds -race.
+func Build(ctx context.Context, dir string, race bool, specs []Spec) (Binaries, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return Binaries{}, fmt.Errorf("build: go env GOMOD: %w", err)
@@ -52,56 +55,46 @@ func Build(ctx context.Context, dir string, race bool) (Binaries, error) {
 	if root == "." || root == "" {
 		return Binaries{}, errors.New("build: not inside the lockd module")
 	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	if race {
-		args = append(args, "-race")
+	build := func(tag, out string, pkgs ...string) error {
+		args := []string{"build", "-o", out}
+		if tag != "" {
+			args = append(args, "-tags", tag)
+		}
+		if race {
+			args = append(args, "-race")
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build: go %s: %w\n%s", strings.Join(cmd.Args[1:], " "), err, out)
+		}
+		return nil
 	}
-	args = append(args, "./cmd/lockd", "./test/chaos/cmd/chaos-worker", "./test/cmd/etcd")
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	recvDir := filepath.Join(dir, "recvtime")
-	args = []string{"build", "-tags", "lockd_recvtime_control", "-o", filepath.Join(recvDir, "chaos-worker")}
-	if race {
-		args = append(args, "-race")
-	}
-	args = append(args, "./test/chaos/cmd/chaos-worker")
-	cmd = exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	staleDir := filepath.Join(dir, "stale")
-	args = []string{"build", "-tags", "lockd_stale_control", "-o", filepath.Join(staleDir, "lockd")}
-	if race {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/lockd")
-	cmd = exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	dlDir := filepath.Join(dir, "deadlockoff")
-	args = []string{"build", "-tags", "lockd_deadlock_off_control", "-o", filepath.Join(dlDir, "lockd")}
-	if race {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/lockd")
-	cmd = exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("build: go %s: %w\n%s", strings.Join(args, " "), err, out)
+	if err := build("", dir+string(filepath.Separator), "./cmd/lockd", "./test/chaos/cmd/chaos-worker", "./test/cmd/etcd"); err != nil {
+		return Binaries{}, err
 	}
 	b := Binaries{
-		LockdDeadlockOff: filepath.Join(dlDir, "lockd"),
-		LockdStale:       filepath.Join(staleDir, "lockd"),
-		Lockd:            filepath.Join(dir, "lockd"),
-		Worker:           filepath.Join(dir, "chaos-worker"),
-		Etcd:             filepath.Join(dir, "etcd"),
-		WorkerRecvTime:   filepath.Join(recvDir, "chaos-worker"),
+		Lockd:  filepath.Join(dir, "lockd"),
+		Worker: filepath.Join(dir, "chaos-worker"),
+		Etcd:   filepath.Join(dir, "etcd"),
+	}
+	controls := []struct {
+		c             Control
+		tag, sub, pkg string
+		bin           *string
+	}{
+		{RecvTimeSDK, "lockd_recvtime_control", "recvtime", "./test/chaos/cmd/chaos-worker", &b.WorkerRecvTime},
+		{StaleRecord, "lockd_stale_control", "stale", "./cmd/lockd", &b.LockdStale},
+		{DeadlockOff, "lockd_deadlock_off_control", "deadlockoff", "./cmd/lockd", &b.LockdDeadlockOff},
+	}
+	for _, c := range controls {
+		if !slices.ContainsFunc(specs, func(s Spec) bool { return s.breaks(c.c) }) {
+			continue
+		}
+		*c.bin = filepath.Join(dir, c.sub, filepath.Base(c.pkg))
+		if err := build(c.tag, *c.bin, c.pkg); err != nil {
+			return Binaries{}, err
+		}
 	}
 	pythonBinaries(root, &b)
 	typescriptBinaries(root, dir, &b)
