@@ -40,6 +40,8 @@ var sdkScenarios = []sdkScenario{
 	{"lock-delay", onShared(agentLockDelay)},
 	{"death-lockd-sigkill", agentLockdSigkill},
 	{"check-token", onShared(agentCheckToken)},
+	{"deadlock", onShared(agentDeadlock)},
+	{"acquire-all", onShared(agentAcquireAll)},
 }
 
 // sdkSkipped are the scenarios not run through the agents, and why.
@@ -50,8 +52,6 @@ var sdkSkipped = map[string]string{
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
-	"acquire-all":            "the agents' JSON-lines protocol has no several-keys op yet; both SDKs' acquire_all/acquireAll are tested against real servers on both backends: sdk/python/tests/test_acquire_all.py, sdk/typescript/test/integration/acquire_all.test.ts",
-	"deadlock":               "the agents' JSON-lines protocol has no deadlock-check opt-out yet; both SDKs' refusal and opt-out are tested against real servers on both backends: sdk/python/tests/test_integration.py test_deadlock, sdk/typescript/test/integration/lockd.test.ts \"deadlock\"",
 }
 
 // sdkBackends are the rows the agents run on: the base backends (the TLS
