@@ -39,6 +39,7 @@ var sdkScenarios = []sdkScenario{
 	{"max-hold", onShared(agentMaxHold)},
 	{"lock-delay", onShared(agentLockDelay)},
 	{"death-lockd-sigkill", agentLockdSigkill},
+	{"check-token", onShared(agentCheckToken)},
 }
 
 // sdkSkipped are the scenarios not run through the agents, and why.
@@ -50,7 +51,6 @@ var sdkSkipped = map[string]string{
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
 	"acquire-all":            "the agents' JSON-lines protocol has no several-keys op yet; both SDKs' acquire_all/acquireAll are tested against real servers on both backends: sdk/python/tests/test_acquire_all.py, sdk/typescript/test/integration/acquire_all.test.ts",
-	"check-token":            "the agents' JSON-lines protocol has no check op; both SDKs' CheckToken is tested against real servers on both backends: sdk/python/tests/test_integration.py test_check_token, sdk/typescript/test/integration/lockd.test.ts \"checkToken\"",
 	"deadlock":               "the agents' JSON-lines protocol has no deadlock-check opt-out yet; both SDKs' refusal and opt-out are tested against real servers on both backends: sdk/python/tests/test_integration.py test_deadlock, sdk/typescript/test/integration/lockd.test.ts \"deadlock\"",
 }
 

@@ -11,7 +11,8 @@ notices; stderr is free text):
   "error": NAME, "reason": WIRE_REASON, "message": TEXT}``. NAME is the Go
   SDK's sentinel name for the exception class (``ErrLocked``,
   ``ErrWaitTimeout``, ``ErrLockLost`` ...; ``context.Canceled`` for a
-  cancelled call), so outcome strings compare across SDKs.
+  cancelled call), so outcome strings compare across SDKs. An
+  ``ErrDeadlock`` reply also carries ``keys``, the cycle's keys.
 - notice (no ``id``): ``{"event": "lost", "lock": H, "error": NAME}`` when a
   lock's trust ends (not for a release); ``{"event": "watch", "watch": H,
   "kind": "acquired", "key", "session", "token", "owner", "labels", "value"}`` per
@@ -26,8 +27,11 @@ Objects are named by handles the replies return (``c1``, ``s1``, ``l1``,
           ca_file?, cert_file?, key_file?, token_file?}   -> {client}
   session {client, ttl?, owner?, labels?, lock_delay?}    -> {session, session_id}
   acquire {session, key, timeout?, value?, limit?, mode?: "shared"|"exclusive",
-           lock_delay?, max_hold?}                        -> {lock, token}
-  try_acquire {same, no timeout}                          -> {lock, token}
+           lock_delay?, max_hold?, no_deadlock_check?}    -> {lock, token}
+  try_acquire {same, no timeout, no no_deadlock_check}    -> {lock, token}
+  acquire_all {session, keys: [..], timeout?, no_deadlock_check?}
+                                                          -> {locks: [{lock, key, token}]}
+  try_acquire_all {session, keys: [..]}                   -> {locks: [{lock, key, token}]}
   campaign {session, name, value, timeout?}               -> {lock, token}
   cancel {call}: cancels the waiting acquire/campaign of request id call -> {}
   release {lock} | set_value {lock, value} | proclaim {lock, value}  -> {}
@@ -38,6 +42,7 @@ Objects are named by handles the replies return (``c1``, ``s1``, ``l1``,
                               lock_delay, delay_remaining}
   list {client, prefix}   -> {keys, locks: [{key, session, token, owner, value}]}
   revoke {client, key}    -> {held, session, token}
+  check {client, key, token, cached?} -> {current, tokens, cached}
   watch {client, prefix, holders?} -> {watch}; stop_watch {watch} -> {}
   observe {client, name}  -> {observer}; stop_observe {observer} -> {}
   close_client {client}   -> {}
@@ -63,7 +68,7 @@ _NAMES = [
     (errors.LimitMismatch, "ErrLimitMismatch"), (errors.InvalidArgument, "ErrInvalidArgument"),
     (errors.SessionExpired, "ErrSessionExpired"), (errors.SessionDead, "ErrSessionDead"),
     (errors.NotOwner, "ErrNotOwner"), (errors.Locked, "ErrLocked"), (errors.WaitTimeout, "ErrWaitTimeout"),
-    (errors.MaxHold, "ErrMaxHold"), (errors.LockLost, "ErrLockLost"), (errors.Released, "ErrReleased"),
+    (errors.Deadlock, "ErrDeadlock"), (errors.MaxHold, "ErrMaxHold"), (errors.LockLost, "ErrLockLost"), (errors.Released, "ErrReleased"),
     (errors.Closed, "ErrClosed"), (errors.LimitReached, "ErrLimit"), (errors.Internal, "ErrInternal"),
     (errors.Unavailable, "ErrUnavailable"), (errors.PermissionDenied, "ErrPermissionDenied"),
     (errors.Cancelled, "context.Canceled"), (errors.DeadlineExceeded, "context.DeadlineExceeded"),
@@ -145,7 +150,10 @@ class Agent:
             res = fn(rid, req) or {}
             self.send({"id": rid, "ok": True, **res})
         except errors.LockdError as e:
-            self.send({"id": rid, "ok": False, "error": err_name(e), "reason": e.reason, "message": str(e)})
+            msg = {"id": rid, "ok": False, "error": err_name(e), "reason": e.reason, "message": str(e)}
+            if isinstance(e, errors.Deadlock):
+                msg["keys"] = e.keys
+            self.send(msg)
         except Exception as e:  # a bug of the agent or a bad request: say so, keep serving
             self.send({"id": rid, "ok": False, "error": f"unexpected({type(e).__name__})", "message": str(e)})
 
@@ -192,10 +200,22 @@ class Agent:
 
     def op_acquire(self, rid, r):
         s = self.get(r["session"])
-        return self._lock(self._waiting(rid, lambda c: s.acquire(r["key"], r.get("timeout"), c, **self._kw(r))))
+        return self._lock(self._waiting(rid, lambda c: s.acquire(
+            r["key"], r.get("timeout"), c, no_deadlock_check=r.get("no_deadlock_check", False), **self._kw(r))))
 
     def op_try_acquire(self, rid, r):
         return self._lock(self.get(r["session"]).try_acquire(r["key"], **self._kw(r)))
+
+    def _locks(self, ls):
+        return {"locks": [{"key": l.key, **self._lock(l)} for l in ls]}
+
+    def op_acquire_all(self, rid, r):
+        s = self.get(r["session"])
+        return self._locks(self._waiting(rid, lambda c: s.acquire_all(
+            r["keys"], r.get("timeout"), c, no_deadlock_check=r.get("no_deadlock_check", False))))
+
+    def op_try_acquire_all(self, rid, r):
+        return self._locks(self.get(r["session"]).try_acquire_all(r["keys"]))
 
     def op_campaign(self, rid, r):
         s = self.get(r["session"])
@@ -250,6 +270,10 @@ class Agent:
     def op_revoke(self, rid, r):
         i = self.get(r["client"]).revoke(r["key"])
         return {"held": i.held, "session": i.session, "token": i.token}
+
+    def op_check(self, rid, r):
+        tc = self.get(r["client"]).check_token(r["key"], r["token"], cached=r.get("cached", False))
+        return {"current": tc.current, "tokens": list(tc.tokens), "cached": tc.cached}
 
     def _pump(self, h, it, render):
         def run():

@@ -10,7 +10,8 @@
 // - reply: {"id": N, "ok": true, ...results} or {"id": N, "ok": false,
 //   "error": NAME, "reason": WIRE_REASON, "message": TEXT}, NAME the Go SDK's
 //   sentinel name (ErrLocked, ErrWaitTimeout, ErrLockLost, …;
-//   context.Canceled for a cancelled call).
+//   context.Canceled for a cancelled call); an ErrDeadlock reply also
+//   carries "keys", the cycle's keys.
 // - notice (no id): {"event": "lost", "lock": H, "error": NAME} when a lock's
 //   trust ends (not for a release); {"event": "watch", "watch": H, "kind",
 //   "key", "session", "token", "owner", "labels", "value"} per watch event ("error" on
@@ -20,7 +21,7 @@
 // values UTF-8 text, tokens JSON numbers (exact below 2^53).
 import { createInterface } from "node:readline";
 import {
-  Client, ClosedError, InternalError, InvalidArgumentError, Leadership, LimitError, LimitMismatchError, Lock,
+  Client, ClosedError, DeadlockError, InternalError, InvalidArgumentError, Leadership, LimitError, LimitMismatchError, Lock,
   LockdError, LockedError, LockLostError, MaxHoldError, NotOwnerError, PermissionDeniedError, ReleasedError,
   Session, SessionDeadError, SessionExpiredError, UnavailableError, WaitTimeoutError, type TryAcquireOptions,
 } from "../src/index.js";
@@ -30,7 +31,7 @@ type Req = Record<string, unknown> & { id?: number; op?: string };
 const NAMES: [new (...a: never[]) => Error, string][] = [
   [LimitMismatchError, "ErrLimitMismatch"], [InvalidArgumentError, "ErrInvalidArgument"],
   [SessionExpiredError, "ErrSessionExpired"], [SessionDeadError, "ErrSessionDead"], [NotOwnerError, "ErrNotOwner"],
-  [LockedError, "ErrLocked"], [WaitTimeoutError, "ErrWaitTimeout"], [MaxHoldError, "ErrMaxHold"],
+  [LockedError, "ErrLocked"], [WaitTimeoutError, "ErrWaitTimeout"], [DeadlockError, "ErrDeadlock"], [MaxHoldError, "ErrMaxHold"],
   [LockLostError, "ErrLockLost"], [ReleasedError, "ErrReleased"], [ClosedError, "ErrClosed"], [LimitError, "ErrLimit"],
   [InternalError, "ErrInternal"], [UnavailableError, "ErrUnavailable"], [PermissionDeniedError, "ErrPermissionDenied"],
 ];
@@ -124,8 +125,21 @@ class Agent {
       }
       case "acquire": {
         const s = this.get(r.session, Session);
-        const l = await this.waiting(id, (signal) => s.acquire(String(r.key), { ...this.opts(r), signal, waitTimeoutMs: ms(r.timeout) }));
+        const l = await this.waiting(id, (signal) => s.acquire(String(r.key), {
+          ...this.opts(r), signal, waitTimeoutMs: ms(r.timeout), noDeadlockCheck: !!r.no_deadlock_check,
+        }));
         return this.lock(l);
+      }
+      case "acquire_all": {
+        const s = this.get(r.session, Session);
+        const ls = await this.waiting(id, (signal) => s.acquireAll(r.keys as string[], {
+          signal, waitTimeoutMs: ms(r.timeout), noDeadlockCheck: !!r.no_deadlock_check,
+        }));
+        return { locks: ls.map((l) => ({ key: l.key, ...this.lock(l) })) };
+      }
+      case "try_acquire_all": {
+        const ls = await this.get(r.session, Session).tryAcquireAll(r.keys as string[]);
+        return { locks: ls.map((l) => ({ key: l.key, ...this.lock(l) })) };
       }
       case "try_acquire":
         return this.lock(await this.get(r.session, Session).tryAcquire(String(r.key), this.opts(r)));
@@ -183,6 +197,10 @@ class Agent {
       case "revoke": {
         const v = await this.get(r.client, Client).revoke(String(r.key));
         return { held: v.revoked, session: v.session, token: Number(v.token) };
+      }
+      case "check": {
+        const tc = await this.get(r.client, Client).checkToken(String(r.key), BigInt(Number(r.token ?? 0)), { cached: !!r.cached });
+        return { current: tc.current, tokens: tc.tokens.map(Number), cached: tc.cached };
       }
       case "watch": {
         const ac = new AbortController();
@@ -254,7 +272,7 @@ async function main(): Promise<void> {
       (res) => agent.send({ id: req.id ?? 0, ok: true, ...(res ?? {}) }),
       (e: unknown) => agent.send({
         id: req.id ?? 0, ok: false, error: errName(e), reason: e instanceof LockdError ? e.reason : "",
-        message: e instanceof Error ? e.message : String(e),
+        message: e instanceof Error ? e.message : String(e), ...(e instanceof DeadlockError ? { keys: e.keys } : {}),
       }),
     );
     pending.add(p);
