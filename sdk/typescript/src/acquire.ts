@@ -156,7 +156,7 @@ export async function sendAcquire<T>(s: Session, keys: string[], req: AcquireReq
             throw e;
           }
         }
-      });
+      }, userSignal ? undefined : s.callSignal);
     } catch (e) {
       if (s.err && !userSignal?.aborted) throw s.err; // the session ended while waiting
       s.checkServerErr(e);

@@ -261,8 +261,10 @@ export class Client {
    * @internal Calls f until it succeeds, fails with an error that is not
    * retryable, or signal aborts (then it rejects with the signal's reason).
    */
-  async retry<T>(signal: AbortSignal | undefined, f: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    const sig = signal ? AbortSignal.any([signal, this.ac.signal]) : this.ac.signal;
+  async retry<T>(signal: AbortSignal | undefined, f: (signal: AbortSignal) => Promise<T>, both?: AbortSignal): Promise<T> {
+    // both: a signal that already aborts with signal or the client (a session's callSignal), kept from call to call
+    // instead of a new AbortSignal.any per call (the hot path's acquire; issue 25 SDK-TS CPU).
+    const sig = both ?? (signal ? AbortSignal.any([signal, this.ac.signal]) : this.ac.signal);
     for (let attempt = 0; ; attempt++) {
       if (this.ac.signal.aborted) throw new ClosedError("client closed");
       if (signal?.aborted) throw signal.reason;

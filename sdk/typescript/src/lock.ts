@@ -5,6 +5,9 @@ import { ReleaseRequestSchema, SetValueRequestSchema } from "./gen/lockd/v1/lock
 import { checkValue } from "./limits.js";
 import type { Session } from "./session.js";
 
+/** A released lock's error, made when asked for (Lock._err). */
+const RELEASED = Symbol("released");
+
 /** Bytes of a value given as a string (UTF-8) or as bytes. */
 export function valueBytes(v: Uint8Array | string | undefined): Uint8Array {
   if (v === undefined) return new Uint8Array();
@@ -21,8 +24,11 @@ export function valueBytes(v: Uint8Array | string | undefined): Uint8Array {
 export class Lock {
   /** @internal the lock's own deadline: its grant reply's, or the latest answer that listed it (C2 #ct2-confirm) */
   ownDeadline: number;
-  private readonly ac = new AbortController();
-  private _err?: Error;
+  // Made when first asked for (signal, err): most locks are released without
+  // anyone looking at either, and an AbortController and an Error with its
+  // stack per pair were a measurable share of the SDK's CPU (issue 25 SDK-TS).
+  private ac?: AbortController;
+  private _e?: Error | typeof RELEASED;
   private ambiguous = false; // a release attempt may have taken effect
   private releasedOK = false;
 
@@ -52,7 +58,17 @@ export class Lock {
 
   /** Aborts when the lock can no longer be trusted; its reason is {@link err}. */
   get signal(): AbortSignal {
+    if (!this.ac) {
+      this.ac = new AbortController();
+      if (this._e !== undefined) this.ac.abort(this._err);
+    }
     return this.ac.signal;
+  }
+
+  /** The error the lock ended with, the release's made now if the lock was released. */
+  private get _err(): Error | undefined {
+    if (this._e === RELEASED) this._e = new ReleasedError("lock released");
+    return this._e;
   }
 
   /** Undefined while the lock is trusted; afterwards why not (ReleasedError, LockLostError, or the session's error). */
@@ -76,7 +92,7 @@ export class Lock {
    * from a timer, which a busy event loop can delay.
    */
   valid(): boolean {
-    return this._err === undefined && this.session.client.clock.now() < this.deadline;
+    return this._e === undefined && this.session.client.clock.now() < this.deadline;
   }
 
   /** Throws {@link err} if the lock is no longer trusted. */
@@ -85,10 +101,10 @@ export class Lock {
   }
 
   /** @internal */
-  end(err: Error): void {
-    if (this._err) return;
-    this._err = err;
-    this.ac.abort(err);
+  end(err: Error | typeof RELEASED): void {
+    if (this._e !== undefined) return;
+    this._e = err;
+    this.ac?.abort(this._err);
   }
 
   /**
@@ -120,7 +136,7 @@ export class Lock {
     const done = s.busyKey(this.key);
     try {
       if (s.locks.get(this.key) === this) s.locks.delete(this.key);
-      this.end(new ReleasedError("lock released"));
+      this.end(RELEASED);
       if (this.releasedOK) return;
       await c.retry(opts.signal, async (signal) => {
         try {

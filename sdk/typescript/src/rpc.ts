@@ -89,6 +89,52 @@ export interface ChannelConfig {
 
 type Method = (typeof LockService.method)[keyof typeof LockService.method];
 
+/** A method's path and (de)serialisers, made once per method rather than per call. */
+interface Wire {
+  path: string;
+  ser: (v: never) => Buffer;
+  de: (b: Buffer) => unknown;
+}
+const wires = new Map<string, Wire>();
+function wireOf(m: Method): Wire {
+  let w = wires.get(m.name);
+  if (!w) {
+    w = {
+      path: `/${LockService.typeName}/${m.name}`,
+      ser: (v: never) => Buffer.from(toBinary(m.input, v)),
+      de: (b: Buffer) => fromBinary(m.output, b),
+    };
+    wires.set(m.name, w);
+  }
+  return w;
+}
+
+/**
+ * The calls in flight per signal, cancelled by one abort listener per signal
+ * rather than one per call: many sessions' calls share a signal (the
+ * client's), and EventTarget's add/removeEventListener walk every listener
+ * the signal has (issue 25 SDK-TS CPU). Returns the call's untrack.
+ */
+const inFlight = new WeakMap<AbortSignal, Set<() => void>>();
+function cancelOnAbort(signal: AbortSignal, cancel: () => void): () => void {
+  let calls = inFlight.get(signal);
+  if (!calls) {
+    const set = new Set<() => void>();
+    calls = set;
+    inFlight.set(signal, set);
+    signal.addEventListener("abort", () => {
+      const all = [...set];
+      set.clear();
+      for (const f of all) f();
+    }, { once: true });
+  }
+  const set = calls;
+  set.add(cancel);
+  return () => {
+    set.delete(cancel);
+  };
+}
+
 /** The grpc-js implementation of LockApi. */
 export class GrpcApi implements LockApi {
   private readonly channels = new Map<string, grpc.Client>();
@@ -134,7 +180,7 @@ export class GrpcApi implements LockApi {
   private unary<M extends Method>(m: M, req: MessageShape<M["input"]>, o?: CallOpts): Promise<MessageShape<M["output"]>> {
     if (this.closed) return Promise.reject(new UnavailableError("client closed"));
     const addr = this.replicas.pick();
-    const path = `/${LockService.typeName}/${m.name}`;
+    const w = wireOf(m);
     return new Promise((resolve, reject) => {
       if (o?.signal?.aborted) {
         reject(o.signal.reason);
@@ -146,15 +192,16 @@ export class GrpcApi implements LockApi {
         call.cancel();
       };
       const done = this.replicas.track(addr, move);
+      let untrack: (() => void) | undefined;
       const call = this.channel(addr).makeUnaryRequest(
-        path,
-        (v: MessageShape<M["input"]>) => Buffer.from(toBinary(m.input, v)),
-        (b: Buffer) => fromBinary(m.output, b) as MessageShape<M["output"]>,
+        w.path,
+        w.ser as (v: MessageShape<M["input"]>) => Buffer,
+        w.de as (b: Buffer) => MessageShape<M["output"]>,
         req,
         this.metadata(),
         {},
         (err, resp) => {
-          o?.signal?.removeEventListener("abort", onAbort);
+          untrack?.();
           done();
           if (o?.signal?.aborted) {
             reject(o.signal.reason);
@@ -173,8 +220,7 @@ export class GrpcApi implements LockApi {
           resolve(resp!);
         },
       );
-      const onAbort = () => call.cancel();
-      o?.signal?.addEventListener("abort", onAbort, { once: true });
+      if (o?.signal) untrack = cancelOnAbort(o.signal, () => call.cancel());
     });
   }
 

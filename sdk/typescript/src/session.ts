@@ -99,6 +99,7 @@ export class Session {
   private timerAt = Infinity;
   private _err?: Error;
   private readonly ac = new AbortController();
+  private _callSignal?: AbortSignal;
   private closedOK = false;
 
   /** @internal use {@link Client.newSession} */
@@ -177,6 +178,11 @@ export class Session {
   /** Aborts when the session can no longer be trusted; its reason is {@link err}. */
   get signal(): AbortSignal {
     return this.ac.signal;
+  }
+
+  /** @internal the session's signal and the client's combined, made once for every call of the session */
+  get callSignal(): AbortSignal {
+    return this._callSignal ??= AbortSignal.any([this.ac.signal, this.client.signal]);
   }
 
   /** Undefined while the session is trusted; afterwards a SessionExpiredError, SessionDeadError or ClosedError. */
