@@ -157,7 +157,11 @@ export class GrpcApi implements LockApi {
   private channel(addr: string): grpc.Client {
     let ch = this.channels.get(addr);
     if (!ch) {
-      const opts: grpc.ChannelOptions = { "grpc.initial_reconnect_backoff_ms": 100, "grpc.max_reconnect_backoff_ms": 2000 };
+      const opts: grpc.ChannelOptions = {
+        "grpc.initial_reconnect_backoff_ms": 100, "grpc.max_reconnect_backoff_ms": 2000,
+        // No channelz registry: nothing reads it, and it traces and counts every call (issue 25 SDK-TS CPU).
+        "grpc.enable_channelz": 0,
+      };
       if (this.cfg.serverName) opts["grpc.ssl_target_name_override"] = this.cfg.serverName;
       ch = new grpc.Client(addr, this.cfg.credentials, opts);
       this.channels.set(addr, ch);
