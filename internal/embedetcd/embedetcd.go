@@ -54,6 +54,10 @@ type Config struct {
 	// QuotaBytes is etcd's backend quota (--quota-backend-bytes; C5
 	// lock.embedded.quota-bytes). 0: etcd's default, 2 GiB.
 	QuotaBytes int64
+	// MaxTxnOps is etcd's limit of operations in one branch of a
+	// transaction (--max-txn-ops). 0: etcd's default, 128. Tests lower it
+	// (store/etcdstore's one-commit grant falls back when etcd refuses).
+	MaxTxnOps uint
 	// CompactionRetainRevisions: every CompactionInterval the history is
 	// compacted to the current revision minus this many (C5
 	// lock.embedded.compaction-retain-revisions). 0: only etcd's hourly
@@ -195,6 +199,9 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
 	ec.QuotaBackendBytes = cfg.QuotaBytes
+	if cfg.MaxTxnOps != 0 {
+		ec.MaxTxnOps = cfg.MaxTxnOps
+	}
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
