@@ -107,13 +107,15 @@ func TestTypeScriptSDK(t *testing.T) {
 			// cut it) and one in front of the last replica (the failover test
 			// stalls it).
 			proxies := map[string]*testkit.Proxy{"server": testkit.NewProxy(t, srv.Addr),
-				"replica": testkit.NewProxy(t, addrs[len(addrs)-1])}
+				"replica":     testkit.NewProxy(t, addrs[len(addrs)-1]),
+				"httpreplica": testkit.NewProxy(t, httpAddrs[len(httpAddrs)-1])} // the HTTP stall test's
 			node(t, map[string]string{
 				"LOCKDTEST_BACKEND": b, "LOCKDTEST_ADDR": srv.Addr, "LOCKDTEST_PROXY": proxies["server"].Addr(),
 				"LOCKDTEST_REPLICA_PROXY": proxies["replica"].Addr(),
 				"LOCKDTEST_REPLICAS":      strings.Join(addrs, ","), "LOCKDTEST_CONTROL": tsControl(t, set, proxies),
 				"LOCKDTEST_REPO_README": readme, "LOCKDTEST_HTTP_ADDR": srv.HTTPAddr,
 				"LOCKDTEST_HTTP_REPLICAS": strings.Join(httpAddrs, ","), "LOCKDTEST_HTTP_REPLICA_FIRST": strconv.Itoa(tsReplicas),
+				"LOCKDTEST_HTTP_REPLICA_PROXY": proxies["httpreplica"].Addr(),
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
 				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js",

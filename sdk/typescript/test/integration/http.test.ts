@@ -77,6 +77,39 @@ test("over HTTP: Heartbeat calls keep a lock past its TTL, each deadline from it
   await it.return?.();
 });
 
+// A stalled HTTP replica (C2 #ct2-failover): the client's first address is
+// the last HTTP replica behind a proxy, its second the one before it. The
+// proxy hangs (nothing arrives either way, no reset) while the client waits
+// for a key; a Heartbeat call goes unanswered, the client moves, and the
+// waiting Acquire resumes its place on the other replica and is granted.
+test("over HTTP: a waiting acquire moves off a stalled replica with the client", { timeout: 60_000 }, async (t) => {
+  const http = need("LOCKDTEST_HTTP_REPLICAS").split(",");
+  const stall = (action: string) =>
+    fetch(`${need("LOCKDTEST_CONTROL")}/proxy/httpreplica/${action}`, { method: "POST" }).then((r) => assert.equal(r.status, 200));
+  const c = new Client(`${need("LOCKDTEST_HTTP_REPLICA_PROXY")},${http[1]}`, { http: true, backoffMinMs: 10, backoffMaxMs: 200 });
+  const holder = new Client(http[1]!, { http: true });
+  t.after(async () => {
+    await stall("restore");
+    await Promise.all([c.close(), holder.close()]);
+  });
+  const k = key("http-stalled");
+  const h = await (await holder.newSession()).acquire(k);
+  const s = await c.newSession();
+  const waiting = s.acquire(k);
+  await eventually(10_000, "the waiter queued", async () => (await holder.inspect(k)).waiters.includes(s.id));
+  await stall("pause");
+  await h.release();
+  // The stall is noticed half an interval after a Heartbeat goes
+  // unanswered; the acquire then resumes its place on the other replica.
+  const bound = 2 * s.intervalMs + 5000;
+  const timeout = new Promise<string>((r) => setTimeout(() => r("timeout"), bound).unref());
+  const got = await Promise.race([waiting, timeout]);
+  assert.notEqual(got, "timeout", `the waiter was not granted within ${bound} ms while its HTTP replica stalled`);
+  const l = await waiting;
+  assert.ok(l.valid() && s.valid(), `lock not trusted: ${l.err ?? s.err}`);
+  await l.release();
+});
+
 // TTL 6 s: the lock outlives a TTL after each move only if Heartbeat calls
 // to another replica were answered meanwhile. The client is on the first
 // HTTP replica; it is drained and stopped (the client is told to move),
