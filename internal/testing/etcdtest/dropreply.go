@@ -55,14 +55,14 @@ func (d *ReplyDropper) Arm(key string) {
 	d.key = key
 }
 
-// ArmRevoke makes the next LeaseRevoke of lease lose its reply (once)
+// ArmRevoke makes the next LeaseRevoke of etcd lease id lose its reply (once)
 // after etcd revoked it. clientv3 retries LeaseRevoke on UNAVAILABLE (a
 // repeatable call), so the caller sees the retry's answer: the lease is
 // not found.
-func (d *ReplyDropper) ArmRevoke(lease int64) {
+func (d *ReplyDropper) ArmRevoke(id int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.lease = lease
+	d.lease = id
 }
 
 // Dropped is closed once a reply was dropped.
