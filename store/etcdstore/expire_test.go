@@ -159,3 +159,39 @@ func TestExpireSessionReplyLostKeptElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseSessionRevokeReplyLost: CloseSession's lease revoke applies in
+// etcd but its reply is lost (UNAVAILABLE). clientv3 retries LeaseRevoke
+// (a repeatable call) and the retry finds no lease. The session held 3
+// locks, within its keeper's bound when the revoke was sent, so the close
+// released them: it reports 3, and no session loss is recorded (issue 21:
+// a candidate for TestEtcdSessionLease/6_CloseTwice's "first CloseSession
+// = 0, <nil>; want 3, nil").
+func TestCloseSessionRevokeReplyLost(t *testing.T) {
+	t.Parallel()
+	prefix := etcdtest.Prefix(t)
+	st, drop, logs, _ := dropStore(t, prefix)
+	id := openSession(t, st, 30*time.Second)
+	for _, k := range []string{"a", "b", "c"} {
+		mustTry(t, st, id, k)
+	}
+	drop.ArmRevoke(int64(leaseOf(t, st, id)))
+	n, err := st.CloseSession(ctxT(t), id)
+	select {
+	case <-drop.Dropped():
+	default:
+		t.Fatalf("CloseSession = %d, %v without the revoke's reply lost; the test proves nothing", n, err)
+	}
+	if err != nil || n != 3 {
+		t.Errorf("CloseSession whose revoke applied but lost its reply = %d, %v; want 3, nil", n, err)
+	}
+	if n, err := st.CloseSession(ctxT(t), id); err != nil || n != 0 {
+		t.Errorf("second CloseSession = %d, %v; want 0, nil", n, err)
+	}
+	if lost := logs.Events(telemetry.EventSessionLost); len(lost) != 0 {
+		t.Errorf("a CloseSession logged a session loss: %v", lost)
+	}
+	if closed := logs.Events(telemetry.EventSessionClosed); len(closed) != 1 {
+		t.Errorf("session_closed events %v; want one", closed)
+	}
+}

@@ -285,16 +285,24 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 			return 0, fmt.Errorf("etcdstore: close session: %w", err)
 		}
 	}
+	// Within the keeper's bound when the revoke is sent, etcd cannot have
+	// expired the lease before the revoke arrives (the bound is a renewal's
+	// send time + TTL). clientv3 retries LeaseRevoke on UNAVAILABLE (a
+	// repeatable call): when a first attempt applied but its reply was
+	// lost, the retry finds no lease, and this close released the locks.
+	trusted := ss != nil && s.keep.remaining(ss, time.Now()) > 0
 	if _, err := s.cli.Revoke(ctx, lease); err != nil {
-		if err = classify(ctx, err); errors.Is(err, store.ErrSessionDead) {
-			// The lease was already gone.
+		err = classify(ctx, err)
+		if !errors.Is(err, store.ErrSessionDead) {
+			return 0, fmt.Errorf("etcdstore: close session: %w", err)
+		}
+		if !trusted { // the lease was already gone
 			if ss != nil {
 				s.markDead(ss, telemetry.LostLeaseExpired)
 				s.forget(id)
 			}
 			return 0, nil
 		}
-		return 0, fmt.Errorf("etcdstore: close session: %w", err)
 	}
 
 	// A close is voluntary: its keys are handed over at once, so the

@@ -192,9 +192,21 @@ func startAgent(t *testing.T, cmd *exec.Cmd) *agent {
 	return a
 }
 
-// start sends a request and returns its id and where its reply will come.
+// start sends a request and returns its id and where its reply will come;
+// it fails the test when the write fails, so only the test's goroutine may
+// call it (others call send).
 func (a *agent) start(op string, args map[string]any) (int, <-chan reply) {
 	a.t.Helper()
+	id, ch, err := a.send(op, args)
+	if err != nil {
+		a.t.Fatalf("agent %s: %v", op, err)
+	}
+	return id, ch
+}
+
+// send is start that returns the write's error instead of failing the test:
+// for goroutines other than the test's.
+func (a *agent) send(op string, args map[string]any) (int, <-chan reply, error) {
 	a.mu.Lock()
 	a.next++
 	id := a.next
@@ -208,11 +220,14 @@ func (a *agent) start(op string, args map[string]any) (int, <-chan reply) {
 	if err == nil {
 		_, err = a.in.Write(append(b, '\n'))
 	}
+	if err != nil {
+		delete(a.wait, id) // no reply will come
+	}
 	a.mu.Unlock()
 	if err != nil {
-		a.t.Fatalf("agent %s: %v", op, err)
+		return 0, nil, fmt.Errorf("write %s: %w", op, err)
 	}
-	return id, ch
+	return id, ch, nil
 }
 
 // call sends a request and waits for its reply.

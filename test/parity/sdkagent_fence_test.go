@@ -236,44 +236,57 @@ func agentAcquireAll(t *testing.T, a *agent, addr string) string {
 // take {x, y, z} in opposite orders and release it, 5 rounds each, at once.
 func agentOppositeOrders(t *testing.T, a *agent, addr string) string {
 	sets := [][]string{{"acquire-all/x", "acquire-all/y", "acquire-all/z"}, {"acquire-all/z", "acquire-all/y", "acquire-all/x"}}
-	done := make(chan string, len(sets))
+	// A round's outcome: "ok", an error name of the agent, or err when a
+	// request could not be written (the test's goroutine fails the test).
+	type result struct {
+		outcome string
+		err     error
+	}
+	done := make(chan result, len(sets))
 	for _, set := range sets {
 		s, _ := a.session(addr, nil)
 		go func() { // ends after its rounds, on an error, or when a reply is overdue
-			// call is a.call without t.Fatal (not on the test's goroutine).
-			call := func(op string, args map[string]any) reply {
-				_, ch := a.start(op, args)
-				if r, ok := awaitWithin(ch, 30*time.Second); ok {
-					return r
+			// call is a.call that reports a failed write instead of failing
+			// the test (t.Fatal is for the test's goroutine only).
+			call := func(op string, args map[string]any) (reply, error) {
+				_, ch, err := a.send(op, args)
+				if err != nil {
+					return nil, err
 				}
-				return reply{"error": "no-reply(" + op + ")"}
+				if r, ok := awaitWithin(ch, 30*time.Second); ok {
+					return r, nil
+				}
+				return reply{"error": "no-reply(" + op + ")"}, nil
 			}
 			for range 5 {
-				r := call("acquire_all", map[string]any{"session": s, "keys": set})
-				if r.err() != "ok" {
-					done <- r.err()
+				r, err := call("acquire_all", map[string]any{"session": s, "keys": set})
+				if err != nil || r.err() != "ok" {
+					done <- result{r.err(), err}
 					return
 				}
 				for _, l := range agentLocks(r) {
-					if r := call("release", map[string]any{"lock": l.lock}); r.err() != "ok" {
-						done <- r.err()
+					if r, err := call("release", map[string]any{"lock": l.lock}); err != nil || r.err() != "ok" {
+						done <- result{r.err(), err}
 						return
 					}
 				}
 			}
-			done <- "ok"
+			done <- result{outcome: "ok"}
 		}()
 	}
 	var errs []string
 	for range sets {
-		var r string
+		var r result
 		select {
 		case r = <-done:
 		case <-time.After(60 * time.Second):
 			t.Fatal("both sessions' rounds: not done within 60 s")
 		}
-		if r != "ok" {
-			errs = append(errs, r)
+		if r.err != nil {
+			t.Fatalf("opposite orders: %v", r.err)
+		}
+		if r.outcome != "ok" {
+			errs = append(errs, r.outcome)
 		}
 	}
 	if len(errs) > 0 {

@@ -76,8 +76,12 @@ func sdkRows(t *testing.T) []string {
 func TestParityPython(t *testing.T) { runSDKParity(t, "python", startPythonAgent) }
 
 // TestParityTypeScript runs sdkScenarios through the TypeScript SDK's agent
-// (sdk/typescript/test/agent.ts, built once by npm ci) likewise.
-func TestParityTypeScript(t *testing.T) { runSDKParity(t, "typescript", startTypeScriptAgent) }
+// (sdk/typescript/test/agent.ts, built once by npm ci, here: before any row
+// starts) likewise.
+func TestParityTypeScript(t *testing.T) {
+	buildTypeScriptSDK(t)
+	runSDKParity(t, "typescript", startTypeScriptAgent)
+}
 
 // runSDKParity runs sdkScenarios through the agents start starts.
 func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {

@@ -14,10 +14,11 @@ var (
 	tsErr  error
 )
 
-// startTypeScriptAgent starts the TypeScript SDK's agent (node
-// dist/test/agent.js of a copy of sdk/typescript built once per test binary
-// by npm ci, whose prepare script runs tsc); it quits when t ends.
-func startTypeScriptAgent(t *testing.T) *agent {
+// buildTypeScriptSDK builds a copy of sdk/typescript once per test binary
+// (npm ci, whose prepare script runs tsc). TestParityTypeScript calls it
+// before its rows start, so the build (seconds) is not charged to whichever
+// row's subtest happens to start the first agent.
+func buildTypeScriptSDK(t *testing.T) {
 	t.Helper()
 	tsOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "lockd-parity-ts-")
@@ -52,5 +53,13 @@ func startTypeScriptAgent(t *testing.T) *agent {
 	if tsErr != nil {
 		t.Fatalf("build sdk/typescript: %v", tsErr)
 	}
+}
+
+// startTypeScriptAgent starts the TypeScript SDK's agent (node
+// dist/test/agent.js of the copy buildTypeScriptSDK built); it quits when t
+// ends.
+func startTypeScriptAgent(t *testing.T) *agent {
+	t.Helper()
+	buildTypeScriptSDK(t)
 	return startAgent(t, exec.Command("node", filepath.Join(tsDir, "dist", "test", "agent.js")))
 }

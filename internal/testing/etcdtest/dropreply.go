@@ -17,11 +17,13 @@ import (
 // when the connection breaks between etcd's commit and its answer: the
 // caller gets UNAVAILABLE and cannot know the outcome. Armed with a key, it
 // drops the reply of the next Txn whose success operations delete that key
-// (a session record), whichever branch ran. Clients from NewDropClient go
-// through it.
+// (a session record), whichever branch ran; armed with a lease
+// (ArmRevoke), the reply of its next LeaseRevoke. Clients from
+// NewDropClient go through it.
 type ReplyDropper struct {
 	mu        sync.Mutex
 	key       string // armed: the key whose deleting Txn loses its reply
+	lease     int64  // armed: the lease whose LeaseRevoke loses its reply
 	succeeded bool   // the dropped Txn's comparisons held (its success branch ran)
 	at        time.Time
 	dropped   chan struct{} // closed when a reply was dropped
@@ -53,6 +55,16 @@ func (d *ReplyDropper) Arm(key string) {
 	d.key = key
 }
 
+// ArmRevoke makes the next LeaseRevoke of etcd lease id lose its reply (once)
+// after etcd revoked it. clientv3 retries LeaseRevoke on UNAVAILABLE (a
+// repeatable call), so the caller sees the retry's answer: the lease is
+// not found.
+func (d *ReplyDropper) ArmRevoke(id int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lease = id
+}
+
 // Dropped is closed once a reply was dropped.
 func (d *ReplyDropper) Dropped() <-chan struct{} { return d.dropped }
 
@@ -67,17 +79,27 @@ func (d *ReplyDropper) Outcome() (succeeded bool, at time.Time) {
 
 func (d *ReplyDropper) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	txn, ok := req.(*pb.TxnRequest)
-	if !ok || err != nil {
+	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.key == "" || !deletes(txn.Success, d.key) {
+	switch r := req.(type) {
+	case *pb.TxnRequest:
+		if d.key == "" || !deletes(r.Success, d.key) {
+			return nil
+		}
+		d.key = ""
+		d.succeeded = reply.(*pb.TxnResponse).Succeeded
+	case *pb.LeaseRevokeRequest:
+		if d.lease == 0 || r.ID != d.lease {
+			return nil
+		}
+		d.lease = 0
+		d.succeeded = true
+	default:
 		return nil
 	}
-	d.key = ""
-	d.succeeded = reply.(*pb.TxnResponse).Succeeded
 	d.at = time.Now()
 	select {
 	case <-d.dropped: // armed again after a drop: Dropped stays closed
