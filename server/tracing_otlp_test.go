@@ -64,12 +64,10 @@ func (c *collector) has(span string) bool {
 	return false
 }
 
-// otlpAcquire runs one Acquire through a server whose tracing exports by
-// OTLP as cfg says, stops it (flushing the batch) and checks the collector
-// got the server's Acquire span from service lockd.
-func otlpAcquire(t *testing.T, cfg server.Config, col *collector) {
+// acquireOnce opens a session on srv's client, takes otlp/k and closes
+// the session.
+func acquireOnce(t *testing.T, srv *lockdtest.Server) {
 	t.Helper()
-	srv := lockdtest.StartBackend(t, "etcd", lockdtest.Options{Config: &cfg})
 	ctx := testkit.Context(t, time.Minute)
 	sess, err := srv.Client.NewSession(ctx)
 	if err != nil {
@@ -79,6 +77,15 @@ func otlpAcquire(t *testing.T, cfg server.Config, col *collector) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	_ = sess.Close(ctx)
+}
+
+// otlpAcquire runs one Acquire through a server whose tracing exports by
+// OTLP as cfg says, stops it (flushing the batch) and checks the collector
+// got the server's Acquire span from service lockd.
+func otlpAcquire(t *testing.T, cfg server.Config, col *collector) {
+	t.Helper()
+	srv := lockdtest.StartBackend(t, "etcd", lockdtest.Options{Config: &cfg})
+	acquireOnce(t, srv)
 	if err := srv.Stop(); err != nil { // the tracer provider's shutdown flushes
 		t.Fatalf("Stop: %v", err)
 	}
@@ -118,15 +125,7 @@ func TestTracingOTLP(t *testing.T) {
 		cfg := lockdtest.Config()
 		cfg.TracingEnabled, cfg.TracingOTLPInsecure, cfg.TracingOTLPEndpoint = true, true, addr
 		srv := lockdtest.StartBackend(t, "etcd", lockdtest.Options{Config: &cfg})
-		ctx := testkit.Context(t, time.Minute)
-		sess, err := srv.Client.NewSession(ctx)
-		if err != nil {
-			t.Fatalf("NewSession: %v", err)
-		}
-		if _, err := sess.Acquire(ctx, "otlp/k"); err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-		_ = sess.Close(ctx)
+		acquireOnce(t, srv)
 		start := time.Now()
 		if err := srv.Stop(); err != nil {
 			t.Fatalf("Stop with an unreachable collector: %v; want nil", err)

@@ -132,6 +132,31 @@ func checkTrace(t *testing.T, exp *tracetest.InMemoryExporter, tid trace.TraceID
 	}
 }
 
+// callerAcquire runs, under a caller's span of tp, an Acquire of key from
+// an SDK client traced by tp that waits for key (holdThenRelease) and
+// releases it, and returns the caller's span context.
+func callerAcquire(t *testing.T, srv *lockdtest.Server, tp trace.TracerProvider, key string) trace.SpanContext {
+	t.Helper()
+	traced := srv.NewClient(t, client.WithTracerProvider(tp))
+	var root trace.SpanContext
+	holdThenRelease(t, srv, key, func(ctx context.Context) error {
+		ctx, span := tp.Tracer("test").Start(ctx, "caller")
+		defer span.End()
+		root = span.SpanContext()
+		sess, err := traced.NewSession(ctx)
+		if err != nil {
+			return err
+		}
+		defer sess.Close(context.Background())
+		l, err := sess.Acquire(ctx, key)
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	})
+	return root
+}
+
 // TestTracing: one waiting Acquire is one trace — the SDK's client span,
 // the server span, the wait and the backend commit — from the Go SDK and
 // over HTTP with a traceparent header; with tracing off nothing is
@@ -151,23 +176,7 @@ func TestTracing(t *testing.T) {
 
 			t.Run("on", func(t *testing.T) {
 				srv, exp, spy := tracedServer(t, backend, true)
-				traced := srv.NewClient(t, client.WithTracerProvider(sdkTP))
-				var root trace.SpanContext
-				holdThenRelease(t, srv, "trace/sdk", func(ctx context.Context) error {
-					ctx, span := sdkTP.Tracer("test").Start(ctx, "caller")
-					defer span.End()
-					root = span.SpanContext()
-					sess, err := traced.NewSession(ctx)
-					if err != nil {
-						return err
-					}
-					defer sess.Close(context.Background())
-					l, err := sess.Acquire(ctx, "trace/sdk")
-					if err != nil {
-						return err
-					}
-					return l.Release(ctx)
-				})
+				root := callerAcquire(t, srv, sdkTP, "trace/sdk")
 				parents := map[trace.SpanID]bool{}
 				for _, s := range spansNamed(sdkExp.GetSpans(), root.TraceID(), "lockd.v1.LockService/Acquire") {
 					if s.SpanKind == trace.SpanKindClient && s.Parent.SpanID() == root.SpanID() {
@@ -202,20 +211,7 @@ func TestTracing(t *testing.T) {
 
 			t.Run("off", func(t *testing.T) {
 				srv, exp, spy := tracedServer(t, backend, false)
-				traced := srv.NewClient(t, client.WithTracerProvider(sdkTP))
-				var root trace.SpanContext
-				holdThenRelease(t, srv, "trace/off", func(ctx context.Context) error {
-					ctx, span := sdkTP.Tracer("test").Start(ctx, "caller")
-					defer span.End()
-					root = span.SpanContext()
-					sess, err := traced.NewSession(ctx)
-					if err != nil {
-						return err
-					}
-					defer sess.Close(context.Background())
-					_, err = sess.Acquire(ctx, "trace/off")
-					return err
-				})
+				root := callerAcquire(t, srv, sdkTP, "trace/off")
 				if len(spansNamed(sdkExp.GetSpans(), root.TraceID(), "lockd.v1.LockService/Acquire")) == 0 {
 					t.Fatalf("the SDK sent no traced Acquire: the check below would prove nothing")
 				}
