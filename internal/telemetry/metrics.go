@@ -38,6 +38,7 @@ const (
 	OpCloseSession = "close_session"
 	OpLocksOf      = "locks_of"
 	OpTryInsert    = "try_insert"
+	OpGrantFree    = "grant_free"
 	OpAcquire      = "acquire"
 	OpLeaveQueue   = "leave_queue"
 	OpRelease      = "release"

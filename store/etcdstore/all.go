@@ -45,7 +45,7 @@ func (s *Store) GrantFree(ctx context.Context, id store.SessionID, keys []string
 		return nil, false, nil
 	}
 	start := time.Now()
-	defer s.met.Observe(telemetry.OpTryInsert)(&err)
+	defer s.met.Observe(telemetry.OpGrantFree)(&err)
 	ss, err := s.live(ctx, id)
 	if err != nil {
 		return nil, false, fmt.Errorf("etcdstore: grant free: %w", err)

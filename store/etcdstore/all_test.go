@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"lock.dev/lockd/internal/embedetcd"
+	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testing/etcdtest"
 )
 
@@ -24,7 +27,16 @@ func TestGrantFreeTooManyOps(t *testing.T) {
 		t.Fatalf("embedetcd.Start: %v", err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	st := newStore(t, etcdtest.NewClient(t, srv.Endpoints()...), DefaultPrefix, nil)
+	reg := prometheus.NewRegistry()
+	met, err := telemetry.NewMetrics(reg, "etcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := New(ctx, etcdtest.NewClient(t, srv.Endpoints()...), Options{Prefix: DefaultPrefix, Metrics: met})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
 	id := openSession(t, st, time.Minute)
 	keys := func(prefix string, n int) []string {
 		var ks []string
@@ -46,6 +58,11 @@ func TestGrantFreeTooManyOps(t *testing.T) {
 		}
 	}
 
+	// The one-commit grant is C4's op grant_free, not try_insert.
+	if g, ti := opCount(t, reg, telemetry.OpGrantFree), opCount(t, reg, telemetry.OpTryInsert); g != 1 || ti != 0 {
+		t.Errorf("lockd_backend_request_seconds counted grant_free %d, try_insert %d after one GrantFree; want 1 and 0", g, ti)
+	}
+
 	// 5 keys: 20 compares, refused by etcd as too many operations.
 	five := keys("over", 5)
 	if gs, ok, err := st.GrantFree(ctx, id, five); err != nil || ok {
@@ -62,4 +79,27 @@ func TestGrantFreeTooManyOps(t *testing.T) {
 	if len(held) != 9 {
 		t.Errorf("session holds %d keys; want 9 (4 + 5)", len(held))
 	}
+}
+
+// opCount is how many requests lockd_backend_request_seconds counted for op.
+func opCount(t *testing.T, reg *prometheus.Registry, op string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "lockd_backend_request_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					n += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return n
 }

@@ -44,7 +44,7 @@ func (s *Store) GrantFree(ctx context.Context, id store.SessionID, keys []string
 	if err := s.begin(ctx, "grant free"); err != nil {
 		return nil, false, err
 	}
-	defer s.metrics.Observe(telemetry.OpTryInsert)(&err)
+	defer s.metrics.Observe(telemetry.OpGrantFree)(&err)
 	sids := make([]string, len(keys))
 	no := make([]bool, len(keys))
 	for i := range keys {
