@@ -139,5 +139,48 @@ class WaitUpdatesTest(unittest.TestCase):
                 self.assertEqual(u.threads, {loop_thread})
 
 
+@it.need("PYSDK_TOKEN_ADDR", "PYSDK_LOCKER_TOKEN_FILE")
+class WaitUpdatesDeniedTest(unittest.TestCase):
+    def test_denied(self):
+        """A caller who may lock a key but not read it (locker, under
+        lockonly/) gets one update, PermissionDenied with no figures, sends
+        no Inspect after it while a reading control waiter (alice) reads 4
+        more times, and its acquire is granted."""
+        addr = os.environ["PYSDK_TOKEN_ADDR"]
+        alice = lockd.Client(addr, token_file=os.environ["PYSDK_TOKEN_FILE"], backoff=(0.01, 0.2))
+        self.addCleanup(alice.close)
+        locker = lockd.Client(addr, token_file=os.environ["PYSDK_LOCKER_TOKEN_FILE"], backoff=(0.01, 0.2))
+        self.addCleanup(locker.close)
+        calls, alice_calls = count_inspects(locker), count_inspects(alice)
+        key, control = f"lockonly/{os.getpid()}/k", f"lockonly/{os.getpid()}/control"
+        with alice.session() as h, alice.session() as cw, locker.session() as w:
+            l, cl = h.acquire(key, timeout=10), h.acquire(control, timeout=10)
+            u, cu, results = Collect(), Collect(), []
+
+            def wait(s, k, fn):
+                try:
+                    s.acquire(k, timeout=30, on_wait_update=fn, wait_update_every=0.1).release()
+                    results.append("ok")
+                except lockd.LockdError as e:
+                    results.append(e)
+            ts = [threading.Thread(target=wait, args=(w, key, u)), threading.Thread(target=wait, args=(cw, control, cu))]
+            for t in ts:
+                t.start()
+            self.assertTrue(poll(lambda: len(u.got) > 0, timeout=30))
+            first = u.got[0]
+            self.assertIsInstance(first.error, lockd.PermissionDenied)
+            self.assertEqual((first.position, first.waiters, first.estimate, first.info), (0, 0, None, None))
+            base = alice_calls[control]
+            self.assertTrue(poll(lambda: alice.inspect(key).waiters == [w.id] and alice_calls[control] >= base + 4,
+                                 timeout=30))
+            self.assertEqual((len(u.got), calls[key]), (1, 1), "no read after the refusal")
+            self.assertIsNotNone(cu.first(False), "the control waiter got no update with position 1")
+            l.release()
+            cl.release()
+            for t in ts:
+                t.join(30)
+            self.assertEqual(results, ["ok", "ok"])
+
+
 if __name__ == "__main__":
     unittest.main()
