@@ -65,6 +65,9 @@ type lockReq struct {
 	delay time.Duration // busy: a lock-delay keeps the free key this long (delay.go)
 	g     store.Grant   // granted, held; freed: Key, Session, Token, AcquiredAt
 	err   error         // classified
+	// handed is, for a release (freed), the grant its commit made to the
+	// key's first queued session (C2 #ct2-release-handover), if any.
+	handed *store.Grant
 }
 
 // Outcomes of a release.
@@ -132,10 +135,30 @@ func (s *Store) lockWorker() {
 		sp := telemetry.StartCommit("pg", len(batch), groupcommit.Traced(batch)) // nil: untraced (C4 #ct4-traces)
 		s.runLockBatch(reqs)
 		sp.EndCommit(firstErr(reqs))
+		handed := handOvers(reqs)
 		for _, j := range s.lockQ.Finish(batch) {
 			s.undo(j.Req)
 		}
+		// Committed, and the keys free for their next requests: tell this
+		// Store's waiters their hand-overs (C2 #ct2-release-handover).
+		for _, g := range handed {
+			if s.onHandOver != nil {
+				s.onHandOver(g.Key)
+			}
+			s.tellHandOver(g)
+		}
 	}
+}
+
+// handOvers are the grants the releases of a run batch handed over.
+func handOvers(reqs []*lockReq) []store.Grant {
+	var gs []store.Grant
+	for _, r := range reqs {
+		if r.err == nil && r.out == freed && r.handed != nil {
+			gs = append(gs, *r.handed)
+		}
+	}
+	return gs
 }
 
 // runLockBatch runs reqs as one transaction and sets each one's result. If
@@ -186,13 +209,15 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			grNoDL = append(grNoDL, r.nodl)
 		}
 	}
-	// Grants take their keys' locks first, before this transaction holds
-	// any row lock (the releases below), so that waiting for a key lock
-	// never closes a cycle with a row lock.
-	if len(grants) > 0 {
-		b.Queue(s.q.keyLock, grKeys)
+	// Grants and releases take their keys' locks first, before this
+	// transaction holds any row lock (the releases below), so that waiting
+	// for a key lock never closes a cycle with a row lock. A release takes
+	// its key's lock for its hand-over, which draws a token (see grant).
+	if len(reqs) > 0 {
+		b.Queue(s.q.keyLock, append(slices.Clone(grKeys), relKeys...))
 	}
 	released := make(map[string]time.Time)
+	handed := make(map[string]*store.Grant)
 	if len(rels) > 0 {
 		b.Queue(s.q.releaseBatch, relKeys, relSessions, relTokens).Query(func(rows pgx.Rows) error {
 			var key string
@@ -203,6 +228,22 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			})
 			return err
 		})
+		b.Queue(s.q.handOver, relKeys).Query(func(rows pgx.Rows) error {
+			var (
+				g     store.Grant
+				sid   string
+				tok   int64
+				remUS int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&g.Key, &sid, &tok, &g.AcquiredAt, &remUS}, func() error {
+				h := store.Grant{Key: g.Key, Session: store.SessionID(sid), Token: uint64(tok), AcquiredAt: g.AcquiredAt,
+					Remaining: max(time.Duration(remUS)*time.Microsecond, 0)}
+				handed[g.Key] = &h
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q.handOverDone)
 	}
 	type check struct {
 		remainingUS *int64
@@ -237,6 +278,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 	for _, r := range rels {
 		if at, ok := released[r.key]; ok {
 			r.out, r.g = freed, store.Grant{Key: r.key, Session: r.id, Token: r.token, AcquiredAt: at}
+			r.handed = handed[r.key]
 		} else {
 			r.out = notOwned
 		}
@@ -287,7 +329,7 @@ func firstErr(reqs []*lockReq) error {
 func (s *Store) runAlone(r *lockReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	r.out, r.g, r.delay = 0, store.Grant{}, 0
+	r.out, r.g, r.delay, r.handed = 0, store.Grant{}, 0, nil // alone, a release hands over nothing: its waiters' notification does
 	var err error
 	if r.op == opRelease {
 		var at time.Time

@@ -156,7 +156,7 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 			// a new grant of this call, not one held before it.
 			out = granted
 		}
-		if done, g, err := s.acquireDone(ctx, out, g, key, o, start); done {
+		if done, g, err := s.acquireDone(ctx, out, g, key, o, start, false); done {
 			return g, err
 		}
 		recheck.Reset(s.recheck)
