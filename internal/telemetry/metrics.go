@@ -203,6 +203,16 @@ func (m *Metrics) Released(reason string, n int) {
 	m.locksHeld.WithLabelValues(m.backend).Sub(float64(n))
 }
 
+// ReleasedElsewhere counts released locks by reason that this instance's
+// held gauge does not include: grants made through another replica, ended
+// with a session this instance ended (C4 #ct4-replica-count).
+func (m *Metrics) ReleasedElsewhere(reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.releaseTotal.WithLabelValues(m.backend, reason).Add(float64(n))
+}
+
 // Request observes one backend request and, when err is a backend failure,
 // counts it by kind. Context cancellation and the SPI's non-failure errors
 // (invalid argument, dead session, not owner) are not backend errors.

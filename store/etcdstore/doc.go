@@ -207,6 +207,10 @@
 //	P c/<id>\x00<d ms> companion record of session <id>: the companion
 //	                   lease id, on the session's lease, so an adopting Store
 //	                   keeps the companion alive too (delay.go).
+//	P e/<id>           end marker of session <id>: the instance name of the
+//	                   Store that records the session's end (C4
+//	                   #ct4-replica-count), created only if absent, on a
+//	                   release-marker lease (end.go).
 //
 // Keys never contain NUL, so "l/<key>\x00" and "q/<key>\x00" name exactly one
 // key's marker and waiters.
@@ -222,7 +226,9 @@
 // at most 1.5 × the TTL after it was written (30 s by default, plus
 // etcd's expiry check), and markers alive at any time are at most the
 // releases and revokes of that window: bounded by the release rate, not
-// by how many distinct keys were ever used.
+// by how many distinct keys were ever used. Session end markers (e/<id>,
+// end.go) go on the same leases: one per CloseSession and per lease found
+// gone, bounded by the rate of session ends.
 //
 // Why a short-lived marker keeps WatchFrom exact: it needs the marker only
 // as the PUT event in the same revision as the grant's delete, and a watch

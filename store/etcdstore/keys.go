@@ -42,13 +42,16 @@ const (
 	// spaceCompanion: c/<id>\x00<d ms> a session's companion lease
 	// (delay.go).
 	spaceCompanion = "c/"
+	// spaceEnd: e/<id> the end marker of session <id>: the Store that
+	// records the session's end (end.go).
+	spaceEnd = "e/"
 	// epochName is the key where the prefix's epoch is kept (epoch.go).
 	epochName = "epoch"
 )
 
 // keySpaces lists every space, in the order of the package doc's layout.
 var keySpaces = []string{spaceGrant, epochName, spaceQueue, spaceSession, spaceHolder, spaceValue, spaceMulti,
-	spaceDelay, spaceCompanion}
+	spaceDelay, spaceCompanion, spaceEnd}
 
 // heldSpaces are the spaces the held index keeps (held.go): plain grants,
 // slots and session records. heldSkipped are the spaces that sort between
@@ -112,6 +115,7 @@ func (s *Store) keeperPrefix(id store.SessionID) string { return s.recordKey(id)
 func (s *Store) keeperKey(id store.SessionID) string    { return s.keeperPrefix(id) + s.inst }
 
 func (s *Store) holderKey(id store.SessionID) string { return s.prefix + spaceHolder + string(id) }
+func (s *Store) endKey(id store.SessionID) string    { return s.prefix + spaceEnd + string(id) }
 func (s *Store) valueKey(key string) string          { return s.prefix + spaceValue + key }
 
 func (s *Store) delayKey(key string) string { return s.prefix + spaceDelay + key }

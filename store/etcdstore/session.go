@@ -233,8 +233,15 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 // round trip, and the transfer of every key name, before the one revoke. A
 // grant revoked through another Store instance is still counted (LocksOf
 // reconciles the record with etcd). For a session opened elsewhere
-// (adopted, or unknown here: read from its record) the lease's attached
-// grant keys are counted, since grants may have gone through any Store.
+// (adopted, or unknown here: read from its record) the grants attached to
+// its lease are read (keys and tokens) and logged, since grants may have
+// gone through any Store.
+//
+// Before the revoke it claims the session's end (end.go, C4
+// #ct4-replica-count): when another Store's claim is there, that Store
+// ended the session and recorded it, and this close returns 0 and records
+// nothing (a client's close tried again through another replica, or two
+// closes at once).
 //
 // A close is voluntary: it also revokes the session's lock-delay companion
 // leases, so its keys are handed over at once; an involuntary end
@@ -273,10 +280,30 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		}
 		lease = clientv3.LeaseID(rec.Lease)
 	}
-	counted := -1
-	var companions []clientv3.LeaseID // recorded in etcd (delay.go)
-	if ss == nil || ss.adopted {
-		if counted, err = s.attachedGrants(ctx, lease); err != nil {
+	// Claim the end before ending it (end.go, C4 #ct4-replica-count): a
+	// session another Store ended is not recorded again here, whether its
+	// client tries the close again through this Store or not.
+	mine, err := s.claimEnd(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: close session: %w", err)
+	}
+	if !mine {
+		if ss != nil {
+			s.mu.Lock()
+			s.endQuietLocked(ss)
+			delete(s.sessions, id)
+			s.mu.Unlock()
+		}
+		return 0, nil
+	}
+	var (
+		grants     []store.Grant // read from etcd: a session opened elsewhere
+		read       = ss == nil || ss.adopted
+		companions []clientv3.LeaseID // recorded in etcd (delay.go)
+	)
+	if read {
+		grants, err = s.locksOfDirect(ctx, &session{id: id, lease: lease})
+		if err != nil && !errors.Is(err, store.ErrSessionDead) { // dead: the revoke below says so
 			return 0, fmt.Errorf("etcdstore: close session: %w", err)
 		}
 		// Other Stores may have given it lock-delay companions: they are
@@ -289,7 +316,8 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 	// expired the lease before the revoke arrives (the bound is a renewal's
 	// send time + TTL). clientv3 retries LeaseRevoke on UNAVAILABLE (a
 	// repeatable call): when a first attempt applied but its reply was
-	// lost, the retry finds no lease, and this close released the locks.
+	// lost, the retry finds no lease, and this close released the locks
+	// (no other Store did: this Store holds the end's claim).
 	trusted := ss != nil && s.keep.remaining(ss, time.Now()) > 0
 	if _, err := s.cli.Revoke(ctx, lease); err != nil {
 		err = classify(ctx, err)
@@ -316,21 +344,25 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 		s.revokeNow(c)
 	}
 	if ss == nil {
-		n = max(counted, 0)
-		s.log.SessionClosed(ctx, id, n)
-		return n, nil
+		s.mu.Lock()
+		s.releaseGrantsLocked(nil, grants, telemetry.ReleaseSessionClosed)
+		s.mu.Unlock()
+		s.log.SessionClosed(ctx, id, len(grants))
+		return len(grants), nil
 	}
 	s.mu.Lock()
 	if !ss.dead {
-		n = len(ss.held)
-		if counted >= 0 {
-			n = counted
-		}
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
 		stopHoldLocked(ss, "")
 		s.keep.remove(ss)
-		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
+		if read {
+			n = len(grants)
+			s.releaseGrantsLocked(ss, grants, telemetry.ReleaseSessionClosed)
+		} else {
+			n = len(ss.held)
+			s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
+		}
 		s.log.SessionClosed(ctx, id, n)
 		if !ss.adopted {
 			s.met.SessionEnded("")

@@ -37,7 +37,10 @@ func (s *Store) markDead(ss *session, reason string) {
 
 // markDeadLocked makes a live session dead for reason (a C4 lost reason):
 // terminal. Its keepalives stop. When the lease may still exist
-// (keepalive_failed), it is revoked in the background once etcd answers.
+// (keepalive_failed), it is revoked in the background once etcd answers. A
+// lease found gone (lease_expired) may have been ended by another Store,
+// which recorded the end: the loss is recorded in the background, only if
+// this Store's claim of the end wins (end.go, C4 #ct4-replica-count).
 func (s *Store) markDeadLocked(ss *session, reason string) {
 	if ss.dead {
 		return
@@ -46,17 +49,14 @@ func (s *Store) markDeadLocked(ss *session, reason string) {
 	close(ss.done)
 	stopHoldLocked(ss, "")
 	s.keep.remove(ss) // its lock-delay companions are no longer kept either (delay.go)
-	s.log.SessionLost(ss.id, reason)
-	if reason == telemetry.LostLeaseExpired {
-		s.log.LeaseExpired(ss.id)
-		s.met.LeaseExpired()
+	held := ss.held
+	ss.held, ss.queued = nil, nil
+	if reason == telemetry.LostLeaseExpired && !s.closed {
+		s.wg.Add(1)
+		go s.recordFoundGone(ss, held) // exits after one claim, bounded by claimTimeout
+		return
 	}
-	if ss.adopted {
-		s.met.SessionLost(reason) // the active gauge counts sessions opened here
-	} else {
-		s.met.SessionEnded(reason)
-	}
-	s.releaseHeldLocked(ss, telemetry.ReleaseSessionLost)
+	s.recordLost(ss, reason, held)
 	if reason != telemetry.LostLeaseExpired && !s.closed {
 		s.wg.Add(1)
 		go s.revokeLater(ss) // exits after success, lease gone, Close, or ttl+2s
