@@ -17,11 +17,15 @@ import (
 // backend and path: the values measured with -race on 2026-12-05 (etcd
 // 1934–1986, 1824–1869, 489–495; PostgreSQL 692–694, 676, 273, the client,
 // the server and the store in one process) plus 25 %, which covers what the
-// in-process etcd's own goroutines allocate meanwhile. Lower them when a
-// change makes the path cheaper; a change that needs more says why in its
-// commit.
+// in-process etcd's own goroutines allocate meanwhile. The etcd pairs' were
+// lowered on 2026-12-06 (issue 24: the group commit's requests built as
+// protobufs) to the values measured then, sdk 1804–1827 and wire 1711–1746
+// in four runs at load average 10–12, plus about 3.5 %: the code before
+// that change measured 1917–1944 and 1806–1832 and fails them. Lower them
+// when a change makes the path cheaper; a change that needs more says why
+// in its commit.
 var allocCeilings = map[string]map[string]float64{
-	"etcd": {"sdk acquire+release": 2450, "wire acquire+release": 2300, "wire heartbeat": 620},
+	"etcd": {"sdk acquire+release": 1890, "wire acquire+release": 1800, "wire heartbeat": 620},
 	"pg":   {"sdk acquire+release": 870, "wire acquire+release": 850, "wire heartbeat": 345},
 }
 

@@ -74,7 +74,14 @@ within --conn-auth-timeout is closed (#ct5-idle).`,
 
 // serve runs lockd until ctx ends or a listener fails.
 func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
-	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
+	// C4 #ct4-log-delivery: the lines go to stderr from the LogWriter's
+	// goroutine, those logged during a write together in the next one.
+	// Deferred first, so closed last: every line logged before serve
+	// returns is written by then. A line stderr refuses is not an error of
+	// the service.
+	logw := telemetry.NewLogWriter(e.stderr)
+	defer logw.Close() //nolint:errcheck // C4: a failed log write is not serve's error
+	logger := slog.New(slog.NewJSONHandler(logw, nil))
 	reg := prometheus.NewRegistry() // never the global one: embedded etcd pollutes that
 	label := cfg.Backend.Label()
 	metrics, err := telemetry.NewMetrics(reg, label)
@@ -190,6 +197,7 @@ func serve(ctx context.Context, cfg config.Config, e *env) (err error) {
 			errc <- nil
 		}()
 	}
+	logw.Flush() // the start's lines before the serving line (C4 #ct4-log-delivery)
 	fmt.Fprintf(e.stdout, "lockd serving grpc=%s metrics=%s backend=%s%s\n", lis.Addr(), metricsAt, cfg.Backend.Kind, httpAt)
 
 	var serveErr error

@@ -127,6 +127,13 @@ func TestServeEmbedded(t *testing.T) {
 	if res := srv.stop(t, 60*time.Second); res.code != 0 {
 		t.Fatalf("lockd serve after cancel: %v", res)
 	}
+	// C4 #ct4-log-delivery: every line logged before serve returned is
+	// written by then, each a whole JSON line.
+	for _, ev := range []string{"session_opened", "lock_acquired", "lock_released", "session_closed"} {
+		if n := len(srv.stderr.Events(ev)); n != 3 {
+			t.Errorf("stderr after serve returned has %d %s lines, want 3:\n%s", n, ev, srv.stderr)
+		}
+	}
 
 	srv = start(t, nil, args...)
 	addr, _, _ = srv.serving(t)

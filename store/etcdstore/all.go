@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
@@ -51,13 +51,13 @@ func (s *Store) GrantFree(ctx context.Context, id store.SessionID, keys []string
 		return nil, false, fmt.Errorf("etcdstore: grant free: %w", err)
 	}
 	at := time.Now()
-	cmps := make([]clientv3.Cmp, 0, 4*len(keys))
-	puts := make([]clientv3.Op, 0, len(keys))
+	cmps := make([]*pb.Compare, 0, 4*len(keys))
+	puts := make([]*pb.RequestOp, 0, len(keys))
 	for _, k := range keys {
 		cmps = append(cmps, s.ifFree(k)...)
 		puts = append(puts, s.putGrant(ss, k, at))
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+	resp, err := s.kvTxn(ctx, &pb.TxnRequest{Compare: cmps, Success: puts})
 	if err != nil && errors.Is(rpctypes.Error(err), rpctypes.ErrTooManyOps) {
 		return nil, false, nil
 	}

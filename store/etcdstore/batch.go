@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -18,8 +19,9 @@ import (
 // Group commit. Grants and releases (one conditional transaction on one
 // lockd key each) go through a queue; up to maxInflight committer
 // goroutines of the Store take what is queued and commit it as ONE etcd Txn
-// whose operations are the requests' own transactions, nested
-// (clientv3.OpTxn) under an outer Txn without compares. See the package doc.
+// whose operations are the requests' own transactions, nested under an
+// outer Txn without compares. See the package doc. The requests are etcd's
+// protobufs, sent on s.kv (request.go: no copies of their compares).
 
 const (
 	// maxBatch caps the requests of one commit. etcd allows --max-txn-ops
@@ -42,10 +44,9 @@ const (
 // waiter keys), so requests on distinct keys never touch the same etcd key
 // and can share a commit. The committer sets resp and err.
 type txnReq struct {
-	cmps      []clientv3.Cmp
-	then, els []clientv3.Op
-	resp      *clientv3.TxnResponse
-	err       error
+	txn  pb.TxnRequest
+	resp *clientv3.TxnResponse
+	err  error
 }
 
 // committer takes and commits batches until Close closes the queue. Jobs
@@ -86,11 +87,13 @@ func (s *Store) commitBatch(batch []*txnReq) {
 		s.commitOne(ctx, batch[0])
 		return
 	}
-	ops := make([]clientv3.Op, len(batch))
+	ops := make([]*pb.RequestOp, len(batch))
+	nested := make([]pb.RequestOp_RequestTxn, len(batch))
 	for i, r := range batch {
-		ops[i] = clientv3.OpTxn(r.cmps, r.then, r.els)
+		nested[i].RequestTxn = &r.txn
+		ops[i] = &pb.RequestOp{Request: &nested[i]}
 	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	resp, err := s.kvTxn(ctx, &pb.TxnRequest{Success: ops})
 	if err == nil {
 		for i, r := range batch {
 			tr := resp.Responses[i].GetResponseTxn()
@@ -134,8 +137,18 @@ func firstErr(reqs []*txnReq) error {
 
 // commitOne commits one request as its own Txn.
 func (s *Store) commitOne(ctx context.Context, r *txnReq) {
-	resp, err := s.cli.Txn(ctx).If(r.cmps...).Then(r.then...).Else(r.els...).Commit()
+	resp, err := s.kvTxn(ctx, &r.txn)
 	r.resp, r.err = resp, s.commitErr(ctx, err)
+}
+
+// kvTxn sends one TxnRequest on s.kv and answers as clientv3's
+// Txn(...).Commit() does (its response type; a ctx error as ctx's).
+func (s *Store) kvTxn(ctx context.Context, req *pb.TxnRequest) (*clientv3.TxnResponse, error) {
+	resp, err := s.kv.Txn(ctx, req, kvCallOpts...)
+	if err != nil {
+		return nil, clientv3.ContextError(ctx, err)
+	}
+	return (*clientv3.TxnResponse)(resp), nil
 }
 
 // commitErr turns a commit's failure caused by Close into errClosed, and
@@ -174,14 +187,14 @@ func splittable(err error) bool {
 // ctx error is returned and, when orphan is not nil, orphan is called with
 // the result once it arrives (on a goroutine of the Store; not after Close),
 // so the caller's cleanup sees what really happened.
-func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op, orphan func(*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+func (s *Store) txn(ctx context.Context, key string, cmps []*pb.Compare, then, els []*pb.RequestOp, orphan func(*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if s.ctx.Err() != nil {
 		return nil, errClosed
 	}
-	r := &txnReq{cmps: cmps, then: then, els: els}
+	r := &txnReq{txn: pb.TxnRequest{Compare: cmps, Success: then, Failure: els}}
 	j, err := s.batch.Submit(ctx, key, r)
 	if err != nil {
 		return nil, err

@@ -110,8 +110,10 @@
 // transaction on one lockd key. They are not sent one by one: a Store
 // queues them and its committer goroutines (maxInflight of them, started
 // by New and stopped by Close) send what is queued as ONE etcd Txn whose
-// operations are the requests' transactions, nested (clientv3.OpTxn) under
-// an outer Txn without compares. Batching is natural: a committer that is
+// operations are the requests' transactions, nested under an outer Txn
+// without compares; these requests are built as etcd's protobufs and sent
+// on the KV client of clientv3's connection, without clientv3's copies of
+// every compare (request.go). Batching is natural: a committer that is
 // free sends at once whatever is queued, so on an idle Store a request goes
 // out alone and immediately (there is no timer); requests arriving while
 // every committer is busy form the next batch. A batch holds at most

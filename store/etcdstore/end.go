@@ -144,3 +144,10 @@ func (s *Store) releaseGrantsLocked(ss *session, grants []store.Grant, reason st
 		ss.held, ss.queued = nil, nil
 	}
 }
+
+// forget drops a session from the map (after close).
+func (s *Store) forget(id store.SessionID) {
+	s.mu.Lock()
+	delete(s.sessions, id)
+	s.mu.Unlock()
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -18,17 +19,17 @@ import (
 // ifFree is the grant condition: nobody holds key and nobody waits for it.
 // An empty range compares as a zero key-value, so the waiter compare holds
 // exactly when the key's queue is empty.
-func (s *Store) ifFree(key string) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(s.lockKey(key)), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(s.queuePrefix(key)), "=", 0).WithPrefix(),
+func (s *Store) ifFree(key string) []*pb.Compare {
+	return []*pb.Compare{
+		cmpCreate(s.lockKey(key), pb.Compare_EQUAL, 0),
+		cmpCreatePrefix(s.queuePrefix(key), pb.Compare_EQUAL, 0),
 		s.ifMultiFree(key), // no semaphore or read/write lock either (multi.go)
-		clientv3.Compare(clientv3.CreateRevision(s.delayKey(key)), "=", 0), // no lock-delay running (delay.go)
+		cmpCreate(s.delayKey(key), pb.Compare_EQUAL, 0), // no lock-delay running (delay.go)
 	}
 }
 
-func (s *Store) putGrant(ss *session, key string, at time.Time) clientv3.Op {
-	return clientv3.OpPut(s.lockKey(key), grantValue(ss.id, at), clientv3.WithLease(ss.lease))
+func (s *Store) putGrant(ss *session, key string, at time.Time) *pb.RequestOp {
+	return reqPut(s.lockKey(key), grantValue(ss.id, at), ss.lease, false)
 }
 
 // TryInsert grants key to the session iff it is free with nobody queued.
@@ -61,8 +62,8 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, o
 	// returns it (already mine). It is recorded, though, so CloseSession
 	// counts it.
 	resp, err := s.txn(ctx, key, s.ifFree(key),
-		[]clientv3.Op{s.putGrant(ss, key, at)},
-		[]clientv3.Op{clientv3.OpGet(s.lockKey(key)), s.getMultiAny(key)},
+		[]*pb.RequestOp{s.putGrant(ss, key, at)},
+		[]*pb.RequestOp{reqGet(s.lockKey(key)), s.getMultiAny(key)},
 		func(resp *clientv3.TxnResponse, err error) {
 			if err == nil && resp.Succeeded {
 				s.recordAbandoned(ss, key, resp.Header.Revision)
@@ -196,12 +197,9 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		return s.releaseMulti(ctx, ss, key, token, notOwner) // multi.go
 	}
 	lk, qp := s.lockKey(key), s.queuePrefix(key)
-	owner := []clientv3.Cmp{
-		clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
-		clientv3.Compare(clientv3.LeaseValue(lk), "=", ss.lease),
-	}
+	owner := []*pb.Compare{cmpMod(lk, rev), cmpLease(lk, pb.Compare_EQUAL, ss.lease)}
 	firstInLine := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
-	firstWaiter := clientv3.OpGet(qp, firstInLine...)
+	firstWaiter := reqFirstUnder(qp)
 	// next is the waiter to hand over to, once known or guessed.
 	type waiter struct {
 		key   string
@@ -236,20 +234,21 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	delete(ss.queued, key)
 	s.mu.Unlock()
 	for range 10 {
-		marker, mlease, err := s.marker(ctx, key, markReleased)
+		mlease, err := s.marks.lease(ctx)
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
+		marker := s.markerPut(key, markReleased, mlease)
 		var resp *clientv3.TxnResponse
 		var at time.Time // the hand-over's grant time, as written
 		if next == nil {
 			// Release if nobody waits, else read who is first.
 			resp, err = s.txn(ctx, key, owner,
-				[]clientv3.Op{clientv3.OpTxn(
-					[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()},
-					[]clientv3.Op{marker, clientv3.OpDelete(lk), clientv3.OpDelete(s.delayKey(key))},
-					[]clientv3.Op{firstWaiter})},
-				[]clientv3.Op{clientv3.OpGet(lk)}, nil)
+				[]*pb.RequestOp{reqTxn(
+					[]*pb.Compare{cmpCreatePrefix(qp, pb.Compare_EQUAL, 0)},
+					[]*pb.RequestOp{marker, reqDelete(lk), reqDelete(s.delayKey(key))},
+					[]*pb.RequestOp{firstWaiter})},
+				[]*pb.RequestOp{reqGet(lk)}, nil)
 		} else {
 			// Hand over to next if it is still queued and first in line
 			// (no waiter key of key older than its own); else read again.
@@ -257,15 +256,15 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			at = time.Now()
 			resp, err = s.txn(ctx, key,
 				append(slices.Clone(owner),
-					clientv3.Compare(clientv3.CreateRevision(next.key), "=", next.rev),
-					clientv3.Compare(clientv3.CreateRevision(qp), ">", next.rev-1).WithPrefix()),
-				[]clientv3.Op{
+					cmpCreate(next.key, pb.Compare_EQUAL, next.rev),
+					cmpCreatePrefix(qp, pb.Compare_GREATER, next.rev-1)),
+				[]*pb.RequestOp{
 					marker,
-					clientv3.OpDelete(s.delayKey(key)), // a release hands over at once (delay.go)
-					clientv3.OpPut(lk, grantValue(to, at), clientv3.WithLease(next.lease)),
-					clientv3.OpDelete(next.key),
+					reqDelete(s.delayKey(key)), // a release hands over at once (delay.go)
+					reqPut(lk, grantValue(to, at), next.lease, false),
+					reqDelete(next.key),
 				},
-				[]clientv3.Op{clientv3.OpGet(lk), firstWaiter}, nil)
+				[]*pb.RequestOp{reqGet(lk), firstWaiter}, nil)
 		}
 		if s.marks.gone(err, mlease) {
 			continue // the marker lease ended early: a new one

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -92,4 +93,10 @@ func (s *Store) marker(ctx context.Context, key, reason string) (clientv3.Op, cl
 		return clientv3.Op{}, 0, err
 	}
 	return clientv3.OpPut(s.markerKey(key), reason, clientv3.WithLease(id)), id, nil
+}
+
+// markerPut is marker's put as a protobuf (request.go), on the marker lease
+// id from s.marks.lease.
+func (s *Store) markerPut(key, reason string, id clientv3.LeaseID) *pb.RequestOp {
+	return reqPut(s.markerKey(key), reason, id, false)
 }

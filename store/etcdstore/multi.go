@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -46,14 +47,14 @@ func (s *Store) slotValueKey(key string, id store.SessionID) string {
 
 // ifMultiFree is the plain grant's extra condition: nobody holds or waits
 // for key as a semaphore or read/write lock.
-func (s *Store) ifMultiFree(key string) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(s.multiPrefix(key)), "=", 0).WithPrefix()
+func (s *Store) ifMultiFree(key string) *pb.Compare {
+	return cmpCreatePrefix(s.multiPrefix(key), pb.Compare_EQUAL, 0)
 }
 
 // multiActive reads whether key has semaphore or read/write entries (the
 // response of an OpGet built by getMultiAny).
-func (s *Store) getMultiAny(key string) clientv3.Op {
-	return clientv3.OpGet(s.multiPrefix(key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+func (s *Store) getMultiAny(key string) *pb.RequestOp {
+	return reqAnyUnder(s.multiPrefix(key))
 }
 
 func errMismatch(key string, o store.AcquireOptions) error {

@@ -493,10 +493,3 @@ func (ss *session) isDone() bool {
 		return false
 	}
 }
-
-// forget drops a session from the map (after close).
-func (s *Store) forget(id store.SessionID) {
-	s.mu.Lock()
-	delete(s.sessions, id)
-	s.mu.Unlock()
-}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -75,6 +76,7 @@ type Options struct {
 // nothing.
 type Store struct {
 	cli       *clientv3.Client
+	kv        pb.KVClient // the group commit's Txns on cli's connection (request.go)
 	prefix    string
 	inst      string // this Store's name in its keeper records (record.go)
 	exclusive bool   // Options.Exclusive: adopts no session of an earlier epoch
@@ -144,6 +146,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	}
 	s := &Store{
 		cli:       cli,
+		kv:        newKVClient(cli),
 		prefix:    prefix,
 		inst:      newInstanceID(),
 		exclusive: opts.Exclusive,

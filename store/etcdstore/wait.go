@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -57,14 +58,14 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 	lk, wk := s.lockKey(key), s.waiterKey(key, id)
 	at := time.Now()
 	resp, err := s.txn(ctx, key, s.ifFree(key),
-		[]clientv3.Op{s.putGrant(ss, key, at)},
-		[]clientv3.Op{
-			clientv3.OpGet(lk),
+		[]*pb.RequestOp{s.putGrant(ss, key, at)},
+		[]*pb.RequestOp{
+			reqGet(lk),
 			// Queue up, unless the session holds the key already or the
 			// key is a semaphore or read/write lock (multi.go).
-			clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(lk), "!=", ss.lease), s.ifMultiFree(key)},
-				[]clientv3.Op{clientv3.OpPut(wk, waiterValue(id, o.NoDeadlockCheck), clientv3.WithLease(ss.lease), clientv3.WithPrevKV())},
+			reqTxn(
+				[]*pb.Compare{cmpLease(lk, pb.Compare_NOT_EQUAL, ss.lease), s.ifMultiFree(key)},
+				[]*pb.RequestOp{reqPut(wk, waiterValue(id, o.NoDeadlockCheck), ss.lease, true)},
 				nil),
 			s.getMultiAny(key),
 		},
@@ -259,13 +260,13 @@ func (s *Store) waitLoop(ctx context.Context, ss *session, key string, myRev int
 		default:
 			// First in line and the key is free: take it, leave the queue.
 			at := time.Now()
-			tr, err := s.txn(ctx, key, []clientv3.Cmp{
-				clientv3.Compare(clientv3.CreateRevision(lk), "=", 0),
-				clientv3.Compare(clientv3.CreateRevision(wk), "=", myRev),
+			tr, err := s.txn(ctx, key, []*pb.Compare{
+				cmpCreate(lk, pb.Compare_EQUAL, 0),
+				cmpCreate(wk, pb.Compare_EQUAL, myRev),
 				// Every waiter of key was queued no earlier than us.
-				clientv3.Compare(clientv3.CreateRevision(qp), ">", myRev-1).WithPrefix(),
-				clientv3.Compare(clientv3.CreateRevision(dk), "=", 0), // no lock-delay running
-			}, []clientv3.Op{s.putGrant(ss, key, at), clientv3.OpDelete(wk)}, nil,
+				cmpCreatePrefix(qp, pb.Compare_GREATER, myRev-1),
+				cmpCreate(dk, pb.Compare_EQUAL, 0), // no lock-delay running
+			}, []*pb.RequestOp{s.putGrant(ss, key, at), reqDelete(wk)}, nil,
 				// ctx ended in flight: Acquire's leave takes the waiter key
 				// (then this fails its compare) or, applied after it, the
 				// grant (newer than myRev).

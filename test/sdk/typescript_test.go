@@ -119,7 +119,8 @@ func TestTypeScriptSDK(t *testing.T) {
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
 				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js",
-				"dist/test/integration/acquire_all.test.js", "dist/test/integration/wait_estimate.test.js")
+				"dist/test/integration/acquire_all.test.js", "dist/test/integration/wait_estimate.test.js",
+				"dist/test/integration/wait_updates.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {
