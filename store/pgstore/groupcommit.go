@@ -139,26 +139,8 @@ func (s *Store) lockWorker() {
 		for _, j := range s.lockQ.Finish(batch) {
 			s.undo(j.Req)
 		}
-		// Committed, and the keys free for their next requests: tell this
-		// Store's waiters their hand-overs (C2 #ct2-release-handover).
-		for _, g := range handed {
-			if s.onHandOver != nil {
-				s.onHandOver(g.Key)
-			}
-			s.tellHandOver(g)
-		}
+		s.tellHandOvers(handed) // committed, and the keys free for their next requests
 	}
-}
-
-// handOvers are the grants the releases of a run batch handed over.
-func handOvers(reqs []*lockReq) []store.Grant {
-	var gs []store.Grant
-	for _, r := range reqs {
-		if r.err == nil && r.out == freed && r.handed != nil {
-			gs = append(gs, *r.handed)
-		}
-	}
-	return gs
 }
 
 // runLockBatch runs reqs as one transaction and sets each one's result. If
@@ -228,22 +210,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			})
 			return err
 		})
-		b.Queue(s.q.handOver, relKeys).Query(func(rows pgx.Rows) error {
-			var (
-				g     store.Grant
-				sid   string
-				tok   int64
-				remUS int64
-			)
-			_, err := pgx.ForEachRow(rows, []any{&g.Key, &sid, &tok, &g.AcquiredAt, &remUS}, func() error {
-				h := store.Grant{Key: g.Key, Session: store.SessionID(sid), Token: uint64(tok), AcquiredAt: g.AcquiredAt,
-					Remaining: max(time.Duration(remUS)*time.Microsecond, 0)}
-				handed[g.Key] = &h
-				return nil
-			})
-			return err
-		})
-		b.Queue(s.q.handOverDone)
+		s.queueHandOver(&b, relKeys, handed) // handover.go
 	}
 	type check struct {
 		remainingUS *int64

@@ -28,38 +28,6 @@ type waiter struct {
 	handed *store.Grant
 }
 
-// tellHandOver tells this Store's waiting Acquire calls of g's session for
-// g's key that a release's commit granted them g (C2
-// #ct2-release-handover), and wakes them: they answer g without the
-// notification and without another attempt. A call that already returned
-// (the notification's attempt found the grant first) is no longer
-// registered, so nothing answers twice.
-func (s *Store) tellHandOver(g store.Grant) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.waiters[g.Key] {
-		if w.session != g.Session || w.handed != nil {
-			continue
-		}
-		h := g
-		w.handed = &h
-		select {
-		case w.wake <- struct{}{}:
-		default: // a wake-up is already pending
-		}
-	}
-}
-
-// takeHanded is the grant w was told of, if any.
-func (s *Store) takeHanded(w *waiter) (store.Grant, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w.handed == nil {
-		return store.Grant{}, false
-	}
-	return *w.handed, true
-}
-
 // addWaiter registers a waiter of session id for key, or returns
 // errClosed.
 func (s *Store) addWaiter(id store.SessionID, key string) (*waiter, error) {
