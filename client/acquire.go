@@ -35,7 +35,15 @@ func (s *Session) Acquire(ctx context.Context, key string, opts ...AcquireOption
 		// Round up: never ask to wait less than the caller asked.
 		req.WaitTimeoutMs = int64((ao.waitTimeout + time.Millisecond - 1) / time.Millisecond)
 	}
-	l, err := s.acquire(ctx, req, ao.waitTimeout == 0)
+	every, err := checkWaitUpdates(ao)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", key, err)
+	}
+	stop := func() {}
+	if ao.updates != nil && validateKey(key) == nil {
+		stop = s.waitUpdates(ctx, key, every, ao.updates)
+	}
+	l, err := s.acquire(ctx, req, ao.waitTimeout == 0, stop)
 	if err != nil {
 		if s.Err() == nil && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrPermissionDenied) {
 			s.leaveQueue(key) // the place was kept for a retry that will not come
@@ -110,7 +118,7 @@ func (s *Session) TryAcquire(ctx context.Context, key string, opts ...AcquireOpt
 	req := &lockdv1.AcquireRequest{SessionId: s.id, SessionSecret: s.secret, Key: key, Value: ao.value,
 		Limit: ao.limit, Mode: ao.mode}
 	s.policy(ao, req)
-	l, err := s.acquire(ctx, req, false)
+	l, err := s.acquire(ctx, req, false, nil)
 	if errors.Is(err, ErrLocked) {
 		err = s.c.lockedBy(ctx, key)
 	}
@@ -180,7 +188,13 @@ func (c *Client) lockedBy(ctx context.Context, key string) error {
 
 // acquire sends req until it is answered; with untilCtx a WAIT_TIMEOUT (the
 // server's maximum wait) is not final and the wait starts again.
-func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, untilCtx bool) (*Lock, error) {
+//
+// answered, if not nil, is called once the Acquire was answered (or failed),
+// before the grant is recorded: WithWaitUpdates' reads end there.
+func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, untilCtx bool, answered func()) (*Lock, error) {
+	if answered != nil {
+		defer answered() // also on an early return; a second call is a no-op
+	}
 	if err := validateKey(req.Key); err != nil {
 		return nil, err
 	}
@@ -196,6 +210,9 @@ func (s *Session) acquire(ctx context.Context, req *lockdv1.AcquireRequest, unti
 	s.mu.Unlock()
 	pending.stop()
 	resp, sent, err := s.send(ctx, req, untilCtx)
+	if answered != nil {
+		answered()
+	}
 	if err != nil {
 		return nil, err
 	}

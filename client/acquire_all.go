@@ -78,6 +78,8 @@ func acquireAllOpts(opts []AcquireOption) (acquireOptions, error) {
 		return ao, fmt.Errorf("%w: wait timeout: negative", ErrInvalidArgument)
 	case ao.multi():
 		return ao, fmt.Errorf("%w: several keys are plain locks only: not with WithLimit, Shared or Exclusive", ErrInvalidArgument)
+	case ao.updates != nil:
+		return ao, fmt.Errorf("%w: WithWaitUpdates does not apply to several keys (no single queue position)", ErrInvalidArgument)
 	case ao.value != nil || ao.lockDelaySet || ao.maxHold != 0:
 		return ao, fmt.Errorf("%w: WithValue, WithLockDelay and WithMaxHold do not apply to several keys", ErrInvalidArgument)
 	}

@@ -161,6 +161,8 @@ type acquireOptions struct {
 	lockDelaySet bool
 	maxHold      time.Duration
 	noDeadlock   bool
+	updates      func(WaitUpdate) // WithWaitUpdates (waitupdates.go)
+	updateEvery  time.Duration
 }
 
 // WithoutDeadlockCheck opts Acquire out of deadlock refusal (C2

@@ -54,15 +54,28 @@ func tracedServer(t *testing.T, backend string, on bool) (*lockdtest.Server, *tr
 // the waiter is queued, and returns when wait returned.
 func holdThenRelease(t *testing.T, srv *lockdtest.Server, key string, wait func(context.Context) error) {
 	t.Helper()
+	holdThenReleaseWith(t, srv, key, [][]client.AcquireOption{nil}, wait)
+}
+
+// holdThenReleaseWith is holdThenRelease with a holder per element of
+// holders, each an untraced session of its own acquiring key with those
+// options (several fill a semaphore); all are released once the waiter is
+// queued.
+func holdThenReleaseWith(t *testing.T, srv *lockdtest.Server, key string, holders [][]client.AcquireOption, wait func(context.Context) error) {
+	t.Helper()
 	ctx := testkit.Context(t, time.Minute)
-	holder, err := srv.Client.NewSession(ctx)
-	if err != nil {
-		t.Fatalf("NewSession: %v", err)
-	}
-	defer holder.Close(context.Background())
-	l, err := holder.Acquire(ctx, key)
-	if err != nil {
-		t.Fatalf("holder Acquire: %v", err)
+	var locks []*client.Lock
+	for _, opts := range holders {
+		holder, err := srv.Client.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("NewSession: %v", err)
+		}
+		defer holder.Close(context.Background())
+		l, err := holder.Acquire(ctx, key, opts...)
+		if err != nil {
+			t.Fatalf("holder Acquire: %v", err)
+		}
+		locks = append(locks, l)
 	}
 	done := make(chan error, 1)
 	go func() { done <- wait(ctx) }() // ends: the key is released below, ctx bounds it
@@ -70,8 +83,10 @@ func holdThenRelease(t *testing.T, srv *lockdtest.Server, key string, wait func(
 		info, err := srv.Client.Inspect(ctx, key)
 		return err == nil && len(info.Waiters) == 1
 	})
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("holder Release: %v", err)
+	for _, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("holder Release: %v", err)
+		}
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("the waiting Acquire: %v", err)
@@ -93,7 +108,10 @@ func spansNamed(spans tracetest.SpanStubs, tid trace.TraceID, name string) []tra
 // parent is one of parents, a lockd.wait span under it, and a backend commit
 // span under either; it waits for the server's spans (they end after the
 // reply).
-func checkTrace(t *testing.T, exp *tracetest.InMemoryExporter, tid trace.TraceID, parents map[trace.SpanID]bool) {
+//
+// A semaphore slot's or read/write side's trace (multi) has no commit span:
+// its grant is no group commit (C4 #ct4-traces).
+func checkTrace(t *testing.T, exp *tracetest.InMemoryExporter, tid trace.TraceID, parents map[trace.SpanID]bool, multi ...bool) {
 	t.Helper()
 	var why string
 	err := testkit.Poll(10*time.Second, func() bool {
@@ -115,6 +133,9 @@ func checkTrace(t *testing.T, exp *tracetest.InMemoryExporter, tid trace.TraceID
 			return false
 		}
 		under[waits[0].SpanContext.SpanID()] = true
+		if len(multi) > 0 && multi[0] {
+			return true
+		}
 		for _, c := range spansNamed(spans, tid, "lockd.backend.commit") {
 			if under[c.Parent.SpanID()] {
 				for _, a := range c.Attributes {
@@ -137,9 +158,16 @@ func checkTrace(t *testing.T, exp *tracetest.InMemoryExporter, tid trace.TraceID
 // releases it, and returns the caller's span context.
 func callerAcquire(t *testing.T, srv *lockdtest.Server, tp trace.TracerProvider, key string) trace.SpanContext {
 	t.Helper()
+	return callerAcquireWith(t, srv, tp, key, [][]client.AcquireOption{nil})
+}
+
+// callerAcquireWith is callerAcquire behind holders (holdThenReleaseWith),
+// the caller's Acquire with opts.
+func callerAcquireWith(t *testing.T, srv *lockdtest.Server, tp trace.TracerProvider, key string, holders [][]client.AcquireOption, opts ...client.AcquireOption) trace.SpanContext {
+	t.Helper()
 	traced := srv.NewClient(t, client.WithTracerProvider(tp))
 	var root trace.SpanContext
-	holdThenRelease(t, srv, key, func(ctx context.Context) error {
+	holdThenReleaseWith(t, srv, key, holders, func(ctx context.Context) error {
 		ctx, span := tp.Tracer("test").Start(ctx, "caller")
 		defer span.End()
 		root = span.SpanContext()
@@ -148,7 +176,7 @@ func callerAcquire(t *testing.T, srv *lockdtest.Server, tp trace.TracerProvider,
 			return err
 		}
 		defer sess.Close(context.Background())
-		l, err := sess.Acquire(ctx, key)
+		l, err := sess.Acquire(ctx, key, opts...)
 		if err != nil {
 			return err
 		}
@@ -159,7 +187,8 @@ func callerAcquire(t *testing.T, srv *lockdtest.Server, tp trace.TracerProvider,
 
 // TestTracing: one waiting Acquire is one trace — the SDK's client span,
 // the server span, the wait and the backend commit — from the Go SDK and
-// over HTTP with a traceparent header; with tracing off nothing is
+// over HTTP with a traceparent header; a semaphore slot's and a read/write
+// side's wait have their lockd.wait span too; with tracing off nothing is
 // recorded and the caller's trace context is not acted on (C4
 // #ct4-traces, C2 #ct2-tracing). Both backends.
 func TestTracing(t *testing.T) {
@@ -187,6 +216,27 @@ func TestTracing(t *testing.T) {
 					t.Fatalf("the SDK recorded no client Acquire span under the caller's span")
 				}
 				checkTrace(t, exp, root.TraceID(), parents)
+
+				// A semaphore slot's wait (two holders of a semaphore of 2)
+				// and a read/write side's (a reader behind a writer) are
+				// traced too (C4 #ct4-traces).
+				for _, m := range []struct {
+					key     string
+					holders [][]client.AcquireOption
+					opts    []client.AcquireOption
+				}{
+					{"trace/sem", [][]client.AcquireOption{{client.WithLimit(2)}, {client.WithLimit(2)}}, []client.AcquireOption{client.WithLimit(2)}},
+					{"trace/rw", [][]client.AcquireOption{{client.Exclusive()}}, []client.AcquireOption{client.Shared()}},
+				} {
+					root := callerAcquireWith(t, srv, sdkTP, m.key, m.holders, m.opts...)
+					parents := map[trace.SpanID]bool{}
+					for _, s := range spansNamed(sdkExp.GetSpans(), root.TraceID(), "lockd.v1.LockService/Acquire") {
+						if s.SpanKind == trace.SpanKindClient && s.Parent.SpanID() == root.SpanID() {
+							parents[s.SpanContext.SpanID()] = true
+						}
+					}
+					checkTrace(t, exp, root.TraceID(), parents, true)
+				}
 
 				// The same over HTTP, the caller's span given as a
 				// traceparent header.

@@ -56,13 +56,10 @@ const (
 	exitNotFound   = 127
 )
 
-// statusDelay is how long lockd run waits for the lock before it starts
-// reporting that it is waiting; statusEvery is how often a terminal status
-// line is refreshed.
-const (
-	statusDelay = 300 * time.Millisecond
-	statusEvery = time.Second
-)
+// statusEvery is how often lockd run reads the key while it waits (the
+// SDK's WithWaitUpdates: the first read client.WaitUpdateDelay after the
+// wait starts) and redraws a terminal status line.
+const statusEvery = time.Second
 
 // deadSessionCloseTimeout bounds the best-effort close of a session that
 // already ended (its deadline passed, or the server reported it dead).
@@ -408,8 +405,8 @@ func (r *runner) acquire(ctx context.Context, c *client.Client, s *client.Sessio
 		actx, cancel = context.WithTimeout(actx, r.flags.wait)
 		defer cancel()
 	}
-	st := r.startStatus(ctx, c, s)
-	l, err := s.Acquire(actx, r.key, r.flags.acquireOpts()...)
+	st := r.startStatus(ctx)
+	l, err := s.Acquire(actx, r.key, append(r.flags.acquireOpts(), client.WithWaitUpdates(statusEvery, st.update))...)
 	st.stop(l)
 	switch {
 	case err == nil:
@@ -456,27 +453,33 @@ func (r *runner) prefix() string {
 	return fmt.Sprintf("%s (owner %s)", name, r.flags.owner)
 }
 
-// status reports on stderr that lockd run is waiting. On a terminal it keeps
-// one line up to date; otherwise it prints one line when the wait starts and
-// one when the lock is acquired.
+// status reports on stderr that lockd run is waiting, from the SDK's wait
+// updates (C2 #ct2-wait-updates). On a terminal it keeps one line up to date
+// (redrawn every statusEvery, so the holder's time moves on between
+// updates); otherwise it prints one line at the first update and one when
+// the lock is acquired.
 type status struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	shown  bool // a line was written
+	last   *client.WaitUpdate // the latest update; nil before the first
+	shown  bool               // a line was written
 	tty    bool
 	w      io.Writer
 	prefix string // of every line
 	key    string
 }
 
-func (r *runner) startStatus(ctx context.Context, c *client.Client, s *client.Session) *status {
+func (r *runner) startStatus(ctx context.Context) *status {
 	ctx, cancel := context.WithCancel(ctx)
 	st := &status{cancel: cancel, tty: isTerminal(r.e.stderr), w: r.e.stderr, prefix: r.prefix(), key: r.key}
+	if !st.tty {
+		return st
+	}
 	st.wg.Add(1)
-	go func() { // exits when stop cancels ctx
+	go func() { // redraws the terminal line; exits when stop cancels ctx
 		defer st.wg.Done()
-		t := time.NewTimer(statusDelay)
+		t := time.NewTicker(statusEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -484,25 +487,29 @@ func (r *runner) startStatus(ctx context.Context, c *client.Client, s *client.Se
 				return
 			case <-t.C:
 			}
-			ictx, icancel := context.WithTimeout(ctx, statusEvery)
-			info, err := c.Inspect(ictx, r.key)
-			icancel()
-			if ctx.Err() != nil {
-				return
+			st.mu.Lock()
+			if st.last != nil {
+				st.showLocked(*st.last)
 			}
-			st.show(waitingLine(st.prefix, r.key, info, err, s.ID()))
-			if !st.tty {
-				return // one line only
-			}
-			t.Reset(statusEvery)
+			st.mu.Unlock()
 		}
 	}()
 	return st
 }
 
-func (st *status) show(line string) {
+// update is the Acquire's WithWaitUpdates function.
+func (st *status) update(u client.WaitUpdate) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if !st.tty && st.shown {
+		return // one line only
+	}
+	st.last = &u
+	st.showLocked(u)
+}
+
+func (st *status) showLocked(u client.WaitUpdate) {
+	line := waitingLine(st.prefix, st.key, u)
 	if st.tty {
 		fmt.Fprintf(st.w, "\r\x1b[K%s", line)
 	} else {
@@ -511,7 +518,8 @@ func (st *status) show(line string) {
 	st.shown = true
 }
 
-// stop ends the status goroutine and clears or completes the status line.
+// stop ends the redraws (the Acquire has returned: no update comes any more)
+// and clears or completes the status line.
 func (st *status) stop(l *client.Lock) {
 	st.cancel()
 	st.wg.Wait()
@@ -526,27 +534,26 @@ func (st *status) stop(l *client.Lock) {
 	}
 }
 
-func waitingLine(prefix, key string, info client.LockInfo, err error, self string) string {
+func waitingLine(prefix, key string, u client.WaitUpdate) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: waiting for %q", prefix, key)
-	if err != nil {
+	switch {
+	case errors.Is(u.Err, client.ErrPermissionDenied):
+		b.WriteString(" (no queue position: not allowed to read the key)")
+		return b.String()
+	case u.Err != nil:
 		b.WriteString(" (holder unknown: server not answering)")
 		return b.String()
-	}
-	if info.Held {
-		fmt.Fprintf(&b, ": %s", heldBy(info, time.Now()))
-	} else {
+	case u.Info.Held:
+		fmt.Fprintf(&b, ": %s", heldBy(u.Info, time.Now()))
+	default:
 		b.WriteString(": being handed over")
 	}
-	for i, w := range info.Waiters {
-		if w == self {
-			fmt.Fprintf(&b, ", queue position %d of %d", i+1, len(info.Waiters))
-		}
+	if u.Position > 0 {
+		fmt.Fprintf(&b, ", queue position %d of %d", u.Position, u.Waiters)
 	}
-	for _, e := range info.WaitEstimates { // absent when the server knows none (C2 #ct2-wait-estimate)
-		if e.Session == self {
-			fmt.Fprintf(&b, ", estimated %.1fs", e.Wait.Seconds())
-		}
+	if u.HasEstimate { // absent when the server knows none (C2 #ct2-wait-estimate)
+		fmt.Fprintf(&b, ", estimated %.1fs", u.Estimate.Seconds())
 	}
 	return b.String()
 }

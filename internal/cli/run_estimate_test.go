@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
 )
@@ -16,6 +18,7 @@ import (
 // estimate (C2 #ct2-wait-estimate) once holds of the key were observed, and
 // none before.
 func TestRunWaitEstimate(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx := testkit.Context(t, 60*time.Second)
 		l := hold(t, srv.Client, "eta/k")
@@ -55,4 +58,26 @@ func TestRunWaitEstimate(t *testing.T) {
 			t.Errorf("lockd run after the release: %v", res)
 		}
 	})
+}
+
+// TestWaitingLine: the waiting line of each kind of wait update (C2
+// #ct2-wait-updates): a refused read says so rather than blaming the server.
+func TestWaitingLine(t *testing.T) {
+	held := client.LockInfo{Key: "k", Held: true, Token: 7} // no AcquiredAt: held for 0s
+	for _, tc := range []struct {
+		u    client.WaitUpdate
+		want string
+	}{
+		{client.WaitUpdate{Key: "k", Err: fmt.Errorf("inspect: %w", client.ErrPermissionDenied)},
+			`lockd run: waiting for "k" (no queue position: not allowed to read the key)`},
+		{client.WaitUpdate{Key: "k", Err: client.ErrUnavailable}, `lockd run: waiting for "k" (holder unknown: server not answering)`},
+		{client.WaitUpdate{Key: "k", Info: client.LockInfo{Key: "k"}}, `lockd run: waiting for "k": being handed over`},
+		{client.WaitUpdate{Key: "k", Position: 2, Waiters: 3, Info: held}, `lockd run: waiting for "k": held by token 7 for 0s, queue position 2 of 3`},
+		{client.WaitUpdate{Key: "k", Position: 1, Waiters: 1, Info: held, HasEstimate: true, Estimate: 1500 * time.Millisecond},
+			`lockd run: waiting for "k": held by token 7 for 0s, queue position 1 of 1, estimated 1.5s`},
+	} {
+		if got := waitingLine("lockd run", "k", tc.u); got != tc.want {
+			t.Errorf("waitingLine(%+v) = %q; want %q", tc.u, got, tc.want)
+		}
+	}
 }

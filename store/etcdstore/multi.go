@@ -208,12 +208,17 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		// fromEvents: rng was updated from watch events since the read.
 		fromEvents bool
 		myRev      int64 // the create revision of the session's waiter key
+		// wsp is the wait's span from the first attempt not admitted (C4
+		// #ct4-traces); nil when untraced or not waiting.
+		wsp  *telemetry.Span
+		octx = ctx
 	)
 	defer func() {
 		w.close()
 		if queued && err != nil {
 			s.leaveMulti(ss, key, myRev)
 		}
+		wsp.EndWait(octx, err)
 	}()
 	for {
 		if read {
@@ -288,6 +293,9 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		}
 		if !wait {
 			return store.Grant{Key: key}, false, nil
+		}
+		if wsp == nil {
+			ctx, wsp = telemetry.StartWait(ctx, "etcd") // stays nil when untraced: called again, allocates nothing
 		}
 		if mine < 0 {
 			tr, err := s.cli.Txn(ctx).If(append(unchanged, stillThere(st)...)...).Then(

@@ -104,6 +104,15 @@ type Store struct {
 	// waitingFirst, set by tests, runs when a Heartbeat starts waiting for
 	// the keepalive an adoption sent (session.go).
 	waitingFirst func()
+	// Set by tests before the calls they affect (issue 24): waitingHook
+	// runs when an Acquire starts waiting first in line for the grant
+	// key's next change (wait.go); eventGate, when not nil, holds every
+	// watch event a waiting Acquire receives until it is closed (the
+	// notification path held back); handOverHook runs after a release's
+	// hand-over committed, before the local waiter is told (grant.go).
+	waitingHook  func(key string)
+	eventGate    chan struct{}
+	handOverHook func(key string)
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions

@@ -142,6 +142,15 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 		return store.Grant{}, s.acquireFailed(ctx, err)
 	}
 	defer s.removeWaiter(w)
+	g, wsp, err := s.multiLoop(ctx, id, key, o, w)
+	wsp.EndWait(ctx, err) // the wait's span, if it waited traced (C4 #ct4-traces)
+	return g, err
+}
+
+// multiLoop is acquireMulti's attempts and waits, and the wait's span once
+// an attempt was not admitted (nil when untraced), as acquireLoop.
+func (s *Store) multiLoop(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions, w *waiter) (store.Grant, *telemetry.Span, error) {
+	var wsp *telemetry.Span
 	start := time.Now()
 	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
@@ -149,15 +158,20 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 		g, out, err := s.attemptMulti(ctx, id, key, o, true)
 		if err != nil {
 			s.leaveSlotQueue(id, key)
-			return store.Grant{}, s.acquireFailed(ctx, err)
+			return store.Grant{}, wsp, s.acquireFailed(ctx, err)
 		}
 		if out == held && queued {
 			// Handed over by a release (slot_release, migration 0010):
 			// a new grant of this call, not one held before it.
 			out = granted
 		}
-		if done, g, err := s.acquireDone(ctx, out, g, key, o, start); done {
-			return g, err
+		if done, g, err := s.acquireDone(ctx, out, g, key, o, start, false); done {
+			return g, wsp, err
+		}
+		if !queued {
+			// The first attempt not admitted: the wait's span from now;
+			// later attempts are its children.
+			ctx, wsp = telemetry.StartWait(ctx, "pg")
 		}
 		recheck.Reset(s.recheck)
 		select {
@@ -165,10 +179,10 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 		case <-recheck.C:
 		case <-ctx.Done():
 			s.leaveSlotQueue(id, key)
-			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
+			return store.Grant{}, wsp, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))
 		case <-s.closing:
 			s.leaveSlotQueue(id, key)
-			return store.Grant{}, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errClosed))
+			return store.Grant{}, wsp, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", errClosed))
 		}
 	}
 }

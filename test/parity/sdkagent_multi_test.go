@@ -65,7 +65,8 @@ func firstOf(t *testing.T, chs map[string]<-chan reply, what string) (string, re
 func agentClientSigkill(t *testing.T, a *agent, addr string) string {
 	const key = "client-sigkill/k"
 	holder := startPythonAgent(t) // the process killed
-	hs, hid := holder.session(addr, nil)
+	// Its session dies with it: the suite's ttl, which the waiter's bound counts on.
+	hs, hid := holder.session(addr, map[string]any{"ttl": ttl.Seconds()})
 	ht := holder.must("acquire", map[string]any{"session": hs, "key": key}).num("token")
 	w, _ := a.session(addr, nil)
 	c := a.must("client", map[string]any{"addresses": []string{addr}}).str("client")
@@ -92,7 +93,8 @@ func agentClientSigkill(t *testing.T, a *agent, addr string) string {
 func agentSemaphore(t *testing.T, a *agent, addr string) string {
 	const key = "semaphore/k"
 	child := startPythonAgent(t) // K, killed below
-	ks, kid := child.session(addr, nil)
+	// K's session dies with its process: the suite's ttl, which the bound after the kill counts on.
+	ks, kid := child.session(addr, map[string]any{"ttl": ttl.Seconds()})
 	kt := child.must("acquire", map[string]any{"session": ks, "key": key, "limit": 2}).num("token")
 	c := a.must("client", map[string]any{"addresses": []string{addr}}).str("client")
 	names := map[string]string{kid: "K"}
@@ -222,7 +224,8 @@ func agentSharedLock(t *testing.T, a *agent, addr string) string {
 func agentLockdSigkill(t *testing.T, a *agent, e *env) string {
 	keys := []string{"lockd-sigkill/a", "lockd-sigkill/b"}
 	first := e.fresh(t)
-	h, _ := a.session(first.addr, nil)
+	// The holder's session dies with its lockd: the suite's ttl, which the waiter's bound counts on.
+	h, _ := a.session(first.addr, map[string]any{"ttl": ttl.Seconds()})
 	held := map[string]reply{}
 	for _, k := range keys {
 		held[k] = a.must("acquire", map[string]any{"session": h, "key": k})

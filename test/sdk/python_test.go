@@ -27,13 +27,18 @@ func TestMain(m *testing.M) { lockdtest.Main(m) }
 // python3-protobuf (a python3 earlier on PATH may be another one).
 const python = "/usr/bin/python3"
 
-// tokenPolicy gives alice lock and read on every key.
+// tokenPolicy gives alice lock and read on every key, and locker lock but
+// not read under lockonly/ (waiting updates refused, C2 #ct2-wait-updates).
 const tokenPolicy = `
 rules:
   - name: alice
     principals: [alice]
     prefixes: ["*"]
     allow: [read, lock, admin]
+  - name: locker
+    principals: [locker]
+    prefixes: ["lockonly/"]
+    allow: [lock]
 `
 
 // replicasPerBackend: the failover test drains one and kills another,
@@ -82,6 +87,7 @@ func TestPythonSDK(t *testing.T) {
 
 	// Bearer tokens: alice's token maps to a principal with every right.
 	const token = "pysdk-token-of-alice-0123456789abcdef"
+	const lockerToken = "pysdk-token-of-locker-0123456789abcdef"
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -90,13 +96,14 @@ func TestPythonSDK(t *testing.T) {
 		return p
 	}
 	az, err := auth.New(auth.Config{PolicyFile: write("policy.yaml", tokenPolicy),
-		TokensFile: write("tokens", auth.HashToken(token)+" alice\n")}, auth.Options{})
+		TokensFile: write("tokens", auth.HashToken(token)+" alice\n"+auth.HashToken(lockerToken)+" locker\n")}, auth.Options{})
 	if err != nil {
 		t.Fatalf("auth.New: %v", err)
 	}
 	t.Cleanup(func() { _ = az.Close() })
 	asrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Auth: az})
 	env["PYSDK_TOKEN_ADDR"], env["PYSDK_TOKEN_FILE"] = asrv.Addr, write("token", token+"\n")
+	env["PYSDK_LOCKER_TOKEN_FILE"] = write("locker-token", lockerToken+"\n")
 
 	env["PYSDK_CONTROL"] = control(t, replicas)
 

@@ -28,6 +28,10 @@ rules:
     principals: [alice]
     prefixes: ["*"]
     allow: [read, lock, admin]
+  - name: locker
+    principals: [locker]
+    prefixes: ["lockonly/"]
+    allow: [lock]
 `
 
 // tsReplicas: the failover test drains one replica and kills another,
@@ -119,7 +123,8 @@ func TestTypeScriptSDK(t *testing.T) {
 			}, "dist/test/integration/lockd.test.js", "dist/test/integration/http.test.js", "dist/test/integration/readme.test.js",
 				"dist/test/integration/failover.test.js", "dist/test/integration/outage.test.js",
 				"dist/test/integration/agent.test.js", "dist/test/integration/hotkeys.test.js",
-				"dist/test/integration/acquire_all.test.js", "dist/test/integration/wait_estimate.test.js")
+				"dist/test/integration/acquire_all.test.js", "dist/test/integration/wait_estimate.test.js",
+				"dist/test/integration/wait_updates.test.js")
 		})
 	}
 	t.Run("security", func(t *testing.T) {
@@ -134,6 +139,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		tsrv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{NoClient: true, Config: &tcfg})
 
 		const token = "tssdk-token-of-alice-0123456789abcdef"
+		const lockerToken = "tssdk-token-of-locker-0123456789abcdef" // lock but not read under lockonly/
 		write := func(name, content string) string {
 			p := filepath.Join(files, name)
 			if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -142,7 +148,7 @@ func TestTypeScriptSDK(t *testing.T) {
 			return p
 		}
 		az, err := auth.New(auth.Config{PolicyFile: write("policy.yaml", tsPolicy),
-			TokensFile: write("tokens", auth.HashToken(token)+" alice\n")}, auth.Options{})
+			TokensFile: write("tokens", auth.HashToken(token)+" alice\n"+auth.HashToken(lockerToken)+" locker\n")}, auth.Options{})
 		if err != nil {
 			t.Fatalf("auth.New: %v", err)
 		}
@@ -153,7 +159,8 @@ func TestTypeScriptSDK(t *testing.T) {
 		node(t, map[string]string{
 			"LOCKDTEST_TLS_ADDR": tsrv.Addr, "LOCKDTEST_TLS_CA": caFile, "LOCKDTEST_TLS_CERT": cliCert,
 			"LOCKDTEST_TLS_KEY": cliKey, "LOCKDTEST_TOKEN_ADDR": asrv.Addr, "LOCKDTEST_TOKEN_FILE": write("token", token+"\n"),
-			"LOCKDTEST_TLS_HTTP_ADDR": tsrv.HTTPAddr, "LOCKDTEST_TOKEN_HTTP_ADDR": asrv.HTTPAddr,
+			"LOCKDTEST_LOCKER_TOKEN_FILE": write("locker-token", lockerToken+"\n"),
+			"LOCKDTEST_TLS_HTTP_ADDR":     tsrv.HTTPAddr, "LOCKDTEST_TOKEN_HTTP_ADDR": asrv.HTTPAddr,
 		}, "dist/test/integration/security.test.js")
 	})
 }

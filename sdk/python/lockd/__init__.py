@@ -27,12 +27,13 @@ from .errors import (Cancelled, Closed, Deadlock, DeadlineExceeded, Internal, In
 from .lock import Lock
 from .session import Session
 from .watch import Watch
+from ._wait_updates import WaitUpdate
 from . import aio  # noqa: E402  (after the sync API it wraps)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cancel", "Clock", "FakeClock", "TLS", "HotKey", "HotKeys", "Event", "EventKind", "HolderInfo", "LockInfo", "WaitEstimate", "Observation", "TokenCheck", "Client",
+    "Cancel", "Clock", "FakeClock", "TLS", "HotKey", "HotKeys", "Event", "EventKind", "HolderInfo", "LockInfo", "WaitEstimate", "WaitUpdate", "Observation", "TokenCheck", "Client",
     "check_timing", "Leadership", "Observer", "Lock", "Session", "Watch", "Cancelled", "Closed", "Deadlock", "DeadlineExceeded",
     "Internal", "InvalidArgument", "LimitMismatch", "LimitReached", "Locked", "LockdError", "LockLost", "MaxHold",
     "NotOwner", "PermissionDenied", "Released", "SessionDead", "SessionExpired", "ShuttingDown", "Unauthenticated",

@@ -8,6 +8,7 @@ import math
 
 from . import errors
 from ._cancel import Cancel, link
+from ._wait_updates import Updates, check_every
 from .client import validate_key
 from .lock import MAX_VALUE, Lock
 from .v1 import lockd_pb2 as pb
@@ -44,7 +45,8 @@ class AcquireMixin:
 
     def acquire(self, key: str, timeout: float | None = None, cancel: Cancel | None = None, *, value: bytes = b"",
                 limit: int = 0, shared: bool = False, exclusive: bool = False, lock_delay: float | None = None,
-                max_hold: float | None = None, no_deadlock_check: bool = False) -> "Lock":
+                max_hold: float | None = None, no_deadlock_check: bool = False, on_wait_update=None,
+                wait_update_every: float | None = None) -> "Lock":
         """Takes the lock named key, waiting in the key's FIFO queue until it
         is granted, ``timeout`` seconds pass (:class:`lockd.WaitTimeout`),
         ``cancel`` fires (:class:`lockd.Cancelled`) or the session ends.
@@ -54,8 +56,21 @@ class AcquireMixin:
         ``limit`` makes the key a semaphore of N; ``shared``/``exclusive`` a
         read/write lock; ``lock_delay``/``max_hold`` (seconds) plain locks
         only. The place in the queue survives retries and replica moves; when
-        acquire gives up it is left (LeaveQueue)."""
+        acquire gives up it is left (LeaveQueue).
+
+        ``on_wait_update`` (a function of one :class:`lockd.WaitUpdate`)
+        reports the wait (C2 #ct2-wait-updates): acquire reads the key with
+        Inspect 0.3 s after it starts (or ``wait_update_every``, if shorter),
+        then every ``wait_update_every`` seconds (default 1, at least 0.1),
+        and calls it with the first answer and whenever the position, queue
+        length, estimate, holder or error changed — on one thread acquire
+        owns and joins before it returns, so never after. Without it no
+        Inspect is sent. The reads need read access to the key: a caller
+        who may not read it gets one update with :class:`lockd.PermissionDenied`
+        and no more. A function that raises ends the updates (logged at
+        debug); nothing about the updates fails the acquire."""
         req = self._request(key, value, limit, shared, exclusive, lock_delay, max_hold, True)
+        every = check_every(wait_update_every) if on_wait_update is not None else 0.0
         req.no_deadlock_check = no_deadlock_check
         if timeout is not None:
             if timeout < 0:
@@ -64,14 +79,19 @@ class AcquireMixin:
         # A wait with a timeout gives up retrying an unreachable server a
         # call_timeout after the wait would have ended.
         bound = None if timeout is None else timeout + self.c.call_timeout
+        updates = Updates(self, key, every, on_wait_update) if on_wait_update is not None else None
         try:
-            return self._acquire(req, until_cancel=timeout is None, cancel=cancel, timeout=bound)
+            return self._acquire(req, until_cancel=timeout is None, cancel=cancel, timeout=bound,
+                                 answered=updates.stop if updates else None)
         except (errors.InvalidArgument, errors.PermissionDenied):
             raise
         except errors.LockdError:
             if self.error is None:
                 self._leave_queue(key)
             raise
+        finally:
+            if updates is not None:
+                updates.stop()
 
     def try_acquire(self, key: str, *, value: bytes = b"", limit: int = 0, shared: bool = False,
                     exclusive: bool = False, lock_delay: float | None = None, max_hold: float | None = None,
@@ -99,8 +119,11 @@ class AcquireMixin:
                 log.debug("leaving the queue of %r failed: %s", key, e)
         self.c._spawn(run, "lockd-leave")
 
-    def _acquire(self, req, until_cancel: bool, cancel: Cancel | None, timeout: float | None = None) -> "Lock":
+    def _acquire(self, req, until_cancel: bool, cancel: Cancel | None, timeout: float | None = None,
+                 answered=None) -> "Lock":
         def record(resp, sent):
+            if answered is not None:
+                answered()  # the wait updates end before the grant is recorded
             if not resp.granted:
                 raise errors.Locked(f"{req.key!r} is locked")
             d = self._extend(sent, resp.remaining_ms / 1000.0)

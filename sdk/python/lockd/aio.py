@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
+import logging
 import threading
 
 from . import errors
 from ._cancel import Cancel
 from .client import Client as _SyncClient
+
+log = logging.getLogger("lockd")
 
 
 async def _run(fn, *args, **kw):
@@ -44,6 +48,33 @@ async def _run(fn, *args, **kw):
             loop.call_soon_threadsafe(done, True, r)
     threading.Thread(target=run, name="lockd-aio", daemon=True).start()
     return await fut
+
+
+def _on_loop(fn):
+    """The sync acquire's on_wait_update for fn, which runs on the running
+    event loop. The sync acquire joins its reading thread before it returns,
+    so every call it scheduled runs before the awaiting task sees the result
+    (the loop runs callbacks in order). A fn that raises ends the updates, as
+    in the sync SDK."""
+    if inspect.iscoroutinefunction(fn):
+        raise errors.InvalidArgument("on_wait_update: a plain function, not a coroutine function",
+                                     field="on_wait_update")
+    loop = asyncio.get_running_loop()
+    failed = threading.Event()
+
+    def on_loop(u):
+        if failed.is_set():
+            return
+        try:
+            fn(u)
+        except Exception as e:  # the caller's; it ends the updates, never the acquire
+            failed.set()
+            log.debug("on_wait_update raised, no more wait updates for %r: %r", u.key, e)
+
+    def from_thread(u):
+        if not failed.is_set():
+            loop.call_soon_threadsafe(on_loop, u)
+    return from_thread
 
 
 def _release_each(got) -> None:
@@ -188,7 +219,11 @@ class Session(_Lost):
             raise
 
     async def acquire(self, key: str, timeout: float | None = None, **kw) -> Lock:
-        """Waits for the lock (see :meth:`lockd.Session.acquire`); cancel the task to give up."""
+        """Waits for the lock (see :meth:`lockd.Session.acquire`); cancel the task to give up.
+        ``on_wait_update`` is called on the event loop (a plain function, not
+        a coroutine function), never after acquire returned or raised."""
+        if kw.get("on_wait_update") is not None:
+            kw["on_wait_update"] = _on_loop(kw["on_wait_update"])
         return Lock(await self._wait(self.sync.acquire, key=key, timeout=timeout, **kw))
 
     async def try_acquire(self, key: str, **kw) -> Lock:

@@ -10,6 +10,7 @@ import {
 import { checkKey, checkLockDelay, checkMaxHold, checkValue, checkWholeMs, MAX_LIMIT } from "./limits.js";
 import { Lock, valueBytes } from "./lock.js";
 import type { Session } from "./session.js";
+import { checkWaitUpdateEvery, startWaitUpdates, type WaitUpdate } from "./wait_updates.js";
 
 /** Options of {@link Session.tryAcquire}. */
 export interface TryAcquireOptions {
@@ -36,6 +37,17 @@ export interface AcquireOptions extends TryAcquireOptions {
    * waiting sessions but is never the one refused with DeadlockError. For callers that queue on purpose.
    */
   noDeadlockCheck?: boolean;
+  /**
+   * Reports the wait (C2 #ct2-wait-updates): acquire reads the key with Inspect 300 ms after it starts (or
+   * `waitUpdateEveryMs`, if shorter), then every `waitUpdateEveryMs`, and calls this with the first answer and
+   * whenever the position, queue length, estimate, holder or error changed; never after acquire settled. Without it
+   * no Inspect is sent. The reads need read access to the key: a caller who may not read it gets one update with a
+   * PermissionDeniedError and no more. A function that throws ends the updates (logged); nothing about the updates
+   * fails the acquire.
+   */
+  onWaitUpdate?: (u: WaitUpdate) => void;
+  /** How often onWaitUpdate's reads come, ms: default 1000, at least 100. */
+  waitUpdateEveryMs?: number;
 }
 
 function buildRequest(s: Session, key: string, o: TryAcquireOptions, wait: boolean): AcquireRequest {
@@ -74,13 +86,21 @@ export async function acquire(s: Session, key: string, o: AcquireOptions): Promi
   const wt = o.waitTimeoutMs ?? 0;
   checkWholeMs("wait_timeout", Math.ceil(wt));
   req.waitTimeoutMs = BigInt(Math.ceil(wt)); // round up: never wait less than asked
+  let stopUpdates: (() => void) | undefined;
+  if (o.onWaitUpdate) {
+    const every = checkWaitUpdateEvery(o.waitUpdateEveryMs);
+    checkKey(key);
+    stopUpdates = startWaitUpdates(s, key, every, o.onWaitUpdate);
+  }
   try {
-    return await send(s, req, wt === 0, o.signal);
+    return await send(s, req, wt === 0, o.signal, stopUpdates);
   } catch (e) {
     if (!s.err && !(e instanceof InvalidArgumentError) && !(e instanceof PermissionDeniedError)) {
       leaveQueue(s, key); // the place was kept for a retry that will not come
     }
     throw e;
+  } finally {
+    stopUpdates?.();
   }
 }
 
@@ -110,9 +130,11 @@ async function lockedBy(s: Session, key: string): Promise<LockedError> {
 }
 
 /** Sends req until it is answered; with untilAborted a WAIT_TIMEOUT (the server's maximum wait) starts the wait again. */
-async function send(s: Session, req: AcquireRequest, untilAborted: boolean, userSignal?: AbortSignal): Promise<Lock> {
+async function send(s: Session, req: AcquireRequest, untilAborted: boolean, userSignal?: AbortSignal,
+  answered?: () => void): Promise<Lock> {
   checkKey(req.key);
   return sendAcquire(s, [req.key], req, untilAborted, userSignal, (resp, sent) => {
+    answered?.(); // the wait updates end before the grant is recorded
     if (!resp.granted) throw new LockedError("locked by another session");
     const d = s.extend(sent, Number(resp.remainingMs));
     // C2 #ct2-maxhold-sdk: the hold cannot end before sent + maxHoldMs.

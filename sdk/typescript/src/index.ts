@@ -23,6 +23,9 @@ export { Session, type SessionOptions } from "./session.js";
 export { Lock } from "./lock.js";
 export type { HotKey, HotKeys } from "./hotkeys.js";
 export type { AcquireOptions, TryAcquireOptions } from "./acquire.js";
+export {
+  type WaitUpdate, DEFAULT_WAIT_UPDATE_EVERY_MS, MIN_WAIT_UPDATE_EVERY_MS, WAIT_UPDATE_FIRST_READ_MS,
+} from "./wait_updates.js";
 export type { AcquireAllOptions, TryAcquireAllOptions } from "./acquire_all.js";
 export { Leadership, type Leader } from "./election.js";
 export type { WatchEvent, WatchOptions, EventKindName } from "./watch.js";

@@ -1,7 +1,7 @@
 // TLS, mutual TLS and bearer tokens (C5 #ct5-tls, #ct5-auth; C2 #ct2-wire-auth).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Client, InvalidArgumentError, PermissionDeniedError } from "../../src/index.js";
+import { Client, InvalidArgumentError, PermissionDeniedError, type WaitUpdate } from "../../src/index.js";
 import { eventually, key, need } from "./env.js";
 
 test("mutual TLS: a client certificate of the CA is accepted", { timeout: 30_000 }, async (t) => {
@@ -101,4 +101,52 @@ test("over HTTP: mutual TLS (HTTPS with the CA and a client certificate) and a b
   const none = new Client(addr, { http: true });
   t.after(() => none.close());
   await assert.rejects(none.newSession(), (e) => e instanceof PermissionDeniedError && e.reason === "ACCESS_DENIED");
+});
+
+test("onWaitUpdate without read access: one PermissionDeniedError update, no read after it, the acquire granted (C2 #ct2-wait-updates)", { timeout: 60_000 }, async (t) => {
+  const addr = need("LOCKDTEST_TOKEN_ADDR");
+  const alice = new Client(addr, { tokenFile: need("LOCKDTEST_TOKEN_FILE"), backoffMinMs: 10, backoffMaxMs: 200 });
+  t.after(() => alice.close());
+  const locker = new Client(addr, { tokenFile: need("LOCKDTEST_LOCKER_TOKEN_FILE"), backoffMinMs: 10, backoffMaxMs: 200 });
+  t.after(() => locker.close());
+  // Inspect calls per client (a spy on the SDK's wire; the server is real).
+  const spy = (c: Client) => {
+    const calls = new Map<string, number>();
+    const inspect = c.api.inspect.bind(c.api);
+    c.api.inspect = (req, opts) => {
+      calls.set(req.key, (calls.get(req.key) ?? 0) + 1);
+      return inspect(req, opts);
+    };
+    return calls;
+  };
+  const calls = spy(locker);
+  const aliceCalls = spy(alice);
+  const k = `lockonly/${process.pid}/${Date.now()}/k`;
+  const control = `lockonly/${process.pid}/${Date.now()}/control`;
+  const h = await alice.newSession();
+  const l = await h.acquire(k);
+  const cl = await h.acquire(control);
+  const w = await locker.newSession();
+  const got: WaitUpdate[] = [];
+  const controlGot: WaitUpdate[] = [];
+  const waiting = w.acquire(k, { waitUpdateEveryMs: 100, onWaitUpdate: (u) => got.push(u) });
+  // The control: alice, who may read, waits beside with the same option; her reads show the time that passed.
+  const cw = await alice.newSession();
+  const controlWaiting = cw.acquire(control, { waitUpdateEveryMs: 100, onWaitUpdate: (u) => controlGot.push(u) });
+  await eventually(30_000, "an update", () => got.length > 0);
+  const u = got[0]!;
+  assert.ok(u.error instanceof PermissionDeniedError, `update error ${String(u.error)}`);
+  assert.deepEqual([u.position, u.waiters, u.estimateMs, u.info], [0, 0, undefined, undefined]);
+  const base = aliceCalls.get(control) ?? 0;
+  await eventually(30_000, "the locker queued and 4 more reads of the control", async () =>
+    (await alice.inspect(k)).waiters.includes(w.id) && (aliceCalls.get(control) ?? 0) >= base + 4);
+  assert.deepEqual([got.length, calls.get(k)], [1, 1], "no read after the refusal");
+  assert.ok(controlGot.some((c) => c.error === undefined && c.position === 1), "the control waiter got no position 1");
+  await l.release();
+  await cl.release();
+  await (await waiting).release();
+  await (await controlWaiting).release();
+  await h.close();
+  await w.close();
+  await cw.close();
 });

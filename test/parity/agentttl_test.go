@@ -1,0 +1,66 @@
+package parity
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// agentStall is how long TestAgentSessionOutlivesStall stops an agent: past
+// the window of a session at the suite's ttl (ttl − margin = 2.5 s from the
+// last heartbeat's send), well inside agentTTL's.
+const agentStall = 3 * time.Second
+
+// TestAgentSessionOutlivesStall makes on purpose the window clean-clone run
+// r10 hit by load (issue 21: the TypeScript fifo-3-clients holder's first
+// acquire answered "ErrSessionExpired session expired (deadline passed
+// without acknowledgement)"): an agent stopped (SIGSTOP) for agentStall
+// right after opening a session, then continued, then acquiring a free key.
+// A session at the suite's ttl (the agents' TTL before the fix) must lose
+// that acquire with ErrSessionExpired — the same failure, made
+// deterministic, and the proof the stall is long enough — and a session at
+// agentTTL must keep it. Both SDK agents, on embedded etcd.
+func TestAgentSessionOutlivesStall(t *testing.T) {
+	buildTypeScriptSDK(t)
+	bins := build(t)
+	for _, lang := range []struct {
+		name  string
+		start func(*testing.T) *agent
+	}{{"python", startPythonAgent}, {"typescript", startTypeScriptAgent}} {
+		t.Run(lang.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, bins, backendEmbedded)
+			for _, c := range []struct {
+				ttl  time.Duration
+				want string
+			}{{ttl, "ErrSessionExpired"}, {agentTTL, "ok"}} {
+				a := lang.start(t)
+				s, _ := a.session(e.shared.addr, map[string]any{"ttl": c.ttl.Seconds()})
+				a.stall(agentStall)
+				key := fmt.Sprintf("stall/%s/%v", lang.name, c.ttl)
+				r := a.call("acquire", map[string]any{"session": s, "key": key})
+				if r.err() != c.want {
+					t.Errorf("%s agent, session TTL %v, stopped %v after its open: acquire = %s %s; want %s",
+						lang.name, c.ttl, agentStall, r.err(), r.str("message"), c.want)
+				}
+				if r.err() == "ok" {
+					a.must("release", map[string]any{"lock": r.str("lock")})
+				}
+			}
+		})
+	}
+}
+
+// stall stops the agent process for d (SIGSTOP, then SIGCONT): a process
+// the machine does not schedule for d.
+func (a *agent) stall(d time.Duration) {
+	a.t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		a.t.Fatalf("SIGSTOP the agent: %v", err)
+	}
+	time.Sleep(d) // the fault itself, not a wait for something to happen
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		a.t.Fatalf("SIGCONT the agent: %v", err)
+	}
+}
