@@ -18,6 +18,7 @@ import (
 // shares as the server computes them (server.PrincipalShares), the server's
 // keys read from --config and LOCKD_* as lockd serve reads them.
 func TestAuthCheck(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pf := filepath.Join(dir, "policy.yaml")
 	policy := "rules:\n  - name: billing\n    principals: [alice]\n    prefixes: [billing/]\n    allow: [read, lock]\n" +
@@ -131,6 +132,7 @@ func shares(principal string, set map[string]string) string {
 }
 
 func TestAuthHashToken(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"auth", "hash-token", "alice"},
 		&env{stdin: strings.NewReader("s3cret\n"), stdout: &out, stderr: &errb, environ: func() []string { return nil }})

@@ -46,11 +46,15 @@ func init() {
 // target) and 64 (the pairs/s targets, etcd's 1.3x among them), the others
 // at one count each (issue 21, CI time). The default counts are the
 // benchmark's (bench.Default*Concurrency) and `lockd bench` runs them.
+// --stats-off-rows adds lockd-nostats (a second server, statistics off) to
+// distinct and contended, metered as lockd is (issue 27); the smoke run
+// checks its rows too, so that no second run of the own-process layout is
+// needed (TestBenchSmoke).
 var smallBench = []string{"--duration", "100ms", "--rounds", "1", "--death-locks", "1,50",
 	"--idle-sessions", "50", "--idle-duration", "500ms", "--failover-kills", "2",
 	"--distinct-concurrency", joinLevels(smokeDistinct), "--contended-concurrency", joinLevels(smokeContended),
 	"--election-concurrency", joinLevels(smokeElection), "--semaphore-concurrency", joinLevels(smokeSemaphore),
-	"--acquire-all-concurrency", joinLevels(smokeAcquireAll)}
+	"--acquire-all-concurrency", joinLevels(smokeAcquireAll), "--stats-off-rows"}
 
 // The smoke runs' client counts per scenario (smallBench).
 var (
@@ -96,12 +100,19 @@ var electionMetrics = []string{bench.MetricHandoversPerSec, bench.MetricHandover
 var semaphoreMetrics = []string{bench.MetricAcquisitionsPerSec, bench.MetricWaitP50, bench.MetricWaitP99,
 	bench.MetricFairness, bench.MetricMostHolders}
 
+// noStats is the system --stats-off-rows adds to distinct and contended.
+const noStats = "lockd-nostats"
+
 // cpuRows lists the CPU rows of one scenario and concurrency against
 // baselines (issue 24): lockd's server alone, then per baseline the total,
-// the clients' process and, when the bench started etcd, the etcd process.
+// the clients' process and, when the bench started etcd, the etcd process
+// (against lockd-nostats also its server alone).
 func cpuRows(scenario string, c int, baselines []string, backendCPU bool) []wantRow {
 	want := []wantRow{{scenario, c, bench.MetricServerCPUPerOp, ""}}
 	for _, b := range baselines {
+		if b == noStats { // lockd too: its own server is metered against lockd's
+			want = append(want, wantRow{scenario, c, bench.MetricServerCPUPerOp, b})
+		}
 		want = append(want, wantRow{scenario, c, bench.MetricCPUPerOp, b}, wantRow{scenario, c, bench.MetricClientCPUPerOp, b})
 		if backendCPU {
 			want = append(want, wantRow{scenario, c, bench.MetricBackendCPUPerOp, b})
@@ -113,27 +124,29 @@ func cpuRows(scenario string, c int, baselines []string, backendCPU bool) []want
 // wantRows lists every row of a full run with the smoke sizes against the
 // given baselines (primary first), ceilings, election baselines and idle
 // baseline ("" for none), with the CPU rows of systems in processes of
-// their own (and of the etcd process, with backendCPU).
+// their own (and of the etcd process, with backendCPU); distinct and
+// contended also against lockd-nostats (smallBench's --stats-off-rows).
 func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline string, backendCPU bool) []wantRow {
 	var want []wantRow
+	loads := append(append([]string(nil), baselines...), noStats) // distinct and contended (--stats-off-rows)
 	for _, c := range smokeDistinct {
 		for _, ce := range ceilings {
 			want = append(want, wantRow{"ceiling", c, bench.MetricOpsPerSec, ce})
 		}
-		for _, b := range baselines {
+		for _, b := range loads {
 			for _, m := range []string{bench.MetricPairsPerSec, bench.MetricP50, bench.MetricP99} {
 				want = append(want, wantRow{"distinct", c, m, b})
 			}
 		}
-		want = append(want, cpuRows("distinct", c, baselines, backendCPU)...)
+		want = append(want, cpuRows("distinct", c, loads, backendCPU)...)
 	}
 	for _, c := range smokeContended {
-		for _, b := range baselines {
+		for _, b := range loads {
 			for _, m := range []string{bench.MetricHandoversPerSec, bench.MetricFairness} {
 				want = append(want, wantRow{"contended", c, m, b})
 			}
 		}
-		want = append(want, cpuRows("contended", c, baselines, backendCPU)...)
+		want = append(want, cpuRows("contended", c, loads, backendCPU)...)
 	}
 	for _, c := range smokeElection {
 		for _, b := range electors {
@@ -259,84 +272,23 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 	}
 }
 
-// TestBenchOwnProcesses runs one tiny cell per system of distinct,
-// election and semaphore over an etcd the bench starts and over PostgreSQL,
-// each system in processes of its own (issue 24): every system's row has
-// its figures and the CPU per operation of its processes (lockd's server,
-// every system's clients, the etcd process). The same cell with
-// --in-process has the figures and no CPU rows. --stats-off-rows adds
-// lockd-nostats (a second server, statistics off) to distinct, metered as
-// lockd is.
-func TestBenchOwnProcesses(t *testing.T) {
-	cells := []string{"--scenarios", "distinct,election,semaphore", "--distinct-concurrency", "2", "--election-concurrency", "2",
-		"--semaphore-concurrency", "3", "--semaphore-limit", "2", "--duration", "100ms", "--rounds", "1", "--stats-off-rows"}
-	for _, tc := range []struct {
-		name    string
-		args    func(t *testing.T) []string
-		systems []string // the baselines, every one of them measured in a cell
-		etcd    bool
-	}{
-		{"etcd", func(t *testing.T) []string { return []string{"--backend", "etcd", "--data-dir", t.TempDir()} },
-			[]string{"etcd-txn", "etcd-mutex", "etcd-election", "etcd-sem", "lockd-nostats"}, true},
-		{"pg", func(t *testing.T) []string { return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)} },
-			[]string{"pg-raw", "pg-raw-min", "pg-raw-defpool", "pg-sem", "lockd-nostats"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			backend := tc.args(t)
-			rep := benchJSON(t, append(append([]string{"bench", "--json"}, backend...), cells...)...)
-			if !strings.HasPrefix(rep.Settings.Processes, "own processes") {
-				t.Errorf("processes = %q, want own processes", rep.Settings.Processes)
-			}
-			find := func(metric, baseline string) *jsonRow {
-				for i, r := range rep.Rows {
-					if r.Metric == metric && r.Baseline == baseline {
-						return &rep.Rows[i]
-					}
-				}
-				return nil
-			}
-			positive := func(v *float64) bool { return v != nil && *v > 0 }
-			if r := find(bench.MetricServerCPUPerOp, ""); r == nil || !positive(r.Lockd) {
-				t.Errorf("lockd's server cpu per operation: %+v, want > 0", r)
-			}
-			// --stats-off-rows (issue 27): lockd-nostats' own server is metered.
-			if r := find(bench.MetricServerCPUPerOp, "lockd-nostats"); r == nil || !positive(r.Lockd) || !positive(r.Raw) {
-				t.Errorf("server cpu per operation against lockd-nostats: %+v, want both > 0", r)
-			}
-			for _, sys := range tc.systems {
-				metrics := []string{bench.MetricCPUPerOp, bench.MetricClientCPUPerOp}
-				if tc.etcd {
-					metrics = append(metrics, bench.MetricBackendCPUPerOp)
-				}
-				for _, m := range metrics {
-					if r := find(m, sys); r == nil || !positive(r.Lockd) || !positive(r.Raw) || !positive(r.Ratio) {
-						t.Errorf("row %q vs %s: %+v; want lockd's and the baseline's figures and their ratio > 0", m, sys, r)
-					}
-				}
-				if r := find(bench.MetricCPUPerOp, sys); r != nil && r.Lockd != nil && r.Raw != nil {
-					t.Logf("%s: cpu µs/op lockd %.0f, %s %.0f", tc.name, *r.Lockd, sys, *r.Raw)
-				}
-			}
-			for _, r := range rep.Rows { // a figure per system: every cell measured something
-				if (r.Metric == bench.MetricPairsPerSec || r.Metric == bench.MetricHandoversPerSec || r.Metric == bench.MetricAcquisitionsPerSec) &&
-					(!positive(r.Lockd) || !positive(r.Raw)) {
-					t.Errorf("row %+v: want lockd's and %s's rates > 0", r, r.Baseline)
-				}
-			}
-			if tc.etcd { // the old layout: figures, no CPU rows
-				in := benchJSON(t, append(append([]string{"bench", "--json", "--in-process"}, backend...),
-					"--scenarios", "distinct", "--distinct-concurrency", "1", "--duration", "100ms", "--rounds", "1")...)
-				if !strings.HasPrefix(in.Settings.Processes, "one process") || len(in.Rows) == 0 {
-					t.Errorf("--in-process: processes %q, %d rows; want one process and rows", in.Settings.Processes, len(in.Rows))
-				}
-				for _, r := range in.Rows {
-					if strings.Contains(r.Metric, "µs/op") {
-						t.Errorf("--in-process has a cpu row %+v; want none (one process cannot tell the systems' cpu apart)", r)
-					}
-				}
-			}
-		})
+// TestBenchInProcess runs one tiny distinct cell with --in-process over an
+// etcd the bench starts: the old layout, everything in the bench process,
+// has the figures and no CPU rows (one process cannot tell the systems'
+// CPU apart). The own-process layout (issue 24: every system's CPU per
+// operation, lockd's server alone, lockd-nostats' server) is checked by
+// TestBenchSmoke's runs, which meter every system of every scenario.
+func TestBenchInProcess(t *testing.T) {
+	t.Parallel()
+	in := benchJSON(t, "bench", "--json", "--in-process", "--backend", "etcd", "--data-dir", t.TempDir(),
+		"--scenarios", "distinct", "--distinct-concurrency", "1", "--duration", "100ms", "--rounds", "1")
+	if !strings.HasPrefix(in.Settings.Processes, "one process") || len(in.Rows) == 0 {
+		t.Errorf("--in-process: processes %q, %d rows; want one process and rows", in.Settings.Processes, len(in.Rows))
+	}
+	for _, r := range in.Rows {
+		if strings.Contains(r.Metric, "µs/op") {
+			t.Errorf("--in-process has a cpu row %+v; want none (one process cannot tell the systems' cpu apart)", r)
+		}
 	}
 }
 
@@ -358,8 +310,14 @@ func benchJSON(t *testing.T, args ...string) jsonReport {
 // an etcd the bench starts in a process of its own and over PostgreSQL, and
 // checks that the JSON report has every row (ceilings, every baseline) with
 // positive figures and the backend's settings; plus one table run over the
-// embedded backend and one over an external etcd.
+// embedded backend and one over an external etcd. Every system runs in
+// processes of its own (issue 24), so every row's CPU per operation (lockd's
+// server alone, each system's total and clients, the etcd process the bench
+// started) and lockd-nostats' rows (--stats-off-rows: its own server against
+// lockd's) must have positive figures, lockd's and the system's, and a
+// positive ratio.
 func TestBenchSmoke(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name       string
 		args       func(t *testing.T) []string
@@ -378,12 +336,21 @@ func TestBenchSmoke(t *testing.T) {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
 		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "pg-sem", "", "synchronous_commit=", false},
 	}
-	for _, tc := range cases {
+	// Both runs start at once, in this test's one slot of -parallel: their
+	// time is their worker processes' (one at a time in each run), mostly
+	// waited for, so that the package's other tests use the second slot
+	// meanwhile (issue 21, CI time). Each run is checked in a subtest.
+	began := time.Now()
+	runs := make([]*running, len(cases))
+	argv := make([][]string, len(cases))
+	for i, tc := range cases {
+		argv[i] = append(append([]string{"bench", "--json"}, tc.args(t)...), smallBench...)
+		runs[i] = start(t, nil, argv[i]...)
+	}
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			args := append(append([]string{"bench", "--json"}, tc.args(t)...), smallBench...)
-			began := time.Now()
-			res := start(t, nil, args...).wait(t, benchWait)
+			args := argv[i]
+			res := runs[i].wait(t, benchWait)
 			t.Logf("lockd %s took %v", strings.Join(args, " "), time.Since(began).Round(time.Millisecond))
 			if res.code != 0 {
 				t.Fatalf("lockd bench: %v", res)
@@ -573,6 +540,7 @@ func TestBenchSmoke(t *testing.T) {
 // |estimate − actual| and the actual wait have figures, and the waiters
 // after the warm-up had estimates.
 func TestBenchEstimate(t *testing.T) {
+	t.Parallel()
 	rep := benchJSON(t, "bench", "--json", "--backend", "etcd", "--data-dir", t.TempDir(), "--scenarios", "estimate",
 		"--contended-concurrency", "3", "--duration", "1s", "--rounds", "1")
 	got := map[string]float64{}

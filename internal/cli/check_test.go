@@ -15,6 +15,7 @@ import (
 // a token superseded by a re-grant and for a key nobody holds (C2
 // #ct2-check-token), prints which, and refuses a token that is not one.
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -14,6 +14,7 @@ import (
 
 // TestInspectLsRevoke checks the read commands in text and JSON, and revoke.
 func TestInspectLsRevoke(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -99,6 +100,7 @@ func itoa(u uint64) string { return strconv.FormatUint(u, 10) }
 // progress messages (one at the start of every stream, C2
 // #ct2-watch-progress) are not events and print nothing.
 func TestWatch(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		text := start(t, environ, "watch", "w/")
 		js := start(t, environ, "watch", "--output", "json", "w/")
@@ -156,6 +158,7 @@ func TestWatch(t *testing.T) {
 }
 
 func TestClientErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		code int
@@ -186,6 +189,7 @@ func TestClientErrors(t *testing.T) {
 
 // TestServerFromEnv: without --server, client commands use $LOCKD_SERVER.
 func TestServerFromEnv(t *testing.T) {
+	t.Parallel()
 	res := lockd(t, []string{EnvServer + "=127.0.0.1:2"}, "inspect", "--timeout", "200ms", "k")
 	if res.code != ExitError || !strings.Contains(res.stderr, "127.0.0.1:2") {
 		t.Errorf("inspect with LOCKD_SERVER: %v", res)

@@ -33,6 +33,7 @@ func leaderState(t *testing.T, environ []string, name string) leaderJSON {
 // token; when it is stopped it resigns: no leader. lockd leader --watch
 // prints the transitions in order.
 func TestElect(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		const name = "elect/job"
 		watch := start(t, environ, "leader", "--watch", "-o", "json", name)
@@ -138,6 +139,7 @@ func TestElect(t *testing.T) {
 
 // TestElectUsage: bad input is a usage error before anything is started.
 func TestElectUsage(t *testing.T) {
+	t.Parallel()
 	env := []string{EnvServer + "=127.0.0.1:1"}
 	for _, args := range [][]string{
 		{"elect", "name"},
@@ -154,6 +156,7 @@ func TestElectUsage(t *testing.T) {
 // TestWatchShowsHolder: lockd watch shows the holder's owner and value in
 // acquired and value events (C2 #ct2-holder), text and JSON.
 func TestWatchShowsHolder(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		text := start(t, environ, "watch", "wsh/")
 		js := start(t, environ, "watch", "-o", "json", "wsh/")

@@ -17,6 +17,7 @@ import (
 
 // TestHealthServe: lockd health against a real lockd serve's /healthz.
 func TestHealthServe(t *testing.T) {
+	t.Parallel()
 	srv := start(t, nil, "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	_, metricsAddr, _ := srv.serving(t)
 	url := "http://" + metricsAddr + "/healthz"
@@ -40,6 +41,7 @@ func TestHealthServe(t *testing.T) {
 
 // TestHealthAnswers: non-200 answers, https with and without a CA.
 func TestHealthAnswers(t *testing.T) {
+	t.Parallel()
 	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 	}))
@@ -81,6 +83,7 @@ func TestHealthAnswers(t *testing.T) {
 // listener found from serve's environment and accepts exactly the
 // certificate of $LOCKD_SERVER_METRICS_TLS_CERT_FILE.
 func TestHealthLocalTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testkit.NewCA(t, "lockd-ca")
 	srvCert, srvKey := ca.Issue(t, testkit.CertOptions{}).Write(t, dir, "server")
@@ -105,6 +108,7 @@ func TestHealthLocalTLS(t *testing.T) {
 }
 
 func TestLocalHealthURL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		environ  []string
 		url      string

@@ -13,6 +13,7 @@ import (
 // every command's Example names that command and parses with its flags and
 // arguments, so help never shows a flag or a form that does not work.
 func TestHelpExamplesParse(t *testing.T) {
+	t.Parallel()
 	newTree := func() *cobra.Command {
 		return newRoot(&env{stdout: io.Discard, stderr: io.Discard, environ: func() []string { return nil }})
 	}

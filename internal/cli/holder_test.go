@@ -19,6 +19,7 @@ import (
 // the holder; lockd run's own session carries "host (pid N, cmd)" unless
 // --owner says otherwise.
 func TestHolderShown(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -77,6 +78,7 @@ func TestHolderShown(t *testing.T) {
 // TestOwnerText: owners are shown like keys (no terminal escapes reach the
 // terminal), and lockd run's default owner is printable and bounded.
 func TestOwnerText(t *testing.T) {
+	t.Parallel()
 	info := client.LockInfo{Held: true, Token: 7, Owner: `we"b`, AcquiredAt: time.Now()}
 	if got := heldBy(info, info.AcquiredAt); got != `held by "we\"b" token 7 for 0s` {
 		t.Errorf("heldBy(quoted owner) = %q", got)

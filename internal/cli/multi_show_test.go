@@ -17,6 +17,7 @@ import (
 // its token, mode and owner; a key, owner or value with control characters
 // is shown quoted, never raw.
 func TestMultiHoldersShown(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()

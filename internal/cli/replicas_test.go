@@ -15,6 +15,7 @@ import (
 // connections), C2 #ct2-failover. PostgreSQL only: two replicas share its
 // sessions (add etcd once its sessions are adoptable, issue 13).
 func TestServerList(t *testing.T) {
+	t.Parallel()
 	ns := lockdtest.NewNamespace(t, backend.PG)
 	a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
 	b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})

@@ -19,6 +19,7 @@ import (
 // after CMD; without --all, `lockd run K cmd -- x` still takes only K and
 // runs `cmd -- x`.
 func TestRunSeveralKeys(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx := context.Background()
 		dir := t.TempDir()
@@ -84,6 +85,7 @@ func TestRunSeveralKeys(t *testing.T) {
 }
 
 func TestRunSeveralKeysUsage(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		args []string
 		want string

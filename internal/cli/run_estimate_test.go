@@ -18,6 +18,7 @@ import (
 // estimate (C2 #ct2-wait-estimate) once holds of the key were observed, and
 // none before.
 func TestRunWaitEstimate(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx := testkit.Context(t, 60*time.Second)
 		l := hold(t, srv.Client, "eta/k")

@@ -33,6 +33,7 @@ func closedAddr(t *testing.T) string {
 // key with --wait 0 (80, or --conflict-exit-code), a --wait that runs out
 // (81), and an unreachable server (69). CMD never runs in these cases.
 func TestRunExitCodes(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
 	l := hold(t, srv.Client, "busy")
@@ -79,6 +80,7 @@ func TestRunExitCodes(t *testing.T) {
 // the key (without --wait): lockd run exits 69 once its session can no
 // longer be trusted, rather than waiting forever.
 func TestRunUnavailableWhileWaiting(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
 	// Not hold: its cleanup's Close would retry forever with the server gone.
@@ -111,6 +113,7 @@ func TestRunUnavailableWhileWaiting(t *testing.T) {
 // ignores SIGTERM is killed after --grace; one that finishes in time keeps
 // its own exit status.
 func TestRunMaxRuntime(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
 
@@ -161,6 +164,7 @@ func TestRunMaxRuntime(t *testing.T) {
 // TestRunOwner: --owner reaches CMD as LOCKD_OWNER (an inherited one is
 // dropped without --owner) and prefixes run's status lines.
 func TestRunOwner(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH"), EnvOwner + "=stale"}
 
@@ -187,6 +191,7 @@ func TestRunOwner(t *testing.T) {
 }
 
 func TestRunCronUsage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		want string

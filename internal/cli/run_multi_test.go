@@ -17,6 +17,7 @@ import (
 // is locked out, a run with another limit is refused; two `--shared` runs
 // hold together and an `--exclusive` one is locked out.
 func TestRunLimitAndShared(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		for _, tc := range []struct {
 			name, key string
@@ -76,6 +77,7 @@ func TestRunLimitAndShared(t *testing.T) {
 }
 
 func TestRunLimitUsage(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		args []string
 		want string

@@ -188,6 +188,7 @@ func systemdSplit(t *testing.T, line string) []string {
 // as success (and no output for cron), when the key is held; and, if it
 // sets --max-runtime, fail (124, not a success status) when CMD overruns.
 func TestReadmeCronExamples(t *testing.T) {
+	t.Parallel()
 	examples := parseCronExamples(t, readmeBlocks(t, readmeCronSection))
 	if len(examples) < 2 {
 		t.Fatalf("README section %q: %d runnable examples, want a crontab line and a systemd service", readmeCronSection, len(examples))

@@ -44,6 +44,7 @@ func hold(t *testing.T, c *client.Client, key string) *client.Lock {
 }
 
 func TestRunExitCodeAndEnv(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		res := lockd(t, append(environ, "LOCKD_KEY=stale", "LOCKD_FENCING_TOKEN=0"),
 			"run", "jobs/a", "--", "sh", "-c", `echo "key=$LOCKD_KEY token=$LOCKD_FENCING_TOKEN"; exit 7`)
@@ -77,6 +78,7 @@ func TestRunExitCodeAndEnv(t *testing.T) {
 // overlap makes one of them exit 99. The tokens they see must rise in the
 // order they ran.
 func TestRunSerializes(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		dir := t.TempDir()
 		mutex, log := filepath.Join(dir, "mutex"), filepath.Join(dir, "log")
@@ -114,6 +116,7 @@ func TestRunSerializes(t *testing.T) {
 // TestRunRevokeKills revokes the lock while the command runs: the command's
 // process group gets SIGTERM at once, lockd run exits 75.
 func TestRunRevokeKills(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		pidFile := tempFile(t, "pid")
 		// The shell starts a grandchild (sleep) in the same process group.
@@ -145,6 +148,7 @@ func TestRunRevokeKills(t *testing.T) {
 // TestRunRevokeGraceKill: a command ignoring SIGTERM is SIGKILLed after
 // --grace.
 func TestRunRevokeGraceKill(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
 	ready := tempFile(t, "ready")
@@ -173,6 +177,7 @@ func fileExists(path string) bool {
 // TestRunWait covers --wait: 0 tries once, a duration times out, and without
 // it lockd run waits until the holder releases.
 func TestRunWait(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		l := hold(t, srv.Client, "busy")
 
@@ -210,6 +215,7 @@ func TestRunWait(t *testing.T) {
 // TestRunCancel: cancelling lockd run's context without a signal terminates
 // the command (SIGTERM) and lockd run exits with its status.
 func TestRunCancel(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
 	ready := tempFile(t, "ready")
@@ -244,6 +250,7 @@ func TestRunForwardsSignal(t *testing.T) {
 }
 
 func TestRunUsage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		want string
@@ -264,6 +271,7 @@ func TestRunUsage(t *testing.T) {
 }
 
 func TestRunInvalidKey(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr}
 	res := lockd(t, environ, "run", "bad\x00key", "--", "true")
@@ -277,6 +285,7 @@ func TestRunInvalidKey(t *testing.T) {
 // (before the backend could free the key), and lockd run terminates the
 // command and exits 75.
 func TestRunServerGone(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	environ := []string{EnvServer + "=" + srv.Addr, "PATH=" + os.Getenv("PATH")}
 	ready := tempFile(t, "ready")
@@ -305,6 +314,7 @@ func TestRunServerGone(t *testing.T) {
 }
 
 func TestRunBadTTL(t *testing.T) {
+	t.Parallel()
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{})
 	res := lockd(t, []string{EnvServer + "=" + srv.Addr}, "run", "--ttl", "1s", "k", "--", "true")
 	if res.code != ExitError || !strings.Contains(res.stderr, "invalid argument") {

@@ -58,6 +58,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // dir, checks its line, /metrics and /healthz, and restarts it on the same
 // dir: fencing tokens keep rising.
 func TestServeEmbedded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	args := []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}
 
@@ -147,6 +148,7 @@ func TestServeEmbedded(t *testing.T) {
 
 // TestServeMetricsOff: --metrics-listen off prints metrics=off.
 func TestServeMetricsOffPG(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
 	srv := start(t, []string{"LOCKD_BACKEND=pg", "LOCKD_PG_DSN=" + dsn},
 		"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off")
@@ -166,6 +168,7 @@ func TestServeMetricsOffPG(t *testing.T) {
 // TestServeListenTaken: a busy gRPC address is an error naming the key, and
 // the embedded etcd started before it is stopped again.
 func TestServeListenTaken(t *testing.T) {
+	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +181,7 @@ func TestServeListenTaken(t *testing.T) {
 }
 
 func TestServeConfigErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		environ []string

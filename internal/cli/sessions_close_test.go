@@ -17,6 +17,7 @@ import (
 // only) is refused, the admin closes alice's two sessions and bob's stays;
 // --principal is required.
 func TestSessionsClose(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)

@@ -15,6 +15,7 @@ import (
 // a server without a policy) with owner, TTL, time left and lock count, as
 // text and as JSON.
 func TestSessionsCmd(t *testing.T) {
+	t.Parallel()
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()

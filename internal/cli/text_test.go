@@ -10,6 +10,7 @@ import (
 )
 
 func TestDisplayKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ key, want string }{
 		{"jobs/nightly", "jobs/nightly"},
 		{"a b/ünï", "a b/ünï"},
@@ -29,6 +30,7 @@ func TestDisplayKey(t *testing.T) {
 // bidi override reaches inspect, ls, watch and revoke's text output quoted,
 // so none of those characters reaches the operator's terminal raw.
 func TestTextOutputEscapesKeys(t *testing.T) {
+	t.Parallel()
 	const evil = "e/\x1b[2J\rheld:      no\n\u202eforged"
 	raw := []string{"\x1b", "\r", "\u202e", "held:      no\n"}
 	forBackends(t, func(t *testing.T, srv *lockdtest.Server, environ []string) {

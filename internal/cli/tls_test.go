@@ -20,6 +20,7 @@ import (
 // the metrics listener, and client commands with the --tls-* flags and the
 // LOCKD_TLS_* variables.
 func TestServeMTLSEndToEnd(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testkit.NewCA(t, "lockd-ca")
 	caFile := ca.WriteCA(t, dir, "ca.pem")
@@ -78,6 +79,7 @@ func TestServeMTLSEndToEnd(t *testing.T) {
 // TestServeRefusesRemotePlaintext: a non-loopback listen address without
 // TLS fails at start, naming the key to set.
 func TestServeRefusesRemotePlaintext(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--listen", "0.0.0.0:0"},
 		{"--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0"},

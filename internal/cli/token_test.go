@@ -14,6 +14,7 @@ import (
 // they get through, without it they are refused; the token shows in no
 // output, and there is no flag taking the token itself.
 func TestTokenFile(t *testing.T) {
+	t.Parallel()
 	const token = "cli-token-of-alice-0123456789abcdef"
 	dir := t.TempDir()
 	write := func(name, content string) string {

@@ -15,6 +15,7 @@ import (
 // insecure_listener reason anonymous_admin; a policy granting admin to
 // anonymous is logged as auth_policy_unsafe (C5 #ct5-unsafe, issue 23 F5).
 func TestServeRefusesAnonymousAdmin(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testkit.NewCA(t, "lockd-ca")
 	srvCert, srvKey := ca.Issue(t, testkit.CertOptions{}).Write(t, dir, "server")

@@ -9,6 +9,7 @@ import (
 )
 
 func TestBuildVersion(t *testing.T) {
+	t.Parallel()
 	platform := runtime.GOOS + "/" + runtime.GOARCH
 	vcs := &debug.BuildInfo{
 		GoVersion: "go1.99.1",
@@ -47,6 +48,7 @@ func TestBuildVersion(t *testing.T) {
 // TestVersionCommand runs lockd version in-process (a test binary: no
 // stamped values, module version "(devel)" or empty).
 func TestVersionCommand(t *testing.T) {
+	t.Parallel()
 	res := lockd(t, nil, "version")
 	if res.code != 0 {
 		t.Fatalf("lockd version: %v", res)

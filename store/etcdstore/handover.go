@@ -111,7 +111,7 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 		} else {
 			cmps = append(cmps, s.admitsNone(key, st, read)...)
 		}
-		if h := s.handOverHook.Load(); h != nil {
+		if h := s.slotReleaseHook.Load(); h != nil {
 			(*h)(key)
 		}
 		// Else: the range again, for the next try (no read of its own).
@@ -206,7 +206,7 @@ func (s *Store) handOverRest(ctx context.Context, key string, st multiState) err
 		// w is first in line: only its own grant or leaving (its key's
 		// delete) can change what admits it.
 		cmps, ops := s.slotHandOver(key, w)
-		if h := s.handOverHook.Load(); h != nil {
+		if h := s.slotReleaseHook.Load(); h != nil {
 			(*h)(key)
 		}
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()

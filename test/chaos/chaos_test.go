@@ -41,6 +41,8 @@ func TestChaos(t *testing.T) {
 	switch v := os.Getenv(envSuite); v {
 	case "", "go":
 		specs = runner.Suite()
+	case "ci":
+		specs = runner.CISuite() // make test: Suite without runner.ChaosOnly
 	case "python":
 		specs = runner.PythonSuite()
 	case "typescript":
@@ -48,7 +50,7 @@ func TestChaos(t *testing.T) {
 	case "deadlock":
 		specs = runner.DeadlockSuite()
 	default:
-		t.Fatalf("%s=%q: want go, python, typescript or deadlock", envSuite, v)
+		t.Fatalf("%s=%q: want go, ci, python, typescript or deadlock", envSuite, v)
 	}
 	if v := os.Getenv(envBreakOff); v != "" {
 		off, err := strconv.ParseBool(v)
