@@ -157,7 +157,9 @@
 // no older one; if it left meanwhile, the compare fails and reads the true
 // first);
 // when the releasing session itself waited for the grant, a plain read
-// finds the first in line.
+// finds the first in line. A waiting Acquire of the same Store that the
+// hand-over granted is answered from the release's commit result, its watch
+// event staying the net (C2 #ct2-release-handover; wait.go).
 //
 // # Key layout
 //

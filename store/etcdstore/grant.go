@@ -177,7 +177,8 @@ func (s *Store) grantOf(key string, kv *mvccpb.KeyValue) (store.Grant, error) {
 // right unless it left meanwhile): one commit in all. Else, if the
 // session waited in the queue for this grant (others likely wait too), the
 // first waiter is read with a plain read: a read and a commit rather than
-// two commits.
+// two commits. A waiting Acquire of this Store that the commit handed the
+// key to is told from the commit's result (C2 #ct2-release-handover).
 func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) (err error) {
 	defer s.met.Observe(telemetry.OpRelease)(&err)
 	if err := store.ValidateKey(key); err != nil {
@@ -239,6 +240,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		}
 		marker := s.markerPut(key, markReleased, mlease)
 		var resp *clientv3.TxnResponse
+		var at time.Time // the hand-over's grant time, as written
 		if next == nil {
 			// Release if nobody waits, else read who is first.
 			resp, err = s.txn(ctx, key, owner,
@@ -251,6 +253,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			// Hand over to next if it is still queued and first in line
 			// (no waiter key of key older than its own); else read again.
 			to := store.SessionID(strings.TrimPrefix(next.key, qp))
+			at = time.Now()
 			resp, err = s.txn(ctx, key,
 				append(slices.Clone(owner),
 					cmpCreate(next.key, pb.Compare_EQUAL, next.rev),
@@ -258,7 +261,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 				[]*pb.RequestOp{
 					marker,
 					reqDelete(s.delayKey(key)), // a release hands over at once (delay.go)
-					reqPut(lk, grantValue(to, time.Now()), next.lease, false),
+					reqPut(lk, grantValue(to, at), next.lease, false),
 					reqDelete(next.key),
 				},
 				[]*pb.RequestOp{reqGet(lk), firstWaiter}, nil)
@@ -286,6 +289,14 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 				next = fromKV(q.Responses[0].GetResponseRange().Kvs)
 				continue // sessions are queued: hand over
 			}
+		}
+		if next != nil {
+			// Handed over in this commit: a waiting Acquire of this Store
+			// is answered from it (C2 #ct2-release-handover).
+			if s.handOverHook != nil {
+				s.handOverHook(key)
+			}
+			s.waiters.handOver(key, store.SessionID(strings.TrimPrefix(next.key, qp)), next.rev, handOff{rev: resp.Header.Revision, at: time.Unix(0, at.UnixNano())}) // as the watch event decodes it
 		}
 		g := store.Grant{Key: key, Session: id, Token: token}
 		s.mu.Lock()

@@ -1,8 +1,13 @@
 package etcdstore
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync"
+	"time"
+
+	"lock.dev/lockd/store"
 )
 
 // localWaiter is an Acquire call of this Store waiting in a key's queue,
@@ -11,7 +16,24 @@ type localWaiter struct {
 	ss    *session
 	rev   int64
 	first bool // it has seen itself first in line; guarded by localQueues.mu
+	// handed is the grant a release of this Store committed for it, told
+	// from the release's commit result (C2 #ct2-release-handover); guarded
+	// by localQueues.mu, set once.
+	handed *handOff
+	// wake ends the call's wait (its context) once handed is set.
+	wake context.CancelCauseFunc
 }
+
+// handOff is a hand-over as the releasing commit made it: the grant key's
+// revision (its token's) and the time written in the grant.
+type handOff struct {
+	rev int64
+	at  time.Time
+}
+
+// errHandedOver ends a waiter's wait when a release of this Store handed
+// it the key.
+var errHandedOver = errors.New("etcdstore: handed over by a release of this store")
 
 // localQueues are the Acquire calls of this Store waiting in keys' queues,
 // per lockd key: a release guesses the first in line from them (see
@@ -61,4 +83,33 @@ func (q *localQueues) first(key string) (w localWaiter, ok bool) {
 		}
 	}
 	return w, ok
+}
+
+// handOver tells the local waiters of key that are the session id's call
+// with waiter key create revision rev that a release's commit granted them
+// the key (h), and ends their wait. It reports whether any was told. A
+// waiter that already returned (it saw the watch event first) is no longer
+// registered: nothing is told twice.
+func (q *localQueues) handOver(key string, id store.SessionID, rev int64, h handOff) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	told := false
+	for _, c := range q.byKey[key] {
+		if c.ss.id == id && c.rev == rev && c.handed == nil && c.wake != nil {
+			c.handed = &h
+			c.wake(errHandedOver)
+			told = true
+		}
+	}
+	return told
+}
+
+// handedOff is the hand-over w was told of, if any.
+func (q *localQueues) handedOff(w *localWaiter) (handOff, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.handed == nil {
+		return handOff{}, false
+	}
+	return *w.handed, true
 }

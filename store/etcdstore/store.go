@@ -94,8 +94,13 @@ type Store struct {
 	// commitHook, set by tests, is called by a committer with each batch's
 	// keys before sending it.
 	commitHook atomic.Pointer[func(keys []string)]
-	waiters    localQueues        // Acquire calls of this Store waiting in a queue (wait.go)
-	deadlocks  *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
+	// slotReleaseHook, set by tests, is called with the key before each
+	// hand-over transaction of a slot's release (releaseMulti, then
+	// handOverRest; handover.go).
+	slotReleaseHook atomic.Pointer[func(key string)]
+
+	waiters   localQueues        // Acquire calls of this Store waiting in a queue (wait.go)
+	deadlocks *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
 
 	marks *markerLeases // the short leases of release markers (marker.go)
 	comp  companions    // lock-delay companion leases (delay.go)
@@ -104,6 +109,15 @@ type Store struct {
 	// waitingFirst, set by tests, runs when a Heartbeat starts waiting for
 	// the keepalive an adoption sent (session.go).
 	waitingFirst func()
+	// Set by tests before the calls they affect (issue 24): waitingHook
+	// runs when an Acquire starts waiting first in line for the grant
+	// key's next change (wait.go); eventGate, when not nil, holds every
+	// watch event a waiting Acquire receives until it is closed (the
+	// notification path held back); handOverHook runs after a release's
+	// hand-over committed, before the local waiter is told (grant.go).
+	waitingHook  func(key string)
+	eventGate    chan struct{}
+	handOverHook func(key string)
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions

@@ -18,8 +18,10 @@ import (
 //
 // Hand-over takes one commit: a release with sessions queued hands the key
 // straight to the first waiter in its own transaction (DeleteIfOwner), and
-// the waiter learns it from a watch event. A waiter watches only its
-// predecessor's waiter key, and the first two in line the grant key too, so
+// the waiter learns it from a watch event or, when it waits on this Store,
+// from the release's commit result (wait; C2 #ct2-release-handover). A
+// waiter watches only its predecessor's waiter key, and the first two in
+// line the grant key too, so
 // a release wakes at most two waiters, never the whole queue. Each watch
 // starts at the current revision and the state is read again once it
 // exists: a watch that starts at a revision the server has passed is only
@@ -134,15 +136,40 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 
 // wait waits in key's queue, where the session's waiter key has create
 // revision myRev, until the session is granted the key: handed over by the
-// releasing holder (seen in the watch event itself, no further round trip),
-// or taken by this session once it is first in line and the key is free.
-// A waiter watches its predecessor's waiter key. The first two in line also
-// watch the grant key, armed before they are first, so the waiter next in
-// line does not have to set up a watch while the key is being handed to it.
+// releasing holder, or taken by this session once it is first in line and
+// the key is free.
+//
+// A hand-over by a release of this Store is told from the release's commit
+// result (localQueues.handOver, C2 #ct2-release-handover): it ends the
+// wait's context, and the grant it names is the answer, with no watch
+// event and no further round trip. Any other hand-over is seen in the
+// watch event itself (waitLoop), which also stays the net for this Store's
+// own: whichever comes first answers, once — the loser finds the call
+// returned (a tell) or its context ended (the watch path).
 func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, start time.Time) (store.Grant, error) {
-	lk, wk, qp, dk := s.lockKey(key), s.waiterKey(key, ss.id), s.queuePrefix(key), s.delayKey(key)
-	lw0 := &localWaiter{ss: ss, rev: myRev}
+	wctx, wake := context.WithCancelCause(ctx)
+	defer wake(nil)
+	lw0 := &localWaiter{ss: ss, rev: myRev, wake: wake}
 	defer s.waiters.add(key, lw0)()
+	g, err := s.waitLoop(wctx, ss, key, myRev, start, lw0)
+	if err == nil {
+		return g, nil
+	}
+	// A call whose own ctx ended answers that, and Acquire's leave takes
+	// the grant back (a grant nobody returned).
+	if h, ok := s.waiters.handedOff(lw0); ok && ctx.Err() == nil {
+		return s.granted(ss, key, h.rev, h.at, start)
+	}
+	return store.Grant{}, err
+}
+
+// waitLoop is wait's reads and watches. A waiter watches its predecessor's
+// waiter key. The first two in line also watch the grant key, armed before
+// they are first, so the waiter next in line does not have to set up a
+// watch while the key is being handed to it; the hand-over's event carries
+// the grant (no further round trip).
+func (s *Store) waitLoop(ctx context.Context, ss *session, key string, myRev int64, start time.Time, lw0 *localWaiter) (store.Grant, error) {
+	lk, wk, qp, dk := s.lockKey(key), s.waiterKey(key, ss.id), s.queuePrefix(key), s.delayKey(key)
 	var lw *keyWatch // on the grant key, once we are at most second in line
 	defer func() { lw.close() }()
 	for {
@@ -200,6 +227,9 @@ func (s *Store) wait(ctx context.Context, ss *session, key string, myRev int64, 
 			}
 		case len(lock) > 0:
 			// First in line: wake on the grant's next change.
+			if s.waitingHook != nil {
+				s.waitingHook(key)
+			}
 			ev, err := s.next(ctx, ss, nil, lw, resp.Header.Revision)
 			if errors.Is(err, errWatchEnded) {
 				lw.close()
@@ -318,6 +348,9 @@ func (s *Store) next(ctx context.Context, ss *session, pw, lw *keyWatch, after i
 				return nil, s.watchEnded(ctx, wr)
 			}
 			if len(wr.Events) > 0 {
+				if err := s.holdEvent(ctx, ss); err != nil {
+					return nil, err
+				}
 				return wr.Events[0], nil
 			}
 		case wr, ok := <-lch:
@@ -336,6 +369,9 @@ func (s *Store) next(ctx context.Context, ss *session, pw, lw *keyWatch, after i
 			}
 			for _, ev := range wr.Events {
 				if ev.Kv.ModRevision > after {
+					if err := s.holdEvent(ctx, ss); err != nil {
+						return nil, err
+					}
 					return ev, nil
 				}
 			}
@@ -346,6 +382,25 @@ func (s *Store) next(ctx context.Context, ss *session, pw, lw *keyWatch, after i
 		case <-s.ctx.Done():
 			return nil, errClosed
 		}
+	}
+}
+
+// holdEvent holds a watch event a waiter received until the test gate
+// eventGate opens (tests: the notification path held back); without a
+// gate it returns at once.
+func (s *Store) holdEvent(ctx context.Context, ss *session) error {
+	if s.eventGate == nil {
+		return nil
+	}
+	select {
+	case <-s.eventGate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ss.done:
+		return deadErr(ss)
+	case <-s.ctx.Done():
+		return errClosed
 	}
 }
 

@@ -52,7 +52,12 @@
 // stale token fails only its own request); if the transaction fails as a
 // whole, each of its requests runs again alone. Every grant, batched or
 // not, draws its token in the INSERT while it holds the key's advisory lock
-// (keyLock), as grant explains. Concurrent heartbeats likewise share one UPDATE,
+// (keyLock), as grant explains. A release takes its key's lock too: in
+// its commit it hands the key to the first live queued session (handOver,
+// C2 #ct2-release-handover), and a waiting Acquire of this Store that it
+// granted is told from the commit's result (tellHandOver), with no attempt
+// of its own; a waiter elsewhere learns from the released event, whose
+// attempt finds the key held. Concurrent heartbeats likewise share one UPDATE,
 // and concurrent LocksOf reads one SELECT that starts after each was
 // called (a server reads the held set after every heartbeat). A request
 // whose caller gives up before it is sent is dropped; once sent, its caller

@@ -65,6 +65,9 @@ type lockReq struct {
 	delay time.Duration // busy: a lock-delay keeps the free key this long (delay.go)
 	g     store.Grant   // granted, held; freed: Key, Session, Token, AcquiredAt
 	err   error         // classified
+	// handed is, for a release (freed), the grant its commit made to the
+	// key's first queued session (C2 #ct2-release-handover), if any.
+	handed *store.Grant
 }
 
 // Outcomes of a release.
@@ -132,9 +135,11 @@ func (s *Store) lockWorker() {
 		sp := telemetry.StartCommit("pg", len(batch), groupcommit.Traced(batch)) // nil: untraced (C4 #ct4-traces)
 		s.runLockBatch(reqs)
 		sp.EndCommit(firstErr(reqs))
+		handed := handOvers(reqs)
 		for _, j := range s.lockQ.Finish(batch) {
 			s.undo(j.Req)
 		}
+		s.tellHandOvers(handed) // committed, and the keys free for their next requests
 	}
 }
 
@@ -186,13 +191,15 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			grNoDL = append(grNoDL, r.nodl)
 		}
 	}
-	// Grants take their keys' locks first, before this transaction holds
-	// any row lock (the releases below), so that waiting for a key lock
-	// never closes a cycle with a row lock.
-	if len(grants) > 0 {
-		b.Queue(s.q.keyLock, grKeys)
+	// Grants and releases take their keys' locks first, before this
+	// transaction holds any row lock (the releases below), so that waiting
+	// for a key lock never closes a cycle with a row lock. A release takes
+	// its key's lock for its hand-over, which draws a token (see grant).
+	if len(reqs) > 0 {
+		b.Queue(s.q.keyLock, append(slices.Clone(grKeys), relKeys...))
 	}
 	released := make(map[string]time.Time)
+	handed := make(map[string]*store.Grant)
 	if len(rels) > 0 {
 		b.Queue(s.q.releaseBatch, relKeys, relSessions, relTokens).Query(func(rows pgx.Rows) error {
 			var key string
@@ -203,6 +210,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			})
 			return err
 		})
+		s.queueHandOver(&b, relKeys, handed) // handover.go
 	}
 	type check struct {
 		remainingUS *int64
@@ -237,6 +245,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 	for _, r := range rels {
 		if at, ok := released[r.key]; ok {
 			r.out, r.g = freed, store.Grant{Key: r.key, Session: r.id, Token: r.token, AcquiredAt: at}
+			r.handed = handed[r.key]
 		} else {
 			r.out = notOwned
 		}
@@ -287,7 +296,7 @@ func firstErr(reqs []*lockReq) error {
 func (s *Store) runAlone(r *lockReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	r.out, r.g, r.delay = 0, store.Grant{}, 0
+	r.out, r.g, r.delay, r.handed = 0, store.Grant{}, 0, nil // alone, a release hands over nothing: its waiters' notification does
 	var err error
 	if r.op == opRelease {
 		var at time.Time

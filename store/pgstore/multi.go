@@ -165,7 +165,7 @@ func (s *Store) multiLoop(ctx context.Context, id store.SessionID, key string, o
 			// a new grant of this call, not one held before it.
 			out = granted
 		}
-		if done, g, err := s.acquireDone(ctx, out, g, key, o, start); done {
+		if done, g, err := s.acquireDone(ctx, out, g, key, o, start, false); done {
 			return g, wsp, err
 		}
 		if !queued {

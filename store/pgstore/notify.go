@@ -405,6 +405,13 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 		cancel()
 		switch {
 		case err == nil:
+			if s.noticeGate != nil { // tests: the notification path held back
+				select {
+				case <-s.noticeGate:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			if err := s.deliver(ctx, n.Payload); err != nil {
 				return err
 			}

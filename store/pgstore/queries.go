@@ -32,6 +32,8 @@ type queries struct {
 	grantBatch     string
 	waitGraph      string
 	releaseBatch   string
+	handOver       string
+	handOverDone   string
 	heartbeatBatch string
 
 	release string
@@ -221,6 +223,46 @@ func newQueries(schema, channel string) queries {
 			AND EXISTS (SELECT 1 FROM {{s}}.sessions s WHERE s.id = r.sid AND s.expires_at > now())
 			AND set_config('lockd.reason', 'released', true) IS NOT NULL
 			RETURNING l.key, l.acquired_at`),
+		// The hand-over in the release (C2 #ct2-release-handover, issue 24),
+		// run after releaseBatch in its transaction, which holds the key
+		// locks of $1 (the released keys, distinct) from before this draws
+		// a token (see grant). A key left free, with no semaphore or
+		// read/write state and no lock-delay running, goes to its first
+		// queued session that is live (on the clock of this statement, its
+		// row then kept until commit: a reap waits), which leaves the queue.
+		// The granted waiter's dequeued event names it, not the next in
+		// line (lockd.handover, migration 0011; handOverDone clears it for
+		// the rest of the transaction).
+		// Per grant: key, session, token, acquired_at, and the session's
+		// remaining life in µs read now, after its queue entry (and so its
+		// request) arrived: the grant's Remaining (C2 #ct2-deadline).
+		handOver: r.Replace(`WITH k AS (
+				SELECT DISTINCT u.key FROM unnest($1::text[]) AS u(key)
+			), cand AS MATERIALIZED (
+				SELECT k.key, w.session_id AS sid
+				FROM k CROSS JOIN LATERAL (
+					SELECT x.session_id FROM {{s}}.waiters x JOIN {{s}}.sessions s ON s.id = x.session_id
+					WHERE x.key = k.key AND s.expires_at > clock_timestamp()
+					ORDER BY x.id LIMIT 1
+					FOR KEY SHARE OF s
+				) w
+				WHERE NOT EXISTS (SELECT 1 FROM {{s}}.locks l WHERE l.key = k.key)
+				AND NOT EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = k.key)
+				AND NOT EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = k.key)
+				AND NOT EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = k.key AND d.until > now())
+			), ins AS (
+				INSERT INTO {{s}}.locks (key, session_id, token)
+				SELECT key, sid, nextval({{seq}}) FROM cand ORDER BY key
+				ON CONFLICT (key) DO NOTHING
+				RETURNING key, session_id, token, acquired_at
+			), deq AS (
+				DELETE FROM {{s}}.waiters w USING ins WHERE w.key = ins.key AND w.session_id = ins.session_id
+				AND set_config('lockd.handover', 'on', true) IS NOT NULL
+			)
+			SELECT ins.key, ins.session_id, ins.token, ins.acquired_at,
+				floor(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000000)::bigint
+			FROM ins JOIN {{s}}.sessions s ON s.id = ins.session_id`),
+		handOverDone: `SELECT set_config('lockd.handover', '', true)`,
 		// $1 session ids, sorted and distinct. Never resurrects: an expired
 		// row (expires_at <= now()) is not updated, so the session stays
 		// dead.

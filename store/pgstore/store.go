@@ -77,6 +77,12 @@ type Options struct {
 	// onLocksOfBatch, if set, is called with the size of every LocksOf
 	// batch before it runs (tests).
 	onLocksOfBatch func(n int)
+	// noticeGate, if set, holds every notification the listener receives
+	// until it is closed (tests: the notification path held back).
+	noticeGate chan struct{}
+	// onHandOver, if set, is called after a release's hand-over committed,
+	// before this Store's waiter is told (tests).
+	onHandOver func(key string)
 }
 
 // Store is the PostgreSQL store.LockStore. It is safe for concurrent use.
@@ -105,6 +111,8 @@ type Store struct {
 	batchers    sync.WaitGroup                // the workers of lockQ, hbQ and locksQ
 	onLockBatch func(batch []*lockReq)
 	onLocksOf   func(n int)
+	noticeGate  chan struct{}
+	onHandOver  func(key string)
 
 	mu        sync.Mutex
 	closed    bool
@@ -182,6 +190,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		waiters:        make(map[string]map[*waiter]struct{}),
 		onLockBatch:    opts.onLockBatch,
 		onLocksOf:      opts.onLocksOfBatch,
+		noticeGate:     opts.noticeGate,
+		onHandOver:     opts.onHandOver,
 	}
 	if err := s.applyMigrations(ctx); err != nil {
 		s.closePool()

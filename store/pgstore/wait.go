@@ -22,6 +22,10 @@ type waiter struct {
 	key     string
 	session store.SessionID
 	wake    chan struct{} // capacity 1: a pending wake-up is never lost
+	// handed is the grant a release of this Store made to the session in
+	// its commit, told from that commit's result (tellHandOver); guarded
+	// by Store.mu, set once.
+	handed *store.Grant
 }
 
 // addWaiter registers a waiter of session id for key, or returns
@@ -158,7 +162,7 @@ func (s *Store) acquireLoop(ctx context.Context, id store.SessionID, key string,
 			leave()
 			return store.Grant{}, wsp, s.acquireFailed(ctx, err)
 		}
-		if done, g, err := s.acquireDone(ctx, r.out, r.g, key, o, start); done {
+		if done, g, err := s.acquireDone(ctx, r.out, r.g, key, o, start, waiting); done {
 			return g, wsp, err
 		}
 		if !waiting {
@@ -182,6 +186,13 @@ func (s *Store) acquireLoop(ctx context.Context, id store.SessionID, key string,
 		recheck.Reset(wait)
 		select {
 		case <-w.wake:
+			// Handed over by a release of this Store: its commit's grant is
+			// the answer, unless ctx ended meanwhile (then the grant is one
+			// no call returned, C2 #ct2-keep-place).
+			if g, ok := s.takeHanded(w); ok && ctx.Err() == nil {
+				s.newGrant(g, time.Since(start))
+				return g, wsp, nil
+			}
 		case <-recheck.C:
 		case <-refused:
 			// The victim of a cycle (C2 #ct2-deadlock): the place goes,
@@ -235,13 +246,20 @@ func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) 
 
 // acquireDone ends a waiting Acquire on an attempt's outcome: a grant (new
 // or already held), a dead session or a mismatch ends it (done), anything
-// else (busy) has it wait on. start is when the Acquire began.
-func (s *Store) acquireDone(ctx context.Context, out outcome, g store.Grant, key string, o store.AcquireOptions, start time.Time) (bool, store.Grant, error) {
+// else (busy) has it wait on. start is when the Acquire began; waited, that
+// an earlier attempt of the call found the key busy: a key it then finds
+// held was handed to it by a release (C2 #ct2-release-handover), a new
+// grant of this call.
+func (s *Store) acquireDone(ctx context.Context, out outcome, g store.Grant, key string, o store.AcquireOptions, start time.Time, waited bool) (bool, store.Grant, error) {
 	switch out {
 	case granted:
 		s.newGrant(g, time.Since(start))
 		return true, g, nil
 	case held:
+		if waited {
+			s.newGrant(g, time.Since(start))
+			return true, g, nil
+		}
 		s.metrics.Acquire(telemetry.AcquireGranted, 0)
 		return true, g, nil
 	case dead:
