@@ -26,6 +26,14 @@ import (
 // again. The waiter learns its grant from its watch of the range
 // (acquireMulti). A session's end (the lease's deletes) and a revoke keep
 // the waiters' own attempts: a lease's end runs no transaction.
+//
+// The hand-over is best effort within the release, which fails only when
+// its caller no longer owns the slot (or etcd does not answer): when the
+// range keeps changing under handOverTries attempts, the slot goes by the
+// owner compares alone and the waiters it admits are granted after it, as
+// handOverRest grants further readers. A waiter left admissible (that
+// hand-over failed) is woken by the delete in its watch of the range and
+// takes its grant itself, as every waiter did before the hand-over.
 
 // slotHandOver is the grant of waiter e in a transaction: its slot key
 // (the grant, on its lease) and its waiter key's delete, if that key is
@@ -61,9 +69,15 @@ func (s *Store) readRange(ctx context.Context, key string) (multiState, int64, e
 	return st, resp.Header.Revision, err
 }
 
+// handOverTries bounds a release's attempts to hand over in its own
+// transaction; then the slot goes alone (releaseMulti).
+const handOverTries = 10
+
 // releaseMulti is DeleteIfOwner of a slot: the slot's delete and the
 // hand-over to the first waiter it admits in one transaction, then the
-// others it admits (handOverRest).
+// others it admits (handOverRest). When that transaction's compares keep
+// failing (handOverTries), the slot's delete alone, by the owner compares,
+// then the hand-over from the range as that delete left it.
 func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token uint64, notOwner error) error {
 	rev, issued := s.revision(token)
 	if !issued {
@@ -82,7 +96,7 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 	if err != nil {
 		return fmt.Errorf("etcdstore: release: %w", err)
 	}
-	for range 10 {
+	for range handOverTries {
 		mine := slices.IndexFunc(st.slots, func(e slotEntry) bool { return string(e.kv.Key) == sk })
 		if mine < 0 || st.slots[mine].kv.ModRevision != rev || clientv3.LeaseID(st.slots[mine].kv.Lease) != ss.lease {
 			return notOwner
@@ -96,6 +110,9 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 			cmps, ops = append(cmps, c...), append(ops, o...)
 		} else {
 			cmps = append(cmps, s.admitsNone(key, st, read)...)
+		}
+		if h := s.slotReleaseHook.Load(); h != nil {
+			(*h)(key)
 		}
 		// Else: the range again, for the next try (no read of its own).
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(s.multiPrefix(key), clientv3.WithPrefix())).Commit()
@@ -116,7 +133,25 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 		}
 	}
 	if !done {
-		return fmt.Errorf("%w: etcdstore: release %q: its slots kept changing", store.ErrContention, key)
+		// The range kept changing under the hand-over (concurrent releases
+		// aiming at the same head of the queue, waiters coming and going):
+		// the slot goes by the owner compares alone, which only the owner's
+		// loss fails, and the range read in the same transaction, after the
+		// deletes, is what the hand-over below starts from. A release never
+		// fails for contention while its caller owns the slot.
+		tr, err := s.cli.Txn(ctx).If(owner...).Then(
+			clientv3.OpDelete(sk), clientv3.OpDelete(s.slotValueKey(key, ss.id)),
+			clientv3.OpGet(s.multiPrefix(key), clientv3.WithPrefix()),
+		).Commit()
+		if err != nil {
+			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
+		}
+		if !tr.Succeeded {
+			return notOwner
+		}
+		if st, err = s.decodeMulti(key, tr.Responses[2].GetResponseRange().Kvs); err != nil {
+			st = multiState{} // released; the waiters' own attempts remain
+		}
 	}
 	g := store.Grant{Key: key, Session: ss.id, Token: token}
 	s.mu.Lock()
@@ -171,6 +206,9 @@ func (s *Store) handOverRest(ctx context.Context, key string, st multiState) err
 		// w is first in line: only its own grant or leaving (its key's
 		// delete) can change what admits it.
 		cmps, ops := s.slotHandOver(key, w)
+		if h := s.slotReleaseHook.Load(); h != nil {
+			(*h)(key)
+		}
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return classify(ctx, err)

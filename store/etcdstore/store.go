@@ -94,8 +94,13 @@ type Store struct {
 	// commitHook, set by tests, is called by a committer with each batch's
 	// keys before sending it.
 	commitHook atomic.Pointer[func(keys []string)]
-	waiters    localQueues        // Acquire calls of this Store waiting in a queue (wait.go)
-	deadlocks  *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
+	// slotReleaseHook, set by tests, is called with the key before each
+	// hand-over transaction of a slot's release (releaseMulti, then
+	// handOverRest; handover.go).
+	slotReleaseHook atomic.Pointer[func(key string)]
+
+	waiters   localQueues        // Acquire calls of this Store waiting in a queue (wait.go)
+	deadlocks *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
 
 	marks *markerLeases // the short leases of release markers (marker.go)
 	comp  companions    // lock-delay companion leases (delay.go)

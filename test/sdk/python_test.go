@@ -49,6 +49,7 @@ const replicasPerBackend = 3
 // integration tests) against real lockd servers on both backends. It fails
 // if any Python test fails or is skipped.
 func TestPythonSDK(t *testing.T) {
+	t.Parallel() // beside TestTypeScriptSDK: each mostly waits (issue 21, CI time; doc.go)
 	if out, err := exec.Command(python, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
 		t.Fatalf("%s cannot import grpc and protobuf (apt-get install python3-grpcio python3-protobuf): %v\n%s",
 			python, err, out)

@@ -46,6 +46,7 @@ const tsReplicas = 5
 // the TLS/mTLS and bearer-token tests. It fails if any test fails or is
 // skipped. LOCKD_TSSDK_RUN narrows the node tests (--test-name-pattern).
 func TestTypeScriptSDK(t *testing.T) {
+	t.Parallel() // beside TestPythonSDK (doc.go)
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s not on PATH (Debian: apt-get install nodejs npm): %v", tool, err)
@@ -57,7 +58,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel) // after the parallel subtests, which run once this function has returned
 	// The locked dependencies (the npm cache makes a second run offline),
 	// then the package's prepare script: tsc once, src and tests.
 	tsRun(t, ctx, dir, nil, "npm", "ci", "--no-audit", "--no-fund", "--prefer-offline")
@@ -81,6 +82,10 @@ func TestTypeScriptSDK(t *testing.T) {
 	t.Run("bench-rows", func(t *testing.T) { benchSDKRows(t, ctx, dir) })
 	for _, b := range lockdtest.Backends {
 		t.Run(b, func(t *testing.T) {
+			// The backends' runs in parallel, after the security run (the
+			// parent's own subtests first): servers, replicas, proxies and
+			// control endpoint of their own; the built package is only read.
+			t.Parallel()
 			// With the HTTP/JSON API too (the HTTP transport's test).
 			hcfg := lockdtest.Config()
 			hcfg.HTTPListen = "127.0.0.1:0"
