@@ -18,7 +18,9 @@ import (
 // right after the grant. A statement trigger on lock deletes starts the
 // lock-delay of every deleted row that has one — in the deleting
 // transaction, so no grant can slip in between — unless the delete is
-// voluntary (a release, CloseSession). Every grant path checks the delays
+// voluntary (a release, CloseSession). A deferred trigger stamps its end
+// at the transaction's COMMIT, after every statement (migration 0012):
+// other sessions see the grant end only then. Every grant path checks the delays
 // table; a waiter that a delay keeps out wakes at its end by a local timer
 // (nothing notifies it). The reaper of every instance revokes grants past
 // their hold_until (reason max_hold; the trigger starts their delays) and
