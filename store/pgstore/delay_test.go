@@ -89,10 +89,18 @@ func TestLockDelayFromCommit(t *testing.T) {
 	t.Run("involuntary", func(t *testing.T) {
 		delayedGrant(t, s, "k", d)
 		beforeCommit := deleteSlowly(t, s, "k", "", hold)
+		var afterCommit time.Time
+		if err := s.pool.QueryRow(testCtx(t), "SELECT clock_timestamp()").Scan(&afterCommit); err != nil {
+			t.Fatal(err)
+		}
 		until, ok := delayUntil(t, s, "k")
 		if !ok {
 			t.Fatal("no lock-delay after an involuntary end")
 		}
+		// Not asserted (a timing): where the stamp fell between the last
+		// read before the COMMIT and the first read after it.
+		t.Logf("stamp %v after the last read before the commit, %v before the first read after it",
+			until.Add(-d).Sub(beforeCommit), afterCommit.Sub(until.Add(-d)))
 		if short := beforeCommit.Add(d).Sub(until); short > 0 {
 			t.Fatalf("the lock-delay ends %v after the database clock just before the deleting commit; want no earlier than d = %v (%v short)",
 				until.Sub(beforeCommit), d, short)
