@@ -179,6 +179,8 @@ func (s *Store) grantOf(key string, kv *mvccpb.KeyValue) (store.Grant, error) {
 // first waiter is read with a plain read: a read and a commit rather than
 // two commits. A waiting Acquire of this Store that the commit handed the
 // key to is told from the commit's result (C2 #ct2-release-handover).
+// When the queue keeps changing under handOverTries tries, the grant goes
+// by the owner compares alone and the first waiter takes the key itself.
 func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) (err error) {
 	defer s.met.Observe(telemetry.OpRelease)(&err)
 	if err := store.ValidateKey(key); err != nil {
