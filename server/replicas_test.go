@@ -346,14 +346,18 @@ func TestReplicaDiesSessionMoves(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiter NewSession on B: %v", err)
 		}
-		granted := make(chan uint64, 1)
+		type outcome struct {
+			token uint64
+			err   error
+		}
+		granted := make(chan outcome, 1)
 		go func() { // ends when the waiter is granted or ctx ends
 			l, err := waiter.Acquire(ctx, "k")
 			if err != nil {
-				granted <- 0
+				granted <- outcome{err: err}
 				return
 			}
-			granted <- l.Token()
+			granted <- outcome{token: l.Token()}
 		}()
 		testkit.Eventually(t, 10*time.Second, "the waiter queued on B", func() error {
 			info, err := apiB.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"})
@@ -402,8 +406,11 @@ func TestReplicaDiesSessionMoves(t *testing.T) {
 				deadline = d
 			}
 			select {
-			case tok := <-granted:
-				t.Fatalf("waiter on B granted k (token %d) while the holder still holds it through B", tok)
+			case o := <-granted:
+				if o.err != nil {
+					t.Fatalf("waiter's Acquire on B ended while the holder still holds k through B: %v", o.err)
+				}
+				t.Fatalf("waiter on B granted k (token %d) while the holder still holds it through B", o.token)
 			default:
 			}
 			next := sent.Add(lockdtest.TTL / 3) // the SDK's interval, or halfway to the deadline if sooner
@@ -418,9 +425,12 @@ func TestReplicaDiesSessionMoves(t *testing.T) {
 			t.Fatalf("Release(k) through B: %v", err)
 		}
 		select {
-		case tok := <-granted:
-			if tok <= g.Token {
-				t.Fatalf("waiter granted k with token %d; want > %d", tok, g.Token)
+		case o := <-granted:
+			if o.err != nil {
+				t.Fatalf("waiter's Acquire of k on B: %v", o.err)
+			}
+			if o.token <= g.Token {
+				t.Fatalf("waiter granted k with token %d; want > %d", o.token, g.Token)
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("waiter not granted k within 20s of the release through B")
