@@ -179,6 +179,8 @@ func (s *Store) grantOf(key string, kv *mvccpb.KeyValue) (store.Grant, error) {
 // first waiter is read with a plain read: a read and a commit rather than
 // two commits. A waiting Acquire of this Store that the commit handed the
 // key to is told from the commit's result (C2 #ct2-release-handover).
+// When the queue keeps changing under handOverTries tries, the grant goes
+// by the owner compares alone and the first waiter takes the key itself.
 func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key string, token uint64) (err error) {
 	defer s.met.Observe(telemetry.OpRelease)(&err)
 	if err := store.ValidateKey(key); err != nil {
@@ -233,12 +235,15 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	s.mu.Lock()
 	delete(ss.queued, key)
 	s.mu.Unlock()
-	for range 10 {
+	for range handOverTries {
 		mlease, err := s.marks.lease(ctx)
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
 		marker := s.markerPut(key, markReleased, mlease)
+		if h := s.releaseHook.Load(); h != nil {
+			(*h)(key)
+		}
 		var resp *clientv3.TxnResponse
 		var at time.Time // the hand-over's grant time, as written
 		if next == nil {
@@ -298,19 +303,50 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			}
 			s.waiters.handOver(key, store.SessionID(strings.TrimPrefix(next.key, qp)), next.rev, handOff{rev: resp.Header.Revision, at: time.Unix(0, at.UnixNano())}) // as the watch event decodes it
 		}
-		g := store.Grant{Key: key, Session: id, Token: token}
-		s.mu.Lock()
-		if _, ok := ss.held[key]; ok && !ss.dead {
-			delete(ss.held, key)
-			ss.heldGen++
-			stopHoldLocked(ss, key)
-			s.met.Released(telemetry.ReleaseRelease, 1)
-		}
-		s.mu.Unlock()
-		s.log.LockReleased(g, telemetry.ReleaseRelease)
+		s.released(ss, key, token)
 		return nil
 	}
-	return fmt.Errorf("%w: etcdstore: release %q: its queue kept changing", store.ErrContention, key)
+	// The queue kept changing under the hand-over (waiters coming and going
+	// ahead of the one each try named): the key goes by the owner compares
+	// alone, which only the owner's loss fails, with the release marker and
+	// the delay record's delete of every release. The first waiter, woken
+	// by the delete, takes the key itself (wait.go). A release never fails
+	// for contention while its caller owns the key (C2
+	// #ct2-release-handover).
+	for {
+		mlease, err := s.marks.lease(ctx)
+		if err != nil {
+			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
+		}
+		resp, err := s.txn(ctx, key, owner,
+			[]*pb.RequestOp{s.markerPut(key, markReleased, mlease), reqDelete(lk), reqDelete(s.delayKey(key))},
+			nil, nil)
+		if s.marks.gone(err, mlease) {
+			continue // the marker lease ended early: a new one
+		}
+		if err != nil {
+			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
+		}
+		if !resp.Succeeded {
+			return notOwner
+		}
+		s.released(ss, key, token)
+		return nil
+	}
+}
+
+// released records the release of session ss's plain grant of key.
+func (s *Store) released(ss *session, key string, token uint64) {
+	g := store.Grant{Key: key, Session: ss.id, Token: token}
+	s.mu.Lock()
+	if _, ok := ss.held[key]; ok && !ss.dead {
+		delete(ss.held, key)
+		ss.heldGen++
+		stopHoldLocked(ss, key)
+		s.met.Released(telemetry.ReleaseRelease, 1)
+	}
+	s.mu.Unlock()
+	s.log.LockReleased(g, telemetry.ReleaseRelease)
 }
 
 // Revoke deletes key's current grant whoever holds it, with a "revoked"

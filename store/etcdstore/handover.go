@@ -70,7 +70,8 @@ func (s *Store) readRange(ctx context.Context, key string) (multiState, int64, e
 }
 
 // handOverTries bounds a release's attempts to hand over in its own
-// transaction; then the slot goes alone (releaseMulti).
+// transaction; then the slot (releaseMulti) or the plain grant
+// (DeleteIfOwner) goes alone.
 const handOverTries = 10
 
 // releaseMulti is DeleteIfOwner of a slot: the slot's delete and the

@@ -98,6 +98,9 @@ type Store struct {
 	// hand-over transaction of a slot's release (releaseMulti, then
 	// handOverRest; handover.go).
 	slotReleaseHook atomic.Pointer[func(key string)]
+	// releaseHook, set by tests, is called with the key before each
+	// hand-over try of a plain lock's release (DeleteIfOwner, grant.go).
+	releaseHook atomic.Pointer[func(key string)]
 
 	waiters   localQueues        // Acquire calls of this Store waiting in a queue (wait.go)
 	deadlocks *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
