@@ -26,11 +26,13 @@ staticcheck:
 ## of them running alone at the end; ./... adds the rest (go test lists each
 ## package once).
 GOTEST_FIRST ?= ./test/chaos/ ./server/ ./test/parity/ ./store/pgstore/ ./internal/cli/ ./test/sdk/ ./store/etcdstore/ ./client/
-## LOCKD_CHAOS_SUITE=ci: test/chaos runs runner.CISuite, the short suite
-## without the scenarios runner.ChaosOnly leaves to `make chaos` (every
-## fault kind and every control stays; docs/reliability.md "CI time").
+## test/chaos runs runner.CISuite by default, the short suite without the
+## scenarios runner.ChaosOnly leaves to `make chaos` (every fault kind and
+## every control stays; docs/reliability.md "CI time"). No LOCKD_ variable
+## is set here: every package sees it, and lockd serve children refuse a
+## LOCKD_ key that C5 lacks.
 gotest:
-	LOCKD_CHAOS_SUITE=ci $(GO) test $(GOTESTFLAGS) $(GOTEST_FIRST) ./...
+	$(GO) test $(GOTESTFLAGS) $(GOTEST_FIRST) ./...
 
 ## fuzz: run every fuzz target for a number of executions (seed corpora live
 ## in testdata/fuzz; `make test` runs them as ordinary tests, and the
@@ -212,7 +214,7 @@ abuse-flood:
 ## chaos: the fault-injection suite of issue 6 in short mode (every scenario
 ## and control, a few minutes; test/chaos). The checkers' own tests first.
 ## `make test` runs the short suite without runner.ChaosOnly's scenarios
-## (LOCKD_CHAOS_SUITE=ci); this target runs all of them.
+## (TestChaos's default); this target runs all of them (LOCKD_CHAOS_SUITE=go).
 ## chaos-long: every scenario for about DURATION in all (make chaos-long DURATION=30m).
 ## See `go doc ./test/chaos` for the LOCKD_CHAOS_* settings.
 DURATION ?= 10m
@@ -221,7 +223,7 @@ DURATION ?= 10m
 
 chaos:
 	$(GO) test -count=1 -timeout 5m ./test/chaos/history/ ./test/chaos/fenced/ ./test/chaos/check/ ./test/chaos/worker/ ./test/chaos/runner/
-	$(GO) test -count=1 -timeout 15m -v -run 'TestChaos' ./test/chaos/
+	LOCKD_CHAOS_SUITE=go $(GO) test -count=1 -timeout 15m -v -run 'TestChaos' ./test/chaos/
 	LOCKD_CHAOS_SUITE=deadlock $(GO) test -count=1 -timeout 5m -v -run 'TestChaos' ./test/chaos/
 
 ## chaos-python: issue 25: the pause, kill-holder, long-partition and
@@ -241,7 +243,7 @@ chaos-typescript:
 	LOCKD_CHAOS_SUITE=typescript $(GO) test -race -count=1 -timeout 20m -v -run 'TestChaos' ./test/chaos/
 
 chaos-long:
-	LOCKD_CHAOS_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -v -run 'TestChaos' ./test/chaos/
+	LOCKD_CHAOS_SUITE=go LOCKD_CHAOS_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -v -run 'TestChaos' ./test/chaos/
 
 ## soak: the storage soak of issue 11 §5 (test/soak): full load on distinct keys
 ## for DURATION per backend (make soak DURATION=30m), embedded etcd with a

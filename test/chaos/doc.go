@@ -57,9 +57,12 @@
 //	                       (same scenario, same trigger): each must then
 //	                       find 0 violations, which shows that what it
 //	                       catches is its break
-//	LOCKD_CHAOS_SUITE=ci   the short suite without runner.ChaosOnly's
-//	                       scenarios (runner.CISuite): what `make test`
-//	                       runs; every fault kind and every control stays
+//	LOCKD_CHAOS_SUITE=ci   (the default) the short suite without
+//	                       runner.ChaosOnly's scenarios (runner.CISuite):
+//	                       what `make test` runs; every fault kind and
+//	                       every control stays
+//	LOCKD_CHAOS_SUITE=go   every scenario of runner.Suite (make chaos,
+//	                       chaos-long and stress set it)
 //	LOCKD_CHAOS_SUITE=python  run the Python SDK's scenarios instead
 //	                       (runner.PythonSuite, make chaos-python); the
 //	                       interpreter is LOCKD_CHAOS_PYTHON (default

@@ -92,7 +92,7 @@ var ChaosOnly = map[string]string{
 }
 
 // CISuite returns Suite without the ChaosOnly scenarios: the chaos run of
-// `make test` (LOCKD_CHAOS_SUITE=ci, set by the Makefile's gotest).
+// `make test` (the default of TestChaos; LOCKD_CHAOS_SUITE=go runs Suite).
 func CISuite() []Spec {
 	var out []Spec
 	for _, s := range Suite() {
