@@ -50,7 +50,7 @@ func holdHeartbeats(f *lockdtest.Faulty, all bool) (entered <-chan struct{}, rel
 // the session's last, B never answered, the stall on B found A set aside
 // and stayed, and the session expired:
 //
-//	the session was lost 9.1s after the stall move: client: session expired (deadline passed without acknowledgement)
+//	the session was lost 8s after the stall move: client: session expired (deadline passed without acknowledgement)
 //
 // Proof that an answer came to a heartbeat sent after the move: a deadline
 // later than the move plus the TTL. Every answer counts from its own send
