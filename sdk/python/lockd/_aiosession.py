@@ -252,6 +252,7 @@ class Session(_session.Session):
         finally:
             if updates is not None:
                 updates.stop()
+                await updates.wait()  # the task and its Inspect end before acquire returns (C2 #ct2-wait-updates)
 
     async def try_acquire(self, key: str, *, value: bytes = b"", limit: int = 0, shared: bool = False,
                           exclusive: bool = False, lock_delay: float | None = None, max_hold: float | None = None,

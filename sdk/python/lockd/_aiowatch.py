@@ -257,9 +257,15 @@ class WaitUpdates:
         self._task = session.c._spawn(self._run(), "lockd-wait-updates")
 
     def stop(self) -> None:
+        """Ends the reads: fn is not called after stop returns (an Inspect in flight is cancelled)."""
         self._stopped = True
         if self._task is not None:
             self._task.cancel()
+
+    async def wait(self) -> None:
+        """Waits for the task stop() ended."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
         c = self._s.c
