@@ -7,8 +7,10 @@ One task (lockd-keepalive) runs while the client has a session: it opens the
 stream, sends every session's heartbeats and re-dials; a reader task per
 stream applies replies as they arrive. A stream left on purpose (draining,
 stalled) keeps its reader until its heartbeats in flight are answered or
-forgotten (a lingerer task). The last session's end cancels the keepalive
-task; Session.close and Client.close wait for it.
+forgotten (a lingerer task); a stalled one is also still written heartbeats
+until a later stream answers (a shadow, C2 #ct2-failover). The last
+session's end cancels the keepalive task; Session.close and Client.close
+wait for it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Keepaliver(_keepalive.Keepaliver):
         self._task: asyncio.Task | None = None
         self._ending: set[asyncio.Task] = set()
         self._lingerers: set[asyncio.Task] = set()
+        self._shadows: list[_Flight] = []  # stalled streams still written heartbeats (fl.q: their call)
         self._futs: set[asyncio.Future] = set()
 
     # --- waking ---------------------------------------------------------
@@ -151,10 +154,13 @@ class Keepaliver(_keepalive.Keepaliver):
         finally:
             if moved:
                 fl.left = True
-                try:
-                    await call.done_writing()
-                except Exception:  # the stream broke meanwhile: the lingerer sees it
-                    pass
+                if fl.stalled:
+                    self._add_shadow(fl, call)  # still written heartbeats; the lingerer cancels it in the end
+                else:
+                    try:
+                        await call.done_writing()
+                    except Exception:  # the stream broke meanwhile: the lingerer sees it
+                        pass
                 t = asyncio.get_running_loop().create_task(self._linger(call, rt, fl), name="lockd-keepalive-linger")
                 self._lingerers.add(t)
                 t.add_done_callback(self._lingerers.discard)
@@ -228,6 +234,7 @@ class Keepaliver(_keepalive.Keepaliver):
                     if fl.broken is None:
                         fl.broken = e if isinstance(e, grpc.RpcError) else "write failed"
                     return False
+            await self._write_shadows(fl, due)
             # Forget heartbeats unanswered for a TTL; find a stall.
             oldest, stall = None, None
             with fl.mu:
@@ -244,6 +251,7 @@ class Keepaliver(_keepalive.Keepaliver):
                 if now >= at:
                     if c.conn.set_aside(addr):
                         log.debug("keepalive stream stalled: moving from %s", addr)
+                        fl.stalled = True
                         return True
                     stall_done = True
                 else:
@@ -261,9 +269,29 @@ class Keepaliver(_keepalive.Keepaliver):
             if fl.broken is not None:
                 return False
 
+    # --- a stall move keeps sending (C2 #ct2-failover) -------------------
+
+    def _stop_shadow_locked(self, fl) -> None:
+        fl.sending = False
+        self._wake()  # its lingerer looks again
+
+    async def _write_shadows(self, cur, due: list) -> None:
+        if not due:
+            return
+        for sh in self._live_shadows(cur):
+            try:
+                for req in self._shadow_beats(sh, due):
+                    await sh.q.write(req)
+            except Exception:  # the stream broke: its lingerer sees it
+                with self.cv:
+                    if sh in self._shadows:
+                        self._shadows.remove(sh)
+                        self._stop_shadow_locked(sh)
+
     async def _linger(self, call, rt: asyncio.Task, fl) -> None:
-        """Receives on a stream left on purpose until its heartbeats are
-        answered or forgotten (a TTL after their send), it breaks, or stop."""
+        """Receives on a stream left on purpose until it is written nothing
+        more and its heartbeats are answered or forgotten (a TTL after their
+        send), it breaks, or stop."""
         clock = self.c.clock
         try:
             while not self.stopped and fl.broken is None:
@@ -275,9 +303,9 @@ class Keepaliver(_keepalive.Keepaliver):
                             del fl.beats[rid]
                             continue
                         until = sent + s.ttl if until is None else max(until, sent + s.ttl)
-                if until is None:
+                if until is None and not fl.sending:
                     break
-                await self._wait(until)
+                await self._wait(until)  # None: a shadow with nothing in flight waits for a wake
         finally:
             call.cancel()
             await _end_task(rt)
