@@ -28,6 +28,8 @@ from .v1 import lockd_pb2 as pb
 
 log = logging.getLogger("lockd")
 
+SHADOW_QUEUE = 256  # heartbeats waiting for a shadow's writer; more are not sent
+
 
 class Keepaliver(_keepalive.Keepaliver):
     def __init__(self, c):  # no thread: tasks, started with the first session
@@ -40,7 +42,7 @@ class Keepaliver(_keepalive.Keepaliver):
         self._task: asyncio.Task | None = None
         self._ending: set[asyncio.Task] = set()
         self._lingerers: set[asyncio.Task] = set()
-        self._shadows: list[_Flight] = []  # stalled streams still written heartbeats (fl.q: their call)
+        self._shadows: list[_Flight] = []  # stalled streams still written heartbeats (fl.q: their writer's queue)
         self._futs: set[asyncio.Future] = set()
 
     # --- waking ---------------------------------------------------------
@@ -271,22 +273,47 @@ class Keepaliver(_keepalive.Keepaliver):
 
     # --- a stall move keeps sending (C2 #ct2-failover) -------------------
 
+    def _add_shadow(self, fl, call) -> None:
+        """A writer task of its own writes the shadow's heartbeats: a replica
+        that hangs stops granting flow control, and a write to it must never
+        hold up the stream in use."""
+        q: asyncio.Queue = asyncio.Queue(maxsize=SHADOW_QUEUE)
+        t = asyncio.get_running_loop().create_task(self._shadow_writer(call, q), name="lockd-keepalive-shadow")
+        self._lingerers.add(t)  # cancelled and awaited by stop, as lingerers are
+        t.add_done_callback(self._lingerers.discard)
+        super()._add_shadow(fl, q)
+
+    async def _shadow_writer(self, call, q: asyncio.Queue) -> None:
+        while True:
+            req = await q.get()
+            if req is None:
+                return
+            try:
+                await call.write(req)
+            except Exception:  # the stream ended: its lingerer sees it
+                return
+
     def _stop_shadow_locked(self, fl) -> None:
         fl.sending = False
+        if fl.q.full():  # make room for the end: a heartbeat dropped is never unsafe
+            req = fl.q.get_nowait()
+            with fl.mu:
+                fl.beats.pop(req.request_id, None)
+        fl.q.put_nowait(None)
         self._wake()  # its lingerer looks again
 
     async def _write_shadows(self, cur, due: list) -> None:
+        """Hands the shadows their heartbeats; one the queue has no room for
+        is not sent (never unsafe)."""
         if not due:
             return
         for sh in self._live_shadows(cur):
-            try:
-                for req in self._shadow_beats(sh, due):
-                    await sh.q.write(req)
-            except Exception:  # the stream broke: its lingerer sees it
-                with self.cv:
-                    if sh in self._shadows:
-                        self._shadows.remove(sh)
-                        self._stop_shadow_locked(sh)
+            for req in self._shadow_beats(sh, due):
+                try:
+                    sh.q.put_nowait(req)
+                except asyncio.QueueFull:
+                    with sh.mu:
+                        sh.beats.pop(req.request_id, None)
 
     async def _linger(self, call, rt: asyncio.Task, fl) -> None:
         """Receives on a stream left on purpose until it is written nothing
