@@ -72,6 +72,15 @@ class _Stream:
     async def write(self, r):
         if self.down or self.ended:
             raise _Unavailable()
+        o = self.owner
+        if o is not None and o.holding:
+            o.held.append((self, r))  # at the server, unanswered until release()
+            if o.holding > 0:
+                o.holding -= 1
+            return
+        self.serve(r)
+
+    def serve(self, r):
         try:
             self.server._heartbeat(self, r)
         except Exception:
@@ -113,6 +122,8 @@ class AioFake:
         self.down = None       # None: the server's; True: this address's streams break at once
         self.draining = False  # this address's KeepAlive answers say draining
         self.streams: list = []
+        self.holding = 0       # heartbeats held unanswered: n the next n, -1 all (until release)
+        self.held: list = []
         for name in ("OpenSession", "Acquire", "Release", "CloseSession", "LeaveQueue"):
             setattr(self, name, _Method(self, name, getattr(srv, name)._fn))
 
@@ -130,6 +141,15 @@ class AioFake:
             with srv.mu:
                 srv.streams.append(s)
         return s
+
+    def release(self, stop_holding=True):
+        """Answers the held heartbeats (on their streams, as the fake's handler does)."""
+        if stop_holding:
+            self.holding = 0
+        held, self.held = self.held, []
+        for st, r in held:
+            if not st.ended:
+                st.serve(r)
 
     def names(self):
         return [n for n, _ in self.calls]
