@@ -52,16 +52,12 @@ func keyAndEnd(prefix string) ([]byte, []byte) {
 	buf := make([]byte, 2*len(prefix))
 	n := copy(buf, prefix)
 	copy(buf[n:], prefix)
-	key, end := buf[:n:n], buf[n:]
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return key, end[:i+1]
-		}
-	}
-	// Every byte is 0xff: the range runs to the end of the key space.
-	return key, []byte{0}
+	return buf[:n:n], prefixEnd(buf[n:])
 }
+
+// keyBytesFor is the key as the bytes a message holds: a string is copied,
+// a []byte (keyBytes' slices) used as it is.
+func keyBytesFor[K ~string | ~[]byte](key K) []byte { return []byte(key) }
 
 type compareCreate struct {
 	c pb.Compare
@@ -69,8 +65,8 @@ type compareCreate struct {
 }
 
 // cmpCreate compares key's create revision (0: the key does not exist).
-func cmpCreate(key string, result pb.Compare_CompareResult, rev int64) *pb.Compare {
-	return cmpCreateBytes([]byte(key), nil, result, rev)
+func cmpCreate[K ~string | ~[]byte](key K, result pb.Compare_CompareResult, rev int64) *pb.Compare {
+	return cmpCreateBytes(keyBytesFor(key), nil, result, rev)
 }
 
 func cmpCreateBytes(key, end []byte, result pb.Compare_CompareResult, rev int64) *pb.Compare {
@@ -88,36 +84,42 @@ func cmpCreatePrefix(prefix string, result pb.Compare_CompareResult, rev int64) 
 }
 
 // cmpMod compares key's mod revision with rev for equality.
-func cmpMod(key string, rev int64) *pb.Compare {
+func cmpMod[K ~string | ~[]byte](key K, rev int64) *pb.Compare {
 	a := &struct {
 		c pb.Compare
 		u pb.Compare_ModRevision
 	}{}
 	a.u.ModRevision = rev
-	a.c.Result, a.c.Target, a.c.Key, a.c.TargetUnion = pb.Compare_EQUAL, pb.Compare_MOD, []byte(key), &a.u
+	a.c.Result, a.c.Target, a.c.Key, a.c.TargetUnion = pb.Compare_EQUAL, pb.Compare_MOD, keyBytesFor(key), &a.u
 	return &a.c
 }
 
 // cmpLease compares key's lease with lease.
-func cmpLease(key string, result pb.Compare_CompareResult, lease clientv3.LeaseID) *pb.Compare {
+func cmpLease[K ~string | ~[]byte](key K, result pb.Compare_CompareResult, lease clientv3.LeaseID) *pb.Compare {
 	a := &struct {
 		c pb.Compare
 		u pb.Compare_Lease
 	}{}
 	a.u.Lease = int64(lease)
-	a.c.Result, a.c.Target, a.c.Key, a.c.TargetUnion = result, pb.Compare_LEASE, []byte(key), &a.u
+	a.c.Result, a.c.Target, a.c.Key, a.c.TargetUnion = result, pb.Compare_LEASE, keyBytesFor(key), &a.u
 	return &a.c
 }
 
 // reqPut puts key = val attached to lease, returning the previous key-value
 // when prevKV.
 func reqPut(key, val string, lease clientv3.LeaseID, prevKV bool) *pb.RequestOp {
+	k, v := bytesOf2(key, val)
+	return reqPutBytes(k, v, lease, prevKV)
+}
+
+// reqPutBytes is reqPut of bytes as they are (keyBytes' slices).
+func reqPutBytes(key, val []byte, lease clientv3.LeaseID, prevKV bool) *pb.RequestOp {
 	a := &struct {
 		op pb.RequestOp
 		w  pb.RequestOp_RequestPut
 		r  pb.PutRequest
 	}{}
-	a.r.Key, a.r.Value = bytesOf2(key, val)
+	a.r.Key, a.r.Value = key, val
 	a.r.Lease, a.r.PrevKv = int64(lease), prevKV
 	a.w.RequestPut = &a.r
 	a.op.Request = &a.w
@@ -125,13 +127,13 @@ func reqPut(key, val string, lease clientv3.LeaseID, prevKV bool) *pb.RequestOp 
 }
 
 // reqDelete deletes key.
-func reqDelete(key string) *pb.RequestOp {
+func reqDelete[K ~string | ~[]byte](key K) *pb.RequestOp {
 	a := &struct {
 		op pb.RequestOp
 		w  pb.RequestOp_RequestDeleteRange
 		r  pb.DeleteRangeRequest
 	}{}
-	a.r.Key = []byte(key)
+	a.r.Key = keyBytesFor(key)
 	a.w.RequestDeleteRange = &a.r
 	a.op.Request = &a.w
 	return &a.op
@@ -151,25 +153,39 @@ func newRangeOp() *rangeOp {
 }
 
 // reqGet reads key.
-func reqGet(key string) *pb.RequestOp {
+func reqGet[K ~string | ~[]byte](key K) *pb.RequestOp {
 	a := newRangeOp()
-	a.r.Key = []byte(key)
+	a.r.Key = keyBytesFor(key)
 	return &a.op
 }
 
 // reqFirstUnder reads the oldest key under prefix (by create revision): the
 // first in a queue.
 func reqFirstUnder(prefix string) *pb.RequestOp {
+	key, end := keyAndEnd(prefix)
+	return reqFirstIn(key, end)
+}
+
+// reqFirstIn is reqFirstUnder of a prefix and its range end as keyBytes
+// holds them.
+func reqFirstIn(key, end []byte) *pb.RequestOp {
 	a := newRangeOp()
-	a.r.Key, a.r.RangeEnd = keyAndEnd(prefix)
+	a.r.Key, a.r.RangeEnd = key, end
 	a.r.Limit, a.r.SortOrder, a.r.SortTarget = 1, pb.RangeRequest_ASCEND, pb.RangeRequest_CREATE
 	return &a.op
 }
 
 // reqAnyUnder reads whether any key exists under prefix (one key, no value).
 func reqAnyUnder(prefix string) *pb.RequestOp {
+	key, end := keyAndEnd(prefix)
+	return reqAnyIn(key, end)
+}
+
+// reqAnyIn is reqAnyUnder of a prefix and its range end as keyBytes holds
+// them.
+func reqAnyIn(key, end []byte) *pb.RequestOp {
 	a := newRangeOp()
-	a.r.Key, a.r.RangeEnd = keyAndEnd(prefix)
+	a.r.Key, a.r.RangeEnd = key, end
 	a.r.Limit, a.r.KeysOnly = 1, true
 	return &a.op
 }

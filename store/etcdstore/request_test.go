@@ -81,8 +81,12 @@ func TestRequestBuilders(t *testing.T) {
 	}
 }
 
-// sink keeps the builders' results on the heap in TestRequestAllocations.
-var sink any
+// sink and sinkBytes keep the builders' results on the heap in the
+// allocation tests.
+var (
+	sink      any
+	sinkBytes []byte
+)
 
 // TestRequestAllocations guards the builders' allocations (issue 24): one
 // for a message with its wrappers, one for the bytes it sends. The
@@ -108,5 +112,35 @@ func TestRequestAllocations(t *testing.T) {
 		if got := testing.AllocsPerRun(100, c.f); got != c.want {
 			t.Errorf("%s: %.0f allocations; want %.0f", c.name, got, c.want)
 		}
+	}
+}
+
+// TestKeyBytes: keyBytesOf builds the keys and range ends of keys.go's
+// string builders and clientv3's GetPrefixRangeEnd, each capped, in one
+// allocation.
+func TestKeyBytes(t *testing.T) {
+	s := &Store{prefix: "/lockd/"}
+	for _, key := range []string{"k", "a/b/c", "\xff\xfe"} {
+		k := s.keyBytesOf(key)
+		for _, c := range []struct {
+			name string
+			got  []byte
+			want string
+		}{
+			{"lock", k.lock, s.lockKey(key)},
+			{"marker", k.marker, s.markerKey(key)},
+			{"delay", k.delay, s.delayKey(key)},
+			{"queue", k.queue, s.queuePrefix(key)},
+			{"queue end", k.queueEnd, clientv3.GetPrefixRangeEnd(s.queuePrefix(key))},
+			{"multi", k.multi, s.multiPrefix(key)},
+			{"multi end", k.multiEnd, clientv3.GetPrefixRangeEnd(s.multiPrefix(key))},
+		} {
+			if string(c.got) != c.want || cap(c.got) != len(c.got) {
+				t.Errorf("%q: %s = %q (cap %d); want %q, capped", key, c.name, c.got, cap(c.got), c.want)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { k := s.keyBytesOf("a/b/c"); sinkBytes = k.lock }); n != 1 {
+		t.Errorf("keyBytesOf: %.0f allocations; want 1", n)
 	}
 }
