@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,23 +36,38 @@ func TestSilenceCloseSparesSessionKeptByReplica(t *testing.T) {
 
 func silenceCloseSparesSessionKeptByReplica(t *testing.T, kind string) {
 	ns := lockdtest.NewNamespace(t, kind)
-	a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
-	b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true})
+	logA, logsA := testkit.NewLogger()
+	logB, logsB := testkit.NewLogger()
+	a := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Logger: logA})
+	b := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Logger: logB})
 	ctx := testCtx(t, 90*time.Second)
 	apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
 
 	id := openRaw(t, ctx, apiA, 0).SessionId
+	var waiterID string
+	defer func() {
+		if t.Failed() { // the two sessions' lines on either replica
+			dumpSessionLogs(t, map[string]*testkit.LogBuffer{"A": logsA, "B": logsB}, id, waiterID)
+		}
+	}()
 	g, err := apiA.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k"})
 	if err != nil || !g.Granted {
 		t.Fatalf("Acquire(k) on A = %v, %v", g, err)
 	}
 	moved := time.Now()
 
-	// A waiter on B queues for the key.
-	waiter, err := b.NewClient(t, client.WithSafetyMargin(lockdtest.SafetyMargin)).NewSession(ctx)
+	// A waiter on B queues for the key. Its own session is not the subject:
+	// it gets longTTL, so that its trust outlasts the whole test even if
+	// no heartbeat of it were answered (the SDK trusts until send +
+	// Remaining − margin; with the 3 s TTL that is 1–2.5 s ahead, which a
+	// -race run beside stress burners on two cores overran once: "session
+	// expired" 9 s in, issue 21). The holder's session keeps
+	// lockdtest.TTL: its expiry is what the test is about.
+	waiter, err := b.NewClient(t, client.WithSafetyMargin(lockdtest.SafetyMargin)).NewSession(ctx, client.WithSessionTTL(longTTL))
 	if err != nil {
 		t.Fatalf("waiter NewSession on B: %v", err)
 	}
+	waiterID = waiter.ID()
 	type grant struct {
 		at    time.Time
 		token uint64
@@ -86,8 +103,12 @@ func silenceCloseSparesSessionKeptByReplica(t *testing.T, kind string) {
 		trustedUntil = sent.Add(time.Duration(r.RemainingMs) * time.Millisecond)
 		select {
 		case w := <-granted:
-			t.Fatalf("waiter on B granted k (token %d, err %v) %v after the holder left A, while the holder trusts it until %v from now",
-				w.token, w.err, time.Since(moved), time.Until(trustedUntil))
+			if w.err != nil {
+				t.Fatalf("waiter on B: Acquire(k) failed %v after the holder left A (the holder trusts it until %v from now): %v",
+					time.Since(moved), time.Until(trustedUntil), w.err)
+			}
+			t.Fatalf("waiter on B granted k (token %d) %v after the holder left A, while the holder trusts it until %v from now",
+				w.token, time.Since(moved), time.Until(trustedUntil))
 		default:
 		}
 		info, err := apiB.Inspect(ctx, &lockdv1.InspectRequest{Key: "k"})
@@ -142,6 +163,19 @@ func silenceCloseSparesSessionKeptByReplica(t *testing.T, kind string) {
 	}
 	if w.token <= g.Token {
 		t.Errorf("waiter token %d; want > %d", w.token, g.Token)
+	}
+}
+
+// dumpSessionLogs logs every line of replicas' logs (by name) that names
+// one of the sessions ids: what a failure's replicas did with them.
+func dumpSessionLogs(t *testing.T, replicas map[string]*testkit.LogBuffer, ids ...string) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(replicas)) {
+		for _, rec := range replicas[name].Records() {
+			if s, ok := rec["session"].(string); ok && s != "" && slices.Contains(ids, s) {
+				t.Logf("%s: %v", name, rec)
+			}
+		}
 	}
 }
 
