@@ -19,6 +19,8 @@ log = logging.getLogger("lockd")
 class AcquireMixin:
     """Session's acquire calls (session.py holds its trust state)."""
 
+    _lock_class = Lock  # lockd.aio's sessions make lockd.aio.Lock
+
     def _request(self, key, value, limit, shared, exclusive, lock_delay, max_hold, wait) -> pb.AcquireRequest:
         validate_key(key)
         value = bytes(value or b"")
@@ -176,7 +178,7 @@ class AcquireMixin:
                 l._deadline = max(l._deadline, deadline)
                 return l
             self.lock_seq += 1
-            l = Lock(self, key, token, self.lock_seq, deadline, max_hold_at)
+            l = self._lock_class(self, key, token, self.lock_seq, deadline, max_hold_at)
             self.locks[key] = l
             if deadline < self._timer_at:
                 self._arm()

@@ -38,6 +38,7 @@ class FakeClock(Clock):
         self._t = start
         self._waits: dict[int, tuple[threading.Condition, float | None]] = {}
         self._ids = itertools.count()
+        self._timers: dict[int, tuple[float, object]] = {}  # lockd.aio's timers: id -> (when, wake)
 
     def now(self) -> float:
         with self._mu:
@@ -47,14 +48,30 @@ class FakeClock(Clock):
         with self._mu:
             self._t += d
             conds = {id(c): c for c, _ in self._waits.values()}
+            wakes = [w for _, w in self._timers.values()]
         for c in conds.values():
             with c:
                 c.notify_all()
+        for w in wakes:
+            w()
 
     def pending(self, lo: float, hi: float) -> bool:
         """Whether some wait ends in [lo, hi] (a timer armed there)."""
         with self._mu:
-            return any(u is not None and lo <= u <= hi for _, u in self._waits.values())
+            return (any(u is not None and lo <= u <= hi for _, u in self._waits.values())
+                    or any(lo <= u <= hi for u, _ in self._timers.values()))
+
+    def add_timer(self, when: float, wake) -> int:
+        """Registers an instant lockd.aio waits for: wake() (thread-safe) runs
+        at every advance() until remove_timer; pending() sees it."""
+        with self._mu:
+            tid = next(self._ids)
+            self._timers[tid] = (when, wake)
+            return tid
+
+    def remove_timer(self, tid: int) -> None:
+        with self._mu:
+            self._timers.pop(tid, None)
 
     def wait(self, cond: threading.Condition, until: float | None) -> None:
         wid = next(self._ids)

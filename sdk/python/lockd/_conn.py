@@ -158,15 +158,18 @@ class Conn:
                 stub = self._stubs[a] = self._stub_factory(a)
             if stub is None:
                 opts = list(_CHANNEL_OPTIONS)
-                if self._tls is not None:
-                    if self._tls.server_name:
-                        opts.append(("grpc.ssl_target_name_override", self._tls.server_name))
-                    ch = grpc.secure_channel(a, self._creds, options=opts)
-                else:
-                    ch = grpc.insecure_channel(a, options=opts)
+                if self._tls is not None and self._tls.server_name:
+                    opts.append(("grpc.ssl_target_name_override", self._tls.server_name))
+                ch = self._dial(a, opts)
                 self._channels[a] = ch
                 stub = self._stubs[a] = lockd_pb2_grpc.LockServiceStub(ch)
             return a, stub
+
+    def _dial(self, addr: str, opts):
+        """A channel to addr (lockd.aio's Conn makes grpc.aio channels)."""
+        if self._creds is not None:
+            return grpc.secure_channel(addr, self._creds, options=opts)
+        return grpc.insecure_channel(addr, options=opts)
 
     def set_aside(self, addr: str, draining: bool = False) -> bool:
         """Avoids addr for a while; False when there is nowhere else to go (one
@@ -199,11 +202,14 @@ class Conn:
                 self._cur = (self._cur + 1) % len(self.addresses)
             log.debug("address %s failed; next %s", addr, self.addresses[self._cur])
 
-    def close(self) -> None:
+    def _take_channels(self) -> list:
         with self._mu:
             self._closed = True
             chans = list(self._channels.values())
             self._channels.clear()
             self._stubs.clear()
-        for ch in chans:
+        return chans
+
+    def close(self) -> None:
+        for ch in self._take_channels():
             ch.close()

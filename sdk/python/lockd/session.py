@@ -97,13 +97,25 @@ class Session(AcquireMixin, AcquireAllMixin, _Trust):
 
     @classmethod
     def _open(cls, c, ttl: float, owner: str, labels: dict, lock_delay: float, timeout) -> "Session":
+        req = cls._open_request(c, ttl, owner, labels, lock_delay)
+        resp, sent = c._call("OpenSession", req, timeout=timeout if timeout is not None else -1.0)
+        return cls._opened(c, resp, sent, lock_delay)
+
+    @staticmethod
+    def _open_request(c, ttl: float, owner: str, labels: dict, lock_delay: float) -> pb.OpenSessionRequest:
+        """The OpenSession request, after the checks that need no answer (lockd.aio's too)."""
         if ttl < 0 or abs(round(ttl * 1000) - ttl * 1000) > 1e-6:
             raise errors.InvalidArgument(f"ttl: {ttl} is negative or not whole milliseconds", field="ttl")
         if lock_delay < 0:
             raise errors.InvalidArgument("lock_delay: negative", field="lock_delay")
         check_timing(ttl, c.safety_margin, c.heartbeat_interval)
-        req = pb.OpenSessionRequest(ttl_ms=round(ttl * 1000), owner=owner, labels=labels)
-        resp, sent = c._call("OpenSession", req, timeout=timeout if timeout is not None else -1.0)
+        return pb.OpenSessionRequest(ttl_ms=round(ttl * 1000), owner=owner, labels=labels)
+
+    @classmethod
+    def _opened(cls, c, resp, sent: float, lock_delay: float) -> "Session":
+        """The session of an OpenSession answer to a request sent at sent:
+        rule 2's checks (a refused session is abandoned), the deadline from
+        the send time, the deadline timer, the keepalive (lockd.aio's too)."""
         s = cls(c, resp.session_id, resp.session_secret, resp.ttl_ms / 1000.0, resp.safety_margin_ms / 1000.0,
                 resp.heartbeat_interval_ms / 1000.0, lock_delay)
         if c.safety_margin > 0:
@@ -280,6 +292,11 @@ class Session(AcquireMixin, AcquireAllMixin, _Trust):
             acks = self.acks if self.ack_gen == gen else []
             self.acks = []
             return self.lock_seq, acks
+
+    def _beat_seq(self) -> int:
+        """lock_seq for a heartbeat that carries no acknowledgements (a stalled stream's)."""
+        with self.mu:
+            return self.lock_seq
 
     def _busy(self, key: str):
         with self.mu:

@@ -40,6 +40,22 @@ class ReadmeTest(unittest.TestCase):
                 self.assertEqual(out.returncode, 0, out.stderr)
                 self.assertRegex(out.stdout, r"^holding jobs/nightly with token \d+\nreleased\n$")
 
+    @it.need("PYSDK_BACKENDS")
+    def test_asyncio_block_runs(self):
+        text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+        section = text[text.index("## Using lockd from Python"):]
+        code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+        self.assertIn("lockd.aio", code)
+        for b in it.BACKENDS:
+            with self.subTest(backend=b):
+                src = code.replace('"127.0.0.1:7420"', repr(it.addr(b)))
+                self.assertNotEqual(src, code, "the asyncio block no longer names 127.0.0.1:7420")
+                env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "sdk", "python"))
+                out = subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True,
+                                     timeout=120)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertRegex(out.stdout, r"^holding jobs/nightly with token \d+\n$")
+
 
 if __name__ == "__main__":
     unittest.main()
