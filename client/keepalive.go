@@ -21,6 +21,9 @@ type keepaliver struct {
 	sessions map[string]*kaEntry
 	wake     chan struct{}
 	gen      uint64 // the last stream's number (run's goroutine only)
+	// shadows are the streams left because they stalled that are still
+	// sent heartbeats (keepalive_shadow.go; run's goroutine only).
+	shadows []*shadow
 }
 
 // kaEntry is a session's heartbeat schedule (owned by the run loop once
@@ -158,7 +161,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	}
 	k.gen++
 	fl := &flight{beats: map[uint64]beat{}, gen: k.gen, drain: make(chan struct{}), answered: make(chan struct{}, 1),
-		lastRecv: k.c.clock.Now()}
+		gone: make(chan struct{}), lastRecv: k.c.clock.Now()}
 	broken := make(chan error, 1)
 	recvDone := make(chan struct{})
 	go func() { // exits when the stream ends: cancelled on return below, or by linger
@@ -176,20 +179,28 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			k.handle(r, fl)
 		}
 	}()
+	var nextID uint64
+	stalled := false // left because it stalled: still sent heartbeats (shadow)
 	defer func() {
 		fl.mu.Lock()
 		healthy = fl.replied
 		fl.mu.Unlock()
 		if !moved {
+			close(fl.gone)
 			cancel()
 			<-recvDone
 			return
 		}
 		// Left on purpose: the replica may still answer what it was sent
-		// (C2 #ct2-failover). Nothing more is sent on it.
+		// (C2 #ct2-failover). Nothing more is sent on it, unless it
+		// stalled: then heartbeats go on it too until a later stream
+		// answers (a stall move keeps sending).
 		fl.left.Store(true)
+		if stalled {
+			k.addShadow(stream, fl, nextID)
+		}
 		k.c.wg.Add(1)
-		go k.linger(ctx, fl, cancel, broken, recvDone) // exits once those answers came or were forgotten, the stream broke, or Close
+		go k.linger(ctx, fl, cancel, broken, recvDone) // exits once it sends no more and those answers came or were forgotten, the stream broke, or Close
 	}()
 
 	// Every session beats at once on a new stream.
@@ -200,7 +211,6 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 	}
 	k.mu.Unlock()
 
-	var nextID uint64
 	drain := fl.drain  // nil once a draining reply was handled
 	stallDone := false // a stall was found with nowhere else to go
 	tick := newAlarm(k.c.clock)
@@ -226,6 +236,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			}
 		}
 		k.mu.Unlock()
+		k.shadowsAfter(fl)
 		for _, e := range due {
 			nextID++
 			seq, acks := e.s.beatState(fl.gen)
@@ -237,6 +248,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 				return // the receive side says why
 			}
 		}
+		k.sendShadows(due)
 		// Forget heartbeats unanswered for a TTL: ignoring a reply is
 		// always safe.
 		fl.mu.Lock()
@@ -266,6 +278,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			}
 			if at := quiet.Add(stall); !now.Before(at) {
 				if k.setAside(stream, "keepalive stream stalled", false) {
+					stalled = true
 					return false, true
 				}
 				stallDone = true
@@ -299,13 +312,15 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 // the heartbeats it carried still extend trust, counted from their own send
 // times, as on any stream — a draining replica keeps answering, and one
 // that was merely slow (adopting a session takes several backend round
-// trips) would otherwise have its answer thrown away by the move. It cuts
-// the stream once every one of them is answered or forgotten (a TTL after
-// its send, as on a stream in use), when the stream breaks, or when the
-// client closes.
+// trips) would otherwise have its answer thrown away by the move. While the
+// stream is still sent heartbeats (a stalled one, keepalive_shadow.go) it
+// stays. It cuts the stream once it sends no more and every heartbeat it
+// carried is answered or forgotten (a TTL after its send, as on a stream in
+// use), when the stream breaks, or when the client closes.
 func (k *keepaliver) linger(ctx context.Context, fl *flight, cancel context.CancelFunc, broken <-chan error, recvDone <-chan struct{}) {
 	defer k.c.wg.Done()
 	defer func() {
+		close(fl.gone)
 		cancel()
 		<-recvDone
 	}()
@@ -326,10 +341,14 @@ func (k *keepaliver) linger(ctx context.Context, fl *flight, cancel context.Canc
 			}
 		}
 		fl.mu.Unlock()
-		if until.IsZero() {
+		switch {
+		case !until.IsZero():
+			forget.set(until.Sub(now))
+		case fl.sending.Load():
+			forget.stop() // nothing in flight: wait for a send's answer or the end of the sends
+		default:
 			return
 		}
-		forget.set(until.Sub(now))
 		select {
 		case <-ctx.Done():
 			return

@@ -26,9 +26,15 @@ type flight struct {
 	// answered is poked whenever a heartbeat of this stream is answered
 	// (capacity 1): linger looks again.
 	answered chan struct{}
-	// left: the client left this stream on purpose and sends nothing more
-	// on it (linger); notices arriving on it are applied, not acknowledged.
+	// left: the client left this stream on purpose (linger); notices
+	// arriving on it are applied, not acknowledged.
 	left atomic.Bool
+	// sending: a stream left because it stalled is still sent heartbeats
+	// (a shadow, keepalive_shadow.go); linger keeps it while set.
+	sending atomic.Bool
+	// gone is closed when the stream is cut (the stream's own end, or
+	// linger's).
+	gone chan struct{}
 }
 
 // ackGen is the stream number that acknowledgements of notices arriving on

@@ -24,6 +24,14 @@ func (s *Session) beatState(gen uint64) (seq uint64, acks []uint64) {
 	return s.lockSeq, acks
 }
 
+// beatSeq is the session's lockSeq, for a heartbeat that carries no
+// acknowledgements (a stalled stream's, keepalive_shadow.go).
+func (s *Session) beatSeq() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lockSeq
+}
+
 // fenceLocked records that grants of key up to token are gone (s.mu held).
 func (s *Session) fenceLocked(key string, token uint64) {
 	if token <= s.lostTok[key] {

@@ -54,8 +54,9 @@ func (s *Store) GrantFree(ctx context.Context, id store.SessionID, keys []string
 	cmps := make([]*pb.Compare, 0, 4*len(keys))
 	puts := make([]*pb.RequestOp, 0, len(keys))
 	for _, k := range keys {
-		cmps = append(cmps, s.ifFree(k)...)
-		puts = append(puts, s.putGrant(ss, k, at))
+		kb := s.keyBytesOf(k)
+		cmps = append(cmps, ifFree(kb)...)
+		puts = append(puts, putGrant(ss, kb, at))
 	}
 	resp, err := s.kvTxn(ctx, &pb.TxnRequest{Compare: cmps, Success: puts})
 	if err != nil && errors.Is(rpctypes.Error(err), rpctypes.ErrTooManyOps) {

@@ -16,20 +16,21 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// ifFree is the grant condition: nobody holds key and nobody waits for it.
-// An empty range compares as a zero key-value, so the waiter compare holds
-// exactly when the key's queue is empty.
-func (s *Store) ifFree(key string) []*pb.Compare {
+// ifFree is the grant condition: nobody holds the key k names and nobody
+// waits for it. An empty range compares as a zero key-value, so the waiter
+// compare holds exactly when the key's queue is empty.
+func ifFree(k keyBytes) []*pb.Compare {
 	return []*pb.Compare{
-		cmpCreate(s.lockKey(key), pb.Compare_EQUAL, 0),
-		cmpCreatePrefix(s.queuePrefix(key), pb.Compare_EQUAL, 0),
-		s.ifMultiFree(key), // no semaphore or read/write lock either (multi.go)
-		cmpCreate(s.delayKey(key), pb.Compare_EQUAL, 0), // no lock-delay running (delay.go)
+		cmpCreate(k.lock, pb.Compare_EQUAL, 0),
+		cmpCreateBytes(k.queue, k.queueEnd, pb.Compare_EQUAL, 0),
+		ifMultiFree(k),                          // no semaphore or read/write lock either (multi.go)
+		cmpCreate(k.delay, pb.Compare_EQUAL, 0), // no lock-delay running (delay.go)
 	}
 }
 
-func (s *Store) putGrant(ss *session, key string, at time.Time) *pb.RequestOp {
-	return reqPut(s.lockKey(key), grantValue(ss.id, at), ss.lease, false)
+// putGrant grants the key k names to session ss at time at.
+func putGrant(ss *session, k keyBytes, at time.Time) *pb.RequestOp {
+	return reqPutBytes(k.lock, grantValueBytes(ss.id, at), ss.lease, false)
 }
 
 // TryInsert grants key to the session iff it is free with nobody queued.
@@ -61,9 +62,10 @@ func (s *Store) TryInsert(ctx context.Context, id store.SessionID, key string, o
 	// An answer lost to ctx needs no cleanup: a retry finds the grant and
 	// returns it (already mine). It is recorded, though, so CloseSession
 	// counts it.
-	resp, err := s.txn(ctx, key, s.ifFree(key),
-		[]*pb.RequestOp{s.putGrant(ss, key, at)},
-		[]*pb.RequestOp{reqGet(s.lockKey(key)), s.getMultiAny(key)},
+	k := s.keyBytesOf(key)
+	resp, err := s.txn(ctx, key, ifFree(k),
+		[]*pb.RequestOp{putGrant(ss, k, at)},
+		[]*pb.RequestOp{reqGet(k.lock), getMultiAny(k)},
 		func(resp *clientv3.TxnResponse, err error) {
 			if err == nil && resp.Succeeded {
 				s.recordAbandoned(ss, key, resp.Header.Revision)
@@ -198,10 +200,10 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 	if s.isMulti(ss, key) {
 		return s.releaseMulti(ctx, ss, key, token, notOwner) // multi.go
 	}
-	lk, qp := s.lockKey(key), s.queuePrefix(key)
-	owner := []*pb.Compare{cmpMod(lk, rev), cmpLease(lk, pb.Compare_EQUAL, ss.lease)}
-	firstInLine := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
-	firstWaiter := reqFirstUnder(qp)
+	k := s.keyBytesOf(key)
+	qp := string(k.queue)
+	owner := []*pb.Compare{cmpMod(k.lock, rev), cmpLease(k.lock, pb.Compare_EQUAL, ss.lease)}
+	firstWaiter := reqFirstIn(k.queue, k.queueEnd)
 	// next is the waiter to hand over to, once known or guessed.
 	type waiter struct {
 		key   string
@@ -225,7 +227,8 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		lookFirst := ss.queued[key]
 		s.mu.Unlock()
 		if lookFirst {
-			hr, err := s.cli.Get(ctx, qp, firstInLine...)
+			hr, err := s.cli.Get(ctx, qp, clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 			if err != nil {
 				return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 			}
@@ -240,7 +243,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		if err != nil {
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
-		marker := s.markerPut(key, markReleased, mlease)
+		marker := releaseMarkerPut(k, mlease)
 		if h := s.releaseHook.Load(); h != nil {
 			(*h)(key)
 		}
@@ -250,10 +253,10 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			// Release if nobody waits, else read who is first.
 			resp, err = s.txn(ctx, key, owner,
 				[]*pb.RequestOp{reqTxn(
-					[]*pb.Compare{cmpCreatePrefix(qp, pb.Compare_EQUAL, 0)},
-					[]*pb.RequestOp{marker, reqDelete(lk), reqDelete(s.delayKey(key))},
+					[]*pb.Compare{cmpCreateBytes(k.queue, k.queueEnd, pb.Compare_EQUAL, 0)},
+					[]*pb.RequestOp{marker, reqDelete(k.lock), reqDelete(k.delay)},
 					[]*pb.RequestOp{firstWaiter})},
-				[]*pb.RequestOp{reqGet(lk)}, nil)
+				[]*pb.RequestOp{reqGet(k.lock)}, nil)
 		} else {
 			// Hand over to next if it is still queued and first in line
 			// (no waiter key of key older than its own); else read again.
@@ -262,14 +265,14 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			resp, err = s.txn(ctx, key,
 				append(slices.Clone(owner),
 					cmpCreate(next.key, pb.Compare_EQUAL, next.rev),
-					cmpCreatePrefix(qp, pb.Compare_GREATER, next.rev-1)),
+					cmpCreateBytes(k.queue, k.queueEnd, pb.Compare_GREATER, next.rev-1)),
 				[]*pb.RequestOp{
 					marker,
-					reqDelete(s.delayKey(key)), // a release hands over at once (delay.go)
-					reqPut(lk, grantValue(to, at), next.lease, false),
+					reqDelete(k.delay), // a release hands over at once (delay.go)
+					reqPutBytes(k.lock, grantValueBytes(to, at), next.lease, false),
 					reqDelete(next.key),
 				},
-				[]*pb.RequestOp{reqGet(lk), firstWaiter}, nil)
+				[]*pb.RequestOp{reqGet(k.lock), firstWaiter}, nil)
 		}
 		if s.marks.gone(err, mlease) {
 			continue // the marker lease ended early: a new one
@@ -319,7 +322,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
 		resp, err := s.txn(ctx, key, owner,
-			[]*pb.RequestOp{s.markerPut(key, markReleased, mlease), reqDelete(lk), reqDelete(s.delayKey(key))},
+			[]*pb.RequestOp{releaseMarkerPut(k, mlease), reqDelete(k.lock), reqDelete(k.delay)},
 			nil, nil)
 		if s.marks.gone(err, mlease) {
 			continue // the marker lease ended early: a new one

@@ -78,6 +78,59 @@ func (s *Store) waiterKey(key string, id store.SessionID) string {
 	return s.queuePrefix(key) + string(id)
 }
 
+// keyBytes are the etcd keys of one lockd key that its grant attempts and
+// releases name (request.go), built in one allocation rather than a string
+// and a copy each (issue 24): the grant key, its marker, its lock-delay
+// record, and its queue's and slots' prefixes with the ends of their
+// ranges. The slices share one array, each capped: read them, never append.
+type keyBytes struct {
+	lock, marker, delay []byte
+	queue, queueEnd     []byte
+	multi, multiEnd     []byte
+}
+
+func (s *Store) keyBytesOf(key string) keyBytes {
+	grant := len(s.prefix) + len(spaceGrant) + len(key) + 1 // l/<key>\x00 (its prefix is the grant key)
+	delay := len(s.prefix) + len(spaceDelay) + len(key)
+	queue := len(s.prefix) + len(spaceQueue) + len(key) + 1
+	multi := len(s.prefix) + len(spaceMulti) + len(key) + 1
+	buf := make([]byte, 0, grant+delay+2*queue+2*multi)
+	var k keyBytes
+	i := len(buf)
+	buf = append(append(append(append(buf, s.prefix...), spaceGrant...), key...), 0)
+	k.marker = buf[i:len(buf):len(buf)]
+	k.lock = k.marker[: grant-1 : grant-1]
+	i = len(buf)
+	buf = append(append(append(buf, s.prefix...), spaceDelay...), key...)
+	k.delay = buf[i:len(buf):len(buf)]
+	i = len(buf)
+	buf = append(append(append(append(buf, s.prefix...), spaceQueue...), key...), 0)
+	k.queue = buf[i:len(buf):len(buf)]
+	i = len(buf)
+	buf = append(buf, k.queue...)
+	k.queueEnd = prefixEnd(buf[i:len(buf):len(buf)])
+	i = len(buf)
+	buf = append(append(append(append(buf, s.prefix...), spaceMulti...), key...), 0)
+	k.multi = buf[i:len(buf):len(buf)]
+	i = len(buf)
+	buf = append(buf, k.multi...)
+	k.multiEnd = prefixEnd(buf[i:len(buf):len(buf)])
+	return k
+}
+
+// prefixEnd turns b, a copy of a prefix, into the end of the prefix's range
+// in place (clientv3's GetPrefixRangeEnd); a prefix of only 0xff bytes
+// ranges to the end of the key space.
+func prefixEnd(b []byte) []byte {
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return b[: i+1 : i+1]
+		}
+	}
+	return []byte{0}
+}
+
 // grantSpace and queueSpace start every plain grant key and every plain
 // waiter key (the deadlock detector's read, deadlock.go).
 func (s *Store) grantSpace() string { return s.prefix + spaceGrant }

@@ -95,8 +95,11 @@ func (s *Store) marker(ctx context.Context, key, reason string) (clientv3.Op, cl
 	return clientv3.OpPut(s.markerKey(key), reason, clientv3.WithLease(id)), id, nil
 }
 
-// markerPut is marker's put as a protobuf (request.go), on the marker lease
-// id from s.marks.lease.
-func (s *Store) markerPut(key, reason string, id clientv3.LeaseID) *pb.RequestOp {
-	return reqPut(s.markerKey(key), reason, id, false)
+// releasedValue is markReleased as a request's bytes (shared, read-only).
+var releasedValue = []byte(markReleased)
+
+// releaseMarkerPut is marker's put of a release as a protobuf (request.go),
+// for the key k names, on the marker lease id from s.marks.lease.
+func releaseMarkerPut(k keyBytes, id clientv3.LeaseID) *pb.RequestOp {
+	return reqPutBytes(k.marker, releasedValue, id, false)
 }

@@ -46,16 +46,14 @@ func (s *Store) slotValueKey(key string, id store.SessionID) string {
 }
 
 // ifMultiFree is the plain grant's extra condition: nobody holds or waits
-// for key as a semaphore or read/write lock.
-func (s *Store) ifMultiFree(key string) *pb.Compare {
-	return cmpCreatePrefix(s.multiPrefix(key), pb.Compare_EQUAL, 0)
+// for the key k names as a semaphore or read/write lock.
+func ifMultiFree(k keyBytes) *pb.Compare {
+	return cmpCreateBytes(k.multi, k.multiEnd, pb.Compare_EQUAL, 0)
 }
 
-// multiActive reads whether key has semaphore or read/write entries (the
-// response of an OpGet built by getMultiAny).
-func (s *Store) getMultiAny(key string) *pb.RequestOp {
-	return reqAnyUnder(s.multiPrefix(key))
-}
+// getMultiAny reads whether the key k names has semaphore or read/write
+// entries.
+func getMultiAny(k keyBytes) *pb.RequestOp { return reqAnyIn(k.multi, k.multiEnd) }
 
 func errMismatch(key string, o store.AcquireOptions) error {
 	return fmt.Errorf("%w: key %q is held or awaited as another kind of lock than %s", store.ErrLimitMismatch, key, describe(o))

@@ -55,19 +55,19 @@ func (s *Store) Acquire(ctx context.Context, id store.SessionID, key string, opt
 		}
 		return g, nil
 	}
-	lk, wk := s.lockKey(key), s.waiterKey(key, id)
+	k, wk := s.keyBytesOf(key), s.waiterKey(key, id)
 	at := time.Now()
-	resp, err := s.txn(ctx, key, s.ifFree(key),
-		[]*pb.RequestOp{s.putGrant(ss, key, at)},
+	resp, err := s.txn(ctx, key, ifFree(k),
+		[]*pb.RequestOp{putGrant(ss, k, at)},
 		[]*pb.RequestOp{
-			reqGet(lk),
+			reqGet(k.lock),
 			// Queue up, unless the session holds the key already or the
 			// key is a semaphore or read/write lock (multi.go).
 			reqTxn(
-				[]*pb.Compare{cmpLease(lk, pb.Compare_NOT_EQUAL, ss.lease), s.ifMultiFree(key)},
+				[]*pb.Compare{cmpLease(k.lock, pb.Compare_NOT_EQUAL, ss.lease), ifMultiFree(k)},
 				[]*pb.RequestOp{reqPut(wk, waiterValue(id, o.NoDeadlockCheck), ss.lease, true)},
 				nil),
-			s.getMultiAny(key),
+			getMultiAny(k),
 		},
 		// ctx ended in flight. A grant this call made stays, as with
 		// TryInsert: a retry returns it (already held). A place in the
@@ -266,7 +266,7 @@ func (s *Store) waitLoop(ctx context.Context, ss *session, key string, myRev int
 				// Every waiter of key was queued no earlier than us.
 				cmpCreatePrefix(qp, pb.Compare_GREATER, myRev-1),
 				cmpCreate(dk, pb.Compare_EQUAL, 0), // no lock-delay running
-			}, []*pb.RequestOp{s.putGrant(ss, key, at), reqDelete(wk)}, nil,
+			}, []*pb.RequestOp{putGrant(ss, s.keyBytesOf(key), at), reqDelete(wk)}, nil,
 				// ctx ended in flight: Acquire's leave takes the waiter key
 				// (then this fails its compare) or, applied after it, the
 				// grant (newer than myRev).

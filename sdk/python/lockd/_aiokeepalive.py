@@ -7,8 +7,10 @@ One task (lockd-keepalive) runs while the client has a session: it opens the
 stream, sends every session's heartbeats and re-dials; a reader task per
 stream applies replies as they arrive. A stream left on purpose (draining,
 stalled) keeps its reader until its heartbeats in flight are answered or
-forgotten (a lingerer task). The last session's end cancels the keepalive
-task; Session.close and Client.close wait for it.
+forgotten (a lingerer task); a stream left because it stalled is still sent
+heartbeats until a later stream answers (a shadow, as the sync SDK's; C2
+#ct2-failover, "a stall move keeps sending"). The last session's end cancels
+the keepalive task; Session.close and Client.close wait for it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import grpc
 
 from . import _keepalive, errors
 from ._aioclient import cancelling
-from ._keepalive import _Flight, beat_slack, jitter, stall_after
+from ._keepalive import MAX_SHADOWS, _Flight, beat_slack, jitter, stall_after
 from .v1 import lockd_pb2 as pb
 
 log = logging.getLogger("lockd")
@@ -39,6 +41,7 @@ class Keepaliver(_keepalive.Keepaliver):
         self._ending: set[asyncio.Task] = set()
         self._lingerers: set[asyncio.Task] = set()
         self._futs: set[asyncio.Future] = set()
+        self._shadows: list[_Flight] = []  # stalled streams still sent heartbeats (fl.q: their call)
 
     # --- waking ---------------------------------------------------------
 
@@ -151,10 +154,13 @@ class Keepaliver(_keepalive.Keepaliver):
         finally:
             if moved:
                 fl.left = True
-                try:
-                    await call.done_writing()
-                except Exception:  # the stream broke meanwhile: the lingerer sees it
-                    pass
+                if fl.stalled:
+                    self._add_shadow(fl, call)  # still written to: heartbeats go on it too
+                else:
+                    try:
+                        await call.done_writing()
+                    except Exception:  # the stream broke meanwhile: the lingerer sees it
+                        pass
                 t = asyncio.get_running_loop().create_task(self._linger(call, rt, fl), name="lockd-keepalive-linger")
                 self._lingerers.add(t)
                 t.add_done_callback(self._lingerers.discard)
@@ -201,7 +207,6 @@ class Keepaliver(_keepalive.Keepaliver):
         now = clock.now()
         for e in self.sessions.values():
             e[1] = now  # every session beats at once on a new stream
-        next_id = 0
         drain_seen = False
         stall_done = False
         while True:
@@ -216,18 +221,19 @@ class Keepaliver(_keepalive.Keepaliver):
                     e[1] = now + jitter(e[0].interval)
                 nxt = min(nxt, e[1])
             for s in due:
-                next_id += 1
+                fl.next_id += 1
                 seq, acks = s._beat_state(fl.gen)
                 sent = clock.now()
                 with fl.mu:
-                    fl.beats[next_id] = (s, sent, seq)
+                    fl.beats[fl.next_id] = (s, sent, seq)
                 try:
                     await call.write(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret,
-                                                         request_id=next_id, ack=acks))
+                                                         request_id=fl.next_id, ack=acks))
                 except Exception as e:  # the stream broke (the reader reports how)
                     if fl.broken is None:
                         fl.broken = e if isinstance(e, grpc.RpcError) else "write failed"
                     return False
+            await self._send_shadows(fl, due)
             # Forget heartbeats unanswered for a TTL; find a stall.
             oldest, stall = None, None
             with fl.mu:
@@ -244,6 +250,7 @@ class Keepaliver(_keepalive.Keepaliver):
                 if now >= at:
                     if c.conn.set_aside(addr):
                         log.debug("keepalive stream stalled: moving from %s", addr)
+                        fl.stalled = True
                         return True
                     stall_done = True
                 else:
@@ -261,9 +268,50 @@ class Keepaliver(_keepalive.Keepaliver):
             if fl.broken is not None:
                 return False
 
+    # --- a stall move keeps sending (C2 #ct2-failover) -------------------
+
+    def _add_shadow(self, fl, call) -> None:
+        fl.q, fl.sending = call, True
+        self._shadows.append(fl)
+        if len(self._shadows) > MAX_SHADOWS:
+            self._stop_shadow(self._shadows.pop(0))
+
+    def _stop_shadow(self, fl) -> None:
+        """Ends the heartbeats sent on a stalled stream: it is then only read
+        until its answers came or were forgotten (its lingerer looks again)."""
+        fl.sending = False
+        self._wake()
+
+    async def _send_shadows(self, cur, due: list) -> None:
+        """The sync _send_shadows on the event loop: stops the shadows once
+        the stream in use (cur) answered, or when their replica drains or
+        their stream ended; sends each of the others every due session's
+        heartbeat that has none in flight there, without acknowledgements."""
+        for sh in list(self._shadows):
+            if cur.replied or sh.draining or sh.broken is not None:
+                self._shadows.remove(sh)
+                self._stop_shadow(sh)
+        for sh in list(self._shadows):
+            with sh.mu:
+                busy = {id(b[0]) for b in sh.beats.values()}
+            for s in due:
+                if id(s) in busy or not sh.sending:
+                    continue
+                sh.next_id += 1
+                with sh.mu:
+                    sh.beats[sh.next_id] = (s, self.c.clock.now(), s._beat_seq())
+                try:
+                    await sh.q.write(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret,
+                                                         request_id=sh.next_id))
+                except Exception as e:  # that stream broke: it is stopped at the next round
+                    if sh.broken is None:
+                        sh.broken = e if isinstance(e, grpc.RpcError) else "write failed"
+                    self._wake()
+
     async def _linger(self, call, rt: asyncio.Task, fl) -> None:
-        """Receives on a stream left on purpose until its heartbeats are
-        answered or forgotten (a TTL after their send), it breaks, or stop."""
+        """Receives on a stream left on purpose until it is sent nothing more
+        and its heartbeats are answered or forgotten (a TTL after their
+        send), it breaks, or stop."""
         clock = self.c.clock
         try:
             while not self.stopped and fl.broken is None:
@@ -275,10 +323,13 @@ class Keepaliver(_keepalive.Keepaliver):
                             del fl.beats[rid]
                             continue
                         until = sent + s.ttl if until is None else max(until, sent + s.ttl)
-                if until is None:
+                if until is None and not fl.sending:
                     break
-                await self._wait(until)
+                await self._wait(until)  # None: a shadow with nothing in flight waits for a wake
         finally:
+            if fl in self._shadows:
+                self._shadows.remove(fl)
+                fl.sending = False
             call.cancel()
             await _end_task(rt)
 

@@ -5,8 +5,11 @@ rules 1, 4-8).
 One thread (lockd-keepalive) sends the heartbeats of every session; a
 receiver thread per stream applies replies as they arrive. A stream left on
 purpose (draining, stalled) keeps its receiver until the heartbeats in flight
-on it are answered or forgotten (a lingerer thread). Client.close() stops
-and joins all of them.
+on it are answered or forgotten (a lingerer thread). A stream left because it
+stalled is also still sent heartbeats until a later stream answers (a shadow:
+a stall is a guess, and a replica that is slow but answering must not lose
+the session by it; C2 #ct2-failover, "a stall move keeps sending").
+Client.close() stops and joins all of them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ log = logging.getLogger("lockd")
 
 MAX_BEAT_SLACK = 0.05
 MIN_STALL = 0.25
+MAX_SHADOWS = 4  # stalled streams still sent heartbeats; an older one is only received on
 
 
 def beat_slack(interval: float) -> float:
@@ -53,6 +57,10 @@ class _Flight:
         self.draining = False
         self.broken = None
         self.left = False
+        self.stalled = False  # left because it stalled
+        self.sending = False  # a stalled stream still sent heartbeats (a shadow; guarded by Keepaliver.cv)
+        self.q = None  # its request queue while it is a shadow
+        self.next_id = 0  # the last request id sent on it
 
     def ack_gen(self) -> int:
         return 0 if self.left else self.gen
@@ -67,6 +75,7 @@ class Keepaliver:
         self.poked = False
         self.gen = 0
         self._lingerers: set[threading.Thread] = set()
+        self._shadows: list[_Flight] = []  # the sender thread's; each one's sending under cv
         self.thread = threading.Thread(target=self.run, name="lockd-keepalive", daemon=True)
         self.thread.start()
 
@@ -238,7 +247,10 @@ class Keepaliver:
         try:
             moved = self._send(addr, q, fl)
         finally:
-            q.put(None)
+            if moved and fl.stalled:
+                self._add_shadow(fl, q)  # q stays open: heartbeats still go on it
+            else:
+                q.put(None)
             if moved:
                 fl.left = True
                 t = threading.Thread(target=self._linger, args=(call, rt, fl), name="lockd-keepalive-linger",
@@ -267,7 +279,6 @@ class Keepaliver:
             now = clock.now()
             for e in self.sessions.values():
                 e[1] = now  # every session beats at once on a new stream
-        next_id = 0
         drain_seen = False
         stall_done = False
         while True:
@@ -283,12 +294,13 @@ class Keepaliver:
                         e[1] = now + jitter(e[0].interval)
                     nxt = min(nxt, e[1])
             for s in due:
-                next_id += 1
+                fl.next_id += 1
                 seq, acks = s._beat_state(fl.gen)
                 sent = clock.now()
                 with fl.mu:
-                    fl.beats[next_id] = (s, sent, seq)
-                q.put(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret, request_id=next_id, ack=acks))
+                    fl.beats[fl.next_id] = (s, sent, seq)
+                q.put(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret, request_id=fl.next_id, ack=acks))
+            self._send_shadows(fl, due)
             # Forget heartbeats unanswered for a TTL; find a stall.
             oldest, stall = None, None
             with fl.mu:
@@ -305,6 +317,7 @@ class Keepaliver:
                 if now >= at:
                     if c.conn.set_aside(addr):
                         log.debug("keepalive stream stalled: moving from %s", addr)
+                        fl.stalled = True
                         return True
                     stall_done = True
                 else:
@@ -323,9 +336,50 @@ class Keepaliver:
                 if fl.broken is not None:
                     return False
 
+    # --- a stall move keeps sending (C2 #ct2-failover) -------------------
+
+    def _add_shadow(self, fl: _Flight, q) -> None:
+        with self.cv:
+            fl.q, fl.sending = q, True
+            self._shadows.append(fl)
+            if len(self._shadows) > MAX_SHADOWS:
+                self._stop_shadow_locked(self._shadows.pop(0))
+
+    def _stop_shadow_locked(self, fl: _Flight) -> None:
+        """Ends the heartbeats sent on a stalled stream (cv held): it is then
+        only received on until its answers came or were forgotten."""
+        fl.sending = False
+        fl.q.put(None)
+        self.cv.notify_all()  # its lingerer looks again
+
+    def _send_shadows(self, cur: _Flight, due: list) -> None:
+        """Stops the shadows once the stream in use (cur) answered, or when
+        their replica drains or their stream ended; sends each of the others
+        every due session's heartbeat that has none in flight there, without
+        acknowledgements (they go only on the stream in use)."""
+        with cur.mu:
+            replied = cur.replied
+        with self.cv:
+            for sh in list(self._shadows):
+                if replied or sh.draining or sh.broken is not None:
+                    self._shadows.remove(sh)
+                    self._stop_shadow_locked(sh)
+            shadows = list(self._shadows)
+        for sh in shadows:
+            with sh.mu:
+                busy = {id(b[0]) for b in sh.beats.values()}
+            for s in due:
+                if id(s) in busy:
+                    continue
+                sh.next_id += 1
+                with sh.mu:
+                    sh.beats[sh.next_id] = (s, self.c.clock.now(), s._beat_seq())
+                sh.q.put(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret, request_id=sh.next_id))
+
     def _linger(self, call, rt: threading.Thread, fl: _Flight) -> None:
-        """Receives on a stream left on purpose until its heartbeats are
-        answered or forgotten (a TTL after their send), it breaks, or stop."""
+        """Receives on a stream left on purpose until it is sent nothing more
+        and its heartbeats are answered or forgotten (a TTL after their send),
+        it breaks, or stop."""
         clock = self.c.clock
         try:
             with self.cv:
@@ -338,10 +392,12 @@ class Keepaliver:
                                 del fl.beats[rid]
                                 continue
                             until = sent + s.ttl if until is None else max(until, sent + s.ttl)
-                    if until is None:
+                    if until is None and not fl.sending:
                         break
-                    clock.wait(self.cv, until)
+                    clock.wait(self.cv, until)  # None: a shadow with nothing in flight waits for a notify
         finally:
+            if fl.q is not None:
+                fl.q.put(None)  # a shadow's requests end too (a second None is never read)
             call.cancel()
             rt.join()
             with self.cv:

@@ -293,6 +293,11 @@ class Session(AcquireMixin, AcquireAllMixin, _Trust):
             self.acks = []
             return self.lock_seq, acks
 
+    def _beat_seq(self) -> int:
+        """lock_seq for a heartbeat that carries no acknowledgements (a stalled stream's)."""
+        with self.mu:
+            return self.lock_seq
+
     def _busy(self, key: str):
         with self.mu:
             self.busy[key] = self.busy.get(key, 0) + 1

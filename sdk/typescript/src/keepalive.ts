@@ -21,6 +21,9 @@ export function stallAfter(intervalMs: number): number {
   return Math.max(intervalMs / 2, 250);
 }
 
+/** The most stalled streams still sent heartbeats after a move (C2 #ct2-failover); an older one is only received on. */
+export const maxShadows = 4;
+
 interface Entry {
   s: Session;
   next: number; // when to send the next heartbeat
@@ -37,7 +40,8 @@ interface Beat {
 class Flight {
   beats = new Map<bigint, Beat>();
   replied = false;
-  left = false; // left on purpose: nothing more is sent, notices are applied but not acknowledged
+  left = false; // left on purpose: notices are applied but not acknowledged
+  sending = false; // left because it stalled, and still sent heartbeats until a later stream answers
   drainSeen = false;
   stallDone = false; // a stall was found with nowhere else to go
   nextId = 0n;
@@ -56,6 +60,9 @@ export class KeepAliver {
   private reconnect?: Timer;
   private closed = false;
   private readonly lingering = new Set<Flight>();
+  // Streams left because they stalled and still sent heartbeats (C2 #ct2-failover, "a stall move keeps sending"):
+  // a stall is a guess, and a replica that is slow but answering must not lose the session by it.
+  private shadows: Flight[] = [];
 
   constructor(private readonly c: Client) {}
 
@@ -112,6 +119,8 @@ export class KeepAliver {
     if (fl.left) {
       fl.lingerTimer?.cancel();
       this.lingering.delete(fl);
+      fl.sending = false;
+      this.shadows = this.shadows.filter((sh) => sh !== fl);
       return;
     }
     if (fl !== this.cur) return;
@@ -140,6 +149,12 @@ export class KeepAliver {
     if (!this.c.api.setAside(fl.stream.peer, draining)) return false;
     this.c.debug(`moving to another replica: ${why}`, fl.stream.peer);
     fl.left = true;
+    if (!draining) {
+      // A stall move keeps sending on the stalled stream until a later stream answers.
+      fl.sending = true;
+      this.shadows.push(fl);
+      if (this.shadows.length > maxShadows) this.stopShadow(this.shadows[0]!);
+    }
     this.cur = undefined;
     this.timer?.cancel();
     this.lingering.add(fl);
@@ -149,10 +164,18 @@ export class KeepAliver {
     return true;
   }
 
+  /** Ends the heartbeats sent on a stalled stream: from now on it is only received on (linger). */
+  private stopShadow(fl: Flight): void {
+    fl.sending = false;
+    this.shadows = this.shadows.filter((sh) => sh !== fl);
+    if (this.lingering.has(fl)) this.linger(fl);
+  }
+
   /**
    * A stream left on purpose keeps receiving until every heartbeat it carried
    * is answered or forgotten (a TTL after its send): those answers still
-   * extend trust, counted from their own send times. Then it is cut.
+   * extend trust, counted from their own send times. Then it is cut, unless it
+   * is still sent heartbeats (a stalled one).
    */
   private linger(fl: Flight): void {
     fl.lingerTimer?.cancel();
@@ -164,6 +187,7 @@ export class KeepAliver {
       else if (at > until) until = at;
     }
     if (until === 0) {
+      if (fl.sending) return; // nothing in flight: wait for the next send's answer or the end of the sends
       this.lingering.delete(fl);
       fl.stream.cancel();
       return;
@@ -193,6 +217,19 @@ export class KeepAliver {
       const { seq, acks } = e.s.beatState(fl.gen);
       fl.beats.set(id, { s: e.s, sent: clock.now(), seq });
       fl.stream.send(create(KeepAliveRequestSchema, { sessionId: e.s.id, sessionSecret: e.s.secret, requestId: id, ack: acks }));
+    }
+    // The stalled streams still sent heartbeats stop once this stream answered; until then each gets every due
+    // session's heartbeat that has none in flight there, without acknowledgements (C2 #ct2-failover).
+    if (fl.replied) for (const sh of [...this.shadows]) this.stopShadow(sh);
+    for (const sh of this.shadows) {
+      const busy = new Set<Session>();
+      for (const b of sh.beats.values()) busy.add(b.s);
+      for (const e of due) {
+        if (busy.has(e.s)) continue;
+        const id = ++sh.nextId;
+        sh.beats.set(id, { s: e.s, sent: clock.now(), seq: e.s.beatSeq() });
+        sh.stream.send(create(KeepAliveRequestSchema, { sessionId: e.s.id, sessionSecret: e.s.secret, requestId: id }));
+      }
     }
     // Forget heartbeats unanswered for a TTL: ignoring a reply is always safe.
     let oldest: number | undefined;
@@ -276,6 +313,7 @@ export class KeepAliver {
         this.beatBeforeDeadline(s);
       }
     }
+    if (r.draining && fl.sending) this.stopShadow(fl); // a stalled stream whose replica drains: send nothing more there
     if (r.draining && !fl.drainSeen && !fl.left && fl === this.cur) {
       // The replica drains (C2 #ct2-drain): go elsewhere if there is somewhere else.
       fl.drainSeen = true;
@@ -294,5 +332,6 @@ export class KeepAliver {
       fl.stream.cancel();
     }
     this.lingering.clear();
+    this.shadows = [];
   }
 }

@@ -392,6 +392,11 @@ export class Session {
     return { seq: this.lockSeq, acks };
   }
 
+  /** @internal the session's lockSeq, for a heartbeat that carries no acknowledgements (a stalled stream's) */
+  beatSeq(): number {
+    return this.lockSeq;
+  }
+
   /** @internal marks a call on key under way until the returned function is called */
   busyKey(key: string): () => void {
     this.busy.set(key, (this.busy.get(key) ?? 0) + 1);

@@ -1,0 +1,80 @@
+"""C2 #ct2-failover, "a stall move keeps sending", under a fake clock: the
+equivalent of the Go SDK's client.TestStallMoveKeepsSlowReplica (issue 21).
+Replica A answers later than the stall bound, in the instant the client
+moved; the replica moved to (B) answers nothing. The session must live on
+A's answers to heartbeats sent after the move; once B answers, nothing more
+is sent to A."""
+
+import threading
+import unittest
+
+import lockd
+
+from .fake import FakeServer
+from .util import poll
+
+A, B = "127.0.0.1:1", "127.0.0.1:2"
+
+
+def hold(srv, once):
+    """Holds the heartbeats that reach srv (only the next one when once)
+    until the returned event is set; entered is set when one is held."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hook():
+        entered.set()
+        if once:
+            srv.during.pop("Heartbeat", None)
+        release.wait()
+    srv.during["Heartbeat"] = hook
+    return entered, release
+
+
+class StallMoveTest(unittest.TestCase):
+    def test_stall_move_keeps_slow_replica(self):
+        ttl, interval = 10.0, 1.0
+        clock = lockd.FakeClock()
+        a = FakeServer(clock, ttl=ttl, remaining=ttl, margin=0.5, interval=interval)
+        b = FakeServer(clock, ttl=ttl, remaining=ttl, margin=0.5, interval=interval)
+        c = lockd.Client(f"{A},{B}", clock=clock, _stub_factory=lambda addr: a if addr == A else b, backoff=(0.01, 0.05))
+        self.addCleanup(c.close)
+        s = c.session()
+        self.assertTrue(poll(lambda: a.heartbeats >= 1), "no heartbeat answered by A")
+        lock = s.acquire("k")
+        b.held[s.id] = dict(a.held[s.id])  # one backend: B knows the grant too
+
+        held_a, release_a = hold(a, once=True)
+        self.addCleanup(release_a.set)
+        held_b, release_b = hold(b, once=False)
+        self.addCleanup(release_b.set)  # before c.close (cleanups run last first)
+        clock.advance(interval)  # the next heartbeat goes to A, which holds it
+        self.assertTrue(poll(held_a.is_set), "no heartbeat held on A")
+        clock.advance(interval / 2)  # the stall bound: the client moves to B
+        self.assertTrue(poll(held_b.is_set), "no heartbeat reached B after the stall bound: the client did not move")
+        moved = clock.now()
+        answered = a.heartbeats
+        release_a.set()  # A answers, in the instant of the move
+        self.assertTrue(poll(lambda: a.heartbeats > answered), "A's held heartbeat not answered")
+
+        for i in range(12):  # B answers nothing for more than a TTL; A answers what it is sent
+            n = a.heartbeats
+            clock.advance(interval)
+            self.assertTrue(poll(lambda: a.heartbeats > n, timeout=5.0),
+                            f"step {i}: no heartbeat answered by A {clock.now() - moved:.1f}s after the move")
+            self.assertTrue(s.valid(), f"step {i}: session lost {clock.now() - moved:.1f}s after the move: {s._err}")
+            self.assertIsNone(lock.error, f"step {i}: lock lost {clock.now() - moved:.1f}s after the move")
+        self.assertTrue(poll(lambda: lock.deadline > moved + ttl),
+                        f"lock deadline {lock.deadline - moved:.1f}s after the move: want beyond the TTL")
+        self.assertEqual([ack for ack in a.acks if ack[0] != a.streams[0].gen], [], "an acknowledgement sent on the stalled stream")
+
+        # B answers: from the next heartbeat on, A is sent nothing more.
+        release_b.set()
+        self.assertTrue(poll(lambda: b.heartbeats > 0), "B answered nothing after its release")
+        clock.advance(interval)
+        self.assertTrue(poll(lambda: not c.ka._shadows), "the stalled stream is still sent heartbeats after B answered")
+        self.assertTrue(s.valid(), f"session lost after B answered: {s._err}")
+        self.assertIsNone(lock.error)
+
+
+if __name__ == "__main__":
+    unittest.main()
