@@ -35,6 +35,10 @@ import (
 // above it, whose keepalives are a third of the TTL apart), or that cannot
 // reach etcd to claim, records the end itself, as before.
 
+// afterCloseClaim, when set (tests only), runs in CloseSession after its
+// claim of the end, before it reads the session's grants and revokes.
+var afterCloseClaim func(id store.SessionID)
+
 // claimTimeout bounds one background claim of a session found gone.
 const claimTimeout = 2 * time.Second
 

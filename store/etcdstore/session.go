@@ -376,10 +376,6 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 	return n, nil
 }
 
-// afterCloseClaim, when set (tests only), runs in CloseSession after its
-// claim of the end, before it reads the session's grants and revokes.
-var afterCloseClaim func(id store.SessionID)
-
 // afterLocksOfRead, when set (tests only), runs in LocksOf between its read
 // and its reconciling of the cache.
 var afterLocksOfRead func()
