@@ -7,10 +7,10 @@ One task (lockd-keepalive) runs while the client has a session: it opens the
 stream, sends every session's heartbeats and re-dials; a reader task per
 stream applies replies as they arrive. A stream left on purpose (draining,
 stalled) keeps its reader until its heartbeats in flight are answered or
-forgotten (a lingerer task); a stream left because it stalled is still sent
-heartbeats until a later stream answers (a shadow, as the sync SDK's; C2
-#ct2-failover, "a stall move keeps sending"). The last session's end cancels
-the keepalive task; Session.close and Client.close wait for it.
+forgotten (a lingerer task); a stalled one is also still written heartbeats
+until a later stream answers (a shadow, C2 #ct2-failover). The last
+session's end cancels the keepalive task; Session.close and Client.close
+wait for it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import grpc
 
 from . import _keepalive, errors
 from ._aioclient import cancelling
-from ._keepalive import MAX_SHADOWS, _Flight, beat_slack, jitter, stall_after
+from ._keepalive import _Flight, beat_slack, jitter, stall_after
 from .v1 import lockd_pb2 as pb
 
 log = logging.getLogger("lockd")
+
+SHADOW_QUEUE = 256  # heartbeats waiting for a shadow's writer; more are not sent
 
 
 class Keepaliver(_keepalive.Keepaliver):
@@ -40,8 +42,8 @@ class Keepaliver(_keepalive.Keepaliver):
         self._task: asyncio.Task | None = None
         self._ending: set[asyncio.Task] = set()
         self._lingerers: set[asyncio.Task] = set()
+        self._shadows: list[_Flight] = []  # stalled streams still written heartbeats (fl.q: their writer's queue)
         self._futs: set[asyncio.Future] = set()
-        self._shadows: list[_Flight] = []  # stalled streams still sent heartbeats (fl.q: their call)
 
     # --- waking ---------------------------------------------------------
 
@@ -156,7 +158,7 @@ class Keepaliver(_keepalive.Keepaliver):
             if moved:
                 fl.left = True
                 if fl.stalled:
-                    self._add_shadow(fl, call)  # still written to: heartbeats go on it too
+                    self._add_shadow(fl, call)  # still written heartbeats; the lingerer cancels it in the end
                 else:
                     try:
                         await call.done_writing()
@@ -208,6 +210,7 @@ class Keepaliver(_keepalive.Keepaliver):
         now = clock.now()
         for e in self.sessions.values():
             e[1] = now  # every session beats at once on a new stream
+        next_id = 0
         drain_seen = False
         stall_done = False
         while True:
@@ -222,19 +225,19 @@ class Keepaliver(_keepalive.Keepaliver):
                     e[1] = now + jitter(e[0].interval)
                 nxt = min(nxt, e[1])
             for s in due:
-                fl.next_id += 1
+                next_id += 1
                 seq, acks = s._beat_state(fl.gen)
                 sent = clock.now()
                 with fl.mu:
-                    fl.beats[fl.next_id] = (s, sent, seq)
+                    fl.beats[next_id] = (s, sent, seq)
                 try:
                     await call.write(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret,
-                                                         request_id=fl.next_id, ack=acks))
+                                                         request_id=next_id, ack=acks))
                 except Exception as e:  # the stream broke (the reader reports how)
                     if fl.broken is None:
                         fl.broken = e if isinstance(e, grpc.RpcError) else "write failed"
                     return False
-            await self._send_shadows(fl, due)
+            await self._write_shadows(fl, due)
             # Forget heartbeats unanswered for a TTL; find a stall.
             oldest, stall = None, None
             with fl.mu:
@@ -272,46 +275,50 @@ class Keepaliver(_keepalive.Keepaliver):
     # --- a stall move keeps sending (C2 #ct2-failover) -------------------
 
     def _add_shadow(self, fl, call) -> None:
-        fl.q, fl.sending = call, True
-        self._shadows.append(fl)
-        if len(self._shadows) > MAX_SHADOWS:
-            self._stop_shadow(self._shadows.pop(0))
+        """A writer task of its own writes the shadow's heartbeats: a replica
+        that hangs stops granting flow control, and a write to it must never
+        hold up the stream in use."""
+        q: asyncio.Queue = asyncio.Queue(maxsize=SHADOW_QUEUE)
+        t = asyncio.get_running_loop().create_task(self._shadow_writer(call, q), name="lockd-keepalive-shadow")
+        self._lingerers.add(t)  # cancelled and awaited by stop, as lingerers are
+        t.add_done_callback(self._lingerers.discard)
+        super()._add_shadow(fl, q)
 
-    def _stop_shadow(self, fl) -> None:
-        """Ends the heartbeats sent on a stalled stream: it is then only read
-        until its answers came or were forgotten (its lingerer looks again)."""
+    async def _shadow_writer(self, call, q: asyncio.Queue) -> None:
+        while True:
+            req = await q.get()
+            if req is None:
+                return
+            try:
+                await call.write(req)
+            except Exception:  # the stream ended: its lingerer sees it
+                return
+
+    def _stop_shadow_locked(self, fl) -> None:
         fl.sending = False
-        self._wake()
+        if fl.q.full():  # make room for the end: a heartbeat dropped is never unsafe
+            req = fl.q.get_nowait()
+            with fl.mu:
+                fl.beats.pop(req.request_id, None)
+        fl.q.put_nowait(None)
+        self._wake()  # its lingerer looks again
 
-    async def _send_shadows(self, cur, due: list) -> None:
-        """The sync _send_shadows on the event loop: stops the shadows once
-        the stream in use (cur) answered, or when their replica drains or
-        their stream ended; sends each of the others every due session's
-        heartbeat that has none in flight there, without acknowledgements."""
-        for sh in list(self._shadows):
-            if cur.replied or sh.draining or sh.broken is not None:
-                self._shadows.remove(sh)
-                self._stop_shadow(sh)
-        for sh in list(self._shadows):
-            with sh.mu:
-                busy = {id(b[0]) for b in sh.beats.values()}
-            for s in due:
-                if id(s) in busy or not sh.sending:
-                    continue
-                sh.next_id += 1
-                with sh.mu:
-                    sh.beats[sh.next_id] = (s, self.c.clock.now(), s._beat_seq())
+    async def _write_shadows(self, cur, due: list) -> None:
+        """Hands the shadows their heartbeats; one the queue has no room for
+        is not sent (never unsafe)."""
+        if not due:
+            return
+        for sh in self._live_shadows(cur):
+            for req in self._shadow_beats(sh, due):
                 try:
-                    await sh.q.write(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret,
-                                                         request_id=sh.next_id))
-                except Exception as e:  # that stream broke: it is stopped at the next round
-                    if sh.broken is None:
-                        sh.broken = e if isinstance(e, grpc.RpcError) else "write failed"
-                    self._wake()
+                    sh.q.put_nowait(req)
+                except asyncio.QueueFull:
+                    with sh.mu:
+                        sh.beats.pop(req.request_id, None)
 
     async def _linger(self, call, rt: asyncio.Task, fl) -> None:
-        """Receives on a stream left on purpose until it is sent nothing more
-        and its heartbeats are answered or forgotten (a TTL after their
+        """Receives on a stream left on purpose until it is written nothing
+        more and its heartbeats are answered or forgotten (a TTL after their
         send), it breaks, or stop."""
         clock = self.c.clock
         try:
@@ -328,9 +335,6 @@ class Keepaliver(_keepalive.Keepaliver):
                     break
                 await self._wait(until)  # None: a shadow with nothing in flight waits for a wake
         finally:
-            if fl in self._shadows:
-                self._shadows.remove(fl)
-                fl.sending = False
             call.cancel()
             await _end_task(rt)
 
