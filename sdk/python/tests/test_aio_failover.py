@@ -11,6 +11,7 @@ import unittest
 import lockd
 import lockd.aio
 
+from . import integration as it
 from .aiofake import AioFake
 from .fake import FakeServer
 from .test_aio_cancel import others
@@ -70,6 +71,46 @@ class AioFailoverTest(unittest.TestCase):
             for st in fa.streams:
                 st.cancel()  # the stream ends; its re-dial to A breaks with UNAVAILABLE
         self.check_move(kill)
+
+
+@it.need("PYSDK_BACKENDS", "PYSDK_CONTROL")
+class AioFailoverRealTest(unittest.TestCase):
+    def test_kill_replica(self):
+        """Against two real replicas: the one in use is killed; the lock is
+        renewed by the other, and the watch resumes there (etcd: every event
+        once; PostgreSQL: RESYNC first)."""
+        for b in it.BACKENDS:
+            with self.subTest(backend=b):
+                run(self.kill(b))
+
+    async def kill(self, b):
+        async with lockd.aio.Client(it.aio_replicas(b), backoff=(0.01, 0.2)) as c:
+            async with await c.session() as s:
+                lock = await s.acquire("afo/held")
+                losses = []
+                lock.on_lost(losses.append)
+                w = await c.watch("afo/ev/")
+                self.assertEqual(c.conn.pick()[0], it.aio_replicas(b).split(",")[0])
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, it.control, "aio-" + b, 0, "kill")
+                after = c.clock.now()
+                # Renewed from a heartbeat sent after the kill: answered by the other replica.
+                self.assertTrue(await apoll(lambda: lock.deadline > after + it.TTL - it.MARGIN - 0.05,
+                                            timeout=3 * it.TTL),
+                                f"lock not renewed by the other replica: deadline now{lock.deadline - c.clock.now():+.2f}")
+                self.assertEqual(c.conn.pick()[0], it.aio_replicas(b).split(",")[1])
+                self.assertEqual(losses, [])
+                self.assertTrue(lock.valid() and s.valid())
+                if b == "pg":
+                    ev = await asyncio.wait_for(w.__anext__(), 30)
+                    self.assertEqual(str(ev.kind), "resync")
+                key = "afo/ev/k"
+                await (await s.acquire(key)).release()
+                kinds = [await asyncio.wait_for(w.__anext__(), 30) for _ in range(2)]
+                self.assertEqual([(str(e.kind), e.key) for e in kinds], [("acquired", key), ("released", key)])
+                await w.aclose()
+                await lock.release()
+        self.assertEqual(others(), set(), "a task is left after the client's close")
 
 
 if __name__ == "__main__":
