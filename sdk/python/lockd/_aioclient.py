@@ -9,6 +9,7 @@ _keepalive.py), called from the loop; only the waiting is asyncio's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import random
 
@@ -217,7 +218,9 @@ class Core:
         if self._closing.cancelled:
             coro.close()
             return None
-        t = asyncio.get_running_loop().create_task(coro, name=name)
+        # An empty context: what the client does on its own is no child of
+        # the caller's current span (C4 #ct4-traces), as the sync SDK's threads.
+        t = asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
         self._tasks.add(t)
 
         def done(t):
