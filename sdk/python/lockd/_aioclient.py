@@ -213,14 +213,17 @@ class Core:
                     raise errors.Closed("client closed") from last
                 raise errors.Cancelled("cancelled") from last
 
-    def _spawn(self, coro, name: str) -> asyncio.Task | None:
-        """Runs coro as a task the client owns: close() waits for it."""
+    def _spawn(self, coro, name: str, inherit: bool = False) -> asyncio.Task | None:
+        """Runs coro as a task the client owns: close() waits for it. Unless
+        inherit (work for the caller's call while it runs), in an empty
+        context: what the client does on its own for a session is no child
+        of the caller's current span (C4 #ct4-traces), as the sync SDK's
+        threads."""
         if self._closing.cancelled:
             coro.close()
             return None
-        # An empty context: what the client does on its own is no child of
-        # the caller's current span (C4 #ct4-traces), as the sync SDK's threads.
-        t = asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
+        ctx = contextvars.copy_context() if inherit else contextvars.Context()
+        t = asyncio.get_running_loop().create_task(coro, name=name, context=ctx)
         self._tasks.add(t)
 
         def done(t):

@@ -196,10 +196,11 @@ class TraceTest(unittest.TestCase):
         self.assertEqual(self.rec.md[-1].get("traceparent"), traceparent(tp.spans[-1]))
         self.check_call(tp, self.rec.md[-1], None)
 
-    def test_aio_own_calls_untraced_by_caller(self):
-        """lockd.aio's calls of its own (a waiting acquire's Inspect reads,
-        the LeaveQueue after its task was cancelled) are no children of the
-        caller's span: their own traces, as C4 #ct4-traces says."""
+    def test_aio_own_calls(self):
+        """lockd.aio: a waiting acquire's Inspect reads are children of the
+        caller's span (work for its call); the LeaveQueue the SDK sends on
+        its own after the task was cancelled is a trace of its own (C4
+        #ct4-traces)."""
         tp = Tracer()
 
         async def body():
@@ -228,8 +229,43 @@ class TraceTest(unittest.TestCase):
         self.assertIn("Inspect", by)
         self.assertIn("LeaveQueue", by)
         self.assertEqual([sp.parent for sp in by["Acquire"]], [parent], "the caller's own call")
-        for name in ("Inspect", "LeaveQueue"):
-            self.assertEqual({sp.parent for sp in by[name]}, {None}, f"{name}: a child of the caller's span")
+        self.assertEqual({sp.parent for sp in by["Inspect"]}, {parent}, "the acquire's reads")
+        self.assertEqual({sp.parent for sp in by["LeaveQueue"]}, {None}, "LeaveQueue: a child of the caller's span")
+
+    def test_sync_own_calls(self):
+        """The sync SDK: a waiting acquire's Inspect reads (its thread runs in
+        the caller's context) are children of the caller's span; the
+        LeaveQueue after a cancelled wait (a thread of the client's) is not."""
+        tp = Tracer()
+        parent = Span(tp, "app", None, None, None)
+        with lockd.Client(self.addr, tracer_provider=tp) as c:
+            s = c.session()
+            cancel = lockd.Cancel()
+            errs = []
+
+            def waiting():
+                CURRENT.set(parent)
+                try:
+                    s.acquire("k", cancel=cancel, on_wait_update=lambda u: None, wait_update_every=0.1)
+                except lockd.LockdError as e:
+                    errs.append(e)
+            t = threading.Thread(target=waiting)
+            t.start()
+            end = time.monotonic() + 30
+            while "Inspect" not in self.rec.methods and time.monotonic() < end:
+                time.sleep(0.01)
+            cancel.cancel()
+            t.join(30)
+            while "LeaveQueue" not in self.rec.methods and time.monotonic() < end:
+                time.sleep(0.01)
+            s.close()
+        self.assertIsInstance(errs[0], lockd.Cancelled)
+        by = {}
+        for sp in tp.spans:
+            by.setdefault(sp.name.rsplit("/", 1)[1], []).append(sp)
+        self.assertEqual([sp.parent for sp in by["Acquire"]], [parent])
+        self.assertEqual({sp.parent for sp in by["Inspect"]}, {parent}, "the acquire's reads")
+        self.assertEqual({sp.parent for sp in by["LeaveQueue"]}, {None})
 
     def test_off(self):
         # No provider: no trace context. A provider whose spans are not
