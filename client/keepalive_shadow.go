@@ -20,29 +20,60 @@ import (
 // is then only received on.
 const maxShadows = 4
 
+// shadowQueue bounds the heartbeats waiting for a shadow's sender; more are
+// dropped (a heartbeat not sent is always safe).
+const shadowQueue = 256
+
 // shadow is a stream left because it stalled that is still sent heartbeats
-// (owned by the keepaliver's run goroutine).
+// (owned by the keepaliver's run goroutine). Its own goroutine sends them:
+// a replica that hangs stops granting flow control, and a Send to it must
+// never hold up the heartbeats of the stream in use.
 type shadow struct {
 	stream lockdv1.LockService_KeepAliveClient
 	fl     *flight
-	nextID uint64 // the last request id sent on it
+	nextID uint64                         // the last request id sent on it
+	reqs   chan *lockdv1.KeepAliveRequest // to its sender; closed by stop
 }
 
 // addShadow keeps sending on a stream left because it stalled; nextID is
 // the last request id sent on it. The oldest beyond maxShadows stops.
 func (k *keepaliver) addShadow(stream lockdv1.LockService_KeepAliveClient, fl *flight, nextID uint64) {
 	fl.sending.Store(true)
-	k.shadows = append(k.shadows, &shadow{stream: stream, fl: fl, nextID: nextID})
+	sh := &shadow{stream: stream, fl: fl, nextID: nextID, reqs: make(chan *lockdv1.KeepAliveRequest, shadowQueue)}
+	k.c.wg.Add(1)
+	go k.shadowSend(sh) // exits when stop closes reqs, a Send fails, or the stream's context ends (linger, Close)
+	k.shadows = append(k.shadows, sh)
 	if len(k.shadows) > maxShadows {
 		k.shadows[0].stop()
 		k.shadows = k.shadows[1:]
 	}
 }
 
-// stop ends the sends on sh; its linger then only receives, and ends once
-// the heartbeats in flight are answered or forgotten.
+// shadowSend is a shadow's sender goroutine.
+func (k *keepaliver) shadowSend(sh *shadow) {
+	defer k.c.wg.Done()
+	done := sh.stream.Context().Done()
+	for {
+		select {
+		case req, ok := <-sh.reqs:
+			if !ok {
+				return
+			}
+			if err := sh.stream.Send(req); err != nil {
+				return // the stream ended: its linger learns why from the receive side
+			}
+		case <-done:
+			return
+		}
+	}
+}
+
+// stop ends the sends on sh (run goroutine, once); its linger then only
+// receives, and ends once the heartbeats in flight are answered or
+// forgotten.
 func (sh *shadow) stop() {
 	sh.fl.sending.Store(false)
+	close(sh.reqs)
 	select { // linger looks again
 	case sh.fl.answered <- struct{}{}:
 	default:
@@ -81,14 +112,15 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// sendShadows sends the heartbeats of due on every shadow that has none of
-// that session's in flight. A failed send stops that shadow (its linger
-// learns why from the receive side).
+// sendShadows hands every shadow the heartbeats of due whose session has
+// none in flight there. The send time is taken here, before the sender's
+// Send: earlier than the real send, which only shortens the trust an answer
+// gives (C2 #ct2-deadline). A heartbeat the queue has no room for is not
+// sent.
 func (k *keepaliver) sendShadows(due []*kaEntry) {
-	if len(due) == 0 || len(k.shadows) == 0 {
+	if len(due) == 0 {
 		return
 	}
-	keep := k.shadows[:0]
 	for _, sh := range k.shadows {
 		busy := map[*Session]bool{}
 		sh.fl.mu.Lock()
@@ -96,30 +128,25 @@ func (k *keepaliver) sendShadows(due []*kaEntry) {
 			busy[b.s] = true
 		}
 		sh.fl.mu.Unlock()
-		ok := true
 		for _, e := range due {
 			if busy[e.s] {
 				continue
 			}
-			sh.nextID++
-			seq := e.s.beatSeq()
-			sent := k.c.clock.Now()
-			sh.fl.mu.Lock()
-			sh.fl.beats[sh.nextID] = beat{s: e.s, sent: sent, seq: seq}
-			sh.fl.mu.Unlock()
 			// No acknowledgements: they go only on the stream the client
 			// uses (C2 #ct2-failover, Notices).
-			if err := sh.stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, SessionSecret: e.s.secret, RequestId: sh.nextID}); err != nil {
-				ok = false
-				break
+			sh.nextID++
+			id := sh.nextID
+			seq := e.s.beatSeq()
+			sh.fl.mu.Lock() // recorded before its answer can arrive
+			sh.fl.beats[id] = beat{s: e.s, sent: k.c.clock.Now(), seq: seq}
+			sh.fl.mu.Unlock()
+			select {
+			case sh.reqs <- &lockdv1.KeepAliveRequest{SessionId: e.s.id, SessionSecret: e.s.secret, RequestId: id}:
+			default:
+				sh.fl.mu.Lock()
+				delete(sh.fl.beats, id)
+				sh.fl.mu.Unlock()
 			}
 		}
-		if !ok {
-			sh.stop()
-			continue
-		}
-		keep = append(keep, sh)
 	}
-	clear(k.shadows[len(keep):])
-	k.shadows = keep
 }

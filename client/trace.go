@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -42,13 +44,28 @@ func tracingInterceptor(tp trace.TracerProvider) grpc.UnaryClientInterceptor {
 		md = md.Copy()
 		prop.Inject(ctx, metadataCarrier(md))
 		err := invoker(metadata.NewOutgoingContext(ctx, md), method, req, reply, cc, opts...)
-		code := status.Code(err)
-		span.SetAttributes(attribute.String("rpc.response.status_code", code.String()))
+		code := canonicalCode(status.Code(err))
+		span.SetAttributes(attribute.String("rpc.response.status_code", code))
 		if err != nil {
-			span.SetStatus(codes.Error, code.String())
+			span.SetStatus(codes.Error, code)
 		}
 		return err
 	}
+}
+
+// canonicalNames are the gRPC codes' canonical names (C4 #ct4-traces, as
+// the server's otelgrpc spans and the other SDKs write them), by code.
+var canonicalNames = [...]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+	"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+	"UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
+
+// canonicalCode is c's canonical name (grpc-go's Code.String is
+// "DeadlineExceeded", not the canonical "DEADLINE_EXCEEDED").
+func canonicalCode(c grpccodes.Code) string {
+	if int(c) < len(canonicalNames) {
+		return canonicalNames[c]
+	}
+	return "CODE(" + strconv.Itoa(int(c)) + ")"
 }
 
 // metadataCarrier lets the propagator write gRPC metadata.

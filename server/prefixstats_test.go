@@ -149,7 +149,12 @@ func TestHoldEnds(t *testing.T) {
 				return nil
 			}
 		}
-		s, err := srv.Client.NewSession(ctx)
+		// The sessions' own expiry is not the subject: longTTL, so that
+		// their trust outlasts the test even with no heartbeat answered
+		// (with the 3 s TTL a -race run beside the stress burners expired
+		// s2 during its Acquire: "session expired (deadline passed without
+		// acknowledgement)", issue 21).
+		s, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("NewSession: %v", err)
 		}
@@ -175,7 +180,7 @@ func TestHoldEnds(t *testing.T) {
 		}
 		<-mh.Done()
 		testkit.Eventually(t, 20*time.Second, "a grant ended by its maximum hold", held(3))
-		s2, err := srv.Client.NewSession(ctx)
+		s2, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("NewSession: %v", err)
 		}

@@ -44,7 +44,24 @@ func sessionEndCountedOnce(t *testing.T, kind string, closeOnA bool) {
 	ctx := testCtx(t, 90*time.Second)
 	apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
 
-	id := openRaw(t, ctx, apiA, lockdtest.TTL).SessionId
+	// The session's TTL sits between two windows that are not the
+	// test's subject. Silence: the steps before B's close are five calls;
+	// should one replica hear nothing of the session for a TTL meanwhile,
+	// its silence close may end the session first (a legitimate end the
+	// test does not expect). With lockdtest.TTL (3 s) a -race run beside
+	// the stress burners on two cores did that (issue 21). Detection
+	// (etcd): A finds the lease gone at its next keepalive, up to TTL/3
+	// after B's revoke, and must do so while B's end marker lives (at
+	// least half of DefaultMarkerTTL, 10 s) or it records the end itself.
+	// 7 s leaves a stall of 7 s on either side (7 s of silence; 10 s −
+	// 7/3 s ≈ 7.7 s of detection), over twice the 3 s stall seen.
+	const ttl = 7 * time.Second
+	id := openRaw(t, ctx, apiA, ttl).SessionId
+	defer func() {
+		if t.Failed() { // every line of the session on either replica
+			dumpSessionLogs(t, map[string]*testkit.LogBuffer{"A": logsA, "B": logsB}, id)
+		}
+	}()
 	if g, err := apiA.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "count/a"}); err != nil || !g.Granted {
 		t.Fatalf("Acquire(count/a) on A = %v, %v", g, err)
 	}
@@ -72,7 +89,7 @@ func sessionEndCountedOnce(t *testing.T, kind string, closeOnA bool) {
 	}
 	// A learns that the session ended (etcd: its keeper finds the lease
 	// gone at its next keepalive, TTL/3 apart; PostgreSQL: the row is gone).
-	testkit.Eventually(t, 3*lockdtest.TTL+5*time.Second, "A reports the session not live", func() bool {
+	testkit.Eventually(t, 3*ttl+5*time.Second, "A reports the session not live", func() bool {
 		r, err := apiA.Heartbeat(ctx, &lockdv1.HeartbeatRequest{SessionId: id})
 		return err == nil && !r.Live
 	})

@@ -93,8 +93,8 @@
 // s/<id>\x00<instance> on it. An adopted session that no call used for a
 // TTL is dropped (its keeper record withdrawn); ExpireSession withdraws this
 // Store's keeper record and ends the session only when no other keeper record
-// exists, in the transaction that deletes the session record (record.go,
-// expire.go). An adopting Store sends the lease's first keepalive at once,
+// and no other Store's end marker exists, in the transaction that deletes the
+// session record and writes this Store's end marker (record.go, expire.go). An adopting Store sends the lease's first keepalive at once,
 // and a Heartbeat finding none of its own answered yet waits for that one
 // (at most a third of the TTL) before it probes TimeToLive, which reports
 // whole seconds, floored (session.go). When lockd restarts, the new
@@ -229,8 +229,9 @@
 // etcd's expiry check), and markers alive at any time are at most the
 // releases and revokes of that window: bounded by the release rate, not
 // by how many distinct keys were ever used. Session end markers (e/<id>,
-// end.go) go on the same leases: one per CloseSession and per lease found
-// gone, bounded by the rate of session ends.
+// end.go) go on the same leases: one per CloseSession, per ExpireSession that
+// ends a session and per lease found gone, bounded by the rate of session
+// ends.
 //
 // Why a short-lived marker keeps WatchFrom exact: it needs the marker only
 // as the PUT event in the same revision as the grant's delete, and a watch

@@ -14,20 +14,30 @@ import (
 // Several Stores may keep one session (C2 #ct2-replicas) and each learns
 // when it ends, but exactly one logs and counts the end (session_closed or
 // session_lost, lock_released, the release, lost and expired counters): the
-// one whose operation ended it. CloseSession claims the end before its
-// revoke with an end marker e/<id>, created only if absent, on the current
-// release-marker lease (marker.go); ExpireSession's end needs none, as its
-// transaction deletes the session record only when no other Store keeps
-// the session. A Store that finds the lease gone by itself (its keeper, a
-// probe, a write failing for a missing lease) claims the end in the
+// one whose operation ended it. That Store claims the end with an end
+// marker e/<id>, created only if absent, on the current release-marker
+// lease (marker.go): CloseSession before its revoke; ExpireSession in the
+// transaction that deletes the session record, which ends nothing while
+// another Store's marker is there (that Store's close is under way and
+// records the end; without this, a close whose Store stopped keeping the
+// session meanwhile found the lease revoked under it and recorded the end
+// a second time). A Store that finds the lease gone by itself (its keeper,
+// a probe, a write failing for a missing lease) claims the end in the
 // background and records a lease expiry only if the claim is its own; a
 // claim that finds another Store's marker ends the session here quietly,
-// taking it and its locks off this Store's gauges only.
+// taking it and its locks off this Store's gauges only. The recording
+// Store logs and counts every lock that went with the session, read from
+// etcd before its revoke (CloseSession of a session opened elsewhere,
+// ExpireSession), whichever Store granted it.
 //
 // The marker lives at least half of the marker lease's TTL (10 s by
 // default): a Store that finds the lease gone after that (a session TTL
 // above it, whose keepalives are a third of the TTL apart), or that cannot
 // reach etcd to claim, records the end itself, as before.
+
+// afterCloseClaim, when set (tests only), runs in CloseSession after its
+// claim of the end, before it reads the session's grants and revokes.
+var afterCloseClaim func(id store.SessionID)
 
 // claimTimeout bounds one background claim of a session found gone.
 const claimTimeout = 2 * time.Second

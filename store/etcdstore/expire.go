@@ -100,15 +100,20 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 	case ended, settling && !exists:
 		// Ended by this call or, settling, by the earlier one whose
 		// reply was lost: finished here either way.
-		n, err := s.attachedGrants(ctx, lease)
-		if err == nil {
+		// Its grants as etcd has them, whichever Store made them (C4
+		// #ct4-replica-count: this end records every lock that goes with
+		// it), read before the revoke. The session is dead here before the
+		// revoke is sent, so no call through this Store finds the lease
+		// gone and records the end again.
+		grants, err := s.locksOfDirect(ctx, &session{id: id, lease: lease})
+		s.endLocal(ctx, ss, id, grants)
+		if !errors.Is(err, store.ErrSessionDead) {
 			_, _ = s.cli.Revoke(ctx, lease)
 		}
 		// A failed revoke is not retried: the session record is gone (no
 		// Store can adopt it) and none keeps it, so the lease runs out
 		// within its TTL anyway.
-		s.endLocal(ctx, ss, id, max(n, 0))
-		return store.Expiry{Ended: true, Released: max(n, 0)}, nil
+		return store.Expiry{Ended: true, Released: len(grants)}, nil
 	case !exists:
 		if ss != nil {
 			s.markDead(ss, telemetry.LostLeaseExpired)
@@ -184,18 +189,22 @@ func (s *Store) forgetKept(ss *session) {
 	}
 }
 
-// endLocal records a session ExpireSession ended (n locks released).
-func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, n int) {
+// endLocal records a session ExpireSession ended, with grants, the
+// session's grants as read from etcd before the revoke (ss may be nil: a
+// session this Store no longer knew).
+func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, grants []store.Grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ss != nil && !ss.dead {
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
 		stopHoldLocked(ss, "")
-		s.releaseHeldLocked(ss, telemetry.ReleaseSessionClosed)
+		s.releaseGrantsLocked(ss, grants, telemetry.ReleaseSessionClosed)
 		if !ss.adopted {
 			s.met.SessionEnded("")
 		}
+	} else if ss == nil {
+		s.releaseGrantsLocked(nil, grants, telemetry.ReleaseSessionClosed)
 	}
-	s.log.SessionClosed(ctx, id, n)
+	s.log.SessionClosed(ctx, id, len(grants))
 }

@@ -193,17 +193,42 @@ func (s *Store) recordOf(ctx context.Context, id store.SessionID) (hash []byte, 
 // endIfUnkept withdraws this Store's keeper record of session id (the one
 // it wrote at revision keeperRev; 0: none known) and, in the same
 // transaction, deletes the session record iff no other Store has a keeper
-// record. Only then (ended) may the caller revoke the lease: no other
-// replica serves the session, and none can adopt it any more. exists
-// reports whether the session record was still there.
+// record and no Store has claimed the session's end (a CloseSession under
+// way, end.go), claiming the end for this Store as it does. Only then
+// (ended) may the caller revoke the lease and record the end: no other
+// replica serves the session, none can adopt it any more, and a close
+// through another replica finds the claim and records nothing (C4
+// #ct4-replica-count). exists reports whether the session record was still
+// there.
 func (s *Store) endIfUnkept(ctx context.Context, id store.SessionID, keeperRev int64) (ended, exists bool, err error) {
-	rk, kp, mine := s.recordKey(id), s.keeperPrefix(id), s.keeperKey(id)
+	for attempt := 0; ; attempt++ {
+		marker, err := s.marks.lease(ctx)
+		if err != nil {
+			return false, false, classify(ctx, err)
+		}
+		ended, exists, err = s.endIfUnkeptTxn(ctx, id, keeperRev, marker)
+		if err != nil && attempt == 0 && s.marks.gone(err, marker) {
+			continue // the marker lease ended early: a new one
+		}
+		if err != nil {
+			return false, false, classify(ctx, err)
+		}
+		return ended, exists, nil
+	}
+}
+
+// endIfUnkeptTxn is endIfUnkept's transaction, its end marker on the
+// release-marker lease marker. The errors are not classified.
+func (s *Store) endIfUnkeptTxn(ctx context.Context, id store.SessionID, keeperRev int64, marker clientv3.LeaseID) (ended, exists bool, err error) {
+	rk, kp, mine, ek := s.recordKey(id), s.keeperPrefix(id), s.keeperKey(id), s.endKey(id)
 	end := clientv3.GetPrefixRangeEnd(kp)
 	conds := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(rk), ">", 0),
 		// No keeper record before mine, and none after it.
 		clientv3.Compare(clientv3.CreateRevision(kp), "=", 0).WithRange(mine),
 		clientv3.Compare(clientv3.CreateRevision(mine+"\x00"), "=", 0).WithRange(end),
+		// No claim of the end: a Store closing the session ends it.
+		clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
 	}
 	withdraw := []clientv3.Op{}
 	if keeperRev > 0 {
@@ -217,36 +242,16 @@ func (s *Store) endIfUnkept(ctx context.Context, id store.SessionID, keeperRev i
 		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(mine), "=", 0))
 	}
 	resp, err := s.cli.Txn(ctx).If(conds...).
-		Then(clientv3.OpDelete(rk), clientv3.OpDelete(mine)).
+		Then(clientv3.OpDelete(rk), clientv3.OpDelete(mine), clientv3.OpPut(ek, s.inst, clientv3.WithLease(marker))).
 		Else(append(withdraw, clientv3.OpGet(rk, clientv3.WithCountOnly()))...).Commit()
 	if err != nil {
-		return false, false, classify(ctx, err)
+		return false, false, err
 	}
 	if resp.Succeeded {
 		return true, true, nil
 	}
 	last := resp.Responses[len(resp.Responses)-1].GetResponseRange()
 	return false, last.Count > 0, nil
-}
-
-// attachedGrants counts the grant keys attached to lease (for the count
-// of a session ended by another Store than the one that granted them).
-// -1 when the lease is gone.
-func (s *Store) attachedGrants(ctx context.Context, lease clientv3.LeaseID) (int, error) {
-	ttl, err := s.cli.TimeToLive(ctx, lease, clientv3.WithAttachedKeys())
-	if err != nil {
-		return 0, classify(ctx, err)
-	}
-	if ttl.TTL < 0 {
-		return -1, nil
-	}
-	n := 0
-	for _, k := range ttl.Keys {
-		if _, ok := s.userKey(k); ok {
-			n++
-		}
-	}
-	return n, nil
 }
 
 // leaseBound is a lower bound, from now, of how long lease lives, from one

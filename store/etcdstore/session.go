@@ -284,6 +284,9 @@ func (s *Store) CloseSession(ctx context.Context, id store.SessionID) (n int, er
 	// session another Store ended is not recorded again here, whether its
 	// client tries the close again through this Store or not.
 	mine, err := s.claimEnd(ctx, id)
+	if afterCloseClaim != nil {
+		afterCloseClaim(id)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("etcdstore: close session: %w", err)
 	}

@@ -137,8 +137,17 @@ func newQueries(schema, channel string) queries {
 		// one order (by hash) so that batches never deadlock on them. Every
 		// grant holds its keys' locks from before it draws a token until it
 		// commits (see grant).
-		keyLock: r.Replace(`SELECT count(pg_advisory_xact_lock(x.h)) FROM (
-				SELECT DISTINCT hashtextextended({{keylock}} || k, 0) AS h
+		// keyLock is the first statement of every lock transaction (a
+		// batch, a grant alone, GrantFree), and it sets plan_cache_mode to
+		// force_generic_plan for the rest of that transaction only: the
+		// statements after it (and the triggers' queries) are planned once
+		// per connection instead of on every execution, where PostgreSQL
+		// kept choosing custom plans for their array parameters — a third
+		// of its CPU per pair at c=8 (issue 24, docs/backends.md). A plan
+		// changes how a statement runs, never what it does.
+		keyLock: r.Replace(`SELECT count(pg_advisory_xact_lock(x.h)),
+				set_config('plan_cache_mode', 'force_generic_plan', true)
+			FROM (SELECT DISTINCT hashtextextended({{keylock}} || k, 0) AS h
 				FROM unnest($1::text[]) AS k ORDER BY h) x`),
 		// A resumed place keeps its id (its place) and takes the call's
 		// opt-out of deadlock refusal (C2 #ct2-deadlock).

@@ -7,7 +7,8 @@
 // /usr/bin/python3 (python3-grpcio, python3-protobuf). The servers'
 // addresses and files reach the Python tests as PYSDK_* environment
 // variables; a small HTTP endpoint on loopback (PYSDK_CONTROL) lets them
-// stop or kill a replica. `make python-sdk` runs it alone.
+// stop or kill a replica (3 per backend for the sync failover test, 2 more,
+// PYSDK_AIO_REPLICAS_*, for lockd.aio's). `make python-sdk` runs it alone.
 //
 // TestTypeScriptSDK installs sdk/typescript's locked npm dependencies (npm
 // ci, whose prepare script is the one tsc build) and runs its node:test

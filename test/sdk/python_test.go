@@ -72,6 +72,16 @@ func TestPythonSDK(t *testing.T) {
 			addrs = append(addrs, r.Addr)
 		}
 		env["PYSDK_REPLICAS_"+b] = strings.Join(addrs, ",")
+		// Two more of the same backend for lockd.aio's failover test
+		// (tests/test_aio_failover.py kills the first), controlled as
+		// backend "aio-"+b.
+		addrs = nil
+		for range 2 {
+			r := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: &cfg})
+			replicas["aio-"+b] = append(replicas["aio-"+b], r)
+			addrs = append(addrs, r.Addr)
+		}
+		env["PYSDK_AIO_REPLICAS_"+b] = strings.Join(addrs, ",")
 	}
 	env["PYSDK_BACKENDS"] = strings.Join(backends, ",")
 

@@ -22,6 +22,7 @@ type Faulty struct {
 	reported  []time.Duration   // Remaining values reported, in order
 	during    map[string]func() // by op: run inside its next call (During)
 	expires   int               // ExpireSession calls (silence closes)
+	answered  int               // ExpireSession calls the store answered
 }
 
 type fault struct {
@@ -170,7 +171,19 @@ func (f *Faulty) ExpireSession(ctx context.Context, id store.SessionID) (store.E
 	f.expires++
 	f.mu.Unlock()
 	f.failure(OpExpireSession)
-	return f.LockStore.ExpireSession(ctx, id)
+	ex, err := f.LockStore.ExpireSession(ctx, id)
+	f.mu.Lock()
+	f.answered++
+	f.mu.Unlock()
+	return ex, err
+}
+
+// ExpiresAnswered returns how many ExpireSession calls of this server the
+// store has answered (Expires counts them when they reach it).
+func (f *Faulty) ExpiresAnswered() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.answered
 }
 
 // Expires returns how many ExpireSession calls (silence closes of this

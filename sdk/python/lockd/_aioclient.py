@@ -9,12 +9,13 @@ _keepalive.py), called from the loop; only the waiting is asyncio's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import random
 
 import grpc
 
-from . import _conn, _hotkeys, errors
+from . import _conn, _hotkeys, _trace, errors
 from ._cancel import Cancel
 from ._clock import Clock, FakeClock
 from ._hotkeys import HotKeys
@@ -97,7 +98,7 @@ class Core:
                  token: str | None = None, token_file: str | None = None, ttl: float = 0,
                  safety_margin: float = 0, heartbeat_interval: float = 0,
                  backoff: tuple[float, float] = (0.05, 2.0), call_timeout: float = 30.0,
-                 clock: Clock | None = None, _stub_factory=None):
+                 clock: Clock | None = None, tracer_provider=None, _stub_factory=None):
         from ._aiokeepalive import Keepaliver
         addrs = list(addresses) if addresses else [a.strip() for a in target.split(",") if a.strip()]
         if token is not None and token_file is not None:
@@ -107,6 +108,7 @@ class Core:
         if not 0 < backoff[0] <= backoff[1]:
             raise errors.InvalidArgument("backoff bounds must satisfy 0 < min <= max", field="backoff")
         check_timing(ttl, safety_margin, heartbeat_interval)
+        self._tracing = _trace.tracing(tracer_provider)
         self.clock = clock or Clock()
         self.conn = Conn(addrs, tls, insecure, token, now=self.clock.now, stub_factory=_stub_factory)
         self.ttl, self.safety_margin, self.heartbeat_interval = ttl, safety_margin, heartbeat_interval
@@ -138,9 +140,6 @@ class Core:
                 u()
         return not (self._closing.cancelled or (cancel is not None and cancel.cancelled))
 
-    def _metadata(self):
-        return self.conn.metadata
-
     async def _call(self, method: str, req, *, timeout: float | None = -1.0, cancel: Cancel | None = None,
                     on_error=None):
         """The sync Client._call on grpc.aio: calls method until it succeeds,
@@ -161,8 +160,11 @@ class Core:
             rem = None if until is None else until - self.clock.now()
             if rem is not None and rem <= 0:
                 raise (last or errors.DeadlineExceeded(f"{method}: timed out"))
+            md, span, code = self.conn.metadata, None, grpc.StatusCode.UNKNOWN
+            if self._tracing is not None:
+                span, md = self._tracing.start(method, md)  # in the calling task's context: its span is the parent
             sent = self.clock.now()
-            call = getattr(stub, method)(req, metadata=self._metadata(), timeout=rem)
+            call = getattr(stub, method)(req, metadata=md, timeout=rem)
             fired = []
 
             def stop(call=call, fired=fired):
@@ -170,16 +172,22 @@ class Core:
                 call.cancel()
             undo = [x.on_cancel(stop) for x in (cancel, self._closing) if x is not None]
             try:
-                return await call, sent
+                resp = await call
+                code = grpc.StatusCode.OK
+                return resp, sent
             except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
                 if not fired or cancelling():
                     raise  # the task's own cancellation
                 err = errors.Cancelled("cancelled")
             except grpc.RpcError as e:
+                code = e.code() if isinstance(e.code(), grpc.StatusCode) else grpc.StatusCode.UNKNOWN
                 err = errors.from_rpc(e)
             finally:
                 for u in undo:
                     u()
+                if span is not None:
+                    self._tracing.end(span, code)
             if fired:
                 if self._closing.cancelled:
                     raise errors.Closed("client closed") from last
@@ -205,12 +213,17 @@ class Core:
                     raise errors.Closed("client closed") from last
                 raise errors.Cancelled("cancelled") from last
 
-    def _spawn(self, coro, name: str) -> asyncio.Task | None:
-        """Runs coro as a task the client owns: close() waits for it."""
+    def _spawn(self, coro, name: str, inherit: bool = False) -> asyncio.Task | None:
+        """Runs coro as a task the client owns: close() waits for it. Unless
+        inherit (work for the caller's call while it runs), in an empty
+        context: what the client does on its own for a session is no child
+        of the caller's current span (C4 #ct4-traces), as the sync SDK's
+        threads."""
         if self._closing.cancelled:
             coro.close()
             return None
-        t = asyncio.get_running_loop().create_task(coro, name=name)
+        ctx = contextvars.copy_context() if inherit else contextvars.Context()
+        t = asyncio.get_running_loop().create_task(coro, name=name, context=ctx)
         self._tasks.add(t)
 
         def done(t):

@@ -7,8 +7,10 @@ One task (lockd-keepalive) runs while the client has a session: it opens the
 stream, sends every session's heartbeats and re-dials; a reader task per
 stream applies replies as they arrive. A stream left on purpose (draining,
 stalled) keeps its reader until its heartbeats in flight are answered or
-forgotten (a lingerer task). The last session's end cancels the keepalive
-task; Session.close and Client.close wait for it.
+forgotten (a lingerer task); a stalled one is also still written heartbeats
+until a later stream answers (a shadow, C2 #ct2-failover). The last
+session's end cancels the keepalive task; Session.close and Client.close
+wait for it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from .v1 import lockd_pb2 as pb
 
 log = logging.getLogger("lockd")
 
+SHADOW_QUEUE = 256  # heartbeats waiting for a shadow's writer; more are not sent
+
 
 class Keepaliver(_keepalive.Keepaliver):
     def __init__(self, c):  # no thread: tasks, started with the first session
@@ -38,6 +42,7 @@ class Keepaliver(_keepalive.Keepaliver):
         self._task: asyncio.Task | None = None
         self._ending: set[asyncio.Task] = set()
         self._lingerers: set[asyncio.Task] = set()
+        self._shadows: list[_Flight] = []  # stalled streams still written heartbeats (fl.q: their writer's queue)
         self._futs: set[asyncio.Future] = set()
 
     # --- waking ---------------------------------------------------------
@@ -80,9 +85,10 @@ class Keepaliver(_keepalive.Keepaliver):
     def add(self, s) -> None:
         super().add(s)
         self._wake()
-        if self._task is None and not self.stopped:
+        if (self._task is None or self._task.done()) and not self.stopped:
             prev = list(self._ending)
             self._task = asyncio.get_running_loop().create_task(self._run(prev), name="lockd-keepalive")
+            self._task.add_done_callback(_log_failure)
 
     def remove(self, s) -> None:
         super().remove(s)
@@ -151,10 +157,13 @@ class Keepaliver(_keepalive.Keepaliver):
         finally:
             if moved:
                 fl.left = True
-                try:
-                    await call.done_writing()
-                except Exception:  # the stream broke meanwhile: the lingerer sees it
-                    pass
+                if fl.stalled:
+                    self._add_shadow(fl, call)  # still written heartbeats; the lingerer cancels it in the end
+                else:
+                    try:
+                        await call.done_writing()
+                    except Exception:  # the stream broke meanwhile: the lingerer sees it
+                        pass
                 t = asyncio.get_running_loop().create_task(self._linger(call, rt, fl), name="lockd-keepalive-linger")
                 self._lingerers.add(t)
                 t.add_done_callback(self._lingerers.discard)
@@ -228,6 +237,7 @@ class Keepaliver(_keepalive.Keepaliver):
                     if fl.broken is None:
                         fl.broken = e if isinstance(e, grpc.RpcError) else "write failed"
                     return False
+            await self._write_shadows(fl, due)
             # Forget heartbeats unanswered for a TTL; find a stall.
             oldest, stall = None, None
             with fl.mu:
@@ -244,6 +254,7 @@ class Keepaliver(_keepalive.Keepaliver):
                 if now >= at:
                     if c.conn.set_aside(addr):
                         log.debug("keepalive stream stalled: moving from %s", addr)
+                        fl.stalled = True
                         return True
                     stall_done = True
                 else:
@@ -261,9 +272,54 @@ class Keepaliver(_keepalive.Keepaliver):
             if fl.broken is not None:
                 return False
 
+    # --- a stall move keeps sending (C2 #ct2-failover) -------------------
+
+    def _add_shadow(self, fl, call) -> None:
+        """A writer task of its own writes the shadow's heartbeats: a replica
+        that hangs stops granting flow control, and a write to it must never
+        hold up the stream in use."""
+        q: asyncio.Queue = asyncio.Queue(maxsize=SHADOW_QUEUE)
+        t = asyncio.get_running_loop().create_task(self._shadow_writer(call, q), name="lockd-keepalive-shadow")
+        self._lingerers.add(t)  # cancelled and awaited by stop, as lingerers are
+        t.add_done_callback(self._lingerers.discard)
+        super()._add_shadow(fl, q)
+
+    async def _shadow_writer(self, call, q: asyncio.Queue) -> None:
+        while True:
+            req = await q.get()
+            if req is None:
+                return
+            try:
+                await call.write(req)
+            except Exception:  # the stream ended: its lingerer sees it
+                return
+
+    def _stop_shadow_locked(self, fl) -> None:
+        fl.sending = False
+        if fl.q.full():  # make room for the end: a heartbeat dropped is never unsafe
+            req = fl.q.get_nowait()
+            with fl.mu:
+                fl.beats.pop(req.request_id, None)
+        fl.q.put_nowait(None)
+        self._wake()  # its lingerer looks again
+
+    async def _write_shadows(self, cur, due: list) -> None:
+        """Hands the shadows their heartbeats; one the queue has no room for
+        is not sent (never unsafe)."""
+        if not due:
+            return
+        for sh in self._live_shadows(cur):
+            for req in self._shadow_beats(sh, due):
+                try:
+                    sh.q.put_nowait(req)
+                except asyncio.QueueFull:
+                    with sh.mu:
+                        sh.beats.pop(req.request_id, None)
+
     async def _linger(self, call, rt: asyncio.Task, fl) -> None:
-        """Receives on a stream left on purpose until its heartbeats are
-        answered or forgotten (a TTL after their send), it breaks, or stop."""
+        """Receives on a stream left on purpose until it is written nothing
+        more and its heartbeats are answered or forgotten (a TTL after their
+        send), it breaks, or stop."""
         clock = self.c.clock
         try:
             while not self.stopped and fl.broken is None:
@@ -275,12 +331,17 @@ class Keepaliver(_keepalive.Keepaliver):
                             del fl.beats[rid]
                             continue
                         until = sent + s.ttl if until is None else max(until, sent + s.ttl)
-                if until is None:
+                if until is None and not fl.sending:
                     break
-                await self._wait(until)
+                await self._wait(until)  # None: a shadow with nothing in flight waits for a wake
         finally:
             call.cancel()
             await _end_task(rt)
+
+
+def _log_failure(t: asyncio.Task) -> None:
+    if not t.cancelled() and t.exception() is not None:
+        log.error("lockd keepalive task failed: %r", t.exception())
 
 
 async def _end_task(t: asyncio.Task) -> None:

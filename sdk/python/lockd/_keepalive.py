@@ -352,11 +352,9 @@ class Keepaliver:
         fl.q.put(None)
         self.cv.notify_all()  # its lingerer looks again
 
-    def _send_shadows(self, cur: _Flight, due: list) -> None:
+    def _live_shadows(self, cur: _Flight) -> list:
         """Stops the shadows once the stream in use (cur) answered, or when
-        their replica drains or their stream ended; sends each of the others
-        every due session's heartbeat that has none in flight there, without
-        acknowledgements (they go only on the stream in use)."""
+        their replica drains or their stream ended; returns the others."""
         with cur.mu:
             replied = cur.replied
         with self.cv:
@@ -364,17 +362,28 @@ class Keepaliver:
                 if replied or sh.draining or sh.broken is not None:
                     self._shadows.remove(sh)
                     self._stop_shadow_locked(sh)
-            shadows = list(self._shadows)
-        for sh in shadows:
+            return list(self._shadows)
+
+    def _shadow_beats(self, sh: _Flight, due: list) -> list:
+        """The heartbeats to send on shadow sh, recorded in its flight: every
+        due session's that has none in flight there, without
+        acknowledgements (they go only on the stream in use)."""
+        with sh.mu:
+            busy = {id(b[0]) for b in sh.beats.values()}
+        out = []
+        for s in due:
+            if id(s) in busy:
+                continue
+            sh.next_id += 1
             with sh.mu:
-                busy = {id(b[0]) for b in sh.beats.values()}
-            for s in due:
-                if id(s) in busy:
-                    continue
-                sh.next_id += 1
-                with sh.mu:
-                    sh.beats[sh.next_id] = (s, self.c.clock.now(), s._beat_seq())
-                sh.q.put(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret, request_id=sh.next_id))
+                sh.beats[sh.next_id] = (s, self.c.clock.now(), s._beat_seq())
+            out.append(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret, request_id=sh.next_id))
+        return out
+
+    def _send_shadows(self, cur: _Flight, due: list) -> None:
+        for sh in self._live_shadows(cur):
+            for req in self._shadow_beats(sh, due):
+                sh.q.put(req)
 
     def _linger(self, call, rt: threading.Thread, fl: _Flight) -> None:
         """Receives on a stream left on purpose until it is sent nothing more

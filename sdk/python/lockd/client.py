@@ -8,7 +8,7 @@ import threading
 
 import grpc
 
-from . import _conn, _hotkeys, errors
+from . import _conn, _hotkeys, _trace, errors
 from ._cancel import Cancel
 from ._clock import Clock, Timers
 from ._hotkeys import HotKeys
@@ -61,7 +61,9 @@ class Client:
     time and moves when it dies, drains or stalls (docs/contracts/C2.md
     #ct2-failover). Plaintext only to loopback unless ``insecure``; else pass
     ``tls=lockd.TLS(ca_file, cert_file, key_file)``. ``token`` or
-    ``token_file``: a bearer token sent with every call.
+    ``token_file``: a bearer token sent with every call. ``tracer_provider``
+    (an OpenTelemetry ``TracerProvider``) makes every unary call a client
+    span carrying W3C trace context (docs/contracts/C4.md #ct4-traces).
 
     ``ttl``, ``safety_margin`` and ``heartbeat_interval`` (seconds) override
     the server's defaults for every session; ``call_timeout`` bounds how long
@@ -75,7 +77,7 @@ class Client:
                  token: str | None = None, token_file: str | None = None, ttl: float = 0,
                  safety_margin: float = 0, heartbeat_interval: float = 0,
                  backoff: tuple[float, float] = (0.05, 2.0), call_timeout: float = 30.0,
-                 clock: Clock | None = None, _stub_factory=None):
+                 clock: Clock | None = None, tracer_provider=None, _stub_factory=None):
         addrs = list(addresses) if addresses else [a.strip() for a in target.split(",") if a.strip()]
         if token is not None and token_file is not None:
             raise errors.InvalidArgument("give token or token_file, not both", field="token")
@@ -84,6 +86,7 @@ class Client:
         if not 0 < backoff[0] <= backoff[1]:
             raise errors.InvalidArgument("backoff bounds must satisfy 0 < min <= max", field="backoff")
         check_timing(ttl, safety_margin, heartbeat_interval)
+        self._tracing = _trace.tracing(tracer_provider)
         self.clock = clock or Clock()
         self.conn = _conn.Conn(addrs, tls, insecure, token, now=self.clock.now, stub_factory=_stub_factory)
         self.ttl, self.safety_margin, self.heartbeat_interval = ttl, safety_margin, heartbeat_interval
@@ -161,21 +164,29 @@ class Client:
             rem = None if until is None else until - self.clock.now()
             if rem is not None and rem <= 0:
                 raise (last or errors.DeadlineExceeded(f"{method}: timed out"))
+            md, span, code = self.conn.metadata, None, grpc.StatusCode.UNKNOWN
+            if self._tracing is not None:
+                span, md = self._tracing.start(method, md)
             sent = self.clock.now()
-            fut = getattr(stub, method).future(req, metadata=self.conn.metadata, timeout=rem)
+            fut = getattr(stub, method).future(req, metadata=md, timeout=rem)
             undo = [c.on_cancel(fut.cancel) for c in (cancel, self._closing) if c is not None]
             try:
                 resp = fut.result()
+                code = grpc.StatusCode.OK
                 return resp, sent
             except grpc.FutureCancelledError:
+                code = grpc.StatusCode.CANCELLED
                 if self._closing.cancelled:
                     raise errors.Closed("client closed") from None
                 raise errors.Cancelled("cancelled") from last
             except grpc.RpcError as e:
+                code = e.code() if isinstance(e.code(), grpc.StatusCode) else grpc.StatusCode.UNKNOWN
                 err = errors.from_rpc(e)
             finally:
                 for u in undo:
                     u()
+                if span is not None:
+                    self._tracing.end(span, code)
             if isinstance(err, errors.Cancelled) and cancel is not None and cancel.cancelled:
                 raise err from last
             if on_error is not None:

@@ -63,8 +63,8 @@ class _Stream:
     """A KeepAlive stream of the fake server: write() serves the request
     at once (the fake's heartbeat handler, which may move the clock)."""
 
-    def __init__(self, srv: FakeServer, loop, down: bool):
-        self.server, self.loop, self.down = srv, loop, down
+    def __init__(self, srv: FakeServer, loop, down: bool, owner=None):
+        self.server, self.loop, self.down, self.owner = srv, loop, down, owner
         self.out: asyncio.Queue = asyncio.Queue()
         self.gen = next(srv._gens)
         self.ended = False
@@ -72,6 +72,15 @@ class _Stream:
     async def write(self, r):
         if self.down or self.ended:
             raise _Unavailable()
+        o = self.owner
+        if o is not None and o.holding:
+            o.held.append((self, r))  # at the server, unanswered until release()
+            if o.holding > 0:
+                o.holding -= 1
+            return
+        self.serve(r)
+
+    def serve(self, r):
         try:
             self.server._heartbeat(self, r)
         except Exception:
@@ -79,6 +88,8 @@ class _Stream:
             self.ended = True
 
     def push(self, r):
+        if r is not None and self.owner is not None and self.owner.draining:
+            r.draining = True  # this address's replica drains
         # srv.revoke may push from the test's thread
         try:
             self.loop.call_soon_threadsafe(self.out.put_nowait, r)
@@ -108,6 +119,11 @@ class AioFake:
         self.calls: list = []
         self.block: dict[str, asyncio.Event] = {}
         self.grant_on_cancel: set[str] = set()
+        self.down = None       # None: the server's; True: this address's streams break at once
+        self.draining = False  # this address's KeepAlive answers say draining
+        self.streams: list = []
+        self.holding = 0       # heartbeats held unanswered: n the next n, -1 all (until release)
+        self.held: list = []
         for name in ("OpenSession", "Acquire", "Release", "CloseSession", "LeaveQueue"):
             setattr(self, name, _Method(self, name, getattr(srv, name)._fn))
 
@@ -118,12 +134,22 @@ class AioFake:
         srv = self.srv
         with srv.mu:
             srv.dials.append(srv.clock.now())
-            down = srv.down
-        s = _Stream(srv, asyncio.get_running_loop(), down)
+            down = srv.down if self.down is None else self.down
+        s = _Stream(srv, asyncio.get_running_loop(), down, self)
+        self.streams.append(s)
         if not down:
             with srv.mu:
                 srv.streams.append(s)
         return s
+
+    def release(self, stop_holding=True):
+        """Answers the held heartbeats (on their streams, as the fake's handler does)."""
+        if stop_holding:
+            self.holding = 0
+        held, self.held = self.held, []
+        for st, r in held:
+            if not st.ended:
+                st.serve(r)
 
     def names(self):
         return [n for n, _ in self.calls]

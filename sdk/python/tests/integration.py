@@ -31,6 +31,11 @@ def replicas(backend):
     return os.environ["PYSDK_REPLICAS_" + backend]
 
 
+def aio_replicas(backend):
+    """Two replicas of backend for lockd.aio's failover test (controlled as backend "aio-" + backend)."""
+    return os.environ["PYSDK_AIO_REPLICAS_" + backend]
+
+
 def control(backend, i, action):
     """Stops (drains) or kills replica i of backend through the Go harness."""
     url = f"{os.environ['PYSDK_CONTROL']}/replica/{backend}/{i}/{action}"

@@ -1,9 +1,9 @@
 """C2 #ct2-failover, "a stall move keeps sending", under a fake clock: the
-equivalent of the Go SDK's client.TestStallMoveKeepsSlowReplica (issue 21).
-Replica A answers later than the stall bound, in the instant the client
-moved; the replica moved to (B) answers nothing. The session must live on
-A's answers to heartbeats sent after the move; once B answers, nothing more
-is sent to A."""
+equivalent of the Go SDK's client.TestStallMoveKeepsSlowReplica (issue 21);
+lockd.aio's is tests/test_aio_stallmove.py. Replica A answers later than the
+stall bound, in the instant the client moved; the replica moved to (B)
+answers nothing. The session must live on A's answers to heartbeats sent
+after the move; once B answers, nothing more is sent to A."""
 
 import threading
 import unittest

@@ -16,6 +16,7 @@ import { KeepAliver } from "./keepalive.js";
 import { checkKey, checkPrefix, checkTiming, checkWholeMs, MAX_LIST_LIMIT } from "./limits.js";
 import { GrpcApi, type LockApi } from "./rpc.js";
 import { HttpApi, nodeTransport } from "./http.js";
+import { Tracing, type TracerProviderLike } from "./trace.js";
 import { Session, type SessionOptions } from "./session.js";
 import { watch, type WatchEvent, type WatchOptions } from "./watch.js";
 import { observe, type Leader } from "./election.js";
@@ -66,6 +67,14 @@ export interface ClientOptions {
    * per heartbeat, on the gRPC path's schedule and deadline rules.
    */
   http?: boolean;
+  /**
+   * Your OpenTelemetry TracerProvider (`@opentelemetry/api`'s; typed
+   * structurally, the SDK imports no OpenTelemetry package): every unary gRPC
+   * call attempt becomes a client span `lockd.v1.LockService/<Method>`, the
+   * child of your active span, and sends its W3C trace context to lockd (C4
+   * #ct4-traces). Not with `http: true`, which records no span.
+   */
+  tracerProvider?: TracerProviderLike;
   /** @internal a LockApi to use instead of gRPC (tests) */
   api?: LockApi;
 }
@@ -232,6 +241,7 @@ export class Client {
     }
     return new GrpcApi({
       addresses: addrs, credentials: creds, serverName, now: () => this.clock.now(),
+      tracing: opts.tracerProvider === undefined ? undefined : new Tracing(opts.tracerProvider),
       metadata: header === undefined ? undefined : () => {
         const md = new grpc.Metadata();
         md.set("authorization", header);

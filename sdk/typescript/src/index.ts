@@ -30,6 +30,7 @@ export type { AcquireAllOptions, TryAcquireAllOptions } from "./acquire_all.js";
 export { Leadership, type Leader } from "./election.js";
 export type { WatchEvent, WatchOptions, EventKindName } from "./watch.js";
 export { realClock, type Clock, type Timer } from "./clock.js";
+export { type TracerProviderLike, type TracerLike, type SpanLike, type SpanContextLike } from "./trace.js";
 export {
   LockdError, InvalidArgumentError, LimitMismatchError, SessionDeadError, SessionExpiredError, NotOwnerError,
   PermissionDeniedError, UnavailableError, WaitTimeoutError, LimitError, InternalError, LockedError, LockLostError,

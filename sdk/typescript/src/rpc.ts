@@ -17,6 +17,7 @@ import {
 } from "./gen/lockd/v1/lockd_pb.js";
 import { fromGrpcError, UnavailableError } from "./errors.js";
 import { Replicas } from "./replicas.js";
+import type { Tracing } from "./trace.js";
 
 /** Options of one call. */
 export interface CallOpts {
@@ -85,6 +86,8 @@ export interface ChannelConfig {
   /** Overrides the TLS server name (tests, IP addresses in certificates). */
   serverName?: string;
   now: () => number;
+  /** Client spans and W3C trace context of unary calls (C4 #ct4-traces), or undefined. */
+  tracing?: Tracing;
 }
 
 type Method = (typeof LockService.method)[keyof typeof LockService.method];
@@ -197,16 +200,20 @@ export class GrpcApi implements LockApi {
       };
       const done = this.replicas.track(addr, move);
       let untrack: (() => void) | undefined;
+      const md = this.metadata();
+      const tracing = this.cfg.tracing;
+      const span = tracing?.start(m.name, md);
       const call = this.channel(addr).makeUnaryRequest(
         w.path,
         w.ser as (v: MessageShape<M["input"]>) => Buffer,
         w.de as (b: Buffer) => MessageShape<M["output"]>,
         req,
-        this.metadata(),
+        md,
         {},
         (err, resp) => {
           untrack?.();
           done();
+          if (span) tracing!.end(span, err ? (err.code ?? grpc.status.UNKNOWN) : grpc.status.OK);
           if (o?.signal?.aborted) {
             reject(o.signal.reason);
             return;

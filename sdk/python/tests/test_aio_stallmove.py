@@ -1,0 +1,85 @@
+"""C2 #ct2-failover, "a stall move keeps sending", through lockd.aio under
+a fake clock: tests/test_stallmove.py's scenario (the Go SDK's
+client.TestStallMoveKeepsSlowReplica) with the aio keepalive task. Replica A
+answers later than the stall bound, in the instant the client moved; the
+replica moved to (B) answers nothing. The session must live on A's answers
+to heartbeats sent after the move; once B answers, nothing more is sent to
+A. A control without the shadow (the stalled stream sent nothing more) must
+fail."""
+
+import asyncio
+import unittest
+from unittest import mock
+
+import lockd
+import lockd.aio
+from lockd import _aiokeepalive
+
+from .aiofake import AioFake
+from .fake import FakeServer
+from .test_aio_cancel import others
+from .test_aio_timing import apoll, run
+
+A, B = "127.0.0.1:1", "127.0.0.1:2"
+
+
+class Checks:
+    async def stall_move_keeps_slow_replica(self):
+        ttl, interval = 10.0, 1.0
+        clock = lockd.FakeClock()
+        a = FakeServer(clock, ttl=ttl, remaining=ttl, margin=0.5, interval=interval)
+        b = FakeServer(clock, ttl=ttl, remaining=ttl, margin=0.5, interval=interval)
+        fa, fb = AioFake(a), AioFake(b)
+        c = lockd.aio.Client(f"{A},{B}", clock=clock, _stub_factory=lambda addr: fa if addr == A else fb,
+                             backoff=(0.01, 0.05))
+        async with c:
+            s = await c.session()
+            self.assertTrue(await apoll(lambda: a.heartbeats >= 1), "no heartbeat answered by A")
+            lock = await s.acquire("k")
+            b.held[s.id] = dict(a.held[s.id])  # one backend: B knows the grant too
+
+            fa.holding, fb.holding = 1, -1  # A holds its next heartbeat; B every one
+            clock.advance(interval)  # the next heartbeat goes to A, which holds it
+            self.assertTrue(await apoll(lambda: fa.held), "no heartbeat held on A")
+            clock.advance(interval / 2)  # the stall bound: the client moves to B
+            self.assertTrue(await apoll(lambda: fb.held), "no heartbeat reached B after the stall bound: no move")
+            moved = clock.now()
+            answered = a.heartbeats
+            fa.release()  # A answers, in the instant of the move
+            self.assertTrue(await apoll(lambda: a.heartbeats > answered), "A's held heartbeat not answered")
+
+            for i in range(12):  # B answers nothing for more than a TTL; A answers what it is sent
+                n = a.heartbeats
+                clock.advance(interval)
+                self.assertTrue(await apoll(lambda: a.heartbeats > n, timeout=5.0),
+                                f"step {i}: no heartbeat answered by A {clock.now() - moved:.1f}s after the move")
+                self.assertTrue(s.valid(), f"step {i}: session lost {clock.now() - moved:.1f}s after the move: {s._err}")
+                self.assertIsNone(lock.error, f"step {i}: lock lost {clock.now() - moved:.1f}s after the move")
+            self.assertTrue(await apoll(lambda: lock.deadline > moved + ttl),
+                            f"lock deadline {lock.deadline - moved:.1f}s after the move: want beyond the TTL")
+            self.assertEqual([ack for ack in a.acks if ack[0] != a.streams[0].gen], [],
+                             "an acknowledgement sent on the stalled stream")
+
+            fb.release()  # B answers: from the next heartbeat on, A is sent nothing more
+            self.assertTrue(await apoll(lambda: b.heartbeats > 0), "B answered nothing after its release")
+            clock.advance(interval)
+            self.assertTrue(await apoll(lambda: not c.ka._shadows),
+                            "the stalled stream is still sent heartbeats after B answered")
+            self.assertTrue(s.valid(), f"session lost after B answered: {s._err}")
+            self.assertIsNone(lock.error)
+        self.assertEqual(others(), set(), "a task is left after the client's close")
+
+
+class AioStallMoveTest(unittest.TestCase, Checks):
+    def test_stall_move_keeps_slow_replica(self):
+        run(self.stall_move_keeps_slow_replica())
+
+    def test_control_no_shadow(self):
+        with mock.patch.object(_aiokeepalive.Keepaliver, "_add_shadow", lambda self, fl, call: None):
+            with self.assertRaises(AssertionError) as cm:
+                run(self.stall_move_keeps_slow_replica())
+        print(f"\naio control (a stalled stream sent nothing more) caught: {str(cm.exception).splitlines()[0]}")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,204 @@
+package etcdstore
+
+import (
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/testkit"
+	"lock.dev/lockd/store"
+)
+
+// countedStore is a Store with its logs and metrics: a replica whose
+// record of a session's end the tests read (C4 #ct4-replica-count).
+type countedStore struct {
+	*Store
+	logs *testkit.LogBuffer
+	reg  *prometheus.Registry
+}
+
+func newCountedStore(t *testing.T, prefix string) countedStore {
+	t.Helper()
+	logger, logs := testkit.NewLogger()
+	reg := prometheus.NewRegistry()
+	met, err := telemetry.NewMetrics(reg, Backend)
+	if err != nil {
+		t.Fatalf("NewMetrics: %v", err)
+	}
+	st, err := New(ctxT(t), etcdtest.NewClient(t), Options{Prefix: prefix, Logger: logger, Metrics: met})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return countedStore{Store: st, logs: logs, reg: reg}
+}
+
+// endRecord sums, over replicas, what they recorded of session id's end:
+// its session_closed and session_lost lines, the keys of its lock_released
+// lines (sorted), and lockd_lock_release_total.
+func endRecord(t *testing.T, id store.SessionID, replicas ...countedStore) (closed, lost int, released []string, total float64) {
+	t.Helper()
+	for _, r := range replicas {
+		for _, rec := range r.logs.Records() {
+			if rec["session"] != string(id) {
+				continue
+			}
+			switch rec["msg"] {
+			case telemetry.EventSessionClosed:
+				closed++
+			case telemetry.EventSessionLost:
+				lost++
+			case telemetry.EventLockReleased:
+				released = append(released, rec["key"].(string))
+			}
+		}
+		mfs, err := r.reg.Gather()
+		if err != nil {
+			t.Fatalf("Gather: %v", err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "lockd_lock_release_total" {
+				for _, m := range mf.GetMetric() {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	sort.Strings(released)
+	return closed, lost, released, total
+}
+
+// sharedSession opens a session on a with a key granted through a ("a")
+// and one through b ("b"), which adopts it: a session two replicas serve,
+// with grants made by each. Its TTL outlives the test: only the calls of
+// the test end it.
+func sharedSession(t *testing.T, a, b countedStore) store.SessionID {
+	t.Helper()
+	id := openSession(t, a.Store, time.Minute)
+	mustTry(t, a.Store, id, "a")
+	if l, err := b.Heartbeat(ctxT(t), id); err != nil || !l.Live {
+		t.Fatalf("Heartbeat through B (adopting it) = %+v, %v; want live", l, err)
+	}
+	mustTry(t, b.Store, id, "b")
+	return id
+}
+
+// TestExpireCountsEveryReplicasGrants (issue 21, C4 #ct4-replica-count):
+// the ExpireSession that ends a session records every lock that went with
+// it, also the grants another replica made and, when this Store had
+// forgotten the session (an earlier ExpireSession found it kept
+// elsewhere), all of them. Before the fix it logged and counted only the
+// grants in its own cache: "last-keeper" released [b] of [a b];
+// "forgotten" released none (server.TestSessionEndCountedOnce/etcd under
+// stress: "lockd_lock_release_total 0 ... lock_released lines: A 0, B 0").
+func TestExpireCountsEveryReplicasGrants(t *testing.T) {
+	t.Run("last-keeper", func(t *testing.T) {
+		prefix := etcdtest.Prefix(t)
+		a, b := newCountedStore(t, prefix), newCountedStore(t, prefix)
+		id := sharedSession(t, a, b)
+		// A's client fell silent: B keeps the session, A stops.
+		if ex, err := a.ExpireSession(ctxT(t), id); err != nil || ex.Ended {
+			t.Fatalf("ExpireSession through A while B keeps it = %+v, %v; want not ended", ex, err)
+		}
+		// Then B's: nobody keeps it, B ends it.
+		if ex, err := b.ExpireSession(ctxT(t), id); err != nil || !ex.Ended || ex.Released != 2 {
+			t.Fatalf("ExpireSession through B, the last keeper = %+v, %v; want ended, Released 2", ex, err)
+		}
+		checkEndRecord(t, id, a, b)
+	})
+	t.Run("forgotten", func(t *testing.T) {
+		prefix := etcdtest.Prefix(t)
+		a, b := newCountedStore(t, prefix), newCountedStore(t, prefix)
+		id := sharedSession(t, a, b)
+		if ex, err := a.ExpireSession(ctxT(t), id); err != nil || ex.Ended {
+			t.Fatalf("ExpireSession through A while B keeps it = %+v, %v; want not ended", ex, err)
+		}
+		// B drops the session as idle (no call used it for a TTL): it
+		// stops keeping it and withdraws its keeper record, which does
+		// not end it.
+		b.mu.Lock()
+		ssB := b.sessions[id]
+		b.mu.Unlock()
+		b.keep.remove(ssB)
+		b.dropIdle(ssB)
+		testkit.Eventually(t, 10*time.Second, "B's keeper record withdrawn", func() bool {
+			r, err := b.cli.Get(ctxT(t), b.keeperKey(id), clientv3.WithCountOnly())
+			return err == nil && r.Count == 0
+		})
+		// A's silence close asks again: A, which no longer knows the
+		// session, ends it.
+		if ex, err := a.ExpireSession(ctxT(t), id); err != nil || !ex.Ended || ex.Released != 2 {
+			t.Fatalf("ExpireSession through A again = %+v, %v; want ended, Released 2", ex, err)
+		}
+		checkEndRecord(t, id, a, b)
+	})
+}
+
+// checkEndRecord checks that session id's end, with its two grants a and
+// b, is recorded exactly once over the replicas.
+func checkEndRecord(t *testing.T, id store.SessionID, replicas ...countedStore) {
+	t.Helper()
+	closed, lost, released, total := endRecord(t, id, replicas...)
+	if closed+lost != 1 || strings.Join(released, " ") != "a b" || total != 2 {
+		t.Errorf("the session's end over the replicas: session_closed %d, session_lost %d, lock_released %v, lockd_lock_release_total %v; "+
+			"want one end line, lock_released [a b], total 2", closed, lost, released, total)
+		for i, r := range replicas {
+			t.Logf("replica %d logs:\n%s", i, r.logs)
+		}
+	}
+}
+
+// TestExpireDuringCloseElsewhere (issue 21, C4 #ct4-replica-count): a
+// client's close through B (its end claimed, its revoke not yet sent)
+// meets B's own silence close (B withdraws its keeper record, A still
+// keeps the session) and then A's: A must not end the session under B's
+// close, which ends and records it. Before the fix A's ExpireSession ended
+// it (no keeper record left) and recorded it, and B's close, finding the
+// lease gone under a keeper bound it still trusted, recorded it again with
+// nothing released: two session_closed lines (server.TestSessionEndCountedOnce
+// /etcd under stress: "session_closed: A 1, B 1").
+func TestExpireDuringCloseElsewhere(t *testing.T) {
+	prefix := etcdtest.Prefix(t)
+	a, b := newCountedStore(t, prefix), newCountedStore(t, prefix)
+	id := sharedSession(t, a, b)
+
+	claimed, resume := make(chan struct{}), make(chan struct{})
+	afterCloseClaim = func(sid store.SessionID) {
+		if sid == id {
+			close(claimed)
+			<-resume
+		}
+	}
+	t.Cleanup(func() { afterCloseClaim = nil })
+	closeDone := make(chan error, 1)
+	go func() { // ends when B's CloseSession returns (resume is closed below)
+		_, err := b.CloseSession(ctxT(t), id)
+		closeDone <- err
+	}()
+	<-claimed
+
+	// B's silence close, in flight with the client's close: A keeps the
+	// session, so B only withdraws its keeper record.
+	if ex, err := b.ExpireSession(ctxT(t), id); err != nil || ex.Ended {
+		t.Fatalf("ExpireSession through B while A keeps it = %+v, %v; want not ended", ex, err)
+	}
+	// A's silence close: no keeper record but A's, and B's close under way.
+	ex, err := a.ExpireSession(ctxT(t), id)
+	close(resume)
+	if err != nil || ex.Ended {
+		t.Errorf("ExpireSession through A while B's close is under way = %+v, %v; want not ended (B's close ends it)", ex, err)
+	}
+	if err := <-closeDone; err != nil {
+		t.Fatalf("CloseSession through B: %v", err)
+	}
+	checkEndRecord(t, id, a, b)
+	if _, err := a.ExpireSession(ctxT(t), id); err == nil {
+		t.Errorf("ExpireSession through A after B's close = nil error; want ErrSessionDead")
+	}
+}
