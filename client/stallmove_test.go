@@ -3,6 +3,7 @@ package client_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +16,11 @@ import (
 
 // holdHeartbeats holds the heartbeats that reach f's store, from the next
 // one on (every later one too when all is set), until release is called;
-// entered is closed when the first one is held.
-func holdHeartbeats(f *lockdtest.Faulty, all bool) (entered <-chan struct{}, release func()) {
+// entered is closed when the first one is held, and held counts those held.
+func holdHeartbeats(f *lockdtest.Faulty, all bool) (entered <-chan struct{}, release func(), held func() int) {
 	in, open := make(chan struct{}), make(chan struct{})
 	var first, done sync.Once
+	var n atomic.Int64
 	var hook func()
 	hook = func() { // runs inside a heartbeat's store call (Faulty.During)
 		first.Do(func() { close(in) })
@@ -27,13 +29,14 @@ func holdHeartbeats(f *lockdtest.Faulty, all bool) (entered <-chan struct{}, rel
 			return
 		default:
 		}
+		n.Add(1)
 		if all {
 			f.During(telemetry.OpHeartbeat, hook) // the next heartbeat waits too
 		}
 		<-open
 	}
 	f.During(telemetry.OpHeartbeat, hook)
-	return in, func() { done.Do(func() { close(open) }) }
+	return in, func() { done.Do(func() { close(open) }) }, func() int { return int(n.Load()) }
 }
 
 // TestStallMoveKeepsSlowReplica makes on purpose the session loss traced in
@@ -94,9 +97,9 @@ func TestStallMoveKeepsSlowReplica(t *testing.T) {
 			t.Fatalf("Acquire: %v", err)
 		}
 
-		heldA, releaseA := holdHeartbeats(fa, false)
+		heldA, releaseA, _ := holdHeartbeats(fa, false)
 		t.Cleanup(releaseA) // before the servers stop (cleanups run last first)
-		heldB, releaseB := holdHeartbeats(fb, true)
+		heldB, releaseB, heldOnB := holdHeartbeats(fb, true)
 		t.Cleanup(releaseB)
 		select { // the holder's next heartbeat is in flight on A
 		case <-heldA:
@@ -130,9 +133,18 @@ func TestStallMoveKeepsSlowReplica(t *testing.T) {
 			t.Fatalf("B reported %d Remaining values while it held every heartbeat; want 0", n)
 		}
 
-		// B answers: the client stays there, and the lock is its.
+		// B answers: the client stays there, and A is sent nothing more. At
+		// most one heartbeat per session is in flight on A, so once B's
+		// answers are in, A answers at most that one and one sent before the
+		// client had them; five more answers of B (heartbeats the client
+		// sent after, an interval apart) leave room for any other.
 		releaseB()
-		testkit.Eventually(t, ttl/2, "a heartbeat answered by B", func() bool { return len(fb.Reported()) > 0 })
+		testkit.Eventually(t, ttl/2, "B's answers to the heartbeats it held", func() bool { return len(fb.Reported()) >= heldOnB() })
+		nA, nB := len(fa.Reported()), len(fb.Reported())
+		testkit.Eventually(t, 2*ttl, "five more heartbeats answered by B", func() bool { return len(fb.Reported()) >= nB+5 })
+		if n := len(fa.Reported()); n > nA+2 {
+			t.Errorf("A answered %d heartbeats after B's answers were in; want at most 2 (the stalled stream is sent nothing once the new one answers)", n-nA)
+		}
 		select {
 		case <-l.Done():
 			t.Fatalf("the lock was lost: %v", l.Err())

@@ -85,9 +85,10 @@ class Keepaliver(_keepalive.Keepaliver):
     def add(self, s) -> None:
         super().add(s)
         self._wake()
-        if self._task is None and not self.stopped:
+        if (self._task is None or self._task.done()) and not self.stopped:
             prev = list(self._ending)
             self._task = asyncio.get_running_loop().create_task(self._run(prev), name="lockd-keepalive")
+            self._task.add_done_callback(_log_failure)
 
     def remove(self, s) -> None:
         super().remove(s)
@@ -336,6 +337,11 @@ class Keepaliver(_keepalive.Keepaliver):
         finally:
             call.cancel()
             await _end_task(rt)
+
+
+def _log_failure(t: asyncio.Task) -> None:
+    if not t.cancelled() and t.exception() is not None:
+        log.error("lockd keepalive task failed: %r", t.exception())
 
 
 async def _end_task(t: asyncio.Task) -> None:
