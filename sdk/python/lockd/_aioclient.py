@@ -9,6 +9,7 @@ _keepalive.py), called from the loop; only the waiting is asyncio's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import random
 
@@ -212,12 +213,17 @@ class Core:
                     raise errors.Closed("client closed") from last
                 raise errors.Cancelled("cancelled") from last
 
-    def _spawn(self, coro, name: str) -> asyncio.Task | None:
-        """Runs coro as a task the client owns: close() waits for it."""
+    def _spawn(self, coro, name: str, inherit: bool = False) -> asyncio.Task | None:
+        """Runs coro as a task the client owns: close() waits for it. Unless
+        inherit (work for the caller's call while it runs), in an empty
+        context: what the client does on its own for a session is no child
+        of the caller's current span (C4 #ct4-traces), as the sync SDK's
+        threads."""
         if self._closing.cancelled:
             coro.close()
             return None
-        t = asyncio.get_running_loop().create_task(coro, name=name)
+        ctx = contextvars.copy_context() if inherit else contextvars.Context()
+        t = asyncio.get_running_loop().create_task(coro, name=name, context=ctx)
         self._tasks.add(t)
 
         def done(t):

@@ -344,8 +344,12 @@ class Session(_session.Session):
                     await f.release(timeout=CLOSE_TIMEOUT)
                 except errors.LockdError as e:
                     log.debug("releasing %r after a failed acquire_all failed: %s", f.key, e)
-            for key, token in gb.rest:
-                self._release_orphan(key, token)
+            for key, token in gb.rest:  # in the caller's task, as the sync _give_back
+                try:
+                    await self.c._call("Release", pb.ReleaseRequest(session_id=self.id, session_secret=self._secret,
+                                                                    key=key, token=token), timeout=CLOSE_TIMEOUT)
+                except errors.LockdError as e:
+                    log.debug("releasing %r after a failed acquire_all failed: %s", key, e)
             raise gb.err from None
         return got[0]
 

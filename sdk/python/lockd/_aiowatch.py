@@ -254,7 +254,7 @@ class WaitUpdates:
         self._s, self._key, self._every, self._fn = session, key, every, fn
         self._stopped = False
         self._last = None
-        self._task = session.c._spawn(self._run(), "lockd-wait-updates")
+        self._task = session.c._spawn(self._run(), "lockd-wait-updates", inherit=True)  # the acquire's reads
 
     def stop(self) -> None:
         """Ends the reads: fn is not called after stop returns (an Inspect in flight is cancelled)."""

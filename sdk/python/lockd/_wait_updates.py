@@ -4,6 +4,7 @@ Inspect while it waits and calls fn when what it reads changes."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from dataclasses import dataclass
@@ -65,7 +66,10 @@ class Updates:
         self._s, self._key, self._every, self._fn = session, key, every, fn
         self._stop = Cancel()
         self._last = None
-        self._t = threading.Thread(target=self._run, name="lockd-wait-updates", daemon=True)
+        # In the caller's context: the reads are the acquire's, children of
+        # its caller's span when traced (C4 #ct4-traces).
+        ctx = contextvars.copy_context()
+        self._t = threading.Thread(target=ctx.run, args=(self._run,), name="lockd-wait-updates", daemon=True)
         self._t.start()
 
     def stop(self) -> None:

@@ -15,6 +15,8 @@ import contextvars
 import itertools
 import os
 import sys
+import threading
+import time
 import unittest
 from concurrent import futures
 
@@ -93,8 +95,29 @@ class Tracer:
 class Recorder(lockd_pb2_grpc.LockServiceServicer):
     def __init__(self):
         self.md = []
+        self.methods = []
+        self.release_acquire = threading.Event()
+
+    def OpenSession(self, request, context):
+        self.methods.append("OpenSession")
+        return pb.OpenSessionResponse(session_id="s1", session_secret=b"x" * 32, ttl_ms=60000, remaining_ms=60000,
+                                      safety_margin_ms=1000, heartbeat_interval_ms=20000)
+
+    def Acquire(self, request, context):
+        self.methods.append("Acquire")
+        self.release_acquire.wait(30)  # a wait the caller gives up
+        context.abort(grpc.StatusCode.CANCELLED, "gone")
+
+    def LeaveQueue(self, request, context):
+        self.methods.append("LeaveQueue")
+        return pb.LeaveQueueResponse()
+
+    def CloseSession(self, request, context):
+        self.methods.append("CloseSession")
+        return pb.CloseSessionResponse()
 
     def Inspect(self, request, context):
+        self.methods.append("Inspect")
         self.md.append(dict(context.invocation_metadata()))
         return pb.InspectResponse(held=False)
 
@@ -110,11 +133,12 @@ def traceparent(span):
 class TraceTest(unittest.TestCase):
     def setUp(self):
         self.rec = Recorder()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         lockd_pb2_grpc.add_LockServiceServicer_to_server(self.rec, self.server)
         port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
         self.addCleanup(self.server.stop, None)
+        self.addCleanup(self.rec.release_acquire.set)
         self.addr = f"127.0.0.1:{port}"
 
     def check_call(self, tp, md, parent, method="Inspect", code="OK"):
@@ -171,6 +195,77 @@ class TraceTest(unittest.TestCase):
         self.assertIsNone(tp.spans[-1].parent)
         self.assertEqual(self.rec.md[-1].get("traceparent"), traceparent(tp.spans[-1]))
         self.check_call(tp, self.rec.md[-1], None)
+
+    def test_aio_own_calls(self):
+        """lockd.aio: a waiting acquire's Inspect reads are children of the
+        caller's span (work for its call); the LeaveQueue the SDK sends on
+        its own after the task was cancelled is a trace of its own (C4
+        #ct4-traces)."""
+        tp = Tracer()
+
+        async def body():
+            async with lockd.aio.Client(self.addr, tracer_provider=tp) as c:
+                s = await c.session()
+                parent = Span(tp, "app", None, None, None)
+
+                async def waiting():
+                    CURRENT.set(parent)
+                    await s.acquire("k", on_wait_update=lambda u: None, wait_update_every=0.1)
+                task = asyncio.ensure_future(waiting())
+                end = time.monotonic() + 30
+                while "Inspect" not in self.rec.methods and time.monotonic() < end:
+                    await asyncio.sleep(0.01)
+                task.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+                while "LeaveQueue" not in self.rec.methods and time.monotonic() < end:
+                    await asyncio.sleep(0.01)
+                await s.close()
+                return parent
+        parent = asyncio.run(asyncio.wait_for(body(), 60))
+        by = {}
+        for sp in tp.spans:
+            by.setdefault(sp.name.rsplit("/", 1)[1], []).append(sp)
+        self.assertIn("Inspect", by)
+        self.assertIn("LeaveQueue", by)
+        self.assertEqual([sp.parent for sp in by["Acquire"]], [parent], "the caller's own call")
+        self.assertEqual({sp.parent for sp in by["Inspect"]}, {parent}, "the acquire's reads")
+        self.assertEqual({sp.parent for sp in by["LeaveQueue"]}, {None}, "LeaveQueue: a child of the caller's span")
+
+    def test_sync_own_calls(self):
+        """The sync SDK: a waiting acquire's Inspect reads (its thread runs in
+        the caller's context) are children of the caller's span; the
+        LeaveQueue after a cancelled wait (a thread of the client's) is not."""
+        tp = Tracer()
+        parent = Span(tp, "app", None, None, None)
+        with lockd.Client(self.addr, tracer_provider=tp) as c:
+            s = c.session()
+            cancel = lockd.Cancel()
+            errs = []
+
+            def waiting():
+                CURRENT.set(parent)
+                try:
+                    s.acquire("k", cancel=cancel, on_wait_update=lambda u: None, wait_update_every=0.1)
+                except lockd.LockdError as e:
+                    errs.append(e)
+            t = threading.Thread(target=waiting)
+            t.start()
+            end = time.monotonic() + 30
+            while "Inspect" not in self.rec.methods and time.monotonic() < end:
+                time.sleep(0.01)
+            cancel.cancel()
+            t.join(30)
+            while "LeaveQueue" not in self.rec.methods and time.monotonic() < end:
+                time.sleep(0.01)
+            s.close()
+        self.assertIsInstance(errs[0], lockd.Cancelled)
+        by = {}
+        for sp in tp.spans:
+            by.setdefault(sp.name.rsplit("/", 1)[1], []).append(sp)
+        self.assertEqual([sp.parent for sp in by["Acquire"]], [parent])
+        self.assertEqual({sp.parent for sp in by["Inspect"]}, {parent}, "the acquire's reads")
+        self.assertEqual({sp.parent for sp in by["LeaveQueue"]}, {None})
 
     def test_off(self):
         # No provider: no trace context. A provider whose spans are not
