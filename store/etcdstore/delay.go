@@ -340,6 +340,7 @@ func (s *Store) revokeGrant(ctx context.Context, key string, rev int64, reason s
 		if err != nil {
 			return store.Grant{}, false, classify(ctx, err)
 		}
+		s.runHook(hookRevokeTry, key)
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(append(ops, marker, clientv3.OpDelete(lk))...).Commit()
 		if s.marks.gone(err, mlease) {
 			continue // the marker lease ended early: a new one

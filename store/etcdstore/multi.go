@@ -452,6 +452,7 @@ func (s *Store) revokeMulti(ctx context.Context, key string) (store.Grant, bool,
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(e.kv.Key)), "=", e.kv.ModRevision))
 			ops = append(ops, clientv3.OpDelete(string(e.kv.Key)), clientv3.OpDelete(s.slotValueKey(key, e.Session)))
 		}
+		s.runHook(hookRevokeTry, key)
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
