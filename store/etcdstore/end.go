@@ -25,7 +25,9 @@ import (
 // a probe, a write failing for a missing lease) claims the end in the
 // background and records a lease expiry only if the claim is its own; a
 // claim that finds another Store's marker ends the session here quietly,
-// taking it and its locks off this Store's gauges only. The recording
+// taking it and its locks off this Store's gauges only, as does an
+// ExpireSession settling an unknown outcome (expire.go) that finds another
+// Store's marker. The recording
 // Store logs and counts every lock that went with the session, read from
 // etcd before its revoke (CloseSession of a session opened elsewhere,
 // ExpireSession), whichever Store granted it.

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"errors"
 	"sort"
 	"strings"
 	"testing"
@@ -201,4 +202,53 @@ func TestExpireDuringCloseElsewhere(t *testing.T) {
 	if _, err := a.ExpireSession(ctxT(t), id); err == nil {
 		t.Errorf("ExpireSession through A after B's close = nil error; want ErrSessionDead")
 	}
+}
+
+// TestExpireSettledAfterCloseElsewhere (issue 21, C2 ExpireSession, C4
+// #ct4-replica-count): A's ExpireSession loses its reply (its transaction
+// only withdrew A's keeper record: B keeps the session); then B's client
+// closes the session through B, which ends and records it. A's retry
+// settles the unknown outcome: the session record is gone, but B's end
+// claim says B ended it, so the retry is ErrSessionDead and A records
+// nothing. Before the fix the retry reported it Ended and A logged
+// session_closed too (its caller then session_lost client_silent): "the
+// session's end over the replicas: session_closed 2".
+func TestExpireSettledAfterCloseElsewhere(t *testing.T) {
+	prefix := etcdtest.Prefix(t)
+	st, drop, logs, reg := dropStore(t, prefix)
+	a := countedStore{Store: st, logs: logs, reg: reg}
+	b := newCountedStore(t, prefix)
+	id := sharedSession(t, a, b)
+
+	if expireLosingReply(t, a.Store, drop, id) {
+		t.Fatal("the ExpireSession transaction ended a session another Store keeps")
+	}
+	if n, err := b.CloseSession(ctxT(t), id); err != nil || n != 2 {
+		t.Fatalf("CloseSession through B = %d, %v; want 2, nil", n, err)
+	}
+	if ex, err := a.ExpireSession(ctxT(t), id); !errors.Is(err, store.ErrSessionDead) {
+		t.Errorf("ExpireSession through A retried after B's close = %+v, %v; want ErrSessionDead (B ended and recorded it)", ex, err)
+	}
+	checkEndRecord(t, id, a, b)
+	if got := sessionsActive(t, reg); got != 0 {
+		t.Errorf("lockd_sessions_active on A once settled = %v; want 0", got)
+	}
+	if got := locksHeld(t, reg); got != 0 {
+		t.Errorf("lockd_locks_held on A once settled = %v; want 0 (its grant a went with B's close)", got)
+	}
+}
+
+// locksHeld reads lockd_locks_held.
+func locksHeld(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "lockd_locks_held" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -34,9 +34,11 @@ import (
 // caller's retry settles it. A session record gone by then was ended by the
 // earlier transaction (or by the lease's expiry, which that call let happen
 // by no longer keeping it), so the retry reports it Ended, revoking the
-// lease if it is still there: its caller records the loss, once. Returning
+// lease if it is still there: its caller records the loss, once (returning
 // ErrSessionDead instead would say that whoever ended it recorded it, and
-// nobody had.
+// nobody had). Unless another Store's end marker is there: that Store ended
+// the session (a close through it, or its finding the lease gone) and
+// recorded it, and the retry is ErrSessionDead.
 func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.Expiry, err error) {
 	if err := store.ValidateSessionID(id); err != nil {
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
@@ -97,6 +99,13 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", err)
 	}
 	switch {
+	case settling && !exists && s.endedElsewhere(ctx, id):
+		// Another Store ended it (its close, or its finding the lease
+		// gone) and recorded it: only this Store's gauges here.
+		s.mu.Lock()
+		s.endQuietLocked(ss)
+		s.mu.Unlock()
+		return store.Expiry{}, fmt.Errorf("etcdstore: expire session: %w", store.ErrSessionDead)
 	case ended, settling && !exists:
 		// Ended by this call or, settling, by the earlier one whose
 		// reply was lost: finished here either way.
@@ -131,6 +140,15 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 		}
 	}
 	return store.Expiry{Remaining: bound}, nil
+}
+
+// endedElsewhere reports whether another Store's end marker of session id
+// is there: that Store ended the session and recorded the end (end.go). A
+// failed read is false: this Store then records the end itself, as when
+// it cannot claim.
+func (s *Store) endedElsewhere(ctx context.Context, id store.SessionID) bool {
+	resp, err := s.cli.Get(ctx, s.endKey(id))
+	return err == nil && len(resp.Kvs) > 0 && string(resp.Kvs[0].Value) != s.inst
 }
 
 // unsureExpiry is a session ExpireSession forgot with its outcome unknown

@@ -92,27 +92,31 @@ class Keepaliver(_keepalive.Keepaliver):
 
     def remove(self, s) -> None:
         super().remove(s)
-        if not self.sessions and self._task is not None:
-            t, self._task = self._task, None
+        if not self.sessions:
+            self._end_all()
+
+    def _end_all(self) -> None:
+        """No session is left: the keepalive task, and the streams left
+        behind on moves (lingerers, shadow writers), are told to stop;
+        settle() waits for them."""
+        ts = [self._task] if self._task is not None else []
+        self._task = None
+        ts += list(self._lingerers)
+        self._shadows.clear()
+        for t in ts:
             t.cancel()
             self._ending.add(t)
             t.add_done_callback(self._ending.discard)
 
     async def settle(self) -> None:
-        """Waits for keepalive tasks that were told to stop (the last session ended)."""
+        """Waits for the tasks that were told to stop (the last session ended)."""
         while self._ending:
             await asyncio.gather(*list(self._ending), return_exceptions=True)
 
     async def stop(self) -> None:
         self.stopped = True
         self._wake()
-        if self._task is not None:
-            t, self._task = self._task, None
-            t.cancel()
-            self._ending.add(t)
-            t.add_done_callback(self._ending.discard)
-        for t in list(self._lingerers):
-            t.cancel()
+        self._end_all()
         await self.settle()
         while self._lingerers:
             await asyncio.gather(*list(self._lingerers), return_exceptions=True)

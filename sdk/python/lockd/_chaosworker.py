@@ -383,8 +383,8 @@ def parse_args(argv: list[str]) -> dict:
     """The Go worker's flags (-name value, -name=value; -hold-ack and -rw alone are true)."""
     cfg = {"proc": "", "lockd": "", "fenced": "", "history": "", "keys": "", "ttl": "0s", "hold-min": "0s",
            "hold-max": "0s", "clock-scale": "1", "trust": TRUST_SDK, "limit": "0", "rw": "false",
-           "heartbeat-interval": "0s", "seed": "1", "hold-ack": "false"}
-    boolean = {"rw", "hold-ack"}
+           "heartbeat-interval": "0s", "seed": "1", "hold-ack": "false", "pairs": "false"}
+    boolean = {"rw", "hold-ack", "pairs"}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -438,6 +438,8 @@ def parse_args(argv: list[str]) -> dict:
         problems.append(f"limit {out['limit']}: want 0..1024")
     if out["rw"] and out["limit"] > 1:
         problems.append(f"limit {out['limit']} with rw: a key is a semaphore or a read/write lock")
+    if boolean_of("pairs"):  # the runner passes -pairs=false to every worker (issue 26)
+        problems.append("pairs: pair workers (the deadlock scenarios) are the Go worker's only")
     if problems:
         raise ValueError("config: " + "; ".join(problems))
     return out

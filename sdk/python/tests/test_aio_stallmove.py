@@ -24,7 +24,7 @@ A, B = "127.0.0.1:1", "127.0.0.1:2"
 
 
 class Checks:
-    async def stall_move_keeps_slow_replica(self):
+    async def stall_move_keeps_slow_replica(self, close_after_move=False):
         ttl, interval = 10.0, 1.0
         clock = lockd.FakeClock()
         a = FakeServer(clock, ttl=ttl, remaining=ttl, margin=0.5, interval=interval)
@@ -47,6 +47,14 @@ class Checks:
             answered = a.heartbeats
             fa.release()  # A answers, in the instant of the move
             self.assertTrue(await apoll(lambda: a.heartbeats > answered), "A's held heartbeat not answered")
+            if close_after_move:
+                # The last session's close ends the stalled stream's shadow
+                # and lingerer with the keepalive task: no task is left.
+                self.assertTrue(c.ka._lingerers, "no lingerer after the stall move (test setup)")
+                fb.release()
+                await s.close()
+                self.assertEqual(others(), set(), "a task is left after the last session's close")
+                return
 
             for i in range(12):  # B answers nothing for more than a TTL; A answers what it is sent
                 n = a.heartbeats
@@ -73,6 +81,9 @@ class Checks:
 class AioStallMoveTest(unittest.TestCase, Checks):
     def test_stall_move_keeps_slow_replica(self):
         run(self.stall_move_keeps_slow_replica())
+
+    def test_close_after_move_leaves_no_task(self):
+        run(self.stall_move_keeps_slow_replica(close_after_move=True))
 
     def test_control_no_shadow(self):
         with mock.patch.object(_aiokeepalive.Keepaliver, "_add_shadow", lambda self, fl, call: None):

@@ -310,8 +310,9 @@ export function parseArgs(argv: string[]): Config {
   const f: Record<string, string> = {
     proc: "", lockd: "", fenced: "", history: "", keys: "", ttl: "0s", "hold-min": "0s", "hold-max": "0s",
     "clock-scale": "1", trust: TRUST_SDK, limit: "0", rw: "false", "heartbeat-interval": "0s", seed: "1", "hold-ack": "false",
+    pairs: "false",
   };
-  const booleans = new Set(["rw", "hold-ack"]);
+  const booleans = new Set(["rw", "hold-ack", "pairs"]);
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (!a.startsWith("-") || a === "-" || a === "--") throw new Error(`unexpected argument "${a}"`);
@@ -354,6 +355,8 @@ export function parseArgs(argv: string[]): Config {
   if (![TRUST_SDK, TRUST_RECEIVE_TTL, TRUST_IGNORE_DONE].includes(cfg.trust)) problems.push(`trust "${cfg.trust}": want sdk, receive-ttl or ignore-done`);
   if (cfg.limit < 0 || cfg.limit > 1024) problems.push(`limit ${cfg.limit}: want 0..1024`);
   if (cfg.rw && cfg.limit > 1) problems.push(`limit ${cfg.limit} with rw: a key is a semaphore or a read/write lock`);
+  // The runner passes -pairs=false to every worker (issue 26).
+  if (bool("pairs")) problems.push("pairs: pair workers (the deadlock scenarios) are the Go worker's only");
   if (problems.length > 0) throw new Error("config: " + problems.join("; "));
   return cfg;
 }

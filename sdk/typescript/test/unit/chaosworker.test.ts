@@ -24,7 +24,7 @@ test("Go durations parse to milliseconds", () => {
 test("the Go worker's flags", () => {
   const cfg = parseArgs(["-proc", "w3", "-lockd=127.0.0.1:1,127.0.0.1:2", "-fenced", "http://127.0.0.1:9", "-history", "/h",
     "-keys", "a,b", "-ttl", "3s", "-hold-min", "10ms", "-hold-max", "40ms", "-clock-scale", "0.85", "-trust", "receive-ttl",
-    "-heartbeat-interval", "200ms", "-seed", "7", "-hold-ack", "-rw"]);
+    "-heartbeat-interval", "200ms", "-seed", "7", "-hold-ack", "-rw", "-pairs=false"]);
   assert.deepEqual(cfg, {
     proc: "w3", lockd: ["127.0.0.1:1", "127.0.0.1:2"], fenced: "http://127.0.0.1:9", history: "/h", keys: ["a", "b"],
     ttl: 3000, holdMin: 10, holdMax: 40, clockScale: 0.85, trust: "receive-ttl", limit: 0, rw: true,
@@ -34,6 +34,8 @@ test("the Go worker's flags", () => {
   assert.throws(() => parseArgs(["-nope", "1"]), /not defined: -nope/);
   assert.throws(() => parseArgs(["-proc", "w0", "-lockd", "a:1", "-fenced", "f", "-history", "h", "-keys", "k", "-limit", "3", "-rw"]),
     /a semaphore or a read\/write lock/);
+  assert.throws(() => parseArgs(["-proc", "w0", "-lockd", "a:1", "-fenced", "f", "-history", "h", "-keys", "k", "-pairs"]),
+    /the Go worker's only/);
 });
 
 test("history lines as package history reads them", () => {
