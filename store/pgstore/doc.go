@@ -64,7 +64,9 @@
 // returns at once and the worker undoes a queue entry the batch made for it
 // (a grant is kept, as on etcd: a retry through any instance returns it;
 // see undo). The batch size is
-// lockd_backend_batch_size.
+// lockd_backend_batch_size. Every lock transaction runs with generic plans
+// (keyLock sets plan_cache_mode for that transaction only): its statements
+// are planned once per connection, not on every execution (issue 24).
 //
 // # Waiting and watching
 //
