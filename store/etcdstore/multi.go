@@ -28,11 +28,13 @@ import (
 //	                       waiter's lease; create revision orders the queue
 //	m/<key>\x00v<session>  a slot's value: "<token> <value>" on the lease
 //
-// Every write is one transaction that compares the whole m/<key>\x00 range
-// against the snapshot it decided on (no key in it newer than that
-// revision) and that the key's plain grant and plain queue are empty; the
-// plain grant paths in turn require the m/ range to be empty (ifFree, and
-// Acquire's queueing). So the two kinds never hold one key at once, and a
+// Every grant or queueing is one transaction that compares the whole
+// m/<key>\x00 range against the snapshot it decided on (no key in it newer
+// than that revision) and that the key's plain grant and plain queue are
+// empty (deletes need no snapshot: a release compares its own slot, a
+// revoke deletes the whole slot range, revokeMulti); the plain grant paths
+// in turn require the m/ range to be empty (ifFree, and Acquire's
+// queueing). So the two kinds never hold one key at once, and a
 // request of the other kind sees the first and fails with
 // store.ErrLimitMismatch. Deleted entries only make a decision more
 // permissive, so a snapshot whose range has no newer key is still a sound
