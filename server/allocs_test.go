@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
@@ -46,7 +47,7 @@ func TestHotPathAllocations(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 
-			sess, err := srv.Client.NewSession(ctx)
+			sess, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 			if err != nil {
 				t.Fatalf("NewSession: %v", err)
 			}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
@@ -73,7 +74,7 @@ func TestSessionCloseAudit(t *testing.T) {
 		cfg.CloseSessionsOnShutdown = true
 		log2, logs2 := testkit.NewLogger()
 		srv2 := lockdtest.StartBackend(t, backend, lockdtest.Options{Config: &cfg, Logger: log2})
-		s, err := srv2.Client.NewSession(ctx)
+		s, err := srv2.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("NewSession: %v", err)
 		}

@@ -32,7 +32,7 @@ func TestWaitEstimate(t *testing.T) {
 		const key, holdFor = "est/k", 150 * time.Millisecond
 		var sess [4]*client.Session
 		for i := range sess {
-			s, err := srv.Client.NewSession(ctx)
+			s, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 			if err != nil {
 				t.Fatalf("NewSession: %v", err)
 			}

@@ -131,7 +131,7 @@ func TestExpireSessionReplyLost(t *testing.T) {
 	if l, err := stB.Heartbeat(ctx, store.SessionID(id)); err == nil && l.Live || err != nil && !errors.Is(err, store.ErrSessionDead) {
 		t.Errorf("Heartbeat of the session through another Store = %+v, %v; want not live (ErrSessionDead)", l, err)
 	}
-	other, err := stB.OpenSession(ctx, lockdtest.TTL)
+	other, err := stB.OpenSession(ctx, longTTL)
 	if err != nil {
 		t.Fatalf("OpenSession on B: %v", err)
 	}

@@ -150,7 +150,7 @@ func TestFailoverWaiterKeepsPlace(t *testing.T) {
 				a, b := srvs[0], srvs[1]
 				ctx := testCtx(t, 90*time.Second)
 				proxy := testkit.NewProxy(t, a.Addr)
-				holder, err := b.NewClient(t).NewSession(ctx)
+				holder, err := b.NewClient(t).NewSession(ctx, client.WithSessionTTL(longTTL))
 				if err != nil {
 					t.Fatalf("holder NewSession: %v", err)
 				}
@@ -158,11 +158,11 @@ func TestFailoverWaiterKeepsPlace(t *testing.T) {
 				if err != nil {
 					t.Fatalf("holder Acquire: %v", err)
 				}
-				w1, err := failoverClient(t, proxy.Addr(), b.Addr).NewSession(ctx)
+				w1, err := failoverClient(t, proxy.Addr(), b.Addr).NewSession(ctx, client.WithSessionTTL(longTTL))
 				if err != nil {
 					t.Fatalf("W1 NewSession: %v", err)
 				}
-				w2, err := b.NewClient(t).NewSession(ctx)
+				w2, err := b.NewClient(t).NewSession(ctx, client.WithSessionTTL(longTTL))
 				if err != nil {
 					t.Fatalf("W2 NewSession: %v", err)
 				}
@@ -247,7 +247,7 @@ func TestWaitKeepsPlaceAcrossMaxWait(t *testing.T) {
 		server.SetMaxWait(srv.Server, time.Second)
 		ctx := testCtx(t, 90*time.Second)
 		c := srv.Client
-		holder, err := c.NewSession(ctx)
+		holder, err := c.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("holder NewSession: %v", err)
 		}
@@ -255,11 +255,11 @@ func TestWaitKeepsPlaceAcrossMaxWait(t *testing.T) {
 		if err != nil {
 			t.Fatalf("holder Acquire: %v", err)
 		}
-		w1, err := c.NewSession(ctx)
+		w1, err := c.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("W1 NewSession: %v", err)
 		}
-		w2, err := c.NewSession(ctx)
+		w2, err := c.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("W2 NewSession: %v", err)
 		}

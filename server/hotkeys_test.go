@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
@@ -23,12 +24,12 @@ func TestHotKeys(t *testing.T) {
 		cfg.HTTPListen = "127.0.0.1:0"
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{Config: &cfg})
 		ctx := testCtx(t, 60*time.Second)
-		a, err := srv.Client.NewSession(ctx)
+		a, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer a.Close(ctx)
-		b, err := srv.Client.NewSession(ctx)
+		b, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ func TestHTTPBadInput(t *testing.T) {
 		t.Errorf("List with an invalid UTF-8 prefix: field %q in %v; want prefix", f, out)
 	}
 
-	s := c.open(lockdtest.Config().SessionTTL)
+	s := c.open(longTTL)
 	big := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("v", 150<<10)))
 	st, out = c.do("POST", "/v1/locks/jobs/big:acquire", obj{"session_id": s.id, "session_secret": s.secret, "value": big})
 	wantErr(t, "Acquire with a 150 KiB value", st, out, http.StatusRequestEntityTooLarge, wireerr.ReasonInvalidArgument)

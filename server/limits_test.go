@@ -619,10 +619,10 @@ func TestLimitSDK(t *testing.T) {
 	srv := lockdtest.StartBackend(t, backend.Etcd, lockdtest.Options{
 		Config: limitConfig(func(c *server.Config) { c.MaxSessions = 1 })})
 	ctx := testCtx(t, 30*time.Second)
-	if _, err := srv.Client.NewSession(ctx); err != nil {
+	if _, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Client.NewSession(ctx); !errors.Is(err, client.ErrLimit) {
+	if _, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL)); !errors.Is(err, client.ErrLimit) {
 		t.Errorf("NewSession beyond max-sessions = %v; want client.ErrLimit", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
@@ -365,7 +366,7 @@ func TestShutdown(t *testing.T) {
 			cfg.CloseSessionsOnShutdown = closeAll
 			srv := lockdtest.StartBackend(t, backend, lockdtest.Options{Config: &cfg})
 			ctx := testCtx(t, 60*time.Second)
-			s, err := srv.Client.NewSession(ctx)
+			s, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 			if err != nil {
 				t.Fatalf("NewSession: %v", err)
 			}

@@ -50,7 +50,7 @@ func TestTemplateStats(t *testing.T) {
 		reg := srv.Registry
 		var sess [3]*client.Session
 		for i := range sess {
-			s, err := srv.Client.NewSession(ctx)
+			s, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 			if err != nil {
 				t.Fatalf("NewSession: %v", err)
 			}
@@ -231,7 +231,7 @@ func TestStatsDisabled(t *testing.T) {
 	cfg.StatsEnabled = false
 	srv := lockdtest.StartBackend(t, lockdtest.Backends[0], lockdtest.Options{Config: &cfg})
 	ctx := testCtx(t, 30*time.Second)
-	s, err := srv.Client.NewSession(ctx)
+	s, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 	if err != nil {
 		t.Fatalf("NewSession: %v", err)
 	}

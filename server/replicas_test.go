@@ -309,7 +309,7 @@ func TestHeldSetAcrossReplicas(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
 
-	id := openRaw(t, ctx, apiA, 0).SessionId
+	id := openRaw(t, ctx, apiA, longTTL).SessionId
 	acquire := func(api lockdv1.LockServiceClient, key string) uint64 {
 		t.Helper()
 		g, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: key})
@@ -391,7 +391,7 @@ func TestReplicaDiesSessionMoves(t *testing.T) {
 			t.Fatalf("Acquire(k) on A = %v, %v", g, err)
 		}
 
-		waiter, err := b.NewClient(t, client.WithSafetyMargin(lockdtest.SafetyMargin)).NewSession(ctx)
+		waiter, err := b.NewClient(t, client.WithSafetyMargin(lockdtest.SafetyMargin)).NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("waiter NewSession on B: %v", err)
 		}
@@ -504,7 +504,7 @@ func TestDrainTellsClientsToMove(t *testing.T) {
 		ctx := testCtx(t, 90*time.Second)
 		apiA, apiB := dial(t, a.Addr), dial(t, b.Addr)
 
-		id := openRaw(t, ctx, apiA, 0).SessionId
+		id := openRaw(t, ctx, apiA, longTTL).SessionId
 		g, err := apiA.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: id, Key: "k"})
 		if err != nil || !g.Granted {
 			t.Fatalf("Acquire(k) on A = %v, %v", g, err)

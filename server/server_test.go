@@ -63,8 +63,12 @@ func dialBare(t testing.TB, addr string, opts ...grpc.DialOption) lockdv1.LockSe
 // reason returns the lockd ErrorInfo reason of a status error.
 func reason(err error) string { return wireerr.Reason(status.Convert(err)) }
 
-// longTTL is the TTL of raw sessions whose expiry is not the point of a
-// test: nothing heartbeats them, and a loaded machine may be slow.
+// longTTL is the TTL of sessions whose expiry is not the point of a test
+// (raw ones nothing heartbeats, and SDK sessions that are only a vehicle
+// for what the test checks): a loaded machine may starve the test process
+// for seconds, and with lockdtest.TTL (3 s) such a session expires and
+// fails a test about something else (issue 21). Sessions whose expiry,
+// silence or heartbeat timing is the subject keep the short TTL.
 const longTTL = time.Minute
 
 // openRaw opens a session through the raw API (ttl 0: the server default).

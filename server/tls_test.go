@@ -96,7 +96,7 @@ func TestTLSRefusesPlaintextClient(t *testing.T) {
 	// The SDK over TLS: a session and a lock.
 	c := e.srv.NewClient(t, client.WithTLS(clientTLS(t, e.serverCA, nil, nil)))
 	ctx := testkit.Context(t, 10*time.Second)
-	s, err := c.NewSession(ctx)
+	s, err := c.NewSession(ctx, client.WithSessionTTL(longTTL))
 	if err != nil {
 		t.Fatalf("NewSession over TLS: %v", err)
 	}

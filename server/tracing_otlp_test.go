@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/server"
@@ -69,7 +70,7 @@ func (c *collector) has(span string) bool {
 func acquireOnce(t *testing.T, srv *lockdtest.Server) {
 	t.Helper()
 	ctx := testkit.Context(t, time.Minute)
-	sess, err := srv.Client.NewSession(ctx)
+	sess, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 	if err != nil {
 		t.Fatalf("NewSession: %v", err)
 	}

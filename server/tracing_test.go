@@ -66,7 +66,7 @@ func holdThenReleaseWith(t *testing.T, srv *lockdtest.Server, key string, holder
 	ctx := testkit.Context(t, time.Minute)
 	var locks []*client.Lock
 	for _, opts := range holders {
-		holder, err := srv.Client.NewSession(ctx)
+		holder, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("NewSession: %v", err)
 		}
@@ -171,7 +171,7 @@ func callerAcquireWith(t *testing.T, srv *lockdtest.Server, tp trace.TracerProvi
 		ctx, span := tp.Tracer("test").Start(ctx, "caller")
 		defer span.End()
 		root = span.SpanContext()
-		sess, err := traced.NewSession(ctx)
+		sess, err := traced.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			return err
 		}
@@ -241,7 +241,7 @@ func TestTracing(t *testing.T) {
 				// The same over HTTP, the caller's span given as a
 				// traceparent header.
 				c := newJClient(t, "http://"+srv.HTTPAddr, nil)
-				s := c.open(lockdtest.TTL)
+				s := c.open(longTTL)
 				holdThenRelease(t, srv, "trace/http", func(context.Context) error {
 					st, out := c.do("POST", "/v1/locks/trace/http:acquire", obj{"session_id": s.id, "session_secret": s.secret, "wait": true},
 						"traceparent", traceparent(tid, sid))
@@ -266,7 +266,7 @@ func TestTracing(t *testing.T) {
 					t.Fatalf("the SDK sent no traced Acquire: the check below would prove nothing")
 				}
 				c := newJClient(t, "http://"+srv.HTTPAddr, nil)
-				s := c.open(lockdtest.TTL)
+				s := c.open(longTTL)
 				holdThenRelease(t, srv, "trace/off-http", func(context.Context) error {
 					st, out := c.do("POST", "/v1/locks/trace/off-http:acquire", obj{"session_id": s.id, "session_secret": s.secret, "wait": true},
 						"traceparent", traceparent(tid, sid))

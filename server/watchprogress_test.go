@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/lockd/client"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 )
@@ -90,7 +91,7 @@ func TestWatchProgress(t *testing.T) {
 			t.Errorf("three progress messages after the first took %v; want at least two intervals (%v each)", took, progressEvery)
 		}
 
-		s, err := srv.Client.NewSession(ctx)
+		s, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("NewSession: %v", err)
 		}

@@ -135,7 +135,7 @@ func watchResumesAfterMove(t *testing.T, kind, move string) {
 	if got := gates[0].resumedAfter(); len(got) != 1 || got[0] != "" {
 		t.Fatalf("replica A's watches: %q; want one, from now (the client uses A first)", got)
 	}
-	writer, err := b.NewClient(t).NewSession(ctx)
+	writer, err := b.NewClient(t).NewSession(ctx, client.WithSessionTTL(longTTL))
 	if err != nil {
 		t.Fatalf("writer NewSession: %v", err)
 	}
@@ -298,7 +298,7 @@ func TestWatchResumeAfterRaw(t *testing.T) {
 			t.Fatalf("Watch(resume_after of 257 bytes): %v; want InvalidArgument", err)
 		}
 
-		s, err := srv.Client.NewSession(ctx)
+		s, err := srv.Client.NewSession(ctx, client.WithSessionTTL(longTTL))
 		if err != nil {
 			t.Fatalf("NewSession: %v", err)
 		}
