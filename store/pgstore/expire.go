@@ -54,6 +54,11 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (store.Ex
 	case rem > 0:
 		return store.Expiry{Remaining: rem}, nil
 	}
+	if len(grants) > 0 {
+		// Committed: stamp the lock-delays the delete started (delay.go);
+		// a failure leaves them to the reaper.
+		_ = s.stampDelays(ctx)
+	}
 	s.logReleased(grants, telemetry.ReleaseSessionLost)
 	s.metrics.Released(telemetry.ReleaseSessionLost, len(grants))
 	s.metrics.SessionEnded("")
