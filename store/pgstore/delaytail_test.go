@@ -11,6 +11,22 @@ import (
 	"lock.dev/lockd/store"
 )
 
+// quietStore opens a Store on dsn whose reaper does not run during the
+// test (its interval is an hour), closed when the test ends.
+func quietStore(t *testing.T, dsn string) *Store {
+	t.Helper()
+	s, err := New(testCtx(t), Options{DSN: dsn, ReaperInterval: time.Hour})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
 // holdCommits installs, in s's schema, a deferred constraint trigger on
 // delays that makes every transaction starting a lock-delay wait at its
 // COMMIT — after every other deferred trigger of that row ("zz" sorts
@@ -56,16 +72,17 @@ func holdCommits(t *testing.T, s *Store) (hold func(t *testing.T), release func(
 // test; while it waits, a reader still sees the holder, 300 ms after the
 // deleting transaction began its COMMIT. The waiter's grant (acquired_at,
 // the granting transaction's database clock) must come at least d after
-// that reading, for each kind of involuntary end: Revoke and the reaper's
-// expiry.
+// that reading, for each kind of involuntary end: Revoke, the reaper's
+// expiry and ExpireSession (the server's close of a silent client).
 func TestLockDelayAfterCommitTail(t *testing.T) {
 	const (
 		d    = 2 * time.Second
 		tail = 300 * time.Millisecond
 	)
 	dsn := pgtest.NewDatabase(t)
-	s := newStore(t, dsn)
-	b := newStore(t, dsn) // the waiter's instance
+	// Two instances whose reapers do not run by themselves: the expiry
+	// subtest runs one, and ExpireSession must find its session.
+	s, b := quietStore(t, dsn), quietStore(t, dsn) // b: the waiter's
 	hold, release := holdCommits(t, s)
 
 	for _, c := range []struct {
@@ -80,8 +97,17 @@ func TestLockDelayAfterCommitTail(t *testing.T) {
 			return err
 		}},
 		{"expiry", func(t *testing.T, g store.Grant) error {
-			expire(t, s, g.Session) // the reaper of s or b deletes it
+			expire(t, s, g.Session)
+			s.reap(testCtx(t))
 			return nil
+		}},
+		{"ExpireSession", func(t *testing.T, g store.Grant) error {
+			expire(t, s, g.Session)
+			e, err := s.ExpireSession(testCtx(t), g.Session)
+			if err == nil && (!e.Ended || e.Released != 1) {
+				err = fmt.Errorf("ExpireSession = %+v; want ended with 1 lock released", e)
+			}
+			return err
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,6 +135,11 @@ func TestLockDelayAfterCommitTail(t *testing.T) {
 			go func() { ended <- c.end(t, g) }()
 			// The ending transaction is in its COMMIT, waiting for our lock.
 			testkit.Eventually(t, 30*time.Second, "the ending commit waits in the hook", func() error {
+				select {
+				case err := <-ended:
+					t.Fatalf("the end (%s) committed without waiting in the hook, which holds every commit that starts a lock-delay: it started none (err %v)", c.name, err)
+				default:
+				}
 				var n int
 				err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 					WHERE locktype = 'advisory' AND classid = 21 AND objid = 21 AND objsubid = 2 AND NOT granted`).Scan(&n)
@@ -158,12 +189,7 @@ func TestLockDelayAfterCommitTail(t *testing.T) {
 func TestLockDelayPendingUntilStamped(t *testing.T) {
 	const d = 2 * time.Second
 	dsn := pgtest.NewDatabase(t)
-	// A Store whose reaper does not run during the test.
-	s, err := New(testCtx(t), Options{DSN: dsn, ReaperInterval: time.Hour})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := quietStore(t, dsn)
 	ctx := testCtx(t)
 	sch := s.schemaIdent()
 	delayedGrant(t, s, "p", d)
@@ -173,7 +199,7 @@ func TestLockDelayPendingUntilStamped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+sch+".locks WHERE key = 'p'"); err != nil {
+	if _, err = tx.Exec(ctx, "DELETE FROM "+sch+".locks WHERE key = 'p'"); err != nil {
 		t.Fatal(err)
 	}
 	// An until long past: a pending row keeps the key all the same.

@@ -97,9 +97,10 @@ func (s *Store) expireSession(ctx context.Context, id store.SessionID) (found bo
 		if _, err := tx.Exec(ctx, s.q.notifiedSelf); err != nil {
 			return err
 		}
-		// The locks go first (closeLocks returns them), then the row, only
-		// if it has expired now; FOR UPDATE above kept out every grant.
-		rows, err := tx.Query(ctx, s.q.closeLocks, string(id))
+		// The locks go first (expireLocks returns them; an involuntary
+		// end, so their lock-delays start), then the row, only if it has
+		// expired now; FOR UPDATE above kept out every grant.
+		rows, err := tx.Query(ctx, s.q.expireLocks, string(id))
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ type queries struct {
 	principal   string
 	closeLock   string
 	closeLocks  string
+	expireLocks string
 	closeDelete string
 	locksOf     string
 
@@ -92,6 +93,11 @@ func newQueries(schema, channel string) queries {
 		// have none).
 		closeLocks: r.Replace(`WITH l AS (DELETE FROM {{s}}.locks WHERE session_id = $1
 				AND set_config('lockd.voluntary', 'on', true) IS NOT NULL RETURNING key, token),
+			m AS (DELETE FROM {{s}}.slots WHERE session_id = $1 RETURNING key, token)
+			SELECT key, token FROM l UNION ALL SELECT key, token FROM m`),
+		// ExpireSession's form of closeLocks: an involuntary end, so the
+		// delete trigger starts the locks' lock-delays (no lockd.voluntary).
+		expireLocks: r.Replace(`WITH l AS (DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token),
 			m AS (DELETE FROM {{s}}.slots WHERE session_id = $1 RETURNING key, token)
 			SELECT key, token FROM l UNION ALL SELECT key, token FROM m`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
