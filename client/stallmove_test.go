@@ -1,6 +1,8 @@
 package client_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
+	"lock.dev/lockd/server"
 	"lock.dev/lockd/store"
 )
 
@@ -37,6 +40,77 @@ func holdHeartbeats(f *lockdtest.Faulty, all bool) (entered <-chan struct{}, rel
 	}
 	f.During(telemetry.OpHeartbeat, hook)
 	return in, func() { done.Do(func() { close(open) }) }, func() int { return int(n.Load()) }
+}
+
+// stallMoveTTL is the session TTL of the stall-move tests (the timing:
+// TestStallMoveKeepsSlowReplica).
+const stallMoveTTL = 10 * time.Second
+
+// stallMoved is a holder that moved from replica A to replica B on a stall,
+// A's heartbeat in flight answered at the instant of the move and B holding
+// every heartbeat (until releaseB).
+type stallMoved struct {
+	a, b         *lockdtest.Server
+	fa, fb       *lockdtest.Faulty
+	s            *client.Session
+	l            *client.Lock
+	moved        time.Time
+	releaseB     func()
+	heldOnB      func() int
+	answeredByA0 int // A's answers before its held one
+}
+
+// stallMove makes that: A and B over one namespace of backend with server
+// configuration cfg (nil: lockdtest's).
+func stallMove(t *testing.T, ctx context.Context, backend string, cfg *server.Config) *stallMoved {
+	t.Helper()
+	ttl := stallMoveTTL
+	ns := lockdtest.NewNamespace(t, backend)
+	start := func() (*lockdtest.Server, *lockdtest.Faulty) {
+		var f *lockdtest.Faulty
+		srv := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true, Config: cfg,
+			Wrap: func(st store.LockStore) store.LockStore { f = lockdtest.NewFaulty(st); return f }})
+		return srv, f
+	}
+	m := &stallMoved{}
+	m.a, m.fa = start()
+	m.b, m.fb = start()
+	// B is cut off until the holder's heartbeat is held on A, so that the
+	// client is on A then (a slow answer of A under load before the hold
+	// would otherwise be a stall of its own).
+	pb := testkit.NewProxy(t, m.b.Addr)
+	pb.Cut()
+	c, err := client.New(m.a.Addr, client.WithAddresses(m.a.Addr, pb.Addr()), client.WithHeartbeatInterval(time.Second),
+		client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatalf("client.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	m.s = newSession(t, ctx, c, client.WithSessionTTL(ttl))
+	if m.l, err = m.s.Acquire(ctx, "k"); err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+
+	heldA, releaseA, _ := holdHeartbeats(m.fa, false)
+	t.Cleanup(releaseA) // before the servers stop (cleanups run last first)
+	var heldB <-chan struct{}
+	heldB, m.releaseB, m.heldOnB = holdHeartbeats(m.fb, true)
+	t.Cleanup(m.releaseB)
+	select { // the holder's next heartbeat is in flight on A
+	case <-heldA:
+	case <-time.After(ttl):
+		t.Fatalf("no heartbeat of the holder reached A within %v", ttl)
+	}
+	pb.Restore() // B reachable: the client may leave A now
+	select {     // the client found A stalled and moved: its heartbeat reached B
+	case <-heldB:
+	case <-time.After(ttl / 2):
+		t.Fatalf("no heartbeat reached B %v after A held one: the client did not move", ttl/2)
+	}
+	m.moved = time.Now()
+	m.answeredByA0 = len(m.fa.Reported())
+	releaseA() // A answers, after the stall bound, at the instant of the move
+	return m
 }
 
 // TestStallMoveKeepsSlowReplica makes on purpose the session loss traced in
@@ -68,52 +142,11 @@ func holdHeartbeats(f *lockdtest.Faulty, all bool) (entered <-chan struct{}, rel
 // wall-clock figure but that trust, which A's unheld answers do not come
 // near on a loaded machine.
 func TestStallMoveKeepsSlowReplica(t *testing.T) {
-	const ttl = 10 * time.Second
+	const ttl = stallMoveTTL
 	forBackends(t, func(t *testing.T, backend string) {
-		ns := lockdtest.NewNamespace(t, backend)
-		start := func() (*lockdtest.Server, *lockdtest.Faulty) {
-			var f *lockdtest.Faulty
-			srv := lockdtest.StartOn(t, ns, lockdtest.Options{NoClient: true,
-				Wrap: func(st store.LockStore) store.LockStore { f = lockdtest.NewFaulty(st); return f }})
-			return srv, f
-		}
-		a, fa := start()
-		b, fb := start()
-		// B is cut off until the holder's heartbeat is held on A, so that
-		// the client is on A then (a slow answer of A under load before the
-		// hold would otherwise be a stall of its own).
-		pb := testkit.NewProxy(t, b.Addr)
-		pb.Cut()
 		ctx := testCtx(t, 2*time.Minute)
-		c, err := client.New(a.Addr, client.WithAddresses(a.Addr, pb.Addr()), client.WithHeartbeatInterval(time.Second),
-			client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
-		if err != nil {
-			t.Fatalf("client.New: %v", err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		s := newSession(t, ctx, c, client.WithSessionTTL(ttl))
-		l, err := s.Acquire(ctx, "k")
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-
-		heldA, releaseA, _ := holdHeartbeats(fa, false)
-		t.Cleanup(releaseA) // before the servers stop (cleanups run last first)
-		heldB, releaseB, heldOnB := holdHeartbeats(fb, true)
-		t.Cleanup(releaseB)
-		select { // the holder's next heartbeat is in flight on A
-		case <-heldA:
-		case <-time.After(ttl):
-			t.Fatalf("no heartbeat of the holder reached A within %v", ttl)
-		}
-		pb.Restore() // B reachable: the client may leave A now
-		select {     // the client found A stalled and moved: its heartbeat reached B
-		case <-heldB:
-		case <-time.After(ttl / 2):
-			t.Fatalf("no heartbeat reached B %v after A held one: the client did not move", ttl/2)
-		}
-		moved := time.Now()
-		releaseA() // A answers, after the stall bound, at the instant of the move
+		m := stallMove(t, ctx, backend, nil)
+		fa, fb, s, l, moved, releaseB, heldOnB := m.fa, m.fb, m.s, m.l, m.moved, m.releaseB, m.heldOnB
 
 		testkit.Eventually(t, 2*ttl, "an answer of A to a heartbeat sent after the stall move", func() error {
 			select {
@@ -154,6 +187,48 @@ func TestStallMoveKeepsSlowReplica(t *testing.T) {
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Errorf("Release: %v", err)
+		}
+	})
+}
+
+// TestStallMoveStopsOnDrain: the replica a holder left on a stall, and
+// still sends heartbeats to (C2 #ct2-failover, "a stall move keeps
+// sending"), begins to drain. The client must send nothing more there, so
+// that the stream ends once its heartbeats in flight are answered and the
+// drain completes: the drain timeout (a minute) is beyond Stop's own 20 s
+// bound, so a client that kept sending would hold the drain and fail Stop.
+// The session lives on meanwhile (A answered after the move; then B).
+func TestStallMoveStopsOnDrain(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		ctx := testCtx(t, 2*time.Minute)
+		cfg := lockdtest.Config()
+		cfg.DrainTimeout = time.Minute
+		m := stallMove(t, ctx, backend, &cfg)
+		// The stalled stream is sent heartbeats: A answers one sent after
+		// the move (its held one, then at least one more).
+		testkit.Eventually(t, stallMoveTTL, "A's answer to a heartbeat sent on the stalled stream", func() error {
+			if n := len(m.fa.Reported()) - m.answeredByA0; n < 2 {
+				return fmt.Errorf("A answered %d heartbeats since it held one; want its held one and one sent after the move", n)
+			}
+			return nil
+		})
+		stopped := make(chan error, 1)
+		go func() { stopped <- m.a.Stop() }() // ends when A's drain and stop are done
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("Stop(A) (drain): %v; want the drain to end once the client sent nothing more on the stalled stream", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("A still draining 15s after its drain began: the client kept sending on the stalled stream")
+		}
+		m.releaseB()
+		testkit.Eventually(t, stallMoveTTL/2, "a heartbeat answered by B", func() bool { return len(m.fb.Reported()) > 0 })
+		if err := m.s.Err(); err != nil {
+			t.Fatalf("the session was lost: %v", err)
+		}
+		if err := m.l.Err(); err != nil && !errors.Is(err, client.ErrReleased) {
+			t.Fatalf("the lock was lost: %v", err)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -29,6 +30,16 @@ func (e *DeadlockError) Is(target error) bool { return target == ErrDeadlock }
 // #ct2-deadlock): its wait still counts in the wait-for graph, but it is
 // never the one refused.
 func NoDeadlockCheck() AcquireOption { return func(o *AcquireOptions) { o.NoDeadlockCheck = true } }
+
+// DeadlockScanGater is implemented by a backend whose deadlock detector a
+// test can drive scan by scan (C2 #ct2-deadlock, "Test hook"; storetest's
+// DeadlockDissolved). SetDeadlockScanGate makes every scan that reads the
+// wait-for graph call gate first and read only when it returns; nil
+// removes it. gate must return when its context ends. Tests only: a gate
+// that blocks stops detection.
+type DeadlockScanGater interface {
+	SetDeadlockScanGate(gate func(ctx context.Context))
+}
 
 // Wait is a session's place in a plain key's queue, as a backend read it
 // for the wait-for graph.

@@ -23,6 +23,12 @@ func waiterValue(id store.SessionID, noCheck bool) string {
 	return string(id)
 }
 
+var _ store.DeadlockScanGater = (*Store)(nil)
+
+// SetDeadlockScanGate is store.DeadlockScanGater (tests, C2
+// #ct2-deadlock "Test hook").
+func (s *Store) SetDeadlockScanGate(gate func(ctx context.Context)) { s.deadlocks.SetGate(gate) }
+
 // waitGraph reads the wait-for graph (C2 #ct2-deadlock) for the deadlock
 // detector: the plain grants (l/) and waiters (q/) in one read-only Txn, at
 // one revision. A waiter's Seq is its waiter key's create revision, its

@@ -299,13 +299,32 @@ func (s *Store) maxHoldRevoke(ss *session, key string, rev int64) {
 	}
 }
 
-// revokeGrant deletes key's grant — any grant when rev is 0, else only the
-// grant of that revision — with a release marker of reason (markRevoked,
-// markMaxHold). A delay record of that grant moves, in the same
-// transaction, to a fresh lease of its delay: the delay runs from now.
+// revokeGrant deletes key's grant — whatever grant the key has when rev is
+// 0, else only the grant of that revision — with a release marker of
+// reason (markRevoked, markMaxHold), in one transaction compared on the
+// grant key alone: that one exists, or has revision rev (C2 #ct2-revoke).
+// The grant it ends is the one the transaction deletes (its previous
+// value), so a key changing under the revoke (grants, releases handing it
+// on, waiters) never makes it retry: nothing but the backend's errors
+// fails it (before issue 21 it compared the grant it had read, and gave up
+// after 10 changes with "the grant kept changing").
+//
+// A delay record of the grant it ends moves to a fresh lease of its delay:
+// the delay runs from now. A record as read before the transaction is
+// moved in it, by a nested transaction compared on the record: while a
+// record exists no grant is made (every grant requires it absent; a
+// release's hand-over deletes it), so an unchanged record belongs to the
+// grant the transaction ends. A record that changed meanwhile (a
+// SetGrantPolicy in between) is read back by that nested transaction and
+// moved right after (settleDelay): no grant can take the key in between,
+// as the record holds it back.
 func (s *Store) revokeGrant(ctx context.Context, key string, rev int64, reason string) (store.Grant, bool, error) {
 	lk, dk := s.lockKey(key), s.delayKey(key)
-	for range 10 {
+	held := clientv3.Compare(clientv3.CreateRevision(lk), "!=", 0)
+	if rev != 0 {
+		held = clientv3.Compare(clientv3.ModRevision(lk), "=", rev)
+	}
+	for { // again only when a lease the transaction uses had ended
 		gr, err := s.cli.Txn(ctx).Then(clientv3.OpGet(lk), clientv3.OpGet(dk)).Commit()
 		if err != nil {
 			return store.Grant{}, false, classify(ctx, err)
@@ -314,44 +333,61 @@ func (s *Store) revokeGrant(ctx context.Context, key string, rev int64, reason s
 		if len(kvs) == 0 || (rev != 0 && kvs[0].ModRevision != rev) {
 			return store.Grant{}, false, nil
 		}
-		g, err := s.grantOf(key, kvs[0])
-		if err != nil {
-			return store.Grant{}, false, err
-		}
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(lk), "=", kvs[0].ModRevision)}
-		var ops []clientv3.Op
+		// The delay record as read: moved (or, of no grant of this key,
+		// deleted) if it is still the same.
+		dcmp := clientv3.Compare(clientv3.CreateRevision(dk), "=", 0)
+		var dops []clientv3.Op
 		var dlease clientv3.LeaseID
 		if dkv := gr.Responses[1].GetResponseRange().Kvs; len(dkv) > 0 {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dk), "=", dkv[0].ModRevision))
-			if tok, d, ok := parseDelay(dkv[0].Value); ok && tok == g.Token && d > 0 {
+			dcmp = clientv3.Compare(clientv3.ModRevision(dk), "=", dkv[0].ModRevision)
+			if tok, d, ok := parseDelay(dkv[0].Value); ok && tok == s.token(kvs[0].ModRevision) && d > 0 {
 				lr, err := s.cli.Grant(ctx, leaseSeconds(d))
 				if err != nil {
 					return store.Grant{}, false, classify(ctx, err)
 				}
 				dlease = lr.ID
-				ops = append(ops, clientv3.OpPut(dk, string(dkv[0].Value), clientv3.WithLease(dlease)))
+				dops = []clientv3.Op{clientv3.OpPut(dk, string(dkv[0].Value), clientv3.WithLease(dlease))}
 			} else {
-				ops = append(ops, clientv3.OpDelete(dk))
+				dops = []clientv3.Op{clientv3.OpDelete(dk)}
 			}
-		} else {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
 		}
 		marker, mlease, err := s.marker(ctx, key, reason)
 		if err != nil {
 			return store.Grant{}, false, classify(ctx, err)
 		}
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(append(ops, marker, clientv3.OpDelete(lk))...).Commit()
+		s.runHook(hookRevokeTry, key)
+		resp, err := s.cli.Txn(ctx).If(held).Then(
+			marker,
+			clientv3.OpDelete(lk, clientv3.WithPrevKV()),
+			clientv3.OpTxn([]clientv3.Cmp{dcmp}, dops, []clientv3.Op{clientv3.OpGet(dk)}),
+		).Commit()
 		if s.marks.gone(err, mlease) {
 			continue // the marker lease ended early: a new one
 		}
 		if err != nil {
 			if dlease != clientv3.NoLease && errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
-				continue
+				continue // the delay's fresh lease ended early: a new one
 			}
 			return store.Grant{}, false, classify(ctx, err)
 		}
 		if !resp.Succeeded {
-			continue // the grant or its delay record changed under us: look again
+			return store.Grant{}, false, nil // free by then (or that grant ended)
+		}
+		prev := resp.Responses[1].GetResponseDeleteRange().GetPrevKvs()
+		if len(prev) == 0 {
+			return store.Grant{}, false, errors.New("etcdstore: revoke: the delete found no grant its compare found") // cannot happen: etcd applies a transaction at once
+		}
+		g := store.Grant{Key: key, Token: s.token(prev[0].ModRevision)}
+		if holder, at, err := parseGrant(prev[0].Value); err == nil {
+			g.Session, g.AcquiredAt = holder, at
+		}
+		if dt := resp.Responses[2].GetResponseTxn(); !dt.Succeeded {
+			if err := s.settleDelay(ctx, key, g.Token, dt.Responses[0].GetResponseRange().Kvs); err != nil {
+				// The record stays on its companion lease: the key is held
+				// back longer, never shorter (C2 #ct2-revoke).
+				telemetry.OrDiscard(s.log.L).LogAttrs(context.Background(), slog.LevelWarn, "revoke: lock-delay record not moved",
+					slog.String("key", key), slog.String("error", err.Error()))
+			}
 		}
 		release := telemetry.ReleaseRevoked
 		if reason == markMaxHold {
@@ -371,7 +407,35 @@ func (s *Store) revokeGrant(ctx context.Context, key string, rev int64, reason s
 		s.mu.Unlock()
 		return g, true, nil
 	}
-	return store.Grant{}, false, fmt.Errorf("%w: etcdstore: revoke %q: the grant kept changing", store.ErrContention, key)
+}
+
+// settleDelay moves key's delay record kvs (as a revoke's transaction read
+// it after deleting the grant token) to a fresh lease of its delay, or
+// deletes it if it is not that grant's. Nothing else changes the record
+// meanwhile (no grant is made while it exists, and its grant is gone), so
+// the compare on it fails only when its lease ended: nothing left to move.
+func (s *Store) settleDelay(ctx context.Context, key string, token uint64, kvs []*mvccpb.KeyValue) error {
+	if len(kvs) == 0 {
+		return nil
+	}
+	dk, kv := s.delayKey(key), kvs[0]
+	same := clientv3.Compare(clientv3.ModRevision(dk), "=", kv.ModRevision)
+	tok, d, ok := parseDelay(kv.Value)
+	if !ok || tok != token || d <= 0 {
+		_, err := s.cli.Txn(ctx).If(same).Then(clientv3.OpDelete(dk)).Commit()
+		return classify(ctx, err)
+	}
+	for range 3 {
+		lr, err := s.cli.Grant(ctx, leaseSeconds(d))
+		if err != nil {
+			return classify(ctx, err)
+		}
+		_, err = s.cli.Txn(ctx).If(same).Then(clientv3.OpPut(dk, string(kv.Value), clientv3.WithLease(lr.ID))).Commit()
+		if err == nil || !errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
+			return classify(ctx, err)
+		}
+	}
+	return errors.New("its fresh lease kept vanishing")
 }
 
 // delayLeft reads, at revision rev, how long the delay record kv still

@@ -244,9 +244,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 			return fmt.Errorf("etcdstore: release: %w", classify(ctx, err))
 		}
 		marker := releaseMarkerPut(k, mlease)
-		if h := s.releaseHook.Load(); h != nil {
-			(*h)(key)
-		}
+		s.runHook(hookReleaseTry, key)
 		var resp *clientv3.TxnResponse
 		var at time.Time // the hand-over's grant time, as written
 		if next == nil {
@@ -301,9 +299,7 @@ func (s *Store) DeleteIfOwner(ctx context.Context, id store.SessionID, key strin
 		if next != nil {
 			// Handed over in this commit: a waiting Acquire of this Store
 			// is answered from it (C2 #ct2-release-handover).
-			if s.handOverHook != nil {
-				s.handOverHook(key)
-			}
+			s.runHook(hookHandedOver, key)
 			s.waiters.handOver(key, store.SessionID(strings.TrimPrefix(next.key, qp)), next.rev, handOff{rev: resp.Header.Revision, at: time.Unix(0, at.UnixNano())}) // as the watch event decodes it
 		}
 		s.released(ss, key, token)

@@ -112,9 +112,7 @@ func (s *Store) releaseMulti(ctx context.Context, ss *session, key string, token
 		} else {
 			cmps = append(cmps, s.admitsNone(key, st, read)...)
 		}
-		if h := s.slotReleaseHook.Load(); h != nil {
-			(*h)(key)
-		}
+		s.runHook(hookSlotReleaseTry, key)
 		// Else: the range again, for the next try (no read of its own).
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(s.multiPrefix(key), clientv3.WithPrefix())).Commit()
 		if err != nil {
@@ -207,9 +205,7 @@ func (s *Store) handOverRest(ctx context.Context, key string, st multiState) err
 		// w is first in line: only its own grant or leaving (its key's
 		// delete) can change what admits it.
 		cmps, ops := s.slotHandOver(key, w)
-		if h := s.slotReleaseHook.Load(); h != nil {
-			(*h)(key)
-		}
+		s.runHook(hookSlotReleaseTry, key)
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return classify(ctx, err)

@@ -139,7 +139,7 @@ func TestLocalHandOverAnsweredOnce(t *testing.T) {
 		g0 := mustTry(t, st, holder, "k")
 		res := waitFirst(t, ctx, st, waiting, waiter, "k")
 		answered := make(chan answer, 1)
-		st.handOverHook = func(string) { answered <- <-res } // the tell waits for the watch event's answer
+		hookAt(t, st, hookHandedOver, func(string) { answered <- <-res }) // the tell waits for the watch event's answer
 		if err := st.DeleteIfOwner(ctx, holder, "k", g0.Token); err != nil {
 			t.Fatalf("DeleteIfOwner: %v", err)
 		}

@@ -28,11 +28,13 @@ import (
 //	                       waiter's lease; create revision orders the queue
 //	m/<key>\x00v<session>  a slot's value: "<token> <value>" on the lease
 //
-// Every write is one transaction that compares the whole m/<key>\x00 range
-// against the snapshot it decided on (no key in it newer than that
-// revision) and that the key's plain grant and plain queue are empty; the
-// plain grant paths in turn require the m/ range to be empty (ifFree, and
-// Acquire's queueing). So the two kinds never hold one key at once, and a
+// Every grant or queueing is one transaction that compares the whole
+// m/<key>\x00 range against the snapshot it decided on (no key in it newer
+// than that revision) and that the key's plain grant and plain queue are
+// empty (deletes need no snapshot: a release compares its own slot, a
+// revoke deletes the whole slot range, revokeMulti); the plain grant paths
+// in turn require the m/ range to be empty (ifFree, and Acquire's
+// queueing). So the two kinds never hold one key at once, and a
 // request of the other kind sees the first and fails with
 // store.ErrLimitMismatch. Deleted entries only make a decision more
 // permissive, so a snapshot whose range has no newer key is still a sound
@@ -431,49 +433,57 @@ func (s *Store) setValueMulti(ctx context.Context, ss *session, key string, toke
 }
 
 // revokeMulti is Revoke of a semaphore or read/write key: every slot goes,
-// in one transaction; found is false when it has none.
+// in one transaction that deletes the key's whole slot range and its
+// values and returns the slots it deleted (C2 #ct2-revoke): the slots
+// current at that commit, whatever changed since the read, so nothing but
+// the backend's errors fails it (before issue 21 it compared every slot it
+// had read, and gave up after 10 changes with "the slots kept changing").
+// A value lives only beside its slot (put compared on it, on its lease), so
+// the value range holds no value of a slot the delete spares. found is
+// false when the key has no slot; a read first spares a free key the write.
+// The waiters, woken by the deletes, are admitted by their own attempts.
 func (s *Store) revokeMulti(ctx context.Context, key string) (store.Grant, bool, error) {
 	mp := s.multiPrefix(key)
-	for range 10 {
-		resp, err := s.cli.Get(ctx, mp, clientv3.WithPrefix())
-		if err != nil {
-			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
-		}
-		st, err := s.decodeMulti(key, resp.Kvs)
-		if err != nil {
-			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", err)
-		}
-		if len(st.slots) == 0 {
-			return store.Grant{}, false, nil
-		}
-		var cmps []clientv3.Cmp
-		var ops []clientv3.Op
-		for _, e := range st.slots {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(e.kv.Key)), "=", e.kv.ModRevision))
-			ops = append(ops, clientv3.OpDelete(string(e.kv.Key)), clientv3.OpDelete(s.slotValueKey(key, e.Session)))
-		}
-		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		if err != nil {
-			return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
-		}
-		if !tr.Succeeded {
-			continue
-		}
-		s.mu.Lock()
-		for _, e := range st.slots {
-			tok := s.token(e.kv.ModRevision)
-			s.log.LockRevoked(ctx, key, tok)
-			if ss := s.sessions[e.Session]; ss != nil && !ss.dead && ss.held[key] == tok {
-				delete(ss.held, key)
-				ss.heldGen++
-				delete(ss.multi, key)
-				s.met.Released(telemetry.ReleaseRevoked, 1)
-				s.log.LockReleased(store.Grant{Key: key, Session: e.Session, Token: tok, AcquiredAt: e.at}, telemetry.ReleaseRevoked)
-			}
-		}
-		s.mu.Unlock()
-		first := st.slots[0]
-		return store.Grant{Key: key, Session: first.Session, Token: s.token(first.kv.ModRevision), AcquiredAt: first.at}, true, nil
+	slots, values := mp+"s", mp+"v"
+	resp, err := s.cli.Get(ctx, slots, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
 	}
-	return store.Grant{}, false, fmt.Errorf("%w: etcdstore: revoke %q: the slots kept changing", store.ErrContention, key)
+	if resp.Count == 0 {
+		return store.Grant{}, false, nil
+	}
+	s.runHook(hookRevokeTry, key)
+	tr, err := s.cli.Txn(ctx).Then(
+		clientv3.OpDelete(slots, clientv3.WithPrefix(), clientv3.WithPrevKV()),
+		clientv3.OpDelete(values, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
+	}
+	prev := tr.Responses[0].GetResponseDeleteRange().GetPrevKvs()
+	if len(prev) == 0 {
+		return store.Grant{}, false, nil // released meanwhile
+	}
+	gs := make([]store.Grant, 0, len(prev))
+	for _, kv := range prev {
+		g := store.Grant{Key: key, Token: s.token(kv.ModRevision)}
+		if e, err := parseEntry(kv); err == nil { // a malformed one is gone all the same
+			g.Session, g.AcquiredAt = e.Session, e.at
+		}
+		gs = append(gs, g)
+	}
+	slices.SortFunc(gs, func(a, b store.Grant) int { return cmp.Compare(a.Token, b.Token) })
+	s.mu.Lock()
+	for _, g := range gs {
+		s.log.LockRevoked(ctx, key, g.Token)
+		if ss := s.sessions[g.Session]; ss != nil && !ss.dead && ss.held[key] == g.Token {
+			delete(ss.held, key)
+			ss.heldGen++
+			delete(ss.multi, key)
+			s.met.Released(telemetry.ReleaseRevoked, 1)
+			s.log.LockReleased(g, telemetry.ReleaseRevoked)
+		}
+	}
+	s.mu.Unlock()
+	return gs[0], true, nil
 }

@@ -1,17 +1,10 @@
 package etcdstore
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"lock.dev/lockd/internal/testing/etcdtest"
-	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -53,35 +46,10 @@ func TestPlainReleaseUnderContention(t *testing.T) {
 					t.Fatalf("delay record after SetGrantPolicy: %v, %v; want one", r, err)
 				}
 			}
-			lease, err := cli.Grant(ctxT(t), 60)
-			if err != nil {
-				t.Fatalf("lease of the queued waiters: %v", err)
-			}
-			t.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) }) //nolint:errcheck // its TTL ends it too
-			ahead := make([]string, handOverTries)
-			for i := range ahead {
-				id := store.SessionID(fmt.Sprintf("ahead%02d", i))
-				ahead[i] = st.waiterKey(key, id)
-				if _, err := cli.Put(ctxT(t), ahead[i], waiterValue(id, true), clientv3.WithLease(lease.ID)); err != nil {
-					t.Fatalf("queueing waiter %d: %v", i, err)
-				}
-			}
-			type res struct {
-				g   store.Grant
-				err error
-			}
-			done := make(chan res, 1)
-			go func() { // exits when Acquire returns (granted, or ctxT's end)
-				g, err := other.Acquire(ctxT(t), w, key, store.NoDeadlockCheck())
-				done <- res{g, err}
-			}()
-			testkit.Eventually(t, 30*time.Second, "w queued", func() error {
-				info, _, err := st.Inspect(ctxT(t), key)
-				if err == nil && !slices.Contains(info.Waiters, w) {
-					err = errors.New("not queued yet")
-				}
-				return err
-			})
+			ahead, _ := rawWaiters(t, cli, handOverTries,
+				func(id store.SessionID) string { return st.waiterKey(key, id) },
+				func(id store.SessionID) string { return waiterValue(id, true) })
+			done := acquireQueued(t, other, w, key, store.NoDeadlockCheck())
 
 			calls, left := 0, 0
 			hook := func(k string) {
@@ -93,9 +61,9 @@ func TestPlainReleaseUnderContention(t *testing.T) {
 					left++
 				}
 			}
-			st.releaseHook.Store(&hook)
+			unset := hookAt(t, st, hookReleaseTry, hook)
 			err = st.DeleteIfOwner(ctxT(t), a, key, ga.Token)
-			st.releaseHook.Store(nil)
+			unset()
 			if err != nil {
 				t.Fatalf("DeleteIfOwner of a's grant with every hand-over try failing (%d waiters left before a try): %v; want released", left, err)
 			}

@@ -2,16 +2,11 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"lock.dev/lockd/internal/testing/etcdtest"
-	"lock.dev/lockd/internal/testing/testkit"
 	"lock.dev/lockd/store"
 )
 
@@ -54,35 +49,10 @@ func TestSlotReleaseUnderContention(t *testing.T) {
 					ga = g
 				}
 			}
-			lease, err := cli.Grant(ctxT(t), 60)
-			if err != nil {
-				t.Fatalf("lease of the queued waiters: %v", err)
-			}
-			t.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) }) //nolint:errcheck // its TTL ends it too
-			ahead := make([]string, handOverTries)
-			for i := range ahead {
-				id := store.SessionID(fmt.Sprintf("ahead%02d", i))
-				ahead[i] = st.mwaiterKey(key, id)
-				if _, err := cli.Put(ctxT(t), ahead[i], entryValue(id, o), clientv3.WithLease(lease.ID)); err != nil {
-					t.Fatalf("queueing waiter %d: %v", i, err)
-				}
-			}
-			type res struct {
-				g   store.Grant
-				err error
-			}
-			done := make(chan res, 1)
-			go func() { // exits when Acquire returns (granted, or ctxT's end)
-				g, err := other.Acquire(ctxT(t), w, key, lim)
-				done <- res{g, err}
-			}()
-			testkit.Eventually(t, 30*time.Second, "w queued", func() error {
-				info, _, err := st.Inspect(ctxT(t), key)
-				if err == nil && !slices.Contains(info.Waiters, w) {
-					err = errors.New("not queued yet")
-				}
-				return err
-			})
+			ahead, _ := rawWaiters(t, cli, handOverTries,
+				func(id store.SessionID) string { return st.mwaiterKey(key, id) },
+				func(id store.SessionID) string { return entryValue(id, o) })
+			done := acquireQueued(t, other, w, key, lim)
 
 			rctx, cancel := context.WithCancel(ctxT(t))
 			defer cancel()
@@ -102,9 +72,9 @@ func TestSlotReleaseUnderContention(t *testing.T) {
 					left++
 				}
 			}
-			st.slotReleaseHook.Store(&hook)
-			err = st.DeleteIfOwner(rctx, a, key, ga.Token)
-			st.slotReleaseHook.Store(nil)
+			unset := hookAt(t, st, hookSlotReleaseTry, hook)
+			err := st.DeleteIfOwner(rctx, a, key, ga.Token)
+			unset()
 			if err != nil {
 				t.Fatalf("DeleteIfOwner of a's slot with every hand-over compare failing (%d waiters left before a try): %v; want released", left, err)
 			}

@@ -94,13 +94,9 @@ type Store struct {
 	// commitHook, set by tests, is called by a committer with each batch's
 	// keys before sending it.
 	commitHook atomic.Pointer[func(keys []string)]
-	// slotReleaseHook, set by tests, is called with the key before each
-	// hand-over transaction of a slot's release (releaseMulti, then
-	// handOverRest; handover.go).
-	slotReleaseHook atomic.Pointer[func(key string)]
-	// releaseHook, set by tests, is called with the key before each
-	// hand-over try of a plain lock's release (DeleteIfOwner, grant.go).
-	releaseHook atomic.Pointer[func(key string)]
+	// hook, set by tests, runs at the write paths' hook points with the
+	// point and the key (runHook).
+	hook atomic.Pointer[func(at hookPoint, key string)]
 
 	waiters   localQueues        // Acquire calls of this Store waiting in a queue (wait.go)
 	deadlocks *deadlock.Detector // C2 #ct2-deadlock (deadlock.go)
@@ -116,11 +112,9 @@ type Store struct {
 	// runs when an Acquire starts waiting first in line for the grant
 	// key's next change (wait.go); eventGate, when not nil, holds every
 	// watch event a waiting Acquire receives until it is closed (the
-	// notification path held back); handOverHook runs after a release's
-	// hand-over committed, before the local waiter is told (grant.go).
-	waitingHook  func(key string)
-	eventGate    chan struct{}
-	handOverHook func(key string)
+	// notification path held back).
+	waitingHook func(key string)
+	eventGate   chan struct{}
 
 	mu       sync.Mutex
 	sessions map[store.SessionID]*session // live and recently dead sessions
@@ -272,4 +266,31 @@ func (s *Store) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
+}
+
+// hookPoint names a place on a write path where a test's hook (Store.hook)
+// runs. One hook per Store, told which point it is at, so a test sees the
+// points of one call in their order.
+type hookPoint int
+
+const (
+	// hookReleaseTry: before each hand-over try of a plain lock's release
+	// (DeleteIfOwner, grant.go).
+	hookReleaseTry hookPoint = iota + 1
+	// hookHandedOver: after a plain release's hand-over committed, before
+	// the local waiter is told (grant.go).
+	hookHandedOver
+	// hookSlotReleaseTry: before each hand-over transaction of a slot's
+	// release (releaseMulti, then handOverRest; handover.go).
+	hookSlotReleaseTry
+	// hookRevokeTry: before each transaction of a revoke (revokeGrant,
+	// delay.go; revokeMulti, multi.go).
+	hookRevokeTry
+)
+
+// runHook runs the test hook, if one is set, at point at for key.
+func (s *Store) runHook(at hookPoint, key string) {
+	if h := s.hook.Load(); h != nil {
+		(*h)(at, key)
+	}
 }

@@ -8,6 +8,12 @@ import (
 	"lock.dev/lockd/store"
 )
 
+var _ store.DeadlockScanGater = (*Store)(nil)
+
+// SetDeadlockScanGate is store.DeadlockScanGater (tests, C2
+// #ct2-deadlock "Test hook").
+func (s *Store) SetDeadlockScanGate(gate func(ctx context.Context)) { s.deadlocks.SetGate(gate) }
+
 // waitGraph reads the wait-for graph (C2 #ct2-deadlock) for the deadlock
 // detector: every plain waiter and grant, in one statement (one snapshot).
 // A waiter's Seq is its row id, its place in FIFO order.

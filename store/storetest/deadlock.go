@@ -95,3 +95,148 @@ func (s *suite) deadlockCycle(t *testing.T, prefix string, n int, optOutLast boo
 		mustRelease(t, insts[j%2], held[j])
 	}
 }
+
+// testDeadlockDissolved (issue 26 §3, C2 #ct2-deadlock): a cycle that
+// dissolves between the detector's first and second sighting is never
+// refused. The scans of the victim's instance are let through one by one
+// (store.DeadlockScanGater). A holds a on instance 0, B holds b on
+// instance 1; A waits for b, then B for a: B's wait closes the cycle and
+// is its victim. Scan 1 of instance 1 sees the cycle; then
+//   - waiter-leaves: A cancels its wait; scans 2 and 3 see no cycle; B is
+//     not refused and is granted a once A releases it;
+//   - holder-releases: A releases a; B is granted a (not refused), and A
+//     is granted b once B releases it;
+//   - control: the cycle stays; scan 2 sees it again and B is refused
+//     with the cycle's keys (the gate really drives the refusal).
+func (s *suite) testDeadlockDissolved(t *testing.T) {
+	for _, mode := range []string{"waiter-leaves", "holder-releases", "control"} {
+		t.Run(mode, func(t *testing.T) { s.deadlockDissolved(t, mode) })
+	}
+}
+
+func (s *suite) deadlockDissolved(t *testing.T, mode string) {
+	insts := s.instances(t, 2)
+	gate := newScanGate(t, insts[1])
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	ka, kb := "dld/"+mode+"/a", "dld/"+mode+"/b"
+	a, b := openSession(t, insts[0]), openSession(t, insts[1])
+	ha, hb := mustTry(t, insts[0], a, ka), mustTry(t, insts[1], b, kb)
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	aw := startAcquire(t, actx, insts[0], a, kb)
+	waitersAre(t, insts[1], kb, []store.SessionID{a})
+	bw := startAcquire(t, ctx, insts[1], b, ka)
+	waitersAre(t, insts[0], ka, []store.SessionID{b})
+	// Scan 1 reads the graph after both waits are queued: the cycle, seen
+	// once. The next scan at the gate means scan 1 is over.
+	gate.scan(t, "scan 1 (the cycle)")
+	select {
+	case <-gate.entered: // scan 2
+	case r := <-bw:
+		t.Fatalf("B's Acquire returned after the cycle was seen by one scan: %+v, %v; "+
+			"want it waiting (refused only when two consecutive scans see it)", r.g, r.err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("scan 2: no deadlock scan reached the gate within 15 s")
+	}
+	switch mode {
+	case "control":
+		gate.release()
+		r := recvResult(t, bw, DeadlockBound+margin, "B, the victim of a cycle seen twice")
+		var de *store.DeadlockError
+		if !errors.As(r.err, &de) || !slices.Equal(de.Keys, []string{ka, kb}) {
+			t.Fatalf("control: B's Acquire = %+v, %v; want ErrDeadlock over [%s %s] after the second scan", r.g, r.err, ka, kb)
+		}
+		mustRelease(t, insts[1], hb)
+		r = recvResult(t, aw, 15*time.Second, "A after B released b")
+		if r.err != nil || r.g.Session != a || r.g.Key != kb {
+			t.Fatalf("A: Acquire = %+v, %v; want the grant of %q", r.g, r.err, kb)
+		}
+		mustRelease(t, insts[0], r.g)
+		mustRelease(t, insts[0], ha)
+	case "waiter-leaves":
+		acancel()
+		r := recvResult(t, aw, 15*time.Second, "A's cancelled wait")
+		wantErr(t, "A's cancelled wait", r.err, context.Canceled)
+		waitersAre(t, insts[1], kb, nil)
+		gate.release()
+		gate.scan(t, "scan 3")
+		gate.arrive(t, "scan 4") // scans 2 and 3 are over: no cycle in either
+		notReturned(t, bw, "B after two scans without the cycle")
+		mustRelease(t, insts[0], ha)
+		r = recvResult(t, bw, 15*time.Second, "B after A released a")
+		if r.err != nil || r.g.Session != b || r.g.Key != ka {
+			t.Fatalf("B: Acquire = %+v, %v; want the grant of %q (the cycle dissolved after one scan: no deadlock)", r.g, r.err, ka)
+		}
+		mustRelease(t, insts[1], r.g)
+		mustRelease(t, insts[1], hb)
+	case "holder-releases":
+		mustRelease(t, insts[0], ha)
+		r := recvResult(t, bw, 15*time.Second, "B after A released a")
+		if r.err != nil || r.g.Session != b || r.g.Key != ka {
+			t.Fatalf("B: Acquire = %+v, %v; want the grant of %q (the cycle dissolved after one scan: no deadlock)", r.g, r.err, ka)
+		}
+		gate.release()
+		mustRelease(t, insts[1], r.g)
+		mustRelease(t, insts[1], hb)
+		r = recvResult(t, aw, 15*time.Second, "A after B released b")
+		if r.err != nil || r.g.Session != a || r.g.Key != kb {
+			t.Fatalf("A: Acquire = %+v, %v; want the grant of %q", r.g, r.err, kb)
+		}
+		mustRelease(t, insts[0], r.g)
+	}
+}
+
+// scanGate holds an instance's deadlock scans at its gate
+// (store.DeadlockScanGater) and lets them read one at a time.
+type scanGate struct {
+	entered, proceed, done chan struct{}
+}
+
+func newScanGate(t *testing.T, st store.LockStore) *scanGate {
+	t.Helper()
+	sg, ok := st.(store.DeadlockScanGater)
+	if !ok {
+		t.Fatalf("storetest: %T does not implement store.DeadlockScanGater (C2 #ct2-deadlock, Test hook)", st)
+	}
+	g := &scanGate{entered: make(chan struct{}), proceed: make(chan struct{}), done: make(chan struct{})}
+	sg.SetDeadlockScanGate(func(ctx context.Context) {
+		select {
+		case g.entered <- struct{}{}:
+		case <-ctx.Done():
+			return
+		case <-g.done:
+			return
+		}
+		select {
+		case <-g.proceed:
+		case <-ctx.Done():
+		case <-g.done:
+		}
+	})
+	t.Cleanup(func() { // before the instance's Close (cleanups run last first)
+		sg.SetDeadlockScanGate(nil)
+		close(g.done)
+	})
+	return g
+}
+
+// arrive waits until a scan waits at the gate: the scan before it is over.
+func (g *scanGate) arrive(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: no deadlock scan reached the gate within 15 s", what)
+	}
+}
+
+// release lets the scan at the gate read the graph.
+func (g *scanGate) release() { g.proceed <- struct{}{} }
+
+// scan lets the next scan read the graph.
+func (g *scanGate) scan(t *testing.T, what string) {
+	t.Helper()
+	g.arrive(t, what)
+	g.release()
+}

@@ -122,6 +122,7 @@ func Run(t *testing.T, cfg Config) {
 		{"DeadlockThree", s.testDeadlockThree},
 		{"NCycle", s.testDeadlockNCycle},
 		{"OptOut", s.testDeadlockOptOut},
+		{"DeadlockDissolved", s.testDeadlockDissolved},
 		{"AcquireAllBasics", s.testAcquireAllBasics},
 		{"AcquireAllFIFO", s.testAcquireAllFIFO},
 		{"AcquireAllOppositeOrders", s.testAcquireAllOppositeOrders},

@@ -24,7 +24,10 @@
 // (sdk/python/lockd/_agent.py, protocol in its doc string; agent_test.go
 // drives it) on the embedded, etcd and pg rows, and requires the outcome
 // strings the Go SDK reports; the scenarios not run through it are listed
-// with why (sdkSkipped).
+// with why (sdkSkipped). The multi-replica scenarios run through the agents
+// too (sdkagent_replicas_test.go: the agents' clients take every replica's
+// address), on the etcd and pg replica rows (every replica row in `make
+// parity`); a scenario of either list neither run nor listed fails the test.
 // lockd runs as a real child process, built once per run, so that scenarios
 // can SIGKILL and restart it. Each scenario reports a short observed outcome
 // per backend and declares the outcome it expects. Identical outcomes are the

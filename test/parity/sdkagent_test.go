@@ -11,7 +11,9 @@ import (
 // The parity scenarios through the Python SDK (issue 25): each runs as the
 // Go SDK's scenario of the same name does, through the Python agent, and
 // must report the same outcome string (scenario.expect). The scenarios not
-// in sdkScenarios are listed in sdkSkipped with why.
+// in sdkScenarios are listed in sdkSkipped with why; so are the
+// multi-replica scenarios (replicaScenarios) not in sdkReplicaScenarios
+// (sdkagent_replicas_test.go).
 
 // sdkScenario is a scenario driven through an agent.
 type sdkScenario struct {
@@ -52,6 +54,40 @@ var sdkSkipped = map[string]string{
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
+}
+
+// checkReplicaScenariosCovered fails t unless every multi-replica scenario
+// (replicaScenarios) either runs through the agents (sdkReplicaScenarios) or
+// is listed in sdkSkipped, and not both.
+func checkReplicaScenariosCovered(t *testing.T) {
+	t.Helper()
+	for _, sc := range replicaScenarios {
+		_, ported := sdkSkipped[sc.name]
+		for _, s := range sdkReplicaScenarios {
+			if s.name == sc.name {
+				if ported {
+					t.Fatalf("replica scenario %s both run and skipped for the agents", sc.name)
+				}
+				ported = true
+			}
+		}
+		if !ported {
+			t.Fatalf("replica scenario %s neither run through the agents nor listed in sdkSkipped", sc.name)
+		}
+	}
+}
+
+// replicaRowPrefix names the agents' replica rows (replicas-etcd, ...).
+const replicaRowPrefix = "replicas-"
+
+// replicaWant is the outcome replicaScenarios expect of the scenario name.
+func replicaWant(name string) string {
+	for _, sc := range replicaScenarios {
+		if sc.name == name {
+			return sc.want
+		}
+	}
+	return "(no replica scenario " + name + ")"
 }
 
 // sdkBackends are the rows the agents run on: the base backends (the TLS
@@ -101,8 +137,10 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 			t.Fatalf("scenario %s neither run through the agents nor listed in sdkSkipped", sc.name)
 		}
 	}
+	checkReplicaScenariosCovered(t)
 	bins := build(t)
 	backends := sdkRows(t)
+	replicaRows := sdkReplicaRows(t)
 	var (
 		mu         sync.Mutex
 		rows       []string
@@ -117,15 +155,63 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 				notRun += len(sdkScenarios)
 			}
 		}
+		for _, name := range replicaRows {
+			if !rowStarted[replicaRowPrefix+name] {
+				notRun += len(sdkReplicaScenarios)
+			}
+		}
 		slices.Sort(rows)
-		fmt.Printf("\nparity-%s: %d scenarios x %d backends through the %s SDK (%d passed, %d not selected by -run)\n%s",
-			lang, len(sdkScenarios), len(backends), lang, n, notRun, strings.Join(rows, ""))
+		fmt.Printf("\nparity-%s: %d scenarios x %d backends and %d replica scenarios x %d replica rows through the %s SDK (%d passed, %d not selected by -run)\n%s",
+			lang, len(sdkScenarios), len(backends), len(sdkReplicaScenarios), len(replicaRows), lang, n, notRun, strings.Join(rows, ""))
 		for _, sc := range scenarios {
 			if why, ok := sdkSkipped[sc.name]; ok {
 				fmt.Printf("  not through the agents: %s (%s)\n", sc.name, why)
 			}
 		}
+		for _, sc := range replicaScenarios {
+			if why, ok := sdkSkipped[sc.name]; ok {
+				fmt.Printf("  not through the agents: %s (%s)\n", sc.name, why)
+			}
+		}
 	})
+	// record notes one scenario's outcome on a row.
+	record := func(name, row, outcome, want string, started, passed bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !started: // -run did not select it: neither passed nor failed
+			notRun++
+		case outcome == want && passed:
+			n++
+			rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | ok\n", name, row, lang, outcome))
+		default:
+			rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | FAIL\n", name, row, lang, outcome))
+		}
+	}
+	for _, name := range replicaRows {
+		row := replicaRowPrefix + name
+		t.Run(row, func(t *testing.T) {
+			mu.Lock()
+			rowStarted[row] = true
+			mu.Unlock()
+			t.Parallel()
+			e := newReplicaEnv(t, bins, name)
+			for _, s := range sdkReplicaScenarios {
+				want := replicaWant(s.name)
+				var outcome string
+				started := false
+				passed := t.Run(s.name, func(t *testing.T) {
+					started = true
+					a := start(t)
+					outcome = s.run(t, a, e)
+					if outcome != want {
+						t.Errorf("%s outcome on %s:\n got: %s\nwant: %s", lang, row, outcome, want)
+					}
+				})
+				record(s.name, row, outcome, want, started, passed)
+			}
+		})
+	}
 	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
 			mu.Lock()
@@ -145,17 +231,7 @@ func runSDKParity(t *testing.T, lang string, start func(*testing.T) *agent) {
 						t.Errorf("%s outcome on %s:\n got: %s\nwant: %s", lang, name, outcome, want)
 					}
 				})
-				mu.Lock()
-				switch {
-				case !started: // -run did not select it: neither passed nor failed
-					notRun++
-				case outcome == want && passed:
-					n++
-					rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | ok\n", s.name, name, lang, outcome))
-				default:
-					rows = append(rows, fmt.Sprintf("%-20s | %-8s | %s | %s | FAIL\n", s.name, name, lang, outcome))
-				}
-				mu.Unlock()
+				record(s.name, name, outcome, want, started, passed)
 			}
 		})
 	}

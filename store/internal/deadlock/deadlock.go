@@ -39,6 +39,16 @@ type Detector struct {
 	mu    sync.Mutex
 	local map[waitID]map[*Wait]struct{}
 	prev  map[victimID]bool // the local victims of the last scan
+	gate  func(context.Context)
+}
+
+// SetGate makes every scan that reads the graph call gate first and read
+// only when it returns (tests: store.DeadlockScanGater, C2 #ct2-deadlock);
+// nil removes it. gate must return when its context ends.
+func (d *Detector) SetGate(gate func(context.Context)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gate = gate
 }
 
 // New returns a detector reading the graph with read.
@@ -119,9 +129,16 @@ func (d *Detector) Scan(ctx context.Context) (int, error) {
 	if idle {
 		d.prev = nil
 	}
+	gate := d.gate
 	d.mu.Unlock()
 	if idle {
 		return 0, nil
+	}
+	if gate != nil {
+		gate(ctx)
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 	}
 	g, err := d.read(ctx)
 	if err != nil {
