@@ -355,9 +355,14 @@ func newQueries(schema, channel string) queries {
 		// The end of every pending lock-delay (migration 0013): run only as
 		// a statement of its own after the deleting transaction's COMMIT
 		// returned (or by the reaper), so every row it sees was written by
-		// a commit already visible to every session (delay.go).
-		stampDelays: r.Replace(`UPDATE {{s}}.delays
-			SET until = greatest(until, clock_timestamp() + pending_ms * interval '1 millisecond'), pending_ms = NULL
-			WHERE pending_ms IS NOT NULL`),
+		// a commit already visible to every session (delay.go). Rows are
+		// taken in key order and a row another transaction has locked is
+		// skipped: another stamper stamps it, or a new end of the key is
+		// writing it and its own stamp (or the next reaper run) follows.
+		// So stampers never wait for or deadlock with each other.
+		stampDelays: r.Replace(`UPDATE {{s}}.delays d
+			SET until = greatest(d.until, clock_timestamp() + d.pending_ms * interval '1 millisecond'), pending_ms = NULL
+			WHERE d.pending_ms IS NOT NULL AND d.key IN (SELECT p.key FROM {{s}}.delays p
+				WHERE p.pending_ms IS NOT NULL ORDER BY p.key FOR UPDATE SKIP LOCKED)`),
 	}
 }
