@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,7 +283,7 @@ func (s *Store) maxHoldRevoke(ss *session, key string, rev int64) {
 		if err == nil {
 			return
 		}
-		telemetry.OrDiscard(s.log.L).LogAttrs(context.Background(), slog.LevelWarn, "max-hold revoke failed", slog.String("error", err.Error()))
+		s.log.MaxHoldRevokeFailed(ss.id, key, uint64(rev), err)
 		t := time.NewTimer(delay)
 		select {
 		case <-s.ctx.Done():
