@@ -94,3 +94,121 @@ func deadlockRow(t *testing.T, e *env) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// deadlock3Row (issue 26 §3, C2 #ct2-deadlock): a 3-cycle on one lockd.
+// Sessions S0, S1, S2 each hold k<i> and wait for k<i+1 mod 3>, queued in
+// order; S2's wait closes the cycle and is refused naming the three keys,
+// the other two keep waiting, and they are granted in turn (S1, then S0) as
+// the cycle unwinds from the victim's release.
+func deadlock3Row(t *testing.T, e *env) string {
+	addr := e.shared.addr
+	cs := []*client.Client{newClient(t, addr), newClient(t, addr), newClient(t, addr)}
+	return deadlockCycle(t, newClient(t, addr), cs, "deadlock3")
+}
+
+// deadlockCycle builds a cycle of len(cs) sessions, session i opened on
+// cs[i]: session i holds <prefix>/k<i> and waits for k<i+1 mod n>, queued
+// in order, so the last wait closes the cycle. admin inspects the queues.
+// It expects the last wait refused with ErrDeadlock and every other call
+// still waiting; then the victim releases its key and the others are
+// granted backwards from it, each releasing both its keys. The outcome
+// names sessions S<i> and keys k<i>.
+func deadlockCycle(t *testing.T, admin *client.Client, cs []*client.Client, prefix string) string {
+	ctx := testCtx(t)
+	n := len(cs)
+	keys := make([]string, n)
+	ss := make([]*client.Session, n)
+	held := make([]*client.Lock, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("%s/k%d", prefix, i)
+		ss[i] = newSession(t, ctx, cs[i])
+		held[i] = acquire(t, ctx, ss[i], keys[i])
+	}
+	type result struct {
+		l   *client.Lock
+		err error
+	}
+	chans := make([]chan result, n)
+	for i := range n {
+		chans[i] = make(chan result, 1)
+		next := keys[(i+1)%n]
+		go func() { l, err := ss[i].Acquire(ctx, next); chans[i] <- result{l, err} }() // ends: granted, refused, or ctx
+		if i == n-1 {
+			break // the closing wait may be refused before anyone sees it queued
+		}
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("S%d queued for %s", i, next), func() error {
+			info, err := admin.Inspect(ctx, next)
+			if err != nil || len(info.Waiters) != 1 || info.Waiters[0] != ss[i].ID() {
+				return fmt.Errorf("waiters %v, %v", info.Waiters, err)
+			}
+			return nil
+		})
+	}
+	victim := n - 1
+	var r result
+	select {
+	case r = <-chans[victim]:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no wait refused within 15 s")
+	}
+	var de *client.DeadlockError
+	if !errors.As(r.err, &de) {
+		t.Fatalf("S%d (the closing wait): %v, %v; want a *client.DeadlockError", victim, r.l, r.err)
+	}
+	names := strings.NewReplacer(prefix+"/", "")
+	got := names.Replace(strings.Join(de.Keys, ","))
+	others := "waiting"
+	for i := range n - 1 {
+		select {
+		case o := <-chans[i]:
+			others = fmt.Sprintf("S%d-returned(%v)", i, o.err)
+			t.Errorf("S%d's wait returned beside the victim: %v, %v", i, o.l, o.err)
+		default:
+		}
+	}
+	if others != "waiting" {
+		return fmt.Sprintf("refused=closing(S%d) keys=[%s] others=%s", victim, got, others)
+	}
+	if err := held[victim].Release(ctx); err != nil {
+		t.Fatalf("S%d Release: %v", victim, err)
+	}
+	var unwound []string
+	for step := 1; step < n; step++ {
+		j := victim - step
+		var o result
+		select {
+		case o = <-chans[j]:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("S%d not granted within 20 s of its holder's release", j)
+		}
+		if o.err != nil {
+			unwound = append(unwound, fmt.Sprintf("S%d:error(%v)", j, o.err))
+			t.Errorf("S%d: %v", j, o.err)
+			continue
+		}
+		unwound = append(unwound, fmt.Sprintf("S%d", j))
+		for _, l := range []*client.Lock{o.l, held[j]} {
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("S%d Release: %v", j, err)
+			}
+		}
+	}
+	return fmt.Sprintf("refused=closing(S%d) keys=[%s] others=waiting unwound=%s", victim, got, strings.Join(unwound, ","))
+}
+
+// deadlockReplicas (issue 26 §3, C2 #ct2-deadlock "a cycle whose sessions
+// wait through different replicas is seen by every replica"): two replicas
+// on one backend; session S0 talks to one only, S1 to the other (each
+// client given one address). A 2-cycle between them is refused: the
+// closing wait, whichever replica runs it. Twice: closed on replica 1,
+// then on replica 0.
+func deadlockReplicas(t *testing.T, e *replicaEnv) string {
+	rs := e.replicas(t, 2)
+	var out []string
+	for round, closer := range []int{1, 0} {
+		cs := []*client.Client{newClient(t, rs[1-closer].addr), newClient(t, rs[closer].addr)}
+		o := deadlockCycle(t, newClient(t, rs[0].addr), cs, fmt.Sprintf("deadlock-replicas/%d", round))
+		out = append(out, fmt.Sprintf("closing-on-r%d:%s", closer, o))
+	}
+	return strings.Join(out, " ")
+}

@@ -46,6 +46,12 @@ var replicaScenarios = []replicaScenario{
 		want: "replicas-restarted=3 sessions=6 sessions-lost=0 locks-lost=0 progress-after=every-session closes=ok",
 		run:  rollingRestart,
 	},
+	{
+		name: "deadlock-replicas",
+		want: "closing-on-r1:refused=closing(S1) keys=[k0,k1] others=waiting unwound=S0 " +
+			"closing-on-r0:refused=closing(S1) keys=[k0,k1] others=waiting unwound=S0",
+		run: deadlockReplicas,
+	},
 }
 
 // replicaEnv is one backend row: every replica a scenario starts shares

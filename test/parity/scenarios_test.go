@@ -144,6 +144,11 @@ var scenarios = []scenario{
 		run: deadlockRow,
 	},
 	{
+		name: "deadlock-3",
+		want: "refused=closing(S2) keys=[k0,k1,k2] others=waiting unwound=S1,S0",
+		run:  deadlock3Row,
+	},
+	{
 		name: "acquire-all",
 		want: "try=ErrLocked held=b=held(A) wait(300ms)=ErrWaitTimeout held=b=held(A) while-waiting=a=held(B),b=held(A) waiters=[B] " +
 			"grants=3 order=asked tokens=own after-release=none opposite-orders=no-deadlock",

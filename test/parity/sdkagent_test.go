@@ -43,6 +43,7 @@ var sdkScenarios = []sdkScenario{
 	{"death-lockd-sigkill", agentLockdSigkill},
 	{"check-token", onShared(agentCheckToken)},
 	{"deadlock", onShared(agentDeadlock)},
+	{"deadlock-3", onShared(agentDeadlock3)},
 	{"acquire-all", onShared(agentAcquireAll)},
 }
 

@@ -14,8 +14,10 @@
 // ci, whose prepare script is the one tsc build) and runs its node:test
 // suites: the timing rules under a fake clock, and the integration tests
 // against each backend (LOCKDTEST_* variables; its own loopback control
-// endpoint stops or kills replicas and pauses proxies). `make
-// typescript-sdk` runs it alone.
+// endpoint stops or kills replicas and pauses proxies), and checks the
+// package as an application gets it (tspackaging_test.go: npm pack, npm
+// install of the tarball into a new project offline, node's import and tsc
+// on its declarations). `make typescript-sdk` runs it alone.
 //
 // `make test` runs both with everything else. The two run in parallel, and
 // so do TestTypeScriptSDK's per-backend integration runs (after its unit,

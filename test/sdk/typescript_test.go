@@ -43,7 +43,8 @@ const tsReplicas = 5
 // build), the unit tests
 // (the timing rules under a fake clock), then per backend the integration
 // tests (the README quickstart included) and the replica failover test, and
-// the TLS/mTLS and bearer-token tests. It fails if any test fails or is
+// the TLS/mTLS and bearer-token tests, and the package's npm pack and
+// install (tsPackaging). It fails if any test fails or is
 // skipped. LOCKD_TSSDK_RUN narrows the node tests (--test-name-pattern).
 func TestTypeScriptSDK(t *testing.T) {
 	t.Parallel() // beside TestPythonSDK (doc.go)
@@ -79,6 +80,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	t.Run("unit", func(t *testing.T) {
 		node(t, nil, "dist/test/unit/")
 	})
+	t.Run("packaging", func(t *testing.T) { tsPackaging(t, ctx, dir) })
 	t.Run("bench-rows", func(t *testing.T) { benchSDKRows(t, ctx, dir) })
 	for _, b := range lockdtest.Backends {
 		t.Run(b, func(t *testing.T) {

@@ -257,6 +257,9 @@ class Client(Core):
         return await Session._aopen(self, ttl or self.ttl, owner, labels or {}, lock_delay, timeout)
 
     async def inspect(self, key: str, timeout: float | None = -1.0) -> LockInfo:
+        """Describes key: its holder(s), token, waiters, owner, labels, value and
+        lock-delay (see :meth:`lockd.Client.inspect`); a free key's LockInfo has
+        held False. Needs read access to the key."""
         validate_key(key)
         resp, _ = await self._call("Inspect", pb.InspectRequest(key=key), timeout=timeout)
         if not resp.held:
@@ -264,6 +267,12 @@ class Client(Core):
         return lock_info(resp.lock)
 
     async def check_token(self, key: str, token: int, cached: bool = False, timeout: float | None = -1.0) -> TokenCheck:
+        """Whether (key, token) is a current grant of key: Chubby's
+        CheckSequencer, for a resource handed a fencing token (C2
+        #ct2-check-token; see :meth:`lockd.Client.check_token`). A key nobody
+        holds is not current. By default the server reads the backend;
+        cached=True answers from its watch-fed index, at most one watch
+        delivery delay behind. Needs read access to the key, like inspect."""
         validate_key(key)
         if not isinstance(token, int) or isinstance(token, bool) or token <= 0 or token >= 1 << 64:
             raise errors.InvalidArgument("token: want a fencing token (1 to 2**64-1)", field="token")
@@ -273,15 +282,23 @@ class Client(Core):
         return TokenCheck(current=resp.current, tokens=list(resp.tokens), cached=resp.cached)
 
     async def list(self, prefix: str = "", page_token: str = "", limit: int = 0, timeout: float | None = -1.0):
+        """One page of the held keys starting with prefix: (infos, next page token or "")."""
         resp, _ = await self._call("List", pb.ListRequest(prefix=prefix, page_token=page_token, limit=limit),
                                    timeout=timeout)
         return [lock_info(p) for p in resp.locks], resp.next_page_token
 
     async def hot_keys(self, prefix: str = "", limit: int = 0, timeout: float | None = -1.0) -> HotKeys:
+        """Which keys under prefix the lockd process this client is connected
+        to saw waited for and held most over its recent window (see
+        :meth:`lockd.Client.hot_keys`, C2 #ct2-hotkeys)."""
         resp, _ = await self._call("HotKeys", _hotkeys.request(prefix, limit), timeout=timeout)
         return _hotkeys.answer(resp)
 
     async def revoke(self, key: str, timeout: float | None = -1.0) -> LockInfo:
+        """Deletes key's grant whoever holds it (an admin remedy: needs admin on
+        the key); returns the revoked grant (held False: the key was free).
+        The holder's SDK learns it by a notice or its next heartbeat's held
+        set and stops trusting the lock."""
         validate_key(key)
         resp, _ = await self._call("Revoke", pb.RevokeRequest(key=key), timeout=timeout)
         if not resp.revoked:
@@ -289,6 +306,10 @@ class Client(Core):
         return LockInfo(key=key, held=True, session=resp.session_id, token=resp.token)
 
     async def close_sessions(self, principal: str, timeout: float | None = -1.0) -> tuple[int, int]:
+        """Closes every live session bound to principal, as each session's own
+        close would (C2 #ct2-close-sessions; see
+        :meth:`lockd.Client.close_sessions`). Returns (sessions closed, locks
+        released)."""
         resp, _ = await self._call("CloseSessions", pb.CloseSessionsRequest(principal=principal), timeout=timeout)
         return resp.closed, resp.released
 

@@ -105,12 +105,20 @@ class Leadership:
     error = property(lambda self: self.lock.error)
 
     def on_lost(self, fn) -> None:
+        """Calls fn(error) when the leadership's trust ends (at once if it
+        has), as :meth:`Lock.on_lost`: fn runs on the event loop; ``lost`` is
+        set before it runs."""
         self.lock.on_lost(fn)
 
     def valid(self) -> bool:
+        """Whether the leadership is trusted now: its lock not lost and the
+        monotonic clock before the lock's and the session's deadlines. Check
+        it (or ``lost``) before acting as the leader."""
         return self.lock.valid()
 
     async def proclaim(self, value: bytes, timeout: float | None = -1.0) -> None:
+        """Replaces the published value; the token stays, nobody else gets a
+        turn. LockLost once the leadership is not trusted."""
         try:
             await self.lock.set_value(value, timeout=timeout)
         except errors.NotOwner as e:
@@ -118,6 +126,7 @@ class Leadership:
         self.value = bytes(value)
 
     async def resign(self, timeout: float | None = -1.0) -> None:
+        """Gives up the leadership: the next candidate leads at once."""
         await self.lock.release(timeout=timeout)
 
     async def __aenter__(self) -> "Leadership":

@@ -58,6 +58,7 @@ class Watch:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Ends the watch; iteration stops."""
         self._closed = True
         if self._call is not None:
             self._call.cancel()
@@ -209,6 +210,7 @@ class Observer:
         return await self._gen.__anext__()
 
     async def aclose(self) -> None:
+        """Ends the observation; iteration stops."""
         await self._watch.aclose()
         await self._gen.aclose()
 

@@ -17,6 +17,7 @@ class Cancel:
         self._next = 0
 
     def cancel(self) -> None:
+        """Cancels every call this token was passed to, and every later one; runs the on_cancel functions."""
         with self._mu:
             if self._done:
                 return

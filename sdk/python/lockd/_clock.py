@@ -19,9 +19,11 @@ class Clock:
     """The real clock: time.monotonic()."""
 
     def now(self) -> float:
+        """The monotonic time, in seconds."""
         return time.monotonic()
 
     def wait(self, cond: threading.Condition, until: float | None) -> None:
+        """Waits on cond (held) until it is notified or the clock reaches until (None: no bound)."""
         if until is None:
             cond.wait()
             return
@@ -41,10 +43,12 @@ class FakeClock(Clock):
         self._timers: dict[int, tuple[float, object]] = {}  # lockd.aio's timers: id -> (when, wake)
 
     def now(self) -> float:
+        """The fake time: it moves only by advance()."""
         with self._mu:
             return self._t
 
     def advance(self, d: float) -> None:
+        """Moves the fake time on by d seconds and wakes every wait and timer to check it."""
         with self._mu:
             self._t += d
             conds = {id(c): c for c, _ in self._waits.values()}
@@ -70,10 +74,12 @@ class FakeClock(Clock):
             return tid
 
     def remove_timer(self, tid: int) -> None:
+        """Unregisters the instant add_timer registered as tid."""
         with self._mu:
             self._timers.pop(tid, None)
 
     def wait(self, cond: threading.Condition, until: float | None) -> None:
+        """Waits on cond (held) until it is notified or advance() reaches until (None: no bound)."""
         wid = next(self._ids)
         with self._mu:
             if until is not None and self._t >= until:

@@ -68,6 +68,8 @@ class TLS:
         self.ca_file, self.cert_file, self.key_file, self.server_name = ca_file, cert_file, key_file, server_name
 
     def credentials(self) -> grpc.ChannelCredentials:
+        """The gRPC channel credentials of these settings; the files are read now
+        (InvalidArgument naming a file that cannot be read)."""
         def read(p):
             if not p:
                 return None

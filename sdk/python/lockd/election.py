@@ -47,9 +47,15 @@ class Leadership:
         return self.lock.error
 
     def on_lost(self, fn) -> None:
+        """Calls fn(error) when the leadership's trust ends (at once if it
+        has), as :meth:`lockd.Lock.on_lost`: fn runs on an SDK thread, so keep
+        it short and never block in it."""
         self.lock.on_lost(fn)
 
     def valid(self) -> bool:
+        """Whether the leadership is trusted now: its lock not lost and the
+        monotonic clock before the lock's and the session's deadlines. Check
+        it (or ``lost``) before acting as the leader."""
         return self.lock.valid()
 
     def proclaim(self, value: bytes, timeout: float | None = -1.0) -> None:
@@ -90,6 +96,7 @@ class Observer:
         return next(self._gen)
 
     def close(self) -> None:
+        """Ends the observation; iteration stops."""
         self.cancel.cancel()
 
     def __enter__(self) -> "Observer":

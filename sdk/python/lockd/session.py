@@ -165,6 +165,9 @@ class Session(AcquireMixin, AcquireAllMixin, _Trust):
         return at
 
     def earliest_deadline(self):
+        """The earliest of the session's and its locks' deadlines (monotonic
+        clock): the heartbeat schedule sends halfway to it (C2 #ct2-deadline);
+        None once the session ended."""
         with self.mu:
             if self._err is not None:
                 return None
