@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/store"
@@ -137,7 +138,7 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 		return wireerr.DeadlockStatus(c.shown, msg).Err() // the keys msg names, no other
 	}
 	if code == codes.Internal {
-		s.log.LogAttrs(context.Background(), slog.LevelError, "rpc failed",
+		s.log.LogAttrs(context.Background(), slog.LevelError, telemetry.EventRPCFailed,
 			slog.String("method", method), slog.String("error", err.Error()))
 	}
 	if reason == "" {
@@ -154,7 +155,7 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 func (s *Server) sessionError(ctx context.Context, err error) *lockdv1.SessionError {
 	c := s.classify(ctx, err)
 	if c.code == codes.Internal {
-		s.log.LogAttrs(context.Background(), slog.LevelError, "heartbeat failed", slog.String("error", err.Error()))
+		s.log.LogAttrs(context.Background(), slog.LevelError, telemetry.EventHeartbeatFailed, slog.String("error", err.Error()))
 	}
 	return &lockdv1.SessionError{Code: int32(c.code), Reason: c.reason, Message: c.msg}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -35,7 +36,7 @@ func (s *Server) lostLoop() {
 			}
 			attempt++
 			wait := min(watchRetryMin<<min(attempt, 10), watchRetryMax)
-			s.log.LogAttrs(context.Background(), slog.LevelWarn, "lock-loss watch failed",
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, telemetry.EventLockLossWatchFailed,
 				attrError(err), attrDuration("retry_in", wait))
 			if !sleepCtx(s.ctx, wait) {
 				return
@@ -47,7 +48,7 @@ func (s *Server) lostLoop() {
 		s.reconcile()
 		for ev := range ch {
 			if ev.Err != nil {
-				s.log.LogAttrs(context.Background(), slog.LevelWarn, "lock-loss watch broke", attrError(ev.Err))
+				s.log.LogAttrs(context.Background(), slog.LevelWarn, telemetry.EventLockLossWatchBroke, attrError(ev.Err))
 				break
 			}
 			if ev.Kind == store.EventResync {
@@ -105,7 +106,7 @@ func (s *Server) reconcile() {
 			if s.ctx.Err() != nil {
 				return
 			}
-			s.log.LogAttrs(context.Background(), slog.LevelWarn, "lock-loss reconcile failed", attrError(err))
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, telemetry.EventLockLossReconcileFailed, attrError(err))
 			continue
 		}
 		held := make(map[string]uint64, len(grants))

@@ -173,7 +173,7 @@ func (s service) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*loc
 		// (C2 #ct2-holder). A failure (the grant already revoked, a
 		// backend error) leaves the grant without a value.
 		if err := s.st.SetValue(ctx, id, g.Key, g.Token, req.Value); err != nil {
-			s.log.WarnContext(ctx, "lockd: acquire: the grant's value was not stored", "key", g.Key, "token", g.Token, "error", err)
+			s.log.WarnContext(ctx, telemetry.EventGrantValueNotStored, "key", g.Key, "token", g.Token, "error", err)
 		}
 	}
 	// Tracked, a grant is counted as held from here, no longer in
@@ -281,7 +281,7 @@ func (s *Server) waitAcquire(ctx context.Context, id store.SessionID, req *lockd
 			// caller's own LeaveQueue.
 			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 			if lerr := s.st.LeaveQueue(lctx, id, req.Key); lerr != nil {
-				s.log.WarnContext(ctx, "lockd: acquire: leaving the queue after the wait timeout failed", "key", req.Key, "error", lerr)
+				s.log.WarnContext(ctx, telemetry.EventLeaveQueueFailed, "key", req.Key, "error", lerr)
 			}
 			lcancel()
 		}

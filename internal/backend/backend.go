@@ -77,7 +77,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger, metrics *telemet
 		if derr != nil {
 			return nil, fmt.Errorf("start embedded etcd in %s (lock.embedded.data-dir): %w", cfg.EmbeddedDataDir, derr)
 		}
-		telemetry.OrDiscard(logger).Info("embedded etcd data directory", "dir", dir, "created", fresh)
+		telemetry.OrDiscard(logger).Info(telemetry.EventEmbeddedDataDir, "dir", dir, "created", fresh)
 		b.embedded, err = startEmbedded(ctx, embedetcd.Config{DataDir: dir, Socket: true, Logger: logger,
 			QuotaBytes: cfg.EmbeddedQuotaBytes, CompactionRetainRevisions: cfg.EmbeddedCompactionRetainRevisions})
 		if err != nil {

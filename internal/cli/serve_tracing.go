@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+
+	"lock.dev/lockd/internal/telemetry"
 )
 
 // routeTracingErrors sends OpenTelemetry's own errors (an export failure
@@ -19,6 +21,6 @@ func routeTracingErrors(l *slog.Logger) {
 		if now-prev < int64(time.Second) || !last.CompareAndSwap(prev, now) {
 			return
 		}
-		l.Warn("tracing_error", slog.String("error", err.Error()))
+		l.Warn(telemetry.EventTracingError, slog.String("error", err.Error()))
 	}))
 }

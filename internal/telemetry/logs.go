@@ -17,6 +17,20 @@ const (
 	EventLockAcquired  = "lock_acquired"
 	EventLockReleased  = "lock_released"
 	EventLockRevoked   = "lock_revoked"
+
+	// Operational events (C4 #ct4-logs).
+	EventEmbeddedDataDir         = "embedded_etcd_data_dir"
+	EventTracingError            = "tracing_error"
+	EventRPCFailed               = "rpc_failed"
+	EventHeartbeatFailed         = "heartbeat_failed"
+	EventSilenceCloseFailed      = "silence_close_failed"
+	EventNoticesDropped          = "notices_dropped"
+	EventLockLossWatchFailed     = "lock_loss_watch_failed"
+	EventLockLossWatchBroke      = "lock_loss_watch_broke"
+	EventLockLossReconcileFailed = "lock_loss_reconcile_failed"
+	EventGrantValueNotStored     = "grant_value_not_stored"
+	EventLeaveQueueFailed        = "leave_queue_failed"
+	EventMaxHoldRevokeFailed     = "max_hold_revoke_failed"
 )
 
 // Reasons a session is lost (session_lost.reason, lockd_sessions_lost_total).
@@ -118,4 +132,12 @@ func (g Log) LockRevoked(ctx context.Context, key string, token uint64) {
 		attrs = append(attrs, slog.String("by", by), slog.String("rule", rule))
 	}
 	g.warn(EventLockRevoked, attrs...)
+}
+
+// MaxHoldRevokeFailed logs max_hold_revoke_failed {backend, session, key,
+// token, error}: a revoke of a grant held past its maximum hold failed and
+// will be tried again (C2 #ct2-delay).
+func (g Log) MaxHoldRevokeFailed(id store.SessionID, key string, token uint64, err error) {
+	g.warn(EventMaxHoldRevokeFailed, slog.String("session", string(id)), slog.String("key", key),
+		slog.Uint64("token", token), slog.String("error", err.Error()))
 }

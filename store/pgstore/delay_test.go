@@ -77,8 +77,9 @@ func delayUntil(t *testing.T, s *Store, key string) (time.Time, bool) {
 // deleting transaction's commit, when other sessions first see the key
 // free, not from its DELETE statement (C2 #ct2-delay "Never shorter than
 // d", issue 21). The deleting transaction stays open 500 ms after its
-// DELETE; the delay must still end no earlier than d after the database
-// clock read just before the COMMIT.
+// DELETE; the delay, stamped after the COMMIT as every ending call does,
+// must still end no earlier than d after the database clock read just
+// before the COMMIT (TestLockDelayAfterCommitTail covers the commit itself).
 func TestLockDelayFromCommit(t *testing.T) {
 	const (
 		d    = 2 * time.Second
@@ -89,6 +90,10 @@ func TestLockDelayFromCommit(t *testing.T) {
 	t.Run("involuntary", func(t *testing.T) {
 		delayedGrant(t, s, "k", d)
 		beforeCommit := deleteSlowly(t, s, "k", "", hold)
+		// What every ending call does after its COMMIT (migration 0013).
+		if err := s.stampDelays(testCtx(t)); err != nil {
+			t.Fatalf("stampDelays: %v", err)
+		}
 		var afterCommit time.Time
 		if err := s.pool.QueryRow(testCtx(t), "SELECT clock_timestamp()").Scan(&afterCommit); err != nil {
 			t.Fatal(err)
@@ -115,6 +120,9 @@ func TestLockDelayFromCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		deleteSlowly(t, s, "g", "", 0)
+		if err := s.stampDelays(testCtx(t)); err != nil {
+			t.Fatalf("stampDelays: %v", err)
+		}
 		if until, _ := delayUntil(t, s, "g"); !until.Equal(long) {
 			t.Fatalf("the lock-delay ends at %v; want the longer one already running, %v", until, long)
 		}

@@ -54,6 +54,11 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (store.Ex
 	case rem > 0:
 		return store.Expiry{Remaining: rem}, nil
 	}
+	if len(grants) > 0 {
+		// Committed: stamp the lock-delays the delete started (delay.go);
+		// a failure leaves them to the reaper.
+		_ = s.stampDelays(ctx)
+	}
 	s.logReleased(grants, telemetry.ReleaseSessionLost)
 	s.metrics.Released(telemetry.ReleaseSessionLost, len(grants))
 	s.metrics.SessionEnded("")
@@ -92,9 +97,10 @@ func (s *Store) expireSession(ctx context.Context, id store.SessionID) (found bo
 		if _, err := tx.Exec(ctx, s.q.notifiedSelf); err != nil {
 			return err
 		}
-		// The locks go first (closeLocks returns them), then the row, only
-		// if it has expired now; FOR UPDATE above kept out every grant.
-		rows, err := tx.Query(ctx, s.q.closeLocks, string(id))
+		// The locks go first (expireLocks returns them; an involuntary
+		// end, so their lock-delays start), then the row, only if it has
+		// expired now; FOR UPDATE above kept out every grant.
+		rows, err := tx.Query(ctx, s.q.expireLocks, string(id))
 		if err != nil {
 			return err
 		}

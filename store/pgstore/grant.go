@@ -255,6 +255,9 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ store.Grant, _ bool, 
 		return store.Grant{}, false, err
 	}
 	g.Session, g.Token = store.SessionID(sid), uint64(tok)
+	// The revoke is committed and visible: its lock-delay's end can be
+	// stamped now (delay.go); if this fails the reaper stamps it.
+	_ = s.stampDelays(ctx)
 	s.log.LockRevoked(ctx, key, g.Token)
 	s.log.LockReleased(g, telemetry.ReleaseRevoked)
 	s.metrics.Released(telemetry.ReleaseRevoked, 1)

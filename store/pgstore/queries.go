@@ -14,6 +14,7 @@ type queries struct {
 	principal   string
 	closeLock   string
 	closeLocks  string
+	expireLocks string
 	closeDelete string
 	locksOf     string
 
@@ -56,10 +57,11 @@ type queries struct {
 	m multiQueries // semaphores and read/write locks (multi.go)
 
 	// Lock-delay and maximum hold (delay.go).
-	setPolicy  string
-	delayLeft  string
-	reapHolds  string
-	reapDelays string
+	setPolicy   string
+	delayLeft   string
+	reapHolds   string
+	reapDelays  string
+	stampDelays string
 }
 
 func newQueries(schema, channel string) queries {
@@ -91,6 +93,11 @@ func newQueries(schema, channel string) queries {
 		// have none).
 		closeLocks: r.Replace(`WITH l AS (DELETE FROM {{s}}.locks WHERE session_id = $1
 				AND set_config('lockd.voluntary', 'on', true) IS NOT NULL RETURNING key, token),
+			m AS (DELETE FROM {{s}}.slots WHERE session_id = $1 RETURNING key, token)
+			SELECT key, token FROM l UNION ALL SELECT key, token FROM m`),
+		// ExpireSession's form of closeLocks: an involuntary end, so the
+		// delete trigger starts the locks' lock-delays (no lockd.voluntary).
+		expireLocks: r.Replace(`WITH l AS (DELETE FROM {{s}}.locks WHERE session_id = $1 RETURNING key, token),
 			m AS (DELETE FROM {{s}}.slots WHERE session_id = $1 RETURNING key, token)
 			SELECT key, token FROM l UNION ALL SELECT key, token FROM m`),
 		closeDelete: r.Replace(`DELETE FROM {{s}}.sessions WHERE id = $1`),
@@ -126,7 +133,7 @@ func newQueries(schema, channel string) queries {
 			l.session_id, l.token, l.acquired_at,
 			(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = $2 ORDER BY w.id LIMIT 1),
 			EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = $2) OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = $2),
-			EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = $2 AND d.until > now())
+			EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = $2 AND (d.until > now() OR d.pending_ms IS NOT NULL))
 			FROM {{s}}.sessions s LEFT JOIN {{s}}.locks l ON l.key = $2
 			WHERE s.id = $1 FOR KEY SHARE OF s`),
 		holder: r.Replace(`SELECT session_id, token, acquired_at FROM {{s}}.locks WHERE key = $1`),
@@ -194,8 +201,9 @@ func newQueries(schema, channel string) queries {
 					(SELECT w.session_id FROM {{s}}.waiters w WHERE w.key = req.key ORDER BY w.id LIMIT 1) AS head,
 					EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = req.key)
 						OR EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = req.key) AS multi,
-					(SELECT ceil(extract(epoch FROM d.until - now()) * 1000000)::bigint FROM {{s}}.delays d
-						WHERE d.key = req.key AND d.until > now()) AS delay_us
+					(SELECT greatest(ceil(extract(epoch FROM d.until - now()) * 1000000)::bigint, d.pending_ms * 1000)
+						FROM {{s}}.delays d
+						WHERE d.key = req.key AND (d.until > now() OR d.pending_ms IS NOT NULL)) AS delay_us
 				FROM req LEFT JOIN live ON live.id = req.sid LEFT JOIN {{s}}.locks l ON l.key = req.key
 			), el AS MATERIALIZED (
 				SELECT st.*,
@@ -258,7 +266,7 @@ func newQueries(schema, channel string) queries {
 				WHERE NOT EXISTS (SELECT 1 FROM {{s}}.locks l WHERE l.key = k.key)
 				AND NOT EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = k.key)
 				AND NOT EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = k.key)
-				AND NOT EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = k.key AND d.until > now())
+				AND NOT EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = k.key AND (d.until > now() OR d.pending_ms IS NOT NULL))
 			), ins AS (
 				INSERT INTO {{s}}.locks (key, session_id, token)
 				SELECT key, sid, nextval({{seq}}) FROM cand ORDER BY key
@@ -334,13 +342,27 @@ func newQueries(schema, channel string) queries {
 			hold_until = CASE WHEN $5::bigint > 0 THEN clock_timestamp() + $5::bigint * interval '1 millisecond' END
 			WHERE key = $1 AND session_id = $2 AND token = $3
 			AND EXISTS (SELECT 1 FROM {{s}}.sessions WHERE id = $2 AND expires_at > now())`),
-		delayLeft: r.Replace(`SELECT ceil(extract(epoch FROM until - clock_timestamp()) * 1000)::bigint
-			FROM {{s}}.delays WHERE key = $1 AND until > clock_timestamp()`),
+		// A pending delay (its end not stamped yet, migration 0013) has
+		// all of d left.
+		delayLeft: r.Replace(`SELECT greatest(ceil(extract(epoch FROM until - clock_timestamp()) * 1000)::bigint, pending_ms)
+			FROM {{s}}.delays WHERE key = $1 AND (until > clock_timestamp() OR pending_ms IS NOT NULL)`),
 		// The reaper's maximum-hold revokes: the delete trigger reports
 		// reason max_hold and starts lock-delays (migration 0007).
 		reapHolds: r.Replace(`DELETE FROM {{s}}.locks WHERE hold_until <= now()
 			AND set_config('lockd.reason', 'max_hold', true) IS NOT NULL
 			RETURNING session_id, key, token, acquired_at`),
-		reapDelays: r.Replace(`DELETE FROM {{s}}.delays WHERE until < now()`),
+		reapDelays: r.Replace(`DELETE FROM {{s}}.delays WHERE until < now() AND pending_ms IS NULL`),
+		// The end of every pending lock-delay (migration 0013): run only as
+		// a statement of its own after the deleting transaction's COMMIT
+		// returned (or by the reaper), so every row it sees was written by
+		// a commit already visible to every session (delay.go). Rows are
+		// taken in key order and a row another transaction has locked is
+		// skipped: another stamper stamps it, or a new end of the key is
+		// writing it and its own stamp (or the next reaper run) follows.
+		// So stampers never wait for or deadlock with each other.
+		stampDelays: r.Replace(`UPDATE {{s}}.delays d
+			SET until = greatest(d.until, clock_timestamp() + d.pending_ms * interval '1 millisecond'), pending_ms = NULL
+			WHERE d.pending_ms IS NOT NULL AND d.key IN (SELECT p.key FROM {{s}}.delays p
+				WHERE p.pending_ms IS NOT NULL ORDER BY p.key FOR UPDATE SKIP LOCKED)`),
 	}
 }

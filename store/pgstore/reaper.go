@@ -48,6 +48,11 @@ func (s *Store) reap(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		if len(grants) > 0 {
+			// Committed: stamp the lock-delays the cascade started
+			// (delay.go); a failure leaves them to the next run.
+			_ = s.stampDelays(ctx)
+		}
 		bySession := make(map[store.SessionID][]store.Grant)
 		for _, g := range grants {
 			bySession[g.Session] = append(bySession[g.Session], g)

@@ -295,3 +295,75 @@ func agentOppositeOrders(t *testing.T, a *agent, addr string) string {
 	}
 	return "no-deadlock"
 }
+
+// agentDeadlock3 is deadlock3Row through an agent's acquire op: three
+// sessions S0..S2, each holding k<i> and waiting for k<i+1 mod 3>; S2's
+// wait closes the cycle and is refused, S1 then S0 are granted as the
+// cycle unwinds from S2's release.
+func agentDeadlock3(t *testing.T, a *agent, addr string) string {
+	return agentDeadlockCycle(t, a, []string{addr, addr, addr}, "deadlock3")
+}
+
+// agentDeadlockCycle is deadlockCycle through an agent: session i opened
+// on a client of addrs[i] alone.
+func agentDeadlockCycle(t *testing.T, a *agent, addrs []string, prefix string) string {
+	n := len(addrs)
+	admin := a.must("client", map[string]any{"addresses": []string{addrs[0]}}).str("client")
+	keys := make([]string, n)
+	ss := make([]string, n)
+	held := make([]string, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("%s/k%d", prefix, i)
+		ss[i], _ = a.session(addrs[i], nil)
+		held[i] = a.must("acquire", map[string]any{"session": ss[i], "key": keys[i]}).str("lock")
+	}
+	chans := make([]<-chan reply, n)
+	for i := range n {
+		_, chans[i] = a.start("acquire", map[string]any{"session": ss[i], "key": keys[(i+1)%n]})
+		if i < n-1 {
+			waitQueuedAgent(t, a, admin, keys[(i+1)%n], 1)
+		}
+	}
+	victim := n - 1
+	r, ok := awaitWithin(chans[victim], 15*time.Second)
+	if !ok {
+		t.Fatal("no wait refused within 15 s")
+	}
+	if r.err() != "ErrDeadlock" {
+		t.Fatalf("S%d (the closing wait): %s %s; want ErrDeadlock", victim, r.err(), r.str("message"))
+	}
+	got := strings.ReplaceAll(strings.Join(r.list("keys"), ","), prefix+"/", "")
+	for i := range n - 1 {
+		select {
+		case o := <-chans[i]:
+			t.Errorf("S%d's wait returned beside the victim: %s", i, o.err())
+			return fmt.Sprintf("refused=closing(S%d) keys=[%s] others=S%d-returned(%s)", victim, got, i, o.err())
+		default:
+		}
+	}
+	a.must("release", map[string]any{"lock": held[victim]})
+	var unwound []string
+	for j := victim - 1; j >= 0; j-- {
+		o := a.await(chans[j], fmt.Sprintf("S%d's grant", j))
+		if o.err() != "ok" {
+			unwound = append(unwound, fmt.Sprintf("S%d:error(%s)", j, o.err()))
+			t.Errorf("S%d: %s %s", j, o.err(), o.str("message"))
+			continue
+		}
+		unwound = append(unwound, fmt.Sprintf("S%d", j))
+		a.must("release", map[string]any{"lock": o.str("lock")})
+		a.must("release", map[string]any{"lock": held[j]})
+	}
+	return fmt.Sprintf("refused=closing(S%d) keys=[%s] others=waiting unwound=%s", victim, got, strings.Join(unwound, ","))
+}
+
+// agentDeadlockReplicas is deadlockReplicas through an agent.
+func agentDeadlockReplicas(t *testing.T, a *agent, e *replicaEnv) string {
+	rs := e.replicas(t, 2)
+	var out []string
+	for round, closer := range []int{1, 0} {
+		o := agentDeadlockCycle(t, a, []string{rs[1-closer].addr, rs[closer].addr}, fmt.Sprintf("deadlock-replicas/%d", round))
+		out = append(out, fmt.Sprintf("closing-on-r%d:%s", closer, o))
+	}
+	return strings.Join(out, " ")
+}

@@ -25,6 +25,7 @@ type sdkReplicaScenario struct {
 var sdkReplicaScenarios = []sdkReplicaScenario{
 	{"replica-sigkill", agentReplicaSigkill},
 	{"rolling-restart", agentRollingRestart},
+	{"deadlock-replicas", agentDeadlockReplicas},
 }
 
 // sdkReplicaRowsEnv names the agents' replica rows. `make test` leaves it

@@ -43,6 +43,7 @@ var sdkScenarios = []sdkScenario{
 	{"death-lockd-sigkill", agentLockdSigkill},
 	{"check-token", onShared(agentCheckToken)},
 	{"deadlock", onShared(agentDeadlock)},
+	{"deadlock-3", onShared(agentDeadlock3)},
 	{"acquire-all", onShared(agentAcquireAll)},
 }
 
@@ -54,10 +55,6 @@ var sdkSkipped = map[string]string{
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
-	"deadlock-3": "the server's cycle detection over three sessions (the Go SDK's row); the agents' DEADLOCK error, " +
-		"not retried, and their opt-out are the deadlock row's, through every agent",
-	"deadlock-replicas": "the server's cycle detection across replicas (the Go SDK's row); the agents' DEADLOCK error " +
-		"is the deadlock row's",
 }
 
 // checkReplicaScenariosCovered fails t unless every multi-replica scenario

@@ -189,7 +189,7 @@ func (t *Table) closeSilent(r *Record) {
 		}
 		r.closeAttempts++
 		backoff := min(closeRetryMin<<min(r.closeAttempts, 10), closeRetryMax)
-		t.log.LogAttrs(context.Background(), slog.LevelWarn, "closing silent session failed",
+		t.log.LogAttrs(context.Background(), slog.LevelWarn, telemetry.EventSilenceCloseFailed,
 			slog.String("error", err.Error()), slog.Int64("retry_in_ms", backoff.Milliseconds()))
 		r.expireAt = t.now().Add(backoff)
 		t.schedule(r)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"time"
 
+	"lock.dev/lockd/internal/telemetry"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/store"
 )
@@ -193,7 +194,7 @@ func (t *Table) noticeLocked(r *Record, key string, token uint64, reason lockdv1
 	r.notices = append(r.notices, notice)
 	if over := len(r.notices) - maxPendingNotices; over > 0 {
 		r.notices = r.notices[over:]
-		t.log.LogAttrs(context.Background(), slog.LevelWarn, "lock-loss notices dropped", slog.Int("dropped", over))
+		t.log.LogAttrs(context.Background(), slog.LevelWarn, telemetry.EventNoticesDropped, slog.Int("dropped", over))
 	}
 	// A silence close the backend may still refuse is not an end
 	// (endingLocked): a push never extends trust, so live is safe to say.
