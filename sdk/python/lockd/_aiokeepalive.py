@@ -312,13 +312,17 @@ class Keepaliver(_keepalive.Keepaliver):
         is not sent (never unsafe)."""
         if not due:
             return
+        sent = False
         for sh in self._live_shadows(cur):
             for req in self._shadow_beats(sh, due):
                 try:
                     sh.q.put_nowait(req)
+                    sent = True
                 except asyncio.QueueFull:
                     with sh.mu:
                         sh.beats.pop(req.request_id, None)
+        if sent:
+            self._wake()  # the lingerers look again: a timer to forget what was sent
 
     async def _linger(self, call, rt: asyncio.Task, fl) -> None:
         """Receives on a stream left on purpose until it is written nothing

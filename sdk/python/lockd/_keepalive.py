@@ -51,7 +51,8 @@ class _Flight:
     def __init__(self, gen: int, now: float):
         self.mu = threading.Lock()
         self.beats: dict[int, tuple] = {}  # request id -> (session, sent, seq)
-        self.replied = False
+        self.replied = False  # anything came on it (a healthy stream: the backoff)
+        self.kept = False  # a live answer to one of its heartbeats came: its replica keeps the session
         self.gen = gen
         self.last_recv = now
         self.draining = False
@@ -174,6 +175,8 @@ class Keepaliver:
         elif not r.live:
             s._end(errors.SessionDead("the server reports the session dead"))
         elif b is not None:
+            with fl.mu:
+                fl.kept = True  # the shadows stop (a notice or an error answer does not stop them)
             s._answer(b[1], b[2], True, r.remaining_ms / 1000.0, held)
             self.beat_before_deadline(s)
 
@@ -353,13 +356,14 @@ class Keepaliver:
         self.cv.notify_all()  # its lingerer looks again
 
     def _live_shadows(self, cur: _Flight) -> list:
-        """Stops the shadows once the stream in use (cur) answered, or when
-        their replica drains or their stream ended; returns the others."""
+        """Stops the shadows once the stream in use (cur) carried a live answer
+        to a heartbeat (not a notice, not an error answer: C2 #ct2-failover),
+        or when their replica drains or their stream ended; returns the others."""
         with cur.mu:
-            replied = cur.replied
+            kept = cur.kept
         with self.cv:
             for sh in list(self._shadows):
-                if replied or sh.draining or sh.broken is not None:
+                if kept or sh.draining or sh.broken is not None:
                     self._shadows.remove(sh)
                     self._stop_shadow_locked(sh)
             return list(self._shadows)
@@ -367,8 +371,15 @@ class Keepaliver:
     def _shadow_beats(self, sh: _Flight, due: list) -> list:
         """The heartbeats to send on shadow sh, recorded in its flight: every
         due session's that has none in flight there, without
-        acknowledgements (they go only on the stream in use)."""
+        acknowledgements (they go only on the stream in use). A heartbeat
+        unanswered there for a TTL is forgotten first, as on any stream: a
+        replica that answers nothing must not keep a session out of the sends
+        for good (C2 #ct2-failover)."""
+        now = self.c.clock.now()
         with sh.mu:
+            for rid, (s, sent, _) in list(sh.beats.items()):
+                if now >= sent + s.ttl:
+                    del sh.beats[rid]
             busy = {id(b[0]) for b in sh.beats.values()}
         out = []
         for s in due:
@@ -381,9 +392,14 @@ class Keepaliver:
         return out
 
     def _send_shadows(self, cur: _Flight, due: list) -> None:
+        sent = False
         for sh in self._live_shadows(cur):
             for req in self._shadow_beats(sh, due):
                 sh.q.put(req)
+                sent = True
+        if sent:
+            with self.cv:
+                self.cv.notify_all()  # the lingerers look again: a timer to forget what was sent
 
     def _linger(self, call, rt: threading.Thread, fl: _Flight) -> None:
         """Receives on a stream left on purpose until it is sent nothing more

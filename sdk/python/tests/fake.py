@@ -110,6 +110,8 @@ class FakeServer:
         self.strip_notices = False
         self.drop_push = False
         self.heartbeats = 0
+        self.fail_heartbeats = False  # answer every heartbeat with an error (UNAVAILABLE), counted in failed
+        self.failed = 0
         self.down = False      # KeepAlive streams break at once (UNAVAILABLE)
         self.dials: list[float] = []  # clock time of every KeepAlive stream opened
         self._tokens = itertools.count(100)
@@ -178,6 +180,12 @@ class FakeServer:
     def _heartbeat(self, stream, r):
         self._hook("Heartbeat")
         with self.mu:
+            if self.fail_heartbeats:
+                self.failed += 1
+                resp = pb.KeepAliveResponse(session_id=r.session_id, request_id=r.request_id, live=True,
+                                            error=pb.SessionError(code=14, reason="UNAVAILABLE", message="backend unavailable"))
+                stream.push(resp)
+                return
             self.heartbeats += 1
             for a in r.ack:
                 self.acks.append((stream.gen, a))

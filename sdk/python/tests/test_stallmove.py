@@ -75,6 +75,82 @@ class StallMoveTest(unittest.TestCase):
         self.assertTrue(s.valid(), f"session lost after B answered: {s._err}")
         self.assertIsNone(lock.error)
 
+    def _moved(self, b_fails):
+        """A client moved from A to B on a stall: A held its heartbeat until
+        the move (released then: it answers in the instant of the move) and
+        answers the later ones; B holds every heartbeat, or with b_fails
+        answers each with an error."""
+        ttl, interval = 10.0, 1.0
+        clock = lockd.FakeClock()
+        a = FakeServer(clock, ttl=ttl, remaining=ttl, margin=0.5, interval=interval)
+        b = FakeServer(clock, ttl=ttl, remaining=ttl, margin=0.5, interval=interval)
+        c = lockd.Client(f"{A},{B}", clock=clock, _stub_factory=lambda addr: a if addr == A else b, backoff=(0.01, 0.05))
+        self.addCleanup(c.close)
+        s = c.session()
+        self.assertTrue(poll(lambda: a.heartbeats >= 1), "no heartbeat answered by A")
+        lock = s.acquire("k")
+        b.held[s.id] = dict(a.held[s.id])
+        held_a, release_a = hold(a, once=True)
+        self.addCleanup(release_a.set)
+        if b_fails:
+            b.fail_heartbeats = True
+            reached = lambda: b.failed > 0
+        else:
+            held_b, release_b = hold(b, once=False)
+            self.addCleanup(release_b.set)
+            reached = held_b.is_set
+        clock.advance(interval)
+        self.assertTrue(poll(held_a.is_set), "no heartbeat held on A")
+        clock.advance(interval / 2)
+        self.assertTrue(poll(reached), "no heartbeat reached B after the stall bound: the client did not move")
+        return clock, a, b, c, s, lock, release_a
+
+    def test_error_answers_keep_sending(self):
+        """B answers every heartbeat with an error: not a live answer, so the
+        stalled stream is still sent heartbeats (C2 #ct2-failover); before,
+        any message of B stopped them."""
+        ttl, interval = 10.0, 1.0
+        clock, a, b, c, s, lock, release_a = self._moved(b_fails=True)
+        moved = clock.now()
+        answered = a.heartbeats
+        release_a.set()
+        self.assertTrue(poll(lambda: a.heartbeats > answered), "A's held heartbeat not answered")
+        for i in range(12):
+            n = a.heartbeats
+            clock.advance(interval)
+            self.assertTrue(poll(lambda: a.heartbeats > n, timeout=5.0),
+                            f"step {i}: no heartbeat answered by A {clock.now() - moved:.1f}s after the move (B answers errors)")
+            self.assertTrue(s.valid(), f"step {i}: session lost {clock.now() - moved:.1f}s after the move: {s._err}")
+        self.assertTrue(poll(lambda: lock.deadline > moved + ttl),
+                        f"lock deadline {lock.deadline - moved:.1f}s after the move: want beyond the TTL")
+        b.fail_heartbeats = False  # B's first live answer stops the sends to A
+        clock.advance(interval)
+        self.assertTrue(poll(lambda: b.heartbeats > 0), "B answered nothing live")
+        clock.advance(interval)
+        self.assertTrue(poll(lambda: not c.ka._shadows), "the stalled stream is still sent heartbeats after B answered live")
+
+    def test_unanswered_shadow_heartbeat_forgotten(self):
+        """A answers nothing after the move (its held heartbeat neither), B
+        neither; grants on B keep the session. A heartbeat unanswered on the
+        stalled stream is forgotten a TTL after its send and the session is
+        sent the next one there (C2 #ct2-failover); before, the first one
+        sent after the move was never forgotten and nothing more was sent."""
+        ttl, interval = 10.0, 1.0
+        clock, a, b, c, s, lock, release_a = self._moved(b_fails=False)
+        self.assertTrue(poll(lambda: len(c.ka._shadows) == 1), "the stalled stream is not sent heartbeats")
+        sh = c.ka._shadows[0]
+        first = sh.next_id  # the heartbeat held on A when the client moved
+        moved = clock.now()
+        for i in range(int(2.5 * ttl / interval)):
+            s.acquire(f"x{i}")  # a grant's answer extends the session (C2 #ct2-deadline)
+            clock.advance(interval)
+            self.assertTrue(poll(lambda: c.ka.sessions[s.id][1] > clock.now()),
+                            f"step {i}: the due heartbeat not sent {clock.now() - moved:.0f}s after the move")
+        self.assertTrue(poll(lambda: sh.next_id >= first + 2, timeout=5.0),
+                        f"{clock.now() - moved:.0f}s after the move, {sh.next_id - first} heartbeat(s) sent on the stalled stream "
+                        f"that answers nothing; want 2 (each forgotten a TTL after its send, the next sent)")
+        self.assertTrue(s.valid(), f"session lost: {s._err}")
+
 
 if __name__ == "__main__":
     unittest.main()
