@@ -39,7 +39,8 @@ interface Beat {
 /** One KeepAlive stream and the heartbeats it carries. */
 class Flight {
   beats = new Map<bigint, Beat>();
-  replied = false;
+  replied = false; // anything came on it (a healthy stream: the backoff)
+  kept = false; // a live answer to one of its heartbeats came: its replica keeps the session (the shadows stop)
   left = false; // left on purpose: notices are applied but not acknowledged
   sending = false; // left because it stalled, and still sent heartbeats until a later stream answers
   drainSeen = false;
@@ -187,7 +188,7 @@ export class KeepAliver {
       else if (at > until) until = at;
     }
     if (until === 0) {
-      if (fl.sending) return; // nothing in flight: wait for the next send's answer or the end of the sends
+      if (fl.sending) return; // nothing in flight: the next send (schedule) or the end of the sends looks again
       this.lingering.delete(fl);
       fl.stream.cancel();
       return;
@@ -218,18 +219,26 @@ export class KeepAliver {
       fl.beats.set(id, { s: e.s, sent: clock.now(), seq });
       fl.stream.send(create(KeepAliveRequestSchema, { sessionId: e.s.id, sessionSecret: e.s.secret, requestId: id, ack: acks }));
     }
-    // The stalled streams still sent heartbeats stop once this stream answered; until then each gets every due
-    // session's heartbeat that has none in flight there, without acknowledgements (C2 #ct2-failover).
-    if (fl.replied) for (const sh of [...this.shadows]) this.stopShadow(sh);
+    // The stalled streams still sent heartbeats stop once this stream carried a live answer to a heartbeat (a notice
+    // or an error answer does not stop them); until then each gets every due session's heartbeat that has none in
+    // flight there, without acknowledgements (C2 #ct2-failover). One unanswered there for a TTL is forgotten first, as
+    // on any stream: a replica that answers nothing must not keep a session out of the sends for good.
+    if (fl.kept) for (const sh of [...this.shadows]) this.stopShadow(sh);
     for (const sh of this.shadows) {
       const busy = new Set<Session>();
-      for (const b of sh.beats.values()) busy.add(b.s);
+      for (const [id, b] of sh.beats) {
+        if (now >= b.sent + b.s.ttlMs) sh.beats.delete(id);
+        else busy.add(b.s);
+      }
+      let sent = false;
       for (const e of due) {
         if (busy.has(e.s)) continue;
         const id = ++sh.nextId;
         sh.beats.set(id, { s: e.s, sent: clock.now(), seq: e.s.beatSeq() });
         sh.stream.send(create(KeepAliveRequestSchema, { sessionId: e.s.id, sessionSecret: e.s.secret, requestId: id }));
+        sent = true;
       }
+      if (sent && this.lingering.has(sh)) this.linger(sh); // a timer to forget what was sent
     }
     // Forget heartbeats unanswered for a TTL: ignoring a reply is always safe.
     let oldest: number | undefined;
@@ -309,6 +318,7 @@ export class KeepAliver {
       } else if (!r.live) {
         s.end(new SessionDeadError("session dead: the server reports it not live")); // terminal, whichever request this answers
       } else if (b) {
+        fl.kept = true; // a notice or an error answer does not stop the shadows (C2 #ct2-failover)
         s.answer(b.sent, b.seq, true, Number(r.remainingMs), r.held);
         this.beatBeforeDeadline(s);
       }
