@@ -169,8 +169,8 @@ typescript-sdk:
 ## its backend, LOCKD_PARITY_ROWS, test/parity/parity_test.go) and with the
 ## SDK agents on embedded etcd and PostgreSQL only (one row per store; the
 ## external etcd row runs the same store code: LOCKD_PARITY_SDK_ROWS,
-## test/parity/sdkagent_test.go; the agents' replica scenarios on the etcd
-## and pg replica rows, LOCKD_PARITY_SDK_REPLICA_ROWS); here on every row.
+## test/parity/sdkagent_test.go; the agents' replica scenarios on the pg
+## replica row, LOCKD_PARITY_SDK_REPLICA_ROWS); here on every row.
 .PHONY: parity
 parity:
 	LOCKD_PARITY_ROWS=all LOCKD_PARITY_SDK_ROWS=all LOCKD_PARITY_SDK_REPLICA_ROWS=all $(GO) test -race -count=1 -timeout 15m -run '^TestParity(Replicas|Python|TypeScript)?$$' -v ./test/parity/

@@ -345,7 +345,7 @@ func (k *keepaliver) linger(ctx context.Context, fl *flight, cancel context.Canc
 		case !until.IsZero():
 			forget.set(until.Sub(now))
 		case fl.sending.Load():
-			forget.stop() // nothing in flight: wait for a send's answer or the end of the sends
+			forget.stop() // nothing in flight: wait for a send (sendShadows pokes answered) or the end of the sends
 		default:
 			return
 		}

@@ -15,7 +15,11 @@ import (
 type flight struct {
 	mu      sync.Mutex
 	beats   map[uint64]beat
-	replied bool
+	replied bool // the stream carried anything (healthy: the reconnect backoff)
+	// kept: the stream carried a live answer to one of its heartbeats, so
+	// its replica keeps the session; a notice or an error answer is not one
+	// (C2 #ct2-failover). The shadows stop then (keepalive_shadow.go).
+	kept bool
 	// gen numbers the stream: notice acknowledgements go back only on the
 	// stream the notice came on (C2 #ct2-failover).
 	gen      uint64
@@ -23,8 +27,8 @@ type flight struct {
 	// drain is closed by the first reply that says the replica drains.
 	drain     chan struct{}
 	drainOnce sync.Once
-	// answered is poked whenever a heartbeat of this stream is answered
-	// (capacity 1): linger looks again.
+	// answered is poked whenever a heartbeat of this stream is answered,
+	// or sent while it is a shadow (capacity 1): linger looks again.
 	answered chan struct{}
 	// left: the client left this stream on purpose (linger); notices
 	// arriving on it are applied, not acknowledged.
@@ -103,6 +107,9 @@ func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	case !r.GetLive(): // dead is terminal, whichever request this answers
 		s.end(ErrSessionDead)
 	case answered:
+		fl.mu.Lock()
+		fl.kept = true
+		fl.mu.Unlock()
 		s.answer(b.sent, b.seq, true, ms(r.GetRemainingMs()), r.GetHeld())
 		k.beatBeforeDeadline(s)
 	}

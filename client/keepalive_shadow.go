@@ -10,7 +10,9 @@ import (
 // So a stream left because it stalled is not only received on (linger): it
 // is still sent every session's heartbeat, one in flight per session there,
 // until a stream the client moved to afterwards carries an answer, the
-// stalled stream says draining, or it ends. Each such heartbeat is a
+// stalled stream says draining, or it ends ("answers": a live answer to a
+// heartbeat; a notice or an error answer does not show that the replica
+// moved to keeps the session). Each such heartbeat is a
 // request of its own, and its answer extends trust from its own send time
 // with the held set read for it, like any answer (C2 #ct2-deadline). Before,
 // the last answer of a slow replica was the session's last when the
@@ -81,18 +83,19 @@ func (sh *shadow) stop() {
 }
 
 // shadowsAfter drops the shadows that stop sending: all of them once the
-// current stream (cur) carried an answer, else those whose replica drains
-// or whose stream ended.
+// current stream (cur) carried a live answer to a heartbeat (kept: a notice
+// or an error answer is not one), else those whose replica drains or whose
+// stream ended.
 func (k *keepaliver) shadowsAfter(cur *flight) {
 	if len(k.shadows) == 0 {
 		return
 	}
 	cur.mu.Lock()
-	replied := cur.replied
+	kept := cur.kept
 	cur.mu.Unlock()
 	keep := k.shadows[:0]
 	for _, sh := range k.shadows {
-		if replied || closed(sh.fl.drain) || closed(sh.fl.gone) {
+		if kept || closed(sh.fl.drain) || closed(sh.fl.gone) {
 			sh.stop()
 			continue
 		}
@@ -113,21 +116,31 @@ func closed(ch <-chan struct{}) bool {
 }
 
 // sendShadows hands every shadow the heartbeats of due whose session has
-// none in flight there. The send time is taken here, before the sender's
-// Send: earlier than the real send, which only shortens the trust an answer
-// gives (C2 #ct2-deadline). A heartbeat the queue has no room for is not
-// sent.
+// none in flight there. A heartbeat unanswered there for a TTL is forgotten
+// first, as on any stream (C2 #ct2-failover): a replica that answers
+// nothing must not keep a session out of the sends for good. The send time
+// is taken here, before the sender's Send: earlier than the real send,
+// which only shortens the trust an answer gives (C2 #ct2-deadline). A
+// heartbeat the queue has no room for is not sent. The shadow's linger is
+// poked after a send, so that it arms its timer to forget it (with nothing
+// else in flight it waits without one).
 func (k *keepaliver) sendShadows(due []*kaEntry) {
 	if len(due) == 0 {
 		return
 	}
+	now := k.c.clock.Now()
 	for _, sh := range k.shadows {
 		busy := map[*Session]bool{}
 		sh.fl.mu.Lock()
-		for _, b := range sh.fl.beats {
+		for id, b := range sh.fl.beats {
+			if !now.Before(b.sent.Add(b.s.ttl)) {
+				delete(sh.fl.beats, id)
+				continue
+			}
 			busy[b.s] = true
 		}
 		sh.fl.mu.Unlock()
+		sent := false
 		for _, e := range due {
 			if busy[e.s] {
 				continue
@@ -142,10 +155,17 @@ func (k *keepaliver) sendShadows(due []*kaEntry) {
 			sh.fl.mu.Unlock()
 			select {
 			case sh.reqs <- &lockdv1.KeepAliveRequest{SessionId: e.s.id, SessionSecret: e.s.secret, RequestId: id}:
+				sent = true
 			default:
 				sh.fl.mu.Lock()
 				delete(sh.fl.beats, id)
 				sh.fl.mu.Unlock()
+			}
+		}
+		if sent {
+			select { // linger looks again: a timer to forget what was sent
+			case sh.fl.answered <- struct{}{}:
+			default:
 			}
 		}
 	}

@@ -48,7 +48,8 @@ const stallMoveTTL = 10 * time.Second
 
 // stallMoved is a holder that moved from replica A to replica B on a stall,
 // A's heartbeat in flight answered at the instant of the move and B holding
-// every heartbeat (until releaseB).
+// every heartbeat (until releaseB), or with bErrors answering every one with
+// an error (until releaseB).
 type stallMoved struct {
 	a, b         *lockdtest.Server
 	fa, fb       *lockdtest.Faulty
@@ -62,7 +63,7 @@ type stallMoved struct {
 
 // stallMove makes that: A and B over one namespace of backend with server
 // configuration cfg (nil: lockdtest's).
-func stallMove(t *testing.T, ctx context.Context, backend string, cfg *server.Config) *stallMoved {
+func stallMove(t *testing.T, ctx context.Context, backend string, cfg *server.Config, bErrors bool) *stallMoved {
 	t.Helper()
 	ttl := stallMoveTTL
 	ns := lockdtest.NewNamespace(t, backend)
@@ -94,8 +95,17 @@ func stallMove(t *testing.T, ctx context.Context, backend string, cfg *server.Co
 	heldA, releaseA, _ := holdHeartbeats(m.fa, false)
 	t.Cleanup(releaseA) // before the servers stop (cleanups run last first)
 	var heldB <-chan struct{}
-	heldB, m.releaseB, m.heldOnB = holdHeartbeats(m.fb, true)
-	t.Cleanup(m.releaseB)
+	if bErrors {
+		// B's backend fails every heartbeat: B answers each with an error.
+		reached := make(chan struct{})
+		m.fb.During(telemetry.OpHeartbeat, func() { close(reached) })
+		m.fb.Fail(telemetry.OpHeartbeat, store.ErrUnavailable)
+		heldB, m.heldOnB = reached, func() int { return 0 }
+		m.releaseB = func() { m.fb.Fail(telemetry.OpHeartbeat, nil) }
+	} else {
+		heldB, m.releaseB, m.heldOnB = holdHeartbeats(m.fb, true)
+		t.Cleanup(m.releaseB)
+	}
 	select { // the holder's next heartbeat is in flight on A
 	case <-heldA:
 	case <-time.After(ttl):
@@ -145,23 +155,10 @@ func TestStallMoveKeepsSlowReplica(t *testing.T) {
 	const ttl = stallMoveTTL
 	forBackends(t, func(t *testing.T, backend string) {
 		ctx := testCtx(t, 2*time.Minute)
-		m := stallMove(t, ctx, backend, nil)
-		fa, fb, s, l, moved, releaseB, heldOnB := m.fa, m.fb, m.s, m.l, m.moved, m.releaseB, m.heldOnB
+		m := stallMove(t, ctx, backend, nil, false)
+		fa, fb, s, l, releaseB, heldOnB := m.fa, m.fb, m.s, m.l, m.releaseB, m.heldOnB
 
-		testkit.Eventually(t, 2*ttl, "an answer of A to a heartbeat sent after the stall move", func() error {
-			select {
-			case <-s.Done():
-				t.Fatalf("the session was lost %v after the stall move: %v", time.Since(moved).Round(100*time.Millisecond), s.Err())
-			case <-l.Done():
-				t.Fatalf("the lock was lost %v after the stall move: %v", time.Since(moved).Round(100*time.Millisecond), l.Err())
-			default:
-			}
-			if d, ld := s.Deadline(), l.Deadline(); !d.After(moved.Add(ttl)) || !ld.After(moved.Add(ttl)) {
-				return fmt.Errorf("session deadline %v, lock deadline %v after the move; want beyond the TTL (%v)",
-					d.Sub(moved).Round(time.Millisecond), ld.Sub(moved).Round(time.Millisecond), ttl)
-			}
-			return nil
-		})
+		answeredAfterMove(t, m)
 		if n := len(fb.Reported()); n != 0 {
 			t.Fatalf("B reported %d Remaining values while it held every heartbeat; want 0", n)
 		}
@@ -203,7 +200,7 @@ func TestStallMoveStopsOnDrain(t *testing.T) {
 		ctx := testCtx(t, 2*time.Minute)
 		cfg := lockdtest.Config()
 		cfg.DrainTimeout = time.Minute
-		m := stallMove(t, ctx, backend, &cfg)
+		m := stallMove(t, ctx, backend, &cfg, false)
 		// The stalled stream is sent heartbeats: A answers one sent after
 		// the move (its held one, then at least one more).
 		testkit.Eventually(t, stallMoveTTL, "A's answer to a heartbeat sent on the stalled stream", func() error {
@@ -228,6 +225,69 @@ func TestStallMoveStopsOnDrain(t *testing.T) {
 			t.Fatalf("the session was lost: %v", err)
 		}
 		if err := m.l.Err(); err != nil && !errors.Is(err, client.ErrReleased) {
+			t.Fatalf("the lock was lost: %v", err)
+		}
+	})
+}
+
+// answeredAfterMove waits for A's answer to a heartbeat sent after the stall
+// move: a session and lock deadline beyond the move plus the TTL (B answered
+// no heartbeat live, and every answer counts from its own send with a
+// Remaining of at most the TTL). It fails at once when the session or the
+// lock is lost.
+func answeredAfterMove(t *testing.T, m *stallMoved) {
+	t.Helper()
+	const ttl = stallMoveTTL
+	s, l, moved := m.s, m.l, m.moved
+	testkit.Eventually(t, 2*ttl, "an answer of A to a heartbeat sent after the stall move", func() error {
+		select {
+		case <-s.Done():
+			t.Fatalf("the session was lost %v after the stall move: %v", time.Since(moved).Round(100*time.Millisecond), s.Err())
+		case <-l.Done():
+			t.Fatalf("the lock was lost %v after the stall move: %v", time.Since(moved).Round(100*time.Millisecond), l.Err())
+		default:
+		}
+		if d, ld := s.Deadline(), l.Deadline(); !d.After(moved.Add(ttl)) || !ld.After(moved.Add(ttl)) {
+			return fmt.Errorf("session deadline %v, lock deadline %v after the move; want beyond the TTL (%v)",
+				d.Sub(moved).Round(time.Millisecond), ld.Sub(moved).Round(time.Millisecond), ttl)
+		}
+		return nil
+	})
+}
+
+// TestStallMoveErrorAnswersKeepSending: the replica moved to on a stall (B)
+// answers every heartbeat with an error (its backend fails them). An error
+// answer, like a notice, does not show that B keeps the session, so the
+// stalled stream must still be sent heartbeats until a stream moved to
+// carries a live answer to one (C2 #ct2-failover, "a stall move keeps
+// sending"). Before, any message on the new stream stopped them: B's first
+// error answer ended the sends to A, A's answer at the instant of the move
+// was the session's last, and the session expired:
+//
+//	the lock was lost 8s after the stall move: client: session expired (deadline passed without acknowledgement)
+//
+// Once B's heartbeats succeed, its first live answer stops the sends to A.
+func TestStallMoveErrorAnswersKeepSending(t *testing.T) {
+	const ttl = stallMoveTTL
+	forBackends(t, func(t *testing.T, backend string) {
+		ctx := testCtx(t, 2*time.Minute)
+		m := stallMove(t, ctx, backend, nil, true)
+		answeredAfterMove(t, m)
+		if n := len(m.fb.Reported()); n != 0 {
+			t.Fatalf("B reported %d Remaining values while its backend failed every heartbeat; want 0", n)
+		}
+
+		m.releaseB()
+		testkit.Eventually(t, ttl/2, "a live answer of B", func() bool { return len(m.fb.Reported()) > 0 })
+		nA, nB := len(m.fa.Reported()), len(m.fb.Reported())
+		testkit.Eventually(t, 2*ttl, "five more heartbeats answered by B", func() bool { return len(m.fb.Reported()) >= nB+5 })
+		if n := len(m.fa.Reported()); n > nA+2 {
+			t.Errorf("A answered %d heartbeats after B's first live answer; want at most 2 (the stalled stream is sent nothing once the new one answers)", n-nA)
+		}
+		if err := m.s.Err(); err != nil {
+			t.Fatalf("the session was lost: %v", err)
+		}
+		if err := m.l.Err(); err != nil {
 			t.Fatalf("the lock was lost: %v", err)
 		}
 	})

@@ -48,17 +48,19 @@ func (s *Store) reap(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if len(grants) > 0 {
-			// Committed: stamp the lock-delays the cascade started
-			// (delay.go); a failure leaves them to the next run.
-			_ = s.stampDelays(ctx)
-		}
+		// Committed: the ends are recorded first (C4), then the
+		// lock-delays the cascade started are stamped (delay.go; a
+		// failure leaves them to the next run). A pending delay keeps its
+		// key either way.
 		bySession := make(map[store.SessionID][]store.Grant)
 		for _, g := range grants {
 			bySession[g.Session] = append(bySession[g.Session], g)
 		}
 		for _, id := range ids {
 			s.sessionExpired(store.SessionID(id), bySession[store.SessionID(id)])
+		}
+		if len(grants) > 0 {
+			_ = s.stampDelays(ctx)
 		}
 		if len(ids) < reapBatch {
 			return

@@ -77,9 +77,16 @@ func TestReaperCountsOnce(t *testing.T) {
 	id := openSession(t, s)
 	mustTry(t, s, id, "a")
 	expire(t, s, id)
-	testkit.Eventually(t, 5*testReaperInterval+time.Second, "reaped", func() error {
+	// The reaper records a reap after its commit (sessionExpired), and
+	// lockd_sessions_lost_total last (SessionEnded): wait for that,
+	// not for the session row to be gone (clean-clone run r19 read the
+	// metrics between the commit and the recording: every count 0).
+	testkit.Eventually(t, 5*testReaperInterval+time.Second, "reaped and recorded", func() error {
 		if n := count(t, s, "sessions"); n != 0 {
 			return fmt.Errorf("%d session rows", n)
+		}
+		if n := metricValue(t, reg, "lockd_sessions_lost_total", nil); n == 0 {
+			return errors.New("lockd_sessions_lost_total still 0")
 		}
 		return nil
 	})

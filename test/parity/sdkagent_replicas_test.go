@@ -29,14 +29,18 @@ var sdkReplicaScenarios = []sdkReplicaScenario{
 }
 
 // sdkReplicaRowsEnv names the agents' replica rows. `make test` leaves it
-// unset and runs the external etcd and PostgreSQL rows, one per store (the
-// etcd-3 row differs in lockd's backend, a cluster of three members, not in
-// anything an SDK does); `make parity` sets it to "all": every row of
-// replicaBackends.
+// unset and runs the PostgreSQL row: what these rows prove of an SDK (it
+// moves between replicas, keeps its session and locks, and sees the cycle
+// refused) does not depend on the store behind lockd, and the Go SDK's
+// replica rows (TestParityReplicas) cover every store in `make test`.
+// test/parity took 210 s in the clean-clone run at e4f6d96 against 151 s at
+// e4b8829, with these rows and the deadlock rows new, and the run went over
+// issue 21's 12 minutes; so the etcd row runs in `make parity`, which sets
+// it to "all": every row of replicaBackends.
 const sdkReplicaRowsEnv = "LOCKD_PARITY_SDK_REPLICA_ROWS"
 
 func sdkReplicaRows(t *testing.T) []string {
-	return rowsFromEnv(t, sdkReplicaRowsEnv, replicaBackends, []string{backendEtcd, backendPG})
+	return rowsFromEnv(t, sdkReplicaRowsEnv, replicaBackends, []string{backendPG})
 }
 
 // agentReplicaTTL is the TTL of the agents' sessions in the replica
