@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"context"
 	"errors"
 	"sort"
 	"strings"
@@ -251,4 +252,88 @@ func locksHeld(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return 0
+}
+
+// TestExpireSettledAfterLeaseGone (issue 21, C4 #ct4-replica-count): A's
+// ExpireSession ends the session in etcd and loses its reply; the lease is
+// gone before the retry (its TTL ran out: revoked out of band here). The
+// retry settles it Ended, and this Store, which claimed the end, cannot
+// read the session's grants from etcd any more: it records the grants it
+// knows of. Before the fix it recorded none, and took them off
+// lockd_locks_held all the same: "ExpireSession retried after the lease
+// ran out = {Ended:true Released:0}, <nil>; want Ended, Released 2" and
+// "lock_released [], lockd_lock_release_total 0".
+func TestExpireSettledAfterLeaseGone(t *testing.T) {
+	prefix := etcdtest.Prefix(t)
+	st, drop, logs, reg := dropStore(t, prefix)
+	a := countedStore{Store: st, logs: logs, reg: reg}
+	direct := etcdtest.NewClient(t)
+	id := openSession(t, st, time.Minute)
+	mustTry(t, st, id, "a")
+	mustTry(t, st, id, "b")
+	lease := leaseOf(t, st, id)
+
+	if !expireLosingReply(t, st, drop, id) {
+		t.Fatal("the ExpireSession transaction did not end the session in etcd; the test needs it to")
+	}
+	if _, err := direct.Revoke(ctxT(t), lease); err != nil {
+		t.Fatalf("revoking the session's lease out of band: %v", err)
+	}
+	if ex, err := st.ExpireSession(ctxT(t), id); err != nil || !ex.Ended || ex.Released != 2 {
+		t.Errorf("ExpireSession retried after the lease ran out = %+v, %v; want Ended, Released 2", ex, err)
+	}
+	checkEndRecord(t, id, a)
+	if got := locksHeld(t, reg); got != 0 {
+		t.Errorf("lockd_locks_held once settled = %v; want 0", got)
+	}
+	if got := sessionsActive(t, reg); got != 0 {
+		t.Errorf("lockd_sessions_active once settled = %v; want 0", got)
+	}
+}
+
+// TestExpireAfterOwnClaim (issue 21, C4 #ct4-replica-count): a client's
+// close through A claims the session's end and fails before its revoke
+// (its context cancelled after the claim); the client then falls silent.
+// A's own end marker must not stop A's ExpireSession: it ends the session
+// and records the end once. Before the fix the marker blocked it as if
+// another Store's close were under way: "ExpireSession through A after its
+// own close failed past its claim = {Ended:false Remaining:…}, <nil>;
+// want Ended, Released 2" (A then forgot the session, the lease ran out,
+// and nobody recorded the end).
+func TestExpireAfterOwnClaim(t *testing.T) {
+	a := newCountedStore(t, etcdtest.Prefix(t))
+	direct := etcdtest.NewClient(t)
+	id := openSession(t, a.Store, time.Minute)
+	mustTry(t, a.Store, id, "a")
+	mustTry(t, a.Store, id, "b")
+	lease := leaseOf(t, a.Store, id)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	afterCloseClaim = func(sid store.SessionID) {
+		if sid == id {
+			cancel()
+		}
+	}
+	t.Cleanup(func() { afterCloseClaim = nil })
+	if n, err := a.CloseSession(ctx, id); err == nil {
+		t.Fatalf("CloseSession with its context cancelled after its claim = %d, nil; want an error", n)
+	}
+	if r, err := direct.Get(ctxT(t), a.endKey(id)); err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("A's end marker after the failed close: %v, %v; want there", r, err)
+	}
+
+	if ex, err := a.ExpireSession(ctxT(t), id); err != nil || !ex.Ended || ex.Released != 2 {
+		t.Errorf("ExpireSession through A after its own close failed past its claim = %+v, %v; want Ended, Released 2", ex, err)
+	}
+	if r, err := direct.TimeToLive(ctxT(t), lease); err != nil || r.TTL >= 0 {
+		t.Errorf("the session's lease after the ExpireSession: %v, %v; want revoked (TTL -1)", r, err)
+	}
+	checkEndRecord(t, id, a)
+	if got := locksHeld(t, a.reg); got != 0 {
+		t.Errorf("lockd_locks_held after the end = %v; want 0", got)
+	}
+	if got := sessionsActive(t, a.reg); got != 0 {
+		t.Errorf("lockd_sessions_active after the end = %v; want 0", got)
+	}
 }

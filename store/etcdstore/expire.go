@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -111,18 +113,21 @@ func (s *Store) ExpireSession(ctx context.Context, id store.SessionID) (_ store.
 		// reply was lost: finished here either way.
 		// Its grants as etcd has them, whichever Store made them (C4
 		// #ct4-replica-count: this end records every lock that goes with
-		// it), read before the revoke. The session is dead here before the
-		// revoke is sent, so no call through this Store finds the lease
-		// gone and records the end again.
+		// it), read before the revoke. When the read fails (etcd
+		// unreachable, or the lease gone already: a retry settling a lost
+		// reply after the TTL), the grants this Store knows of are
+		// recorded instead. The session is dead here before the revoke is
+		// sent, so no call through this Store finds the lease gone and
+		// records the end again.
 		grants, err := s.locksOfDirect(ctx, &session{id: id, lease: lease})
-		s.endLocal(ctx, ss, id, grants)
+		n := s.endLocal(ctx, ss, id, grants, err == nil)
 		if !errors.Is(err, store.ErrSessionDead) {
 			_, _ = s.cli.Revoke(ctx, lease)
 		}
 		// A failed revoke is not retried: the session record is gone (no
 		// Store can adopt it) and none keeps it, so the lease runs out
 		// within its TTL anyway.
-		return store.Expiry{Ended: true, Released: len(grants)}, nil
+		return store.Expiry{Ended: true, Released: n}, nil
 	case !exists:
 		if ss != nil {
 			s.markDead(ss, telemetry.LostLeaseExpired)
@@ -209,11 +214,18 @@ func (s *Store) forgetKept(ss *session) {
 
 // endLocal records a session ExpireSession ended, with grants, the
 // session's grants as read from etcd before the revoke (ss may be nil: a
-// session this Store no longer knew).
-func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, grants []store.Grant) {
+// session this Store no longer knew), and returns how many locks it
+// recorded as released. When the read failed (!read), the grants ss held
+// here are recorded instead: this Store claimed the end (no other Store
+// records it, C4 #ct4-replica-count), and every grant it knows of went with
+// the session.
+func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, grants []store.Grant, read bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ss != nil && !ss.dead {
+		if !read {
+			grants = heldGrants(ss)
+		}
 		ss.dead, ss.deadAt = true, time.Now()
 		close(ss.done)
 		stopHoldLocked(ss, "")
@@ -225,4 +237,16 @@ func (s *Store) endLocal(ctx context.Context, ss *session, id store.SessionID, g
 		s.releaseGrantsLocked(nil, grants, telemetry.ReleaseSessionClosed)
 	}
 	s.log.SessionClosed(ctx, id, len(grants))
+	return len(grants)
+}
+
+// heldGrants lists the grants session ss holds in this Store's cache, in
+// key order (s.mu held).
+func heldGrants(ss *session) []store.Grant {
+	grants := make([]store.Grant, 0, len(ss.held))
+	for k, tok := range ss.held {
+		grants = append(grants, store.Grant{Key: k, Session: ss.id, Token: tok})
+	}
+	slices.SortFunc(grants, func(a, b store.Grant) int { return strings.Compare(a.Key, b.Key) })
+	return grants
 }

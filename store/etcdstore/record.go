@@ -193,42 +193,62 @@ func (s *Store) recordOf(ctx context.Context, id store.SessionID) (hash []byte, 
 // endIfUnkept withdraws this Store's keeper record of session id (the one
 // it wrote at revision keeperRev; 0: none known) and, in the same
 // transaction, deletes the session record iff no other Store has a keeper
-// record and no Store has claimed the session's end (a CloseSession under
-// way, end.go), claiming the end for this Store as it does. Only then
+// record and no other Store has claimed the session's end (a CloseSession
+// under way, end.go), claiming the end for this Store as it does. Only then
 // (ended) may the caller revoke the lease and record the end: no other
 // replica serves the session, none can adopt it any more, and a close
 // through another replica finds the claim and records nothing (C4
-// #ct4-replica-count). exists reports whether the session record was still
-// there.
+// #ct4-replica-count). This Store's own claim (its CloseSession that failed
+// after claiming) does not stop it: a second transaction then ends the
+// session under that claim, which records the end here as the close would
+// have. exists reports whether the session record was still there.
 func (s *Store) endIfUnkept(ctx context.Context, id store.SessionID, keeperRev int64) (ended, exists bool, err error) {
-	for attempt := 0; ; attempt++ {
+	renewed, own := false, false
+	for {
 		marker, err := s.marks.lease(ctx)
 		if err != nil {
 			return false, false, classify(ctx, err)
 		}
-		ended, exists, err = s.endIfUnkeptTxn(ctx, id, keeperRev, marker)
-		if err != nil && attempt == 0 && s.marks.gone(err, marker) {
+		var ownClaim bool
+		ended, exists, ownClaim, err = s.endIfUnkeptTxn(ctx, id, keeperRev, marker, own)
+		if err != nil && !renewed && s.marks.gone(err, marker) {
+			renewed = true
 			continue // the marker lease ended early: a new one
 		}
 		if err != nil {
 			return false, false, classify(ctx, err)
+		}
+		if !ended && exists && ownClaim && !own {
+			// The claim is this Store's own. The transaction withdrew the
+			// keeper record written at keeperRev (if it was still that
+			// one): the next finds none of this Store's unless it was not.
+			own, keeperRev = true, 0
+			continue
 		}
 		return ended, exists, nil
 	}
 }
 
 // endIfUnkeptTxn is endIfUnkept's transaction, its end marker on the
-// release-marker lease marker. The errors are not classified.
-func (s *Store) endIfUnkeptTxn(ctx context.Context, id store.SessionID, keeperRev int64, marker clientv3.LeaseID) (ended, exists bool, err error) {
+// release-marker lease marker; own: the end marker there is this Store's
+// (no end marker: none may be there). ownClaim reports, when the
+// transaction did not end the session, whether this Store's end marker
+// was there. The errors are not classified.
+func (s *Store) endIfUnkeptTxn(ctx context.Context, id store.SessionID, keeperRev int64, marker clientv3.LeaseID, own bool) (ended, exists, ownClaim bool, err error) {
 	rk, kp, mine, ek := s.recordKey(id), s.keeperPrefix(id), s.keeperKey(id), s.endKey(id)
 	end := clientv3.GetPrefixRangeEnd(kp)
+	// No claim of the end: a Store closing the session ends it. Or, own,
+	// this Store's claim.
+	claim := clientv3.Compare(clientv3.CreateRevision(ek), "=", 0)
+	if own {
+		claim = clientv3.Compare(clientv3.Value(ek), "=", s.inst)
+	}
 	conds := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(rk), ">", 0),
 		// No keeper record before mine, and none after it.
 		clientv3.Compare(clientv3.CreateRevision(kp), "=", 0).WithRange(mine),
 		clientv3.Compare(clientv3.CreateRevision(mine+"\x00"), "=", 0).WithRange(end),
-		// No claim of the end: a Store closing the session ends it.
-		clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+		claim,
 	}
 	withdraw := []clientv3.Op{}
 	if keeperRev > 0 {
@@ -243,15 +263,17 @@ func (s *Store) endIfUnkeptTxn(ctx context.Context, id store.SessionID, keeperRe
 	}
 	resp, err := s.cli.Txn(ctx).If(conds...).
 		Then(clientv3.OpDelete(rk), clientv3.OpDelete(mine), clientv3.OpPut(ek, s.inst, clientv3.WithLease(marker))).
-		Else(append(withdraw, clientv3.OpGet(rk, clientv3.WithCountOnly()))...).Commit()
+		Else(append(withdraw, clientv3.OpGet(ek), clientv3.OpGet(rk, clientv3.WithCountOnly()))...).Commit()
 	if err != nil {
-		return false, false, err
+		return false, false, false, err
 	}
 	if resp.Succeeded {
-		return true, true, nil
+		return true, true, false, nil
 	}
-	last := resp.Responses[len(resp.Responses)-1].GetResponseRange()
-	return false, last.Count > 0, nil
+	n := len(resp.Responses)
+	claimKvs := resp.Responses[n-2].GetResponseRange().Kvs
+	ownClaim = len(claimKvs) > 0 && string(claimKvs[0].Value) == s.inst
+	return false, resp.Responses[n-1].GetResponseRange().Count > 0, ownClaim, nil
 }
 
 // leaseBound is a lower bound, from now, of how long lease lives, from one
