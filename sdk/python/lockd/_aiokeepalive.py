@@ -23,7 +23,7 @@ import grpc
 
 from . import _keepalive, errors
 from ._aioclient import cancelling
-from ._keepalive import _Flight, beat_slack, jitter, stall_after
+from ._keepalive import _Flight, beat_slack, forget_unanswered, jitter
 from .v1 import lockd_pb2 as pb
 
 log = logging.getLogger("lockd")
@@ -243,16 +243,7 @@ class Keepaliver(_keepalive.Keepaliver):
                     return False
             await self._write_shadows(fl, due)
             # Forget heartbeats unanswered for a TTL; find a stall.
-            oldest, stall = None, None
-            with fl.mu:
-                for rid, (s, sent, _) in list(fl.beats.items()):
-                    if now - sent > s.ttl:
-                        del fl.beats[rid]
-                        continue
-                    oldest = sent if oldest is None else min(oldest, sent)
-                    st = stall_after(s.interval)
-                    stall = st if stall is None else min(stall, st)
-                last_recv = fl.last_recv
+            oldest, stall, last_recv = forget_unanswered(fl, now)
             if c.conn.several and not stall_done and oldest is not None:
                 at = max(oldest, last_recv) + stall
                 if now >= at:

@@ -40,6 +40,23 @@ def stall_after(interval: float) -> float:
     return max(interval / 2, MIN_STALL)
 
 
+def forget_unanswered(fl, now: float):
+    """Forgets the heartbeats of fl unanswered for a TTL after their send
+    (C2 #ct2-failover) and returns (oldest send left or None, the stall
+    bound of the sessions still in flight or None, fl.last_recv): what the
+    stall check reads, for the threads' and lockd.aio's loops alike."""
+    oldest, stall = None, None
+    with fl.mu:
+        for rid, (s, sent, _) in list(fl.beats.items()):
+            if now - sent > s.ttl:
+                del fl.beats[rid]
+                continue
+            oldest = sent if oldest is None else min(oldest, sent)
+            st = stall_after(s.interval)
+            stall = st if stall is None else min(stall, st)
+        return oldest, stall, fl.last_recv
+
+
 def jitter(interval: float) -> float:
     """A random point in the last fifth of interval."""
     return interval - random.uniform(0, interval / 5)
@@ -305,16 +322,7 @@ class Keepaliver:
                 q.put(pb.KeepAliveRequest(session_id=s.id, session_secret=s._secret, request_id=fl.next_id, ack=acks))
             self._send_shadows(fl, due)
             # Forget heartbeats unanswered for a TTL; find a stall.
-            oldest, stall = None, None
-            with fl.mu:
-                for rid, (s, sent, _) in list(fl.beats.items()):
-                    if now - sent > s.ttl:
-                        del fl.beats[rid]
-                        continue
-                    oldest = sent if oldest is None else min(oldest, sent)
-                    st = stall_after(s.interval)
-                    stall = st if stall is None else min(stall, st)
-                last_recv = fl.last_recv
+            oldest, stall, last_recv = forget_unanswered(fl, now)
             if c.conn.several and not stall_done and oldest is not None:
                 at = max(oldest, last_recv) + stall
                 if now >= at:
