@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"testing"
@@ -140,5 +141,31 @@ func TestAwaitGone(t *testing.T) {
 	case <-done:
 	default:
 		t.Fatal("AwaitGone returned while the goroutine still ran")
+	}
+}
+
+// TestDefaultParallel: the package's default applies when the command line
+// left -parallel alone, and an explicit -parallel wins.
+func TestDefaultParallel(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{{nil, 4}, {[]string{"-test.parallel=1"}, 1}, {[]string{"-test.parallel", "7"}, 7}} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		p := fs.Int(parallelFlag, 2, "")
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := defaultParallel(fs, 4); err != nil || *p != c.want {
+			t.Errorf("args %q: defaultParallel(4) = %v, -parallel %d; want nil, %d", c.args, err, *p, c.want)
+		}
+	}
+	if err := defaultParallel(flag.NewFlagSet("x", flag.ContinueOnError), 4); err == nil {
+		t.Error("defaultParallel on a flag set without -test.parallel = nil; want an error")
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.Int(parallelFlag, 2, "")
+	if err := defaultParallel(fs, 0); err == nil {
+		t.Error("defaultParallel(0) = nil; want an error")
 	}
 }
