@@ -22,6 +22,7 @@ const agentStall = 3 * time.Second
 // deterministic, and the proof the stall is long enough — and a session at
 // agentTTL must keep it. Both SDK agents, on embedded etcd.
 func TestAgentSessionOutlivesStall(t *testing.T) {
+	t.Parallel() // beside the row tests (TestMain)
 	buildTypeScriptSDK(t)
 	bins := build(t)
 	for _, lang := range []struct {

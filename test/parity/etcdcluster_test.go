@@ -14,9 +14,10 @@ import (
 // (parity run beside other tests: "etcd-m1 … bind: address already in use",
 // then "4 results; want 6"; issue 21).
 func TestEtcdClusterRetriesTakenPort(t *testing.T) {
+	t.Parallel() // beside the row tests (TestMain): the port it takes is one chosen for its own cluster
 	bins := build(t)
 	attempts := 0
-	takePorts = func(addrs []string) {
+	take := func(addrs []string) {
 		attempts++
 		if attempts > 1 {
 			return
@@ -27,8 +28,7 @@ func TestEtcdClusterRetriesTakenPort(t *testing.T) {
 		}
 		t.Cleanup(func() { l.Close() })
 	}
-	t.Cleanup(func() { takePorts = nil })
-	endpoints := startEtcdCluster(t, bins, 3)
+	endpoints := startEtcdClusterTaking(t, bins, 3, take)
 	if got := strings.Split(endpoints, ","); len(got) != 3 || attempts != 2 {
 		t.Fatalf("startEtcdCluster = %q after %d attempts; want 3 endpoints after 2", endpoints, attempts)
 	}

@@ -17,8 +17,28 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childClientEnv); spec != "" {
 		os.Exit(runChildClient(spec)) // the client process of client-sigkill
 	}
+	testkit.DefaultParallel(rowsAtOnce)
 	testkit.Main(pgtest.M{M: m}, []func(){removeBuildDir})
 }
+
+// rowsAtOnce is the package's -parallel: how many rows (a backend row of
+// TestParity, TestParityReplicas, TestParityPython or TestParityTypeScript,
+// a language of TestAgentSessionOutlivesStall, or
+// TestEtcdClusterRetriesTakenPort) run at once. Every test is parallel, so
+// the rows of all of them share these slots (before, the tests ran one
+// after another and each left a slot idle once its shortest row ended:
+// 209 s for about 300 s of rows, two at a time). A row
+// mostly waits — for lockd, etcd and agent processes to start, for TTLs to
+// run out, for polls — and each has processes, a backend state and keys of
+// its own, so more rows at once cost little CPU (docs/reliability.md "CI
+// time": the package's CPU seconds against its wall time, and pass counts
+// beside a CPU burner). The sessions whose expiry is not a scenario's
+// subject keep the margins they had beside one other row and beside
+// another package in make test: the agents' agentTTL (15 s), the rolling
+// restart's rollingRestartTTL; the bounds of the scenarios that wait for an
+// expiry are ttl + slack (9 s for a 3 s TTL). `go test -parallel N` still
+// wins.
+const rowsAtOnce = 4
 
 // removeBuildDir removes the binaries built for the child processes.
 func removeBuildDir() {
@@ -220,8 +240,10 @@ func rowVerdict(r result) string {
 }
 
 // TestParity runs every scenario on every backend (backends in parallel,
-// scenarios of one backend in order) and prints the table once all are done.
+// beside the other tests' rows; scenarios of one backend in order) and
+// prints the table once all are done.
 func TestParity(t *testing.T) {
+	t.Parallel() // beside the other row tests (TestMain)
 	for _, sc := range scenarios {
 		for b := range sc.override {
 			if sc.divergence == "" || !slices.Contains(backendNames, b) || baseBackend(b) != b {

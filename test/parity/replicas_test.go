@@ -119,8 +119,16 @@ func addrList(rs []*lockd, first int) string {
 // etcdStartAttempts times.
 func startEtcdCluster(t *testing.T, bins binaries, n int) string {
 	t.Helper()
+	return startEtcdClusterTaking(t, bins, n, nil)
+}
+
+// startEtcdClusterTaking is startEtcdCluster with take, when not nil, run
+// with the addresses chosen for each attempt before its members are
+// launched (TestEtcdClusterRetriesTakenPort takes one of them).
+func startEtcdClusterTaking(t *testing.T, bins binaries, n int, take func(addrs []string)) string {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		endpoints, err := launchEtcdCluster(t, bins, n)
+		endpoints, err := launchEtcdCluster(t, bins, n, take)
 		if err == nil {
 			return endpoints
 		}
@@ -135,19 +143,15 @@ func startEtcdCluster(t *testing.T, bins binaries, n int) string {
 // took a chosen port from.
 const etcdStartAttempts = 3
 
-// takePorts, when set (tests only), runs with the addresses chosen for an
-// attempt before its members are launched.
-var takePorts func(addrs []string)
-
 // launchEtcdCluster is one attempt of startEtcdCluster. A member that exits
 // before its ready line ends the attempt: every member of it is killed and
 // the error carries that member's stderr.
-func launchEtcdCluster(t *testing.T, bins binaries, n int) (string, error) {
+func launchEtcdCluster(t *testing.T, bins binaries, n int, take func(addrs []string)) (string, error) {
 	t.Helper()
 	type member struct{ name, client, peer string }
 	addrs := freeAddrs(t, 2*n)
-	if takePorts != nil {
-		takePorts(addrs)
+	if take != nil {
+		take(addrs)
 	}
 	ms := make([]member, n)
 	var cluster []string
@@ -231,6 +235,7 @@ func freeAddrs(t *testing.T, n int) []string {
 // TestParityReplicas runs every multi-replica scenario on every replica row
 // (rows in parallel, scenarios of a row in order) and prints their table.
 func TestParityReplicas(t *testing.T) {
+	t.Parallel() // beside the other row tests (TestMain)
 	bins := build(t)
 	var (
 		mu      sync.Mutex

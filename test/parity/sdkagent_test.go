@@ -110,12 +110,16 @@ func sdkRows(t *testing.T) []string {
 
 // TestParityPython runs sdkScenarios through the Python SDK's agent on every
 // base backend and compares each outcome with the Go SDK's expectation.
-func TestParityPython(t *testing.T) { runSDKParity(t, "python", startPythonAgent) }
+func TestParityPython(t *testing.T) {
+	t.Parallel() // beside the other row tests (TestMain)
+	runSDKParity(t, "python", startPythonAgent)
+}
 
 // TestParityTypeScript runs sdkScenarios through the TypeScript SDK's agent
 // (sdk/typescript/test/agent.ts, built once by npm ci, here: before any row
 // starts) likewise.
 func TestParityTypeScript(t *testing.T) {
+	t.Parallel() // beside the other row tests (TestMain)
 	buildTypeScriptSDK(t)
 	runSDKParity(t, "typescript", startTypeScriptAgent)
 }
