@@ -23,7 +23,7 @@ const agentStall = 3 * time.Second
 // agentTTL must keep it. Both SDK agents, on embedded etcd.
 func TestAgentSessionOutlivesStall(t *testing.T) {
 	t.Parallel() // beside the row tests (TestMain)
-	buildTypeScriptSDK(t)
+	startTypeScriptBuild()
 	bins := build(t)
 	for _, lang := range []struct {
 		name  string

@@ -40,10 +40,14 @@ func TestMain(m *testing.M) {
 // wins.
 const rowsAtOnce = 4
 
-// removeBuildDir removes the binaries built for the child processes.
+// removeBuildDir removes the binaries built for the child processes (once
+// the TypeScript SDK's build, if one started, has ended).
 func removeBuildDir() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
+	}
+	if tsDone != nil {
+		<-tsDone
 	}
 	if tsDir != "" {
 		_ = os.RemoveAll(tsDir)

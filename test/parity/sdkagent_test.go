@@ -116,11 +116,11 @@ func TestParityPython(t *testing.T) {
 }
 
 // TestParityTypeScript runs sdkScenarios through the TypeScript SDK's agent
-// (sdk/typescript/test/agent.ts, built once by npm ci, here: before any row
-// starts) likewise.
+// (sdk/typescript/test/agent.ts, built once by npm ci: startTypeScriptBuild)
+// likewise.
 func TestParityTypeScript(t *testing.T) {
 	t.Parallel() // beside the other row tests (TestMain)
-	buildTypeScriptSDK(t)
+	startTypeScriptBuild()
 	runSDKParity(t, "typescript", startTypeScriptAgent)
 }
 
