@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -41,172 +42,497 @@ type DeadlockScanGater interface {
 	SetDeadlockScanGate(gate func(ctx context.Context))
 }
 
-// Wait is a session's place in a plain key's queue, as a backend read it
-// for the wait-for graph.
+// Wait is a session's place in a key's queue, as a backend read it for the
+// wait-for graph (C2 #ct2-deadlock): a plain key's, or a semaphore's or
+// read/write lock's (C2 #ct2-multi).
 type Wait struct {
 	Session SessionID
 	Key     string
-	// Seq orders the waits by age: a place queued later has a larger Seq
-	// (etcd: the waiter key's create revision; PostgreSQL: the row id).
+	// Seq orders the waits by age, over every key and kind: a place queued
+	// later has a larger Seq (etcd: the waiter key's create revision;
+	// PostgreSQL: the row id, waiters and slot_waiters drawing from one
+	// sequence).
 	Seq int64
 	// NoCheck: the place was queued with NoDeadlockCheck.
 	NoCheck bool
+	// Limit and Mode are the wait's kind: Limit above 1 a semaphore slot of
+	// N = Limit, Mode a side of a read/write lock; both zero (or Limit 1)
+	// for a plain key.
+	Limit uint32
+	Mode  Mode
 }
 
-// Hold is a session's grant of a plain key.
+// Hold is a session's grant of a key: a plain grant, a semaphore slot or a
+// side of a read/write lock.
 type Hold struct {
 	Session SessionID
 	Key     string
+	// Mode is the side a read/write holder holds; ModeUnset for a plain
+	// grant or a semaphore slot.
+	Mode Mode
 }
 
-// WaitGraph is one consistent snapshot of a backend's plain-key waits and
-// grants.
+// WaitGraph is one consistent snapshot of a backend's waits and grants, of
+// every kind.
 type WaitGraph struct {
 	Waits []Wait
 	Holds []Hold
 }
 
-// Deadlock is one cycle of waiting sessions FindDeadlocks found: Victim is
-// the wait to refuse, Keys the keys of the cycle's waits (sorted, no
+// Deadlock is one deadlocked set FindDeadlocks found: Victim is the wait
+// to refuse, Keys the keys of the set's inside waits (sorted, no
 // duplicates).
 type Deadlock struct {
 	Victim Wait
 	Keys   []string
 }
 
-// FindDeadlocks returns the deadlocks of g (C2 #ct2-deadlock): for every
-// strongly connected component of two or more sessions of the wait-for
-// graph (S waits for T when S waits for a key T holds), the component's
-// youngest wait among those inside it (whose key a session of the
-// component holds) that did not opt out. A component whose inside waits all
-// opted out is not reported. The result is ordered by the victim's Seq; the
-// same graph always gives the same result, whatever the order of its
-// slices.
+// The nodes of the AND-OR graph FindDeadlocks reduces. A session waits for
+// all of its waits; a plain or read/write wait for all of its targets,
+// through a key's nodes for "every holder", "every exclusive holder" and
+// the chains "every waiter ahead" and "every exclusive waiter ahead", so a
+// queue of q waiters costs O(q) edges, not O(q²). A semaphore's waits wait
+// for its nodeSem, which admits them in queue order by counting the free
+// sessions among its holders and the waiters ahead (semQueue).
+const (
+	nodeSession = iota
+	nodeWait
+	nodeAll // free when all of its targets are
+	nodeSem // a semaphore key: never free as a whole; admits its waits one by one
+)
+
+// andOr is the graph as it is built: nodes and edges (from waits for to).
+type andOr struct {
+	kind     []uint8
+	need     []int32 // how many targets must be free; -1: all of them (set once the edges are known)
+	wait     []int32 // nodeWait: the index of its Wait in the WaitGraph; -1 otherwise
+	from, to []int32
+}
+
+func (a *andOr) node(kind uint8, need, wait int32) int32 {
+	a.kind = append(a.kind, kind)
+	a.need = append(a.need, need)
+	a.wait = append(a.wait, wait)
+	return int32(len(a.kind) - 1)
+}
+
+func (a *andOr) edge(from, to int32) {
+	a.from = append(a.from, from)
+	a.to = append(a.to, to)
+}
+
+// semQueue is a semaphore of N (limit) for the reduction (C2 #ct2-multi:
+// the waiter at position i is admitted once every waiter ahead is, and at
+// most N-1 of the h holders and the i waiters ahead are not free, i.e. at
+// least h+i-N+1 of them are free). free counts the freed sessions among
+// the holders and the waiters before next, the first waiter not yet
+// admitted.
+type semQueue struct {
+	limit   int
+	holders int
+	waits   []int32         // the wait nodes, in queue order
+	of      []int32         // their sessions
+	pos     map[int32]int32 // a session's position in waits; -1 for a holder
+	next    int
+	free    int
+}
+
+// csr is the edges grouped by one end: the other ends of node v's edges
+// are adj[start[v]:start[v+1]].
+func csr(n int, by, other []int32) (start, adj []int32) {
+	start = make([]int32, n+1)
+	for _, v := range by {
+		start[v+1]++
+	}
+	for v := range n {
+		start[v+1] += start[v]
+	}
+	pos := slices.Clone(start[:n])
+	adj = make([]int32, len(by))
+	for e, v := range by {
+		adj[pos[v]] = other[e]
+		pos[v]++
+	}
+	return start, adj
+}
+
+// FindDeadlocks returns the deadlocks of g (C2 #ct2-deadlock), in the
+// AND-OR wait-for model: a plain wait waits for the key's holder; a
+// read/write exclusive wait for every holder and every waiter ahead of it;
+// a shared wait for the exclusive holder and every exclusive waiter ahead;
+// a semaphore wait of N at position i for every waiter ahead to be
+// admitted and for h+i-N+1 of the h holders and i waiters ahead to be free
+// (the head of a full semaphore: any one holder, an OR-wait). Graph
+// reduction frees the sessions that can progress (a session none of whose
+// waits is blocked counts off the waits that wait for it, ...); the
+// sessions left are deadlocked. Their strongly connected components are
+// taken sinks first, each reduced again once every component it waits for
+// is counted as free (a refusal there ends it): what is left of a
+// component of two or more sessions is a deadlocked set; in each, the
+// youngest wait among the set's inside waits (those still blocked) that
+// did not opt out is the victim, and the inside waits' keys are named. A set whose inside
+// waits all opted out is not reported. For plain keys alone this is
+// exactly the strongly connected components of two or more sessions and
+// their waits whose key a session of the component holds. The result is
+// ordered by the victim's Seq; the same graph always gives the same
+// result, whatever the order of its slices. Linear in waits and holds
+// (after grouping them by key).
 func FindDeadlocks(g WaitGraph) []Deadlock {
-	holders := map[string][]SessionID{}
-	for _, h := range g.Holds {
-		holders[h.Key] = append(holders[h.Key], h.Session)
+	if len(g.Waits) == 0 {
+		return nil
 	}
-	// Nodes are sessions, numbered in sorted order so the walk is
-	// deterministic.
-	var ids []SessionID
-	seen := map[SessionID]bool{}
-	for _, w := range g.Waits {
-		if !seen[w.Session] {
-			seen[w.Session] = true
-			ids = append(ids, w.Session)
+	size := 2*len(g.Waits) + len(g.Holds)
+	a := andOr{kind: make([]uint8, 0, size), need: make([]int32, 0, size), wait: make([]int32, 0, size),
+		from: make([]int32, 0, size), to: make([]int32, 0, size)}
+	session := make(map[SessionID]int32, len(g.Waits))
+	sessionNode := func(id SessionID) int32 {
+		v, ok := session[id]
+		if !ok {
+			v = a.node(nodeSession, -1, -1)
+			session[id] = v
 		}
+		return v
 	}
+	type holder struct {
+		node int32
+		mode Mode
+	}
+	holders := make(map[string][]holder, len(g.Holds))
 	for _, h := range g.Holds {
-		if !seen[h.Session] {
-			seen[h.Session] = true
-			ids = append(ids, h.Session)
+		holders[h.Key] = append(holders[h.Key], holder{sessionNode(h.Session), h.Mode})
+	}
+	// A plain wait waits for its key's holders: built at once. The others
+	// need their key's queue in order: grouped by key first.
+	waits := map[string][]int32{}
+	for i, w := range g.Waits {
+		s := sessionNode(w.Session)
+		if w.Limit > 1 || w.Mode != ModeUnset {
+			waits[w.Key] = append(waits[w.Key], int32(i))
+			continue
 		}
-	}
-	slices.Sort(ids)
-	index := make(map[SessionID]int, len(ids))
-	for i, id := range ids {
-		index[id] = i
-	}
-	adj := make([][]int, len(ids))
-	for _, w := range g.Waits {
-		from := index[w.Session]
+		v := a.node(nodeWait, -1, int32(i))
+		a.edge(s, v)
 		for _, h := range holders[w.Key] {
-			if h != w.Session {
-				adj[from] = append(adj[from], index[h])
+			if h.node != s { // a session asking again for its own key is not waiting
+				a.edge(v, h.node)
 			}
 		}
 	}
-	for i := range adj {
-		slices.Sort(adj[i])
-		adj[i] = slices.Compact(adj[i])
+	// held and queued mark, per key being built, its holders and its
+	// waiting sessions (the sessions are every node so far).
+	held, queued := make([]int32, len(a.kind)), make([]int32, len(a.kind))
+	mark := int32(0)
+	sems := map[int32]*semQueue{}  // a semaphore chain's node: its queue
+	semOf := map[int32]*semQueue{} // a semaphore wait: its queue
+	for key, ws := range waits {
+		mark++
+		hs := holders[key]
+		distinct := hs[:0:0]
+		for _, h := range hs {
+			if held[h.node] != mark {
+				held[h.node] = mark
+				distinct = append(distinct, h)
+			}
+		}
+		hs = distinct
+		var rw, sem bool
+		for _, i := range ws {
+			rw = rw || g.Waits[i].Mode != ModeUnset
+			sem = sem || g.Waits[i].Limit > 1
+		}
+		if rw || sem {
+			// "Ahead" needs the queue order.
+			slices.SortFunc(ws, func(x, y int32) int { return compareAge(g.Waits[x], g.Waits[y]) })
+		}
+		var (
+			all, excl           int32 = -1, -1 // built when first needed; -2: none
+			aheadAll, aheadExcl int32 = -1, -1 // the chains' last nodes; -1: nobody ahead
+			sq                  *semQueue
+			ahead               int32 // the semaphore's chain: the holders, then each waiter ahead
+		)
+		if sem && !rw {
+			ahead = a.node(nodeSem, -1, -1)
+			sq = &semQueue{holders: len(hs), pos: map[int32]int32{}}
+			sems[ahead] = sq
+			for _, h := range hs {
+				a.edge(ahead, h.node)
+				sq.pos[h.node] = -1
+			}
+		}
+		for _, i := range ws {
+			w := g.Waits[i]
+			s := session[w.Session]
+			if held[s] == mark || queued[s] == mark {
+				continue // holds the key (not waiting), or queued twice
+			}
+			queued[s] = mark
+			switch {
+			case sq != nil && w.Limit > 1 && w.Mode == ModeUnset:
+				// Admitted by the key's semQueue, never by a count. Its
+				// edge is to the chain of the holders and the waiters
+				// ahead (the components' graph); the chain's nodes tell
+				// the semQueue of each session freed.
+				v := a.node(nodeWait, 1, i)
+				a.edge(s, v)
+				a.edge(v, ahead)
+				if sq.limit == 0 {
+					sq.limit = int(w.Limit)
+				}
+				sq.pos[s] = int32(len(sq.waits))
+				sq.waits = append(sq.waits, v)
+				sq.of = append(sq.of, s)
+				semOf[v] = sq
+				p := a.node(nodeSem, -1, -1)
+				a.edge(p, ahead)
+				a.edge(p, s)
+				sems[p] = sq
+				ahead = p
+				continue
+			case w.Mode == ModeExclusive:
+				v := a.node(nodeWait, -1, i)
+				a.edge(s, v)
+				if all == -1 {
+					all = -2
+					if len(hs) > 0 {
+						all = a.node(nodeAll, -1, -1)
+						for _, h := range hs {
+							a.edge(all, h.node)
+						}
+					}
+				}
+				if all >= 0 {
+					a.edge(v, all)
+				}
+				if aheadAll >= 0 {
+					a.edge(v, aheadAll)
+				}
+			case w.Mode == ModeShared:
+				v := a.node(nodeWait, -1, i)
+				a.edge(s, v)
+				if excl == -1 {
+					excl = -2
+					for _, h := range hs {
+						if h.mode == ModeExclusive {
+							if excl < 0 {
+								excl = a.node(nodeAll, -1, -1)
+							}
+							a.edge(excl, h.node)
+						}
+					}
+				}
+				if excl >= 0 {
+					a.edge(v, excl)
+				}
+				if aheadExcl >= 0 {
+					a.edge(v, aheadExcl)
+				}
+			default: // a plain key's wait (or one of another kind than the key's: not a backend's)
+				v := a.node(nodeWait, -1, i)
+				a.edge(s, v)
+				for _, h := range hs {
+					a.edge(v, h.node)
+				}
+				continue
+			}
+			// The read/write chains past this waiter, for the waiters
+			// behind it.
+			p := a.node(nodeAll, -1, -1)
+			a.edge(p, s)
+			if aheadAll >= 0 {
+				a.edge(p, aheadAll)
+			}
+			aheadAll = p
+			if w.Mode == ModeExclusive {
+				p := a.node(nodeAll, -1, -1)
+				a.edge(p, s)
+				if aheadExcl >= 0 {
+					a.edge(p, aheadExcl)
+				}
+				aheadExcl = p
+			}
+		}
+		if sq != nil && sq.limit == 0 {
+			sq.limit = 1 // no semaphore wait after all (queued twice): admits nothing it need not
+		}
 	}
-	comp := tarjan(adj)
 
-	// The inside waits of each component of two or more.
-	size := map[int]int{}
-	for _, c := range comp {
-		size[c]++
+	n := len(a.kind)
+	outStart, out := csr(n, a.from, a.to)
+	inStart, in := csr(n, a.to, a.from)
+	for v := range n {
+		if a.need[v] < 0 {
+			a.need[v] = outStart[v+1] - outStart[v]
+		}
+	}
+
+	// The reduction: free what can progress, count it off what waits for
+	// it. cnt[v] is how many more of v's targets must be free. A
+	// semaphore's chain nodes are never free: its semQueue admits its
+	// waits, told by the chain of every holder and waiter freed.
+	cnt := slices.Clone(a.need)
+	free := make([]bool, n)   // freed (or, below, counted as free)
+	popped := make([]bool, n) // freed and counted off what waits for it
+	var stack []int32
+	push := func(v int32) {
+		free[v] = true
+		stack = append(stack, v)
+	}
+	admit := func(q *semQueue) {
+		for q.next < len(q.waits) {
+			if w := q.waits[q.next]; !free[w] {
+				if q.free < q.holders+q.next-q.limit+1 {
+					return
+				}
+				push(w)
+			}
+			if popped[q.of[q.next]] {
+				q.free++ // counted now that it is ahead; a later pop counts it below
+			}
+			q.next++
+		}
+	}
+	release := func() {
+		for len(stack) > 0 {
+			v := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			popped[v] = true
+			for _, d := range in[inStart[v]:inStart[v+1]] {
+				if a.kind[d] == nodeSem {
+					q := sems[d]
+					if q.pos[v] < int32(q.next) {
+						q.free++ // a holder, or a waiter ahead of the next to admit
+					}
+					admit(q)
+					continue
+				}
+				cnt[d]--
+				if cnt[d] == 0 && !free[d] {
+					push(d)
+				}
+			}
+		}
+	}
+	for v := range n {
+		if cnt[v] <= 0 && a.kind[v] != nodeSem {
+			push(int32(v))
+		}
+	}
+	for _, q := range sems {
+		admit(q) // a semaphore that is not full admits its head at once
+	}
+	release()
+	deadlocked := false
+	for v := range n {
+		if a.kind[v] == nodeSession && !free[v] {
+			deadlocked = true
+			break
+		}
+	}
+	if !deadlocked {
+		return nil
+	}
+
+	// The deadlocked nodes' components, over the edges between them, taken
+	// sinks first (Tarjan numbers them so). Each is reduced once every
+	// component it waits for is counted as free: what is left is its
+	// deadlocked set, which is then counted as free too (its refusal ends
+	// it) before the components that wait for it.
+	comp, ncomp := components(outStart, out, free)
+	first := make([]int32, ncomp+1)
+	for v := range n {
+		if comp[v] >= 0 {
+			first[comp[v]+1]++
+		}
+	}
+	for c := range ncomp {
+		first[c+1] += first[c]
+	}
+	members := make([]int32, first[ncomp])
+	at := slices.Clone(first[:ncomp])
+	for v := range n {
+		if c := comp[v]; c >= 0 {
+			members[at[c]] = int32(v)
+			at[c]++
+		}
 	}
 	type acc struct {
 		victim Wait
 		found  bool
 		keys   []string
 	}
-	byComp := map[int]*acc{}
-	for _, w := range g.Waits {
-		c := comp[index[w.Session]]
-		if size[c] < 2 {
-			continue
-		}
-		inside := false
-		for _, h := range holders[w.Key] {
-			if h != w.Session && comp[index[h]] == c {
-				inside = true
-				break
+	var found []Deadlock
+	var set acc
+	for c := range ncomp {
+		set = acc{keys: set.keys[:0]}
+		var queues []*semQueue
+		sessions := 0
+		for _, v := range members[first[c]:first[c+1]] {
+			if free[v] || a.kind[v] == nodeSem {
+				continue
 			}
+			switch a.kind[v] {
+			case nodeSession:
+				sessions++
+			case nodeWait:
+				w := g.Waits[a.wait[v]]
+				set.keys = append(set.keys, w.Key)
+				if !w.NoCheck && (!set.found || compareAge(w, set.victim) > 0) {
+					set.victim, set.found = w, true
+				}
+				if q := semOf[v]; q != nil {
+					queues = append(queues, q)
+				}
+			}
+			push(v)
 		}
-		if !inside {
-			continue
+		for _, q := range queues {
+			admit(q)
 		}
-		a := byComp[c]
-		if a == nil {
-			a = &acc{}
-			byComp[c] = a
-		}
-		a.keys = append(a.keys, w.Key)
-		if !w.NoCheck && (!a.found || w.Seq > a.victim.Seq || (w.Seq == a.victim.Seq && younger(w, a.victim))) {
-			a.victim, a.found = w, true
+		release()
+		if set.found && sessions >= 2 { // a cycle has two sessions at least
+			keys := slices.Clone(set.keys)
+			slices.Sort(keys)
+			found = append(found, Deadlock{Victim: set.victim, Keys: slices.Compact(keys)})
 		}
 	}
-	var out []Deadlock
-	for _, a := range byComp {
-		if !a.found {
-			continue
-		}
-		slices.Sort(a.keys)
-		out = append(out, Deadlock{Victim: a.victim, Keys: slices.Compact(a.keys)})
-	}
-	slices.SortFunc(out, func(x, y Deadlock) int {
-		if x.Victim.Seq != y.Victim.Seq {
-			if x.Victim.Seq < y.Victim.Seq {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(string(x.Victim.Session)+"\x00"+x.Victim.Key, string(y.Victim.Session)+"\x00"+y.Victim.Key)
-	})
-	return out
+	slices.SortFunc(found, func(x, y Deadlock) int { return compareAge(x.Victim, y.Victim) })
+	return found
 }
 
-// younger breaks a tie of Seq (not produced by either backend) by session
-// and key, so the victim does not depend on slice order.
-func younger(w, than Wait) bool {
-	if w.Session != than.Session {
-		return w.Session > than.Session
+// compareAge orders waits by age: Seq, then (a tie, which neither backend
+// produces) session and key, so the victim does not depend on slice order.
+// The youngest wait compares greatest.
+func compareAge(x, y Wait) int {
+	if c := cmp.Compare(x.Seq, y.Seq); c != 0 {
+		return c
 	}
-	return w.Key > than.Key
+	if c := strings.Compare(string(x.Session), string(y.Session)); c != 0 {
+		return c
+	}
+	return strings.Compare(x.Key, y.Key)
 }
 
-// tarjan returns the strongly connected component of every node of the
-// graph adj (Tarjan's algorithm, iterative so a long chain of waits cannot
-// exhaust the stack).
-func tarjan(adj [][]int) []int {
-	n := len(adj)
+// components returns the strongly connected component of every node not
+// skipped, over the edges adj[start[v]:start[v+1]] between such nodes
+// (Tarjan's algorithm, iterative so a long chain of waits cannot exhaust
+// the stack), -1 for a skipped node, and how many components there are.
+func components(start, adj []int32, skip []bool) ([]int32, int32) {
+	n := len(skip)
 	const unvisited = -1
-	idx, low, comp := make([]int, n), make([]int, n), make([]int, n)
+	idx, low, comp := make([]int32, n), make([]int32, n), make([]int32, n)
 	onStack := make([]bool, n)
 	for i := range idx {
 		idx[i], comp[i] = unvisited, unvisited
 	}
-	var stack []int
-	type frame struct{ v, next int }
-	counter, ncomp := 0, 0
-	for root := range n {
-		if idx[root] != unvisited {
+	var stack []int32
+	type frame struct{ v, next int32 }
+	var call []frame
+	counter, ncomp := int32(0), int32(0)
+	for root := range int32(n) {
+		if skip[root] || idx[root] != unvisited {
 			continue
 		}
-		call := []frame{{root, 0}}
+		call = append(call[:0], frame{root, start[root]})
 		idx[root], low[root] = counter, counter
 		counter++
 		stack = append(stack, root)
@@ -214,16 +540,17 @@ func tarjan(adj [][]int) []int {
 		for len(call) > 0 {
 			f := &call[len(call)-1]
 			v := f.v
-			if f.next < len(adj[v]) {
-				w := adj[v][f.next]
+			if f.next < start[v+1] {
+				w := adj[f.next]
 				f.next++
 				switch {
+				case skip[w]:
 				case idx[w] == unvisited:
 					idx[w], low[w] = counter, counter
 					counter++
 					stack = append(stack, w)
 					onStack[w] = true
-					call = append(call, frame{w, 0})
+					call = append(call, frame{w, start[w]})
 				case onStack[w]:
 					low[v] = min(low[v], idx[w])
 				}
@@ -248,5 +575,5 @@ func tarjan(adj [][]int) []int {
 			}
 		}
 	}
-	return comp
+	return comp, ncomp
 }
