@@ -17,6 +17,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/deadlock"
 )
 
 // Semaphores and read/write locks (C2 #ct2-multi). A key of either kind
@@ -25,7 +26,9 @@ import (
 //	m/<key>\x00s<session>  a slot: "<mode> <limit> <session> <unix ns>" on the
 //	                       holder's lease; its mod revision is the token
 //	m/<key>\x00w<session>  a waiter: "<mode> <limit> <session>" on the
-//	                       waiter's lease; create revision orders the queue
+//	                       waiter's lease, with a fourth field "1" when it
+//	                       opted out of deadlock refusal (deadlock.go);
+//	                       create revision orders the queue
 //	m/<key>\x00v<session>  a slot's value: "<token> <value>" on the lease
 //
 // Every grant or queueing is one transaction that compares the whole
@@ -212,14 +215,29 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		// #ct4-traces); nil when untraced or not waiting.
 		wsp  *telemetry.Span
 		octx = ctx
+		// dw is the wait under the deadlock detector (C2 #ct2-deadlock),
+		// registered once queued unless it opted out; a refusal cancels
+		// ctx through cancel.
+		dw     *deadlock.Wait
+		cancel context.CancelFunc
 	)
 	defer func() {
 		w.close()
+		if dw != nil {
+			if de := dw.Err(); de != nil && err != nil && octx.Err() == nil {
+				err = de // refused; a grant that came first wins
+			}
+			dw.Done()
+		}
 		if queued && err != nil {
 			s.leaveMulti(ss, key, myRev)
 		}
 		wsp.EndWait(octx, err)
 	}()
+	if wait && !o.NoDeadlockCheck {
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
 	for {
 		if read {
 			resp, err := s.cli.Txn(ctx).Then(
@@ -299,7 +317,7 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		}
 		if mine < 0 {
 			tr, err := s.cli.Txn(ctx).If(append(unchanged, stillThere(st)...)...).Then(
-				clientv3.OpPut(wk, entryValue(ss.id, o), clientv3.WithLease(ss.lease)),
+				clientv3.OpPut(wk, mwaiterValue(ss.id, o), clientv3.WithLease(ss.lease)),
 			).Commit()
 			if err != nil {
 				return store.Grant{}, false, s.sessionErr(ctx, ss, err)
@@ -309,6 +327,9 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 			continue
 		}
 		queued = true
+		if dw == nil && cancel != nil {
+			dw = s.deadlocks.Register(ss.id, key, cancel)
+		}
 		if w == nil {
 			// Every change of the range after the watch is armed reaches
 			// it; the read after it sees everything earlier.

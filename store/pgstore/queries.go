@@ -165,8 +165,13 @@ func newQueries(schema, channel string) queries {
 		// snapshot: every plain waiter ('w', its id, its opt-out) and every
 		// plain grant ('h'). Semaphore and read/write slots and waiters are
 		// not in it.
-		waitGraph: r.Replace(`SELECT true, key, session_id, id, no_deadlock_check FROM {{s}}.waiters
-			UNION ALL SELECT false, key, session_id, 0, false FROM {{s}}.locks WHERE token <> 0`),
+		// Every kind (C2 #ct2-deadlock): mode and lim are a slot's or slot
+		// waiter's (0 and 1 for a plain row); ids of both waiter tables
+		// share one sequence (migration 0014).
+		waitGraph: r.Replace(`SELECT true, key, session_id, id, no_deadlock_check, 0::smallint, 1 FROM {{s}}.waiters
+			UNION ALL SELECT false, key, session_id, 0, false, 0::smallint, 1 FROM {{s}}.locks WHERE token <> 0
+			UNION ALL SELECT true, key, session_id, id, no_deadlock_check, mode, lim FROM {{s}}.slot_waiters
+			UNION ALL SELECT false, key, session_id, 0, false, mode, lim FROM {{s}}.slots`),
 		dequeue: r.Replace(`DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2`),
 
 		// The delete reason for the trigger is set in the WHERE clause so the
