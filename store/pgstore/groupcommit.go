@@ -162,8 +162,11 @@ func (s *Store) runLockBatch(reqs []*lockReq) {
 }
 
 // execLockBatch runs the releases and grant attempts of reqs (distinct
-// keys) in one pipelined implicit transaction: one round trip, one commit.
-// The results are set only once the commit succeeded.
+// keys) in one pipelined implicit transaction: one round trip, one commit,
+// and at most three statements (keyLock; releaseBatch with the releases'
+// hand-over; grantBatch), so a lone grant or a lone release is two
+// (TestLockPairStatements). The results are set only once the commit
+// succeeded.
 //
 // Grants follow the same steps as grant (see there, and the reasoning on
 // tokens), set-wise: keyLock takes the advisory lock of every key to grant,
@@ -201,16 +204,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 	released := make(map[string]time.Time)
 	handed := make(map[string]*store.Grant)
 	if len(rels) > 0 {
-		b.Queue(s.q.releaseBatch, relKeys, relSessions, relTokens).Query(func(rows pgx.Rows) error {
-			var key string
-			var at time.Time
-			_, err := pgx.ForEachRow(rows, []any{&key, &at}, func() error {
-				released[key] = at
-				return nil
-			})
-			return err
-		})
-		s.queueHandOver(&b, relKeys, handed) // handover.go
+		s.queueReleases(&b, relKeys, relSessions, relTokens, released, handed) // handover.go
 	}
 	type check struct {
 		remainingUS *int64
