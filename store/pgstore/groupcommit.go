@@ -183,11 +183,13 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		grKeys, grSessions   []string
 		grWait, grNoDL       []bool
 		rels, grants         []*lockReq
+		relGone              []grantKey
 	)
 	for _, r := range reqs {
 		if r.op == opRelease {
 			rels = append(rels, r)
 			relKeys, relSessions, relTokens = append(relKeys, r.key), append(relSessions, string(r.id)), append(relTokens, int64(r.token))
+			relGone = append(relGone, grantKey{r.key, r.token})
 		} else {
 			grants = append(grants, r)
 			grKeys, grSessions, grWait = append(grKeys, r.key), append(grSessions, string(r.id)), append(grWait, r.op == opWait)
@@ -232,7 +234,11 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			return err
 		})
 	}
+	// The releases are pending for the listener until their outcome is
+	// known (gone.go).
+	mark := s.gone.sending(relGone)
 	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
+		s.gone.settle(relGone, mark, nil)
 		return err
 	}
 
@@ -244,6 +250,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			r.out = notOwned
 		}
 	}
+	s.gone.settle(relGone, mark, func(i int) bool { return rels[i].out == freed })
 	for i, r := range grants {
 		c := checks[i]
 		g := store.Grant{Key: r.key, Session: r.id}
@@ -302,6 +309,7 @@ func (s *Store) runAlone(r *lockReq) {
 			r.out, err = notOwned, nil
 		case err == nil:
 			r.out, r.g = freed, store.Grant{Key: r.key, Session: r.id, Token: r.token, AcquiredAt: at}
+			s.gone.add(grantKey{r.key, r.token}) // committed (gone.go)
 		}
 	} else {
 		err = s.inTx(ctx, func(tx pgx.Tx) (err error) {

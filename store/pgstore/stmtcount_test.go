@@ -112,23 +112,39 @@ func nextEvent(t *testing.T, ch <-chan store.Event, what string) store.Event {
 }
 
 // TestLockPairStatements: what one TryInsert and one DeleteIfOwner of a
-// free key cost the database, counted by a pgx tracer on every connection
-// of the Store's pool and its listener: two round trips and four
-// statements (the grant's batch: keyLock, grantBatch; the release's:
-// keyLock, releaseBatch with its hand-over). The raw PostgreSQL lock is two
-// round trips and two statements (bench_test.go). Before issue 24's
-// statement counts the release's batch also sent the hand-over and the
-// clearing of lockd.handover as statements of their own: six statements.
+// free key cost the database, as every server runs them — under a watch of
+// every key (each `lockd serve` keeps one, the lock-loss watch) — counted
+// by a pgx tracer on every connection of the Store's pool and its
+// listener: two round trips, four statements (the grant's batch: keyLock,
+// grantBatch; the release's: keyLock, releaseBatch with its hand-over), and
+// the release's event delivered to the watch without a query. The raw
+// PostgreSQL lock is two round trips and two statements (bench_test.go).
+// Before issue 24's statement counts this was three round trips and seven
+// statements: the release's batch also sent the hand-over and the clearing
+// of lockd.handover as statements of their own, and the listener checked
+// the released event against the table (the one-statement release alone:
+// three and five).
 func TestLockPairStatements(t *testing.T) {
 	t.Parallel()
 	tr := &stmtCounter{}
 	s := countedStore(t, pgtest.NewDatabase(t), tr)
 	ctx := testCtx(t)
+	_, ch, err := s.WatchFrom(ctx, "", "")
+	if err != nil {
+		t.Fatalf("WatchFrom: %v", err)
+	}
 	id := openSession(t, s)
 	pair := func(key string) {
 		g := mustTry(t, s, id, key)
 		if err := s.DeleteIfOwner(ctx, id, key, g.Token); err != nil {
 			t.Fatalf("DeleteIfOwner(%s): %v", key, err)
+		}
+		// The listener checks an event before it dispatches it: once both
+		// arrived, the pair's work is done.
+		for _, want := range []store.EventKind{store.EventAcquired, store.EventReleased} {
+			if ev := nextEvent(t, ch, want.String()); ev.Kind != want || ev.Key != key || ev.Token != g.Token {
+				t.Fatalf("watch event %+v; want %v of %s (token %d)", ev, want, key, g.Token)
+			}
 		}
 	}
 	for i := range 3 { // connections opened, statements prepared
