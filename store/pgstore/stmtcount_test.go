@@ -111,19 +111,19 @@ func nextEvent(t *testing.T, ch <-chan store.Event, what string) store.Event {
 	}
 }
 
-// TestLockPairStatements: what one TryInsert and one DeleteIfOwner of a
-// free key cost the database, as every server runs them — under a watch of
-// every key (each `lockd serve` keeps one, the lock-loss watch) — counted
-// by a pgx tracer on every connection of the Store's pool and its
-// listener: two round trips, four statements (the grant's batch: keyLock,
-// grantBatch; the release's: keyLock, releaseBatch with its hand-over), and
-// the release's event delivered to the watch without a query. The raw
-// PostgreSQL lock is two round trips and two statements (bench_test.go).
-// Before issue 24's statement counts this was three round trips and seven
-// statements: the release's batch also sent the hand-over and the clearing
-// of lockd.handover as statements of their own, and the listener checked
-// the released event against the table (the one-statement release alone:
-// three and five).
+// TestLockPairStatements: what one TryInsert (or Acquire) and one
+// DeleteIfOwner of a free key cost the database as every server runs them,
+// under a watch of every key (each `lockd serve` keeps one, the lock-loss
+// watch), counted by a pgx tracer on every connection of the Store's pool
+// and its listener: two round trips, four statements (the grant's batch:
+// keyLock, grantBatch; the release's: keyLock, releaseBatch with its
+// hand-over), and the release's event delivered to the watch without a
+// query. The raw PostgreSQL lock is two round trips and two statements
+// (bench_test.go). Before issue 24's statement counts this was three round
+// trips and seven statements: the release's batch also sent the hand-over
+// and the clearing of lockd.handover as statements of their own, and the
+// listener checked the released event against the table (with the
+// one-statement release alone: three and five).
 func TestLockPairStatements(t *testing.T) {
 	t.Parallel()
 	tr := &stmtCounter{}
@@ -134,8 +134,15 @@ func TestLockPairStatements(t *testing.T) {
 		t.Fatalf("WatchFrom: %v", err)
 	}
 	id := openSession(t, s)
-	pair := func(key string) {
-		g := mustTry(t, s, id, key)
+	pair := func(i int, key string) {
+		var g store.Grant
+		if i%2 == 0 {
+			g = mustTry(t, s, id, key)
+		} else { // the server's Acquire: a waiting acquire's first attempt
+			if g, err = s.Acquire(ctx, id, key); err != nil {
+				t.Fatalf("Acquire(%s): %v", key, err)
+			}
+		}
 		if err := s.DeleteIfOwner(ctx, id, key, g.Token); err != nil {
 			t.Fatalf("DeleteIfOwner(%s): %v", key, err)
 		}
@@ -147,13 +154,13 @@ func TestLockPairStatements(t *testing.T) {
 			}
 		}
 	}
-	for i := range 3 { // connections opened, statements prepared
-		pair(fmt.Sprintf("warm/%d", i))
+	for i := range 4 { // connections opened, statements prepared
+		pair(i, fmt.Sprintf("warm/%d", i))
 	}
 	tr.reset()
 	const pairs = 10
 	for i := range pairs {
-		pair(fmt.Sprintf("k/%d", i))
+		pair(i, fmt.Sprintf("k/%d", i))
 	}
 	trips, stmts, detail := tr.read()
 	if trips != 2*pairs || stmts != 4*pairs {
