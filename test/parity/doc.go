@@ -28,9 +28,10 @@
 // too (sdkagent_replicas_test.go: the agents' clients take every replica's
 // address), on the etcd and pg replica rows (every replica row in `make
 // parity`); a scenario of either list neither run nor listed fails the test.
-// Every test is parallel, and so are the row tests' rows: the rows of all
-// of them (scenarios of one row in order) and the two other tests share the
-// package's -parallel, 4 unless the command line sets it (rowsAtOnce,
+// Every test but TestAgentSessionOutlivesStall (which runs first, alone) is
+// parallel, and so are the row tests' rows: the rows of all of them
+// (scenarios of one row in order) and TestEtcdClusterRetriesTakenPort share
+// the package's -parallel, 4 unless the command line sets it (rowsAtOnce,
 // TestMain; docs/reliability.md "CI time").
 // lockd runs as a real child process, built once per run, so that scenarios
 // can SIGKILL and restart it. Each scenario reports a short observed outcome

@@ -23,8 +23,8 @@ func TestMain(m *testing.M) {
 
 // rowsAtOnce is the package's -parallel: how many rows (a backend row of
 // TestParity, TestParityReplicas, TestParityPython or TestParityTypeScript,
-// a language of TestAgentSessionOutlivesStall, or
-// TestEtcdClusterRetriesTakenPort) run at once. Every test is parallel, so
+// or TestEtcdClusterRetriesTakenPort) run at once. Every test but
+// TestAgentSessionOutlivesStall (which runs first, alone) is parallel, so
 // the rows of all of them share these slots (before, the tests ran one
 // after another and each left a slot idle once its shortest row ended:
 // 209 s for about 300 s of rows, two at a time). A row
