@@ -23,6 +23,21 @@ func waiterValue(id store.SessionID, noCheck bool) string {
 	return string(id)
 }
 
+// multiNoCheck is the fourth field of a semaphore or read/write waiter's
+// value ("<mode> <limit> <session> 1", multi.go) queued with
+// store.NoDeadlockCheck (C2 #ct2-deadlock); a checking waiter has three.
+// parseEntry reads a fourth field as a time, which a waiter never uses, so
+// servers from before it read such a waiter unchanged.
+const multiNoCheck = "1"
+
+// mwaiterValue is the value of a semaphore or read/write waiter key.
+func mwaiterValue(id store.SessionID, o store.AcquireOptions) string {
+	if o.NoDeadlockCheck {
+		return entryValue(id, o) + " " + multiNoCheck
+	}
+	return entryValue(id, o)
+}
+
 var _ store.DeadlockScanGater = (*Store)(nil)
 
 // SetDeadlockScanGate is store.DeadlockScanGater (tests, C2
@@ -30,13 +45,15 @@ var _ store.DeadlockScanGater = (*Store)(nil)
 func (s *Store) SetDeadlockScanGate(gate func(ctx context.Context)) { s.deadlocks.SetGate(gate) }
 
 // waitGraph reads the wait-for graph (C2 #ct2-deadlock) for the deadlock
-// detector: the plain grants (l/) and waiters (q/) in one read-only Txn, at
-// one revision. A waiter's Seq is its waiter key's create revision, its
-// place in FIFO order.
+// detector: the plain grants (l/) and waiters (q/) and the semaphore and
+// read/write slots and waiters (m/) in one read-only Txn, at one revision.
+// A waiter's Seq is its waiter key's create revision, its place in FIFO
+// order over every kind.
 func (s *Store) waitGraph(ctx context.Context) (store.WaitGraph, error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.grantSpace(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.queueSpace(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.multiSpace(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return store.WaitGraph{}, classify(ctx, err)
@@ -63,6 +80,29 @@ func (s *Store) waitGraph(ctx context.Context) (store.WaitGraph, error) {
 			Key:     key,
 			Seq:     kv.CreateRevision,
 			NoCheck: strings.HasSuffix(string(kv.Value), noCheckMark),
+		})
+	}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		key, kind, ok := s.parseMultiKey(kv.Key)
+		if !ok || (kind != 's' && kind != 'w') {
+			continue // a slot's value
+		}
+		e, err := parseEntry(kv)
+		if err != nil {
+			continue // not an entry this Store can read: not an edge
+		}
+		if kind == 's' {
+			g.Holds = append(g.Holds, store.Hold{Session: e.Session, Key: key, Mode: e.Mode})
+			continue
+		}
+		f := strings.Fields(string(kv.Value))
+		g.Waits = append(g.Waits, store.Wait{
+			Session: e.Session,
+			Key:     key,
+			Seq:     kv.CreateRevision,
+			NoCheck: len(f) == 4 && f[3] == multiNoCheck,
+			Limit:   e.Limit,
+			Mode:    e.Mode,
 		})
 	}
 	return g, nil

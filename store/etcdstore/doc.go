@@ -201,8 +201,9 @@
 //	                   #ct2-multi): "<mode> <limit> <session> <unix ns>" on
 //	                   the holder's lease; its revision is the token.
 //	                   m/<key>\x00w<id> is a waiter ("<mode> <limit>
-//	                   <session>", FIFO by create revision), m/<key>\x00v<id>
-//	                   a slot's value (multi.go).
+//	                   <session>", and " 1" for a wait never refused as a
+//	                   deadlock's victim; FIFO by create revision),
+//	                   m/<key>\x00v<id> a slot's value (multi.go).
 //	P d/<key>          lock-delay record of <key> (C2 #ct2-delay): "<token>
 //	                   <d ms>", on a companion lease while the grant stands,
 //	                   then on a lease of d; no grant while it exists (delay.go).

@@ -131,10 +131,27 @@ func prefixEnd(b []byte) []byte {
 	return []byte{0}
 }
 
-// grantSpace and queueSpace start every plain grant key and every plain
-// waiter key (the deadlock detector's read, deadlock.go).
+// grantSpace, queueSpace and multiSpace start every plain grant key, every
+// plain waiter key and every semaphore or read/write key (the deadlock
+// detector's read, deadlock.go).
 func (s *Store) grantSpace() string { return s.prefix + spaceGrant }
 func (s *Store) queueSpace() string { return s.prefix + spaceQueue }
+func (s *Store) multiSpace() string { return s.prefix + spaceMulti }
+
+// parseMultiKey returns the lockd key of a semaphore or read/write key
+// (m/<key>\x00<kind><id>) and its kind: 's' a slot, 'w' a waiter, 'v' a
+// slot's value. Keys hold no NUL, so the first NUL ends the key.
+func (s *Store) parseMultiKey(etcdKey []byte) (key string, kind byte, ok bool) {
+	rest, ok := strings.CutPrefix(string(etcdKey), s.multiSpace())
+	if !ok {
+		return "", 0, false
+	}
+	key, tail, ok := strings.Cut(rest, "\x00")
+	if !ok || len(tail) < 2 {
+		return "", 0, false
+	}
+	return key, tail[0], true
+}
 
 // parseWaiterKey returns the lockd key and session of a plain waiter key.
 // Keys and session ids hold no NUL, so the one NUL splits them.

@@ -17,6 +17,7 @@ import (
 
 	"lock.dev/lockd/internal/telemetry"
 	"lock.dev/lockd/store"
+	"lock.dev/lockd/store/internal/deadlock"
 )
 
 // Semaphores and read/write locks (C2 #ct2-multi). A key of either kind
@@ -25,7 +26,9 @@ import (
 //	m/<key>\x00s<session>  a slot: "<mode> <limit> <session> <unix ns>" on the
 //	                       holder's lease; its mod revision is the token
 //	m/<key>\x00w<session>  a waiter: "<mode> <limit> <session>" on the
-//	                       waiter's lease; create revision orders the queue
+//	                       waiter's lease, with a fourth field "1" when it
+//	                       opted out of deadlock refusal (deadlock.go);
+//	                       create revision orders the queue
 //	m/<key>\x00v<session>  a slot's value: "<token> <value>" on the lease
 //
 // Every grant or queueing is one transaction that compares the whole
@@ -212,14 +215,29 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		// #ct4-traces); nil when untraced or not waiting.
 		wsp  *telemetry.Span
 		octx = ctx
+		// dw is the wait under the deadlock detector (C2 #ct2-deadlock),
+		// registered once queued unless it opted out; a refusal cancels
+		// ctx through cancel.
+		dw     *deadlock.Wait
+		cancel context.CancelFunc
 	)
 	defer func() {
 		w.close()
+		if dw != nil {
+			if de := dw.Err(); de != nil && err != nil && octx.Err() == nil {
+				err = de // refused; a grant that came first wins
+			}
+			dw.Done()
+		}
 		if queued && err != nil {
 			s.leaveMulti(ss, key, myRev)
 		}
 		wsp.EndWait(octx, err)
 	}()
+	if wait && !o.NoDeadlockCheck {
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
 	for {
 		if read {
 			resp, err := s.cli.Txn(ctx).Then(
@@ -299,7 +317,7 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 		}
 		if mine < 0 {
 			tr, err := s.cli.Txn(ctx).If(append(unchanged, stillThere(st)...)...).Then(
-				clientv3.OpPut(wk, entryValue(ss.id, o), clientv3.WithLease(ss.lease)),
+				clientv3.OpPut(wk, mwaiterValue(ss.id, o), clientv3.WithLease(ss.lease)),
 			).Commit()
 			if err != nil {
 				return store.Grant{}, false, s.sessionErr(ctx, ss, err)
@@ -309,6 +327,9 @@ func (s *Store) acquireMulti(ctx context.Context, ss *session, key string, o sto
 			continue
 		}
 		queued = true
+		if dw == nil && cancel != nil {
+			dw = s.deadlocks.Register(ss.id, key, cancel)
+		}
 		if w == nil {
 			// Every change of the range after the watch is armed reaches
 			// it; the read after it sees everything earlier.
@@ -430,60 +451,4 @@ func (s *Store) setValueMulti(ctx context.Context, ss *session, key string, toke
 		return notOwner
 	}
 	return nil
-}
-
-// revokeMulti is Revoke of a semaphore or read/write key: every slot goes,
-// in one transaction that deletes the key's whole slot range and its
-// values and returns the slots it deleted (C2 #ct2-revoke): the slots
-// current at that commit, whatever changed since the read, so nothing but
-// the backend's errors fails it (before issue 21 it compared every slot it
-// had read, and gave up after 10 changes with "the slots kept changing").
-// A value lives only beside its slot (put compared on it, on its lease), so
-// the value range holds no value of a slot the delete spares. found is
-// false when the key has no slot; a read first spares a free key the write.
-// The waiters, woken by the deletes, are admitted by their own attempts.
-func (s *Store) revokeMulti(ctx context.Context, key string) (store.Grant, bool, error) {
-	mp := s.multiPrefix(key)
-	slots, values := mp+"s", mp+"v"
-	resp, err := s.cli.Get(ctx, slots, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
-	}
-	if resp.Count == 0 {
-		return store.Grant{}, false, nil
-	}
-	s.runHook(hookRevokeTry, key)
-	tr, err := s.cli.Txn(ctx).Then(
-		clientv3.OpDelete(slots, clientv3.WithPrefix(), clientv3.WithPrevKV()),
-		clientv3.OpDelete(values, clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return store.Grant{}, false, fmt.Errorf("etcdstore: revoke: %w", classify(ctx, err))
-	}
-	prev := tr.Responses[0].GetResponseDeleteRange().GetPrevKvs()
-	if len(prev) == 0 {
-		return store.Grant{}, false, nil // released meanwhile
-	}
-	gs := make([]store.Grant, 0, len(prev))
-	for _, kv := range prev {
-		g := store.Grant{Key: key, Token: s.token(kv.ModRevision)}
-		if e, err := parseEntry(kv); err == nil { // a malformed one is gone all the same
-			g.Session, g.AcquiredAt = e.Session, e.at
-		}
-		gs = append(gs, g)
-	}
-	slices.SortFunc(gs, func(a, b store.Grant) int { return cmp.Compare(a.Token, b.Token) })
-	s.mu.Lock()
-	for _, g := range gs {
-		s.log.LockRevoked(ctx, key, g.Token)
-		if ss := s.sessions[g.Session]; ss != nil && !ss.dead && ss.held[key] == g.Token {
-			delete(ss.held, key)
-			ss.heldGen++
-			delete(ss.multi, key)
-			s.met.Released(telemetry.ReleaseRevoked, 1)
-			s.log.LockReleased(g, telemetry.ReleaseRevoked)
-		}
-	}
-	s.mu.Unlock()
-	return gs[0], true, nil
 }

@@ -162,8 +162,11 @@ func (s *Store) runLockBatch(reqs []*lockReq) {
 }
 
 // execLockBatch runs the releases and grant attempts of reqs (distinct
-// keys) in one pipelined implicit transaction: one round trip, one commit.
-// The results are set only once the commit succeeded.
+// keys) in one pipelined implicit transaction: one round trip, one commit,
+// and at most three statements (keyLock; releaseBatch with the releases'
+// hand-over; grantBatch), so a lone grant or a lone release is two
+// (TestLockPairStatements). The results are set only once the commit
+// succeeded.
 //
 // Grants follow the same steps as grant (see there, and the reasoning on
 // tokens), set-wise: keyLock takes the advisory lock of every key to grant,
@@ -180,11 +183,13 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 		grKeys, grSessions   []string
 		grWait, grNoDL       []bool
 		rels, grants         []*lockReq
+		relGone              []grantKey
 	)
 	for _, r := range reqs {
 		if r.op == opRelease {
 			rels = append(rels, r)
 			relKeys, relSessions, relTokens = append(relKeys, r.key), append(relSessions, string(r.id)), append(relTokens, int64(r.token))
+			relGone = append(relGone, grantKey{r.key, r.token})
 		} else {
 			grants = append(grants, r)
 			grKeys, grSessions, grWait = append(grKeys, r.key), append(grSessions, string(r.id)), append(grWait, r.op == opWait)
@@ -201,16 +206,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 	released := make(map[string]time.Time)
 	handed := make(map[string]*store.Grant)
 	if len(rels) > 0 {
-		b.Queue(s.q.releaseBatch, relKeys, relSessions, relTokens).Query(func(rows pgx.Rows) error {
-			var key string
-			var at time.Time
-			_, err := pgx.ForEachRow(rows, []any{&key, &at}, func() error {
-				released[key] = at
-				return nil
-			})
-			return err
-		})
-		s.queueHandOver(&b, relKeys, handed) // handover.go
+		s.queueReleases(&b, relKeys, relSessions, relTokens, released, handed) // handover.go
 	}
 	type check struct {
 		remainingUS *int64
@@ -238,7 +234,11 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			return err
 		})
 	}
+	// The releases are pending for the listener until their outcome is
+	// known (gone.go).
+	mark := s.gone.sending(relGone)
 	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
+		s.gone.settle(relGone, mark, nil)
 		return err
 	}
 
@@ -250,6 +250,7 @@ func (s *Store) execLockBatch(ctx context.Context, reqs []*lockReq) error {
 			r.out = notOwned
 		}
 	}
+	s.gone.settle(relGone, mark, func(i int) bool { return rels[i].out == freed })
 	for i, r := range grants {
 		c := checks[i]
 		g := store.Grant{Key: r.key, Session: r.id}
@@ -308,6 +309,7 @@ func (s *Store) runAlone(r *lockReq) {
 			r.out, err = notOwned, nil
 		case err == nil:
 			r.out, r.g = freed, store.Grant{Key: r.key, Session: r.id, Token: r.token, AcquiredAt: at}
+			s.gone.add(grantKey{r.key, r.token}) // committed (gone.go)
 		}
 	} else {
 		err = s.inTx(ctx, func(tx pgx.Tx) (err error) {

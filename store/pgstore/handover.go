@@ -10,37 +10,42 @@ import (
 
 // The hand-over in a plain release (C2 #ct2-release-handover, issue 24).
 // A lock batch's releases take their keys' locks with its grants
-// (execLockBatch); after the releases' delete, one statement (handOver)
-// grants each key left free to its first live queued session, drawing its
-// token under that lock, and takes it out of the queue. Once the batch has
-// committed, the waiting Acquire calls of this Store that were granted are
-// told from the result (tellHandOvers): they answer without the
-// notification and without an attempt of their own. Waiters of other
-// Stores learn from the released event, whose attempt finds the key held
-// (acquireDone counts it as their grant). A release run alone, after its
-// batch failed, hands over nothing: its waiters' own attempts take the key,
-// as before.
+// (execLockBatch); the statement that deletes the released grants
+// (releaseBatch) also grants each key it freed to its first live queued
+// session, drawing its token under that lock, and takes it out of the
+// queue. Once the batch has committed, the waiting Acquire calls of this
+// Store that were granted are told from the result (tellHandOvers): they
+// answer without the notification and without an attempt of their own.
+// Waiters of other Stores learn from the released event, whose attempt
+// finds the key held (acquireDone counts it as their grant). A release run
+// alone, after its batch failed, hands over nothing: its waiters' own
+// attempts take the key, as before. A release that deleted nothing (not
+// the owner's) hands over nothing either.
 
-// queueHandOver queues, in batch b after its releases of keys, the
-// hand-over statement, whose grants go to handed by key, and the
-// statement that ends the hand-over's dequeued events (migration 0011).
-func (s *Store) queueHandOver(b *pgx.Batch, keys []string, handed map[string]*store.Grant) {
-	b.Queue(s.q.handOver, keys).Query(func(rows pgx.Rows) error {
+// queueReleases queues, in batch b after keyLock, the releases of keys
+// (sessions, tokens alike) with their hand-over, one statement
+// (releaseBatch): the grants it deleted go to released (their acquired-at)
+// and those it handed over to handed, by key.
+func (s *Store) queueReleases(b *pgx.Batch, keys, sessions []string, tokens []int64, released map[string]time.Time, handed map[string]*store.Grant) {
+	b.Queue(s.q.releaseBatch, keys, sessions, tokens).Query(func(rows pgx.Rows) error {
 		var (
-			g     store.Grant
-			sid   string
-			tok   int64
-			remUS int64
+			key   string
+			at    time.Time
+			sid   *string
+			tok   *int64
+			hat   *time.Time
+			remUS *int64
 		)
-		_, err := pgx.ForEachRow(rows, []any{&g.Key, &sid, &tok, &g.AcquiredAt, &remUS}, func() error {
-			h := store.Grant{Key: g.Key, Session: store.SessionID(sid), Token: uint64(tok), AcquiredAt: g.AcquiredAt,
-				Remaining: max(time.Duration(remUS)*time.Microsecond, 0)}
-			handed[g.Key] = &h
+		_, err := pgx.ForEachRow(rows, []any{&key, &at, &sid, &tok, &hat, &remUS}, func() error {
+			released[key] = at
+			if sid != nil && tok != nil && hat != nil && remUS != nil { // handed over
+				handed[key] = &store.Grant{Key: key, Session: store.SessionID(*sid), Token: uint64(*tok), AcquiredAt: *hat,
+					Remaining: max(time.Duration(*remUS)*time.Microsecond, 0)}
+			}
 			return nil
 		})
 		return err
 	})
-	b.Queue(s.q.handOverDone)
 }
 
 // handOvers are the grants the releases of a run batch handed over.

@@ -50,7 +50,9 @@ func newMultiQueries(r *strings.Replacer) multiQueries {
 	return multiQueries{
 		// One attempt (attemptMulti) in one statement, under the key's
 		// advisory lock (the one keyLock takes, its hash computed here).
-		attempt: r.Replace(`SELECT * FROM {{s}}.slot_attempt(hashtextextended({{keylock}} || $1::text, 0), $1, $2, $3, $4, $5)`),
+		// $6: the caller's store.NoDeadlockCheck, stored with its place
+		// (migration 0014).
+		attempt: r.Replace(`SELECT * FROM {{s}}.slot_attempt(hashtextextended({{keylock}} || $1::text, 0), $1, $2, $3, $4, $5, $6)`),
 		dequeue: r.Replace(`DELETE FROM {{s}}.slot_waiters WHERE key = $1 AND session_id = $2`),
 		// Release (releaseSlot) in one statement, under the same lock;
 		// NULL: not the current grant.
@@ -100,7 +102,7 @@ func (s *Store) attemptMulti(ctx context.Context, id store.SessionID, key string
 		tok, remain *int64
 		at          *time.Time
 	)
-	err = s.pool.QueryRow(ctx, s.q.m.attempt, key, string(id), int16(o.Mode), int32(o.Limit), wait).Scan(&code, &tok, &at, &remain)
+	err = s.pool.QueryRow(ctx, s.q.m.attempt, key, string(id), int16(o.Mode), int32(o.Limit), wait, o.NoDeadlockCheck).Scan(&code, &tok, &at, &remain)
 	if err != nil {
 		return store.Grant{}, 0, classify(ctx, "acquire", err)
 	}
@@ -151,6 +153,8 @@ func (s *Store) acquireMulti(ctx context.Context, id store.SessionID, key string
 // an attempt was not admitted (nil when untraced), as acquireLoop.
 func (s *Store) multiLoop(ctx context.Context, id store.SessionID, key string, o store.AcquireOptions, w *waiter) (store.Grant, *telemetry.Span, error) {
 	var wsp *telemetry.Span
+	var refused <-chan struct{} // closed when the detector refuses this wait (C2 #ct2-deadlock)
+	var refusal func() *store.DeadlockError
 	start := time.Now()
 	recheck := time.NewTimer(s.recheck)
 	defer recheck.Stop()
@@ -173,10 +177,25 @@ func (s *Store) multiLoop(ctx context.Context, id store.SessionID, key string, o
 			// later attempts are its children.
 			ctx, wsp = telemetry.StartWait(ctx, "pg")
 		}
+		if refused == nil && !o.NoDeadlockCheck {
+			// Queued from now: the detector may refuse it (registered only
+			// now, so a grant at the first attempt costs nothing).
+			dw := s.deadlocks.Register(id, key, nil)
+			defer dw.Done()
+			refused, refusal = dw.Refused(), dw.Err
+		}
 		recheck.Reset(s.recheck)
 		select {
 		case <-w.wake:
 		case <-recheck.C:
+		case <-refused:
+			// The victim of a deadlocked set (C2 #ct2-deadlock): the place
+			// goes. A grant the last attempt got was returned above; a slot
+			// a release handed over meanwhile stays the session's, released
+			// by the SDK as unclaimed (C2 #ct2-keep-place), as after a
+			// timeout.
+			s.leaveSlotQueue(id, key)
+			return store.Grant{}, wsp, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", refusal()))
 		case <-ctx.Done():
 			s.leaveSlotQueue(id, key)
 			return store.Grant{}, wsp, s.acquireFailed(ctx, fmt.Errorf("pgstore: acquire: %w", ctx.Err()))

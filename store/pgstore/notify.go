@@ -143,12 +143,14 @@ func (s *Store) dispatchNotices(ns []notice) {
 //
 // Events no local waiter or watch would act on are dropped first, before
 // the check (issue 24: at distinct keys nearly every release has nobody
-// waiting, and the check was a query per notification). Dropping one is
-// what dispatching it would do. A waiter registered after the drop reads
-// the table after it registers (Acquire's first attempt follows
-// addWaiter), so it sees the committed change the event announced; a
-// watch registered after it becomes active only with its sync marker, a
-// later notification, and ignores this one either way.
+// waiting, and the check was a query per notification); an event of a
+// grant this Store's own commit ended (goneGrants) needs no check, the
+// grant being gone (issue 24: the lock-loss watch of every server keeps
+// every event). Dropping one is what dispatching it would do. A waiter
+// registered after the drop reads the table after it registers (Acquire's
+// first attempt follows addWaiter), so it sees the committed change the
+// event announced; a watch registered after it becomes active only with
+// its sync marker, a later notification, and ignores this one either way.
 func (s *Store) deliver(ctx context.Context, payload string) error {
 	ns := s.consumed(parseNotices(payload))
 	if len(ns) == 0 {
@@ -157,7 +159,7 @@ func (s *Store) deliver(ctx context.Context, payload string) error {
 	var keys []string
 	var tokens []int64
 	for _, n := range ns {
-		if endsGrant(n.Kind) {
+		if endsGrant(n.Kind) && !s.gone.known(ctx, grantKey{n.Key, n.Token}) { // gone.go
 			keys, tokens = append(keys, n.Key), append(tokens, int64(n.Token))
 		}
 	}

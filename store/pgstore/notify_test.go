@@ -289,7 +289,10 @@ func TestForgedNotifyIgnored(t *testing.T) {
 // TestUnwatchedEventsNotChecked: a notification that no local waiter or
 // watch would act on is dropped without checking it against the table
 // (issue 24: the check was a query per release at distinct keys); one a
-// watch would deliver is still checked.
+// watch would deliver is checked, unless this Store's own commit ended the
+// grant (gone.go: on the old code the watched key's own release was
+// checked, "1 notifications checked after the watched key's own release;
+// want 0"); another Store's release of a watched key is still checked.
 func TestUnwatchedEventsNotChecked(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
@@ -323,7 +326,27 @@ func TestUnwatchedEventsNotChecked(t *testing.T) {
 			t.Fatalf("no %v event of the watched key", want)
 		}
 	}
+	if n := s.standingChecks.Load(); n != 0 {
+		t.Fatalf("%d notifications checked after the watched key's own release; want 0", n)
+	}
+	// Another Store's release: this Store did not end the grant, so its
+	// event is checked.
+	other := newStore(t, dsn)
+	g = mustTry(t, other, holder, "b/j")
+	if err := other.DeleteIfOwner(testCtx(t), holder, "b/j", g.Token); err != nil {
+		t.Fatalf("DeleteIfOwner on the other Store: %v", err)
+	}
+	for _, want := range []store.EventKind{store.EventAcquired, store.EventReleased} {
+		select {
+		case ev := <-ch:
+			if ev.Kind != want || ev.Key != "b/j" || ev.Token != g.Token {
+				t.Fatalf("watch event %+v; want %v of b/j (token %d)", ev, want, g.Token)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %v event of the key the other Store released", want)
+		}
+	}
 	if n := s.standingChecks.Load(); n != 1 {
-		t.Fatalf("%d notifications checked after the watched key's release; want 1", n)
+		t.Fatalf("%d notifications checked after another Store's release of a watched key; want 1", n)
 	}
 }

@@ -33,8 +33,6 @@ type queries struct {
 	grantBatch     string
 	waitGraph      string
 	releaseBatch   string
-	handOver       string
-	handOverDone   string
 	heartbeatBatch string
 
 	release string
@@ -165,8 +163,13 @@ func newQueries(schema, channel string) queries {
 		// snapshot: every plain waiter ('w', its id, its opt-out) and every
 		// plain grant ('h'). Semaphore and read/write slots and waiters are
 		// not in it.
-		waitGraph: r.Replace(`SELECT true, key, session_id, id, no_deadlock_check FROM {{s}}.waiters
-			UNION ALL SELECT false, key, session_id, 0, false FROM {{s}}.locks WHERE token <> 0`),
+		// Every kind (C2 #ct2-deadlock): mode and lim are a slot's or slot
+		// waiter's (0 and 1 for a plain row); ids of both waiter tables
+		// share one sequence (migration 0014).
+		waitGraph: r.Replace(`SELECT true, key, session_id, id, no_deadlock_check, 0::smallint, 1 FROM {{s}}.waiters
+			UNION ALL SELECT false, key, session_id, 0, false, 0::smallint, 1 FROM {{s}}.locks WHERE token <> 0
+			UNION ALL SELECT true, key, session_id, id, no_deadlock_check, mode, lim FROM {{s}}.slot_waiters
+			UNION ALL SELECT false, key, session_id, 0, false, mode, lim FROM {{s}}.slots`),
 		dequeue: r.Replace(`DELETE FROM {{s}}.waiters WHERE key = $1 AND session_id = $2`),
 
 		// The delete reason for the trigger is set in the WHERE clause so the
@@ -185,10 +188,15 @@ func newQueries(schema, channel string) queries {
 		// of a free key that a request found queued ahead of it (see
 		// nudgeHead).
 		// grantBatch's $4: each Acquire's store.NoDeadlockCheck, stored
-		// with a new or resumed place.
+		// with a new or resumed place. req clears lockd.handover, which a
+		// releaseBatch before it in the transaction may have set: the
+		// waiters this statement dequeues are not handed a key (their
+		// dequeued events name the next in line; the row triggers fire at
+		// the end of the statement, after req was read).
 		grantBatch: r.Replace(`WITH req AS (
 				SELECT r.sid, r.key, r.wait, r.nodl, r.i
 				FROM unnest($1::text[], $2::text[], $3::bool[], $4::bool[]) WITH ORDINALITY AS r(sid, key, wait, nodl, i)
+				WHERE set_config('lockd.handover', '', true) IS NOT NULL
 			), live AS MATERIALIZED (
 				SELECT s.id, floor(extract(epoch FROM s.expires_at - now()) * 1000000)::bigint AS rem_us
 				FROM {{s}}.sessions s
@@ -233,40 +241,47 @@ func newQueries(schema, channel string) queries {
 			)
 			SELECT el.i::int, el.rem_us, el.holder, el.htok, el.hat, ins.token, ins.acquired_at, el.eligible, el.multi, el.delay_us
 			FROM el LEFT JOIN ins ON ins.key = el.key CROSS JOIN (SELECT count(*) FROM nudge) nz`),
-		// $1 keys (distinct), $2 sessions, $3 tokens; as release.
-		releaseBatch: r.Replace(`DELETE FROM {{s}}.locks l
-			USING unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, sid, token)
-			WHERE l.key = r.key AND l.session_id = r.sid AND l.token = r.token
-			AND EXISTS (SELECT 1 FROM {{s}}.sessions s WHERE s.id = r.sid AND s.expires_at > now())
-			AND set_config('lockd.reason', 'released', true) IS NOT NULL
-			RETURNING l.key, l.acquired_at`),
-		// The hand-over in the release (C2 #ct2-release-handover, issue 24),
-		// run after releaseBatch in its transaction, which holds the key
-		// locks of $1 (the released keys, distinct) from before this draws
-		// a token (see grant). A key left free, with no semaphore or
-		// read/write state and no lock-delay running, goes to its first
+		// releaseBatch: the releases of a lock batch and their hand-over
+		// (C2 #ct2-release-handover, issue 24) in one statement, run after
+		// keyLock of the released keys $1 (distinct; $2 sessions, $3
+		// tokens), which it holds from before it draws a token (see grant).
+		// del deletes each grant that is (key, session, token) of a live
+		// session, as release does. Each key del freed, with no semaphore
+		// or read/write state and no lock-delay running, goes to its first
 		// queued session that is live (on the clock of this statement, its
 		// row then kept until commit: a reap waits), which leaves the queue.
-		// The granted waiter's dequeued event names it, not the next in
-		// line (lockd.handover, migration 0011; handOverDone clears it for
-		// the rest of the transaction).
-		// Per grant: key, session, token, acquired_at, and the session's
-		// remaining life in µs read now, after its queue entry (and so its
-		// request) arrived: the grant's Remaining (C2 #ct2-deadline).
-		handOver: r.Replace(`WITH k AS (
-				SELECT DISTINCT u.key FROM unnest($1::text[]) AS u(key)
+		// The statement's snapshot still shows the deleted rows, so a key
+		// counts as free by being in del (the key lock keeps every other
+		// grant out). ins reads del through cand and sorts it, so every
+		// delete is done before the first insert, and the unique check of
+		// an insert does not see a row this statement deleted. The granted
+		// waiter's dequeued event names it, not the next in line
+		// (lockd.handover, migration 0011; grantBatch clears it for the
+		// rest of the transaction). Until issue 24's statement counts this
+		// was three statements (the delete, the hand-over, the clear).
+		// One row per grant deleted: key, acquired_at, and for a key
+		// handed over the new grant's session, token, acquired_at and the
+		// session's remaining life in µs read now, after its queue entry
+		// (and so its request) arrived: the grant's Remaining (C2
+		// #ct2-deadline).
+		releaseBatch: r.Replace(`WITH del AS (
+				DELETE FROM {{s}}.locks l
+				USING unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, sid, token)
+				WHERE l.key = r.key AND l.session_id = r.sid AND l.token = r.token
+				AND EXISTS (SELECT 1 FROM {{s}}.sessions s WHERE s.id = r.sid AND s.expires_at > now())
+				AND set_config('lockd.reason', 'released', true) IS NOT NULL
+				RETURNING l.key, l.acquired_at
 			), cand AS MATERIALIZED (
-				SELECT k.key, w.session_id AS sid
-				FROM k CROSS JOIN LATERAL (
+				SELECT del.key, w.session_id AS sid
+				FROM del CROSS JOIN LATERAL (
 					SELECT x.session_id FROM {{s}}.waiters x JOIN {{s}}.sessions s ON s.id = x.session_id
-					WHERE x.key = k.key AND s.expires_at > clock_timestamp()
+					WHERE x.key = del.key AND s.expires_at > clock_timestamp()
 					ORDER BY x.id LIMIT 1
 					FOR KEY SHARE OF s
 				) w
-				WHERE NOT EXISTS (SELECT 1 FROM {{s}}.locks l WHERE l.key = k.key)
-				AND NOT EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = k.key)
-				AND NOT EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = k.key)
-				AND NOT EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = k.key AND (d.until > now() OR d.pending_ms IS NOT NULL))
+				WHERE NOT EXISTS (SELECT 1 FROM {{s}}.slots m WHERE m.key = del.key)
+				AND NOT EXISTS (SELECT 1 FROM {{s}}.slot_waiters m WHERE m.key = del.key)
+				AND NOT EXISTS (SELECT 1 FROM {{s}}.delays d WHERE d.key = del.key AND (d.until > now() OR d.pending_ms IS NOT NULL))
 			), ins AS (
 				INSERT INTO {{s}}.locks (key, session_id, token)
 				SELECT key, sid, nextval({{seq}}) FROM cand ORDER BY key
@@ -275,11 +290,13 @@ func newQueries(schema, channel string) queries {
 			), deq AS (
 				DELETE FROM {{s}}.waiters w USING ins WHERE w.key = ins.key AND w.session_id = ins.session_id
 				AND set_config('lockd.handover', 'on', true) IS NOT NULL
+			), ho AS (
+				SELECT ins.key, ins.session_id, ins.token, ins.acquired_at,
+					floor(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000000)::bigint AS rem_us
+				FROM ins JOIN {{s}}.sessions s ON s.id = ins.session_id
 			)
-			SELECT ins.key, ins.session_id, ins.token, ins.acquired_at,
-				floor(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000000)::bigint
-			FROM ins JOIN {{s}}.sessions s ON s.id = ins.session_id`),
-		handOverDone: `SELECT set_config('lockd.handover', '', true)`,
+			SELECT del.key, del.acquired_at, ho.session_id, ho.token, ho.acquired_at, ho.rem_us
+			FROM del LEFT JOIN ho ON ho.key = del.key`),
 		// $1 session ids, sorted and distinct. Never resurrects: an expired
 		// row (expires_at <= now()) is not updated, so the session stays
 		// dead.

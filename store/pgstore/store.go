@@ -126,6 +126,8 @@ type Store struct {
 	// standingChecks counts the notifications deliver checked against the
 	// table (tests read it).
 	standingChecks atomic.Int64
+	// gone: the grants this Store's lock batches ended (gone.go).
+	gone goneGrants
 }
 
 var _ store.LockStore = (*Store)(nil)

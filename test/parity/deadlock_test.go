@@ -212,3 +212,96 @@ func deadlockReplicas(t *testing.T, e *replicaEnv) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// deadlockKnotRow (C2 #ct2-deadlock, the AND-OR model, 2026-12-07): T1 and
+// T2 hold both slots of the semaphore s of 2 and each waits for x, which W
+// holds; W waits for a slot. Every holder of the full semaphore is blocked
+// (a knot): W's wait, the youngest, is refused naming s and x, T1's and
+// T2's keep waiting, and they get x in turn once W releases it.
+func deadlockKnotRow(t *testing.T, e *env) string {
+	ctx := testCtx(t)
+	addr := e.shared.addr
+	admin := newClient(t, addr)
+	const sem, x = "deadlock-knot/s", "deadlock-knot/x"
+	lim := client.WithLimit(2)
+	type result struct {
+		l   *client.Lock
+		err error
+	}
+	acquire := func(s *client.Session, key string, opts ...client.AcquireOption) *client.Lock {
+		l, err := s.Acquire(ctx, key, opts...)
+		if err != nil {
+			t.Fatalf("Acquire(%s): %v", key, err)
+		}
+		return l
+	}
+	start := func(s *client.Session, key string, opts ...client.AcquireOption) <-chan result {
+		ch := make(chan result, 1)
+		go func() { l, err := s.Acquire(ctx, key, opts...); ch <- result{l, err} }() // ends: granted, refused, or ctx
+		return ch
+	}
+	queued := func(key string, n int) {
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%d queued for %s", n, key), func() error {
+			info, err := admin.Inspect(ctx, key)
+			if err != nil || len(info.Waiters) != n {
+				return fmt.Errorf("waiters %v, %v", info.Waiters, err)
+			}
+			return nil
+		})
+	}
+	t1 := newSession(t, ctx, newClient(t, addr))
+	t2 := newSession(t, ctx, newClient(t, addr))
+	w := newSession(t, ctx, newClient(t, addr))
+	s1, s2, lx := acquire(t1, sem, lim), acquire(t2, sem, lim), acquire(w, x)
+	c1 := start(t1, x)
+	queued(x, 1)
+	c2 := start(t2, x)
+	queued(x, 2)
+	cw := start(w, sem, lim)
+	var r result
+	select {
+	case r = <-cw:
+	case <-time.After(15 * time.Second):
+		t.Fatal("W's semaphore wait not refused within 15 s")
+	}
+	var de *client.DeadlockError
+	if !errors.As(r.err, &de) {
+		t.Fatalf("W: %v, %v; want a *client.DeadlockError", r.l, r.err)
+	}
+	keys := strings.NewReplacer(sem, "s", x, "x").Replace(strings.Join(de.Keys, ","))
+	holders := "waiting"
+	select {
+	case o := <-c1:
+		holders = fmt.Sprintf("returned(T1: %v)", o.err)
+	case o := <-c2:
+		holders = fmt.Sprintf("returned(T2: %v)", o.err)
+	default:
+	}
+	if err := lx.Release(ctx); err != nil {
+		t.Fatalf("Release(%s): %v", x, err)
+	}
+	var unwound []string
+	for _, c := range []struct {
+		name string
+		ch   <-chan result
+	}{{"T1", c1}, {"T2", c2}} {
+		if holders != "waiting" {
+			break
+		}
+		o := <-c.ch
+		if o.err != nil {
+			unwound = append(unwound, c.name+"="+o.err.Error())
+			break
+		}
+		unwound = append(unwound, c.name)
+		if err := o.l.Release(ctx); err != nil {
+			t.Fatalf("Release(%s): %v", x, err)
+		}
+	}
+	for _, l := range []*client.Lock{s1, s2} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release(%s): %v", sem, err)
+		}
+	}
+	return fmt.Sprintf("refused=W keys=[%s] holders=%s unwound=%s", keys, holders, strings.Join(unwound, ","))
+}

@@ -149,6 +149,11 @@ var scenarios = []scenario{
 		run:  deadlock3Row,
 	},
 	{
+		name: "deadlock-knot",
+		want: "refused=W keys=[s,x] holders=waiting unwound=T1,T2",
+		run:  deadlockKnotRow,
+	},
+	{
 		name: "acquire-all",
 		want: "try=ErrLocked held=b=held(A) wait(300ms)=ErrWaitTimeout held=b=held(A) while-waiting=a=held(B),b=held(A) waiters=[B] " +
 			"grants=3 order=asked tokens=own after-release=none opposite-orders=no-deadlock",

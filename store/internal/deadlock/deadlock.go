@@ -18,8 +18,8 @@ import (
 // #ct2-deadlock: refused within two intervals plus the scans, bound 2 s).
 const Interval = 500 * time.Millisecond
 
-// Reader reads one consistent snapshot of the backend's plain-key waits
-// and grants.
+// Reader reads one consistent snapshot of the backend's waits and grants,
+// of every kind (plain, semaphore, read/write).
 type Reader func(ctx context.Context) (store.WaitGraph, error)
 
 type waitID struct {
@@ -56,8 +56,8 @@ func New(read Reader) *Detector {
 	return &Detector{read: read, local: map[waitID]map[*Wait]struct{}{}}
 }
 
-// Wait is a local Acquire call waiting for a plain key with deadlock
-// checks on.
+// Wait is a local Acquire call waiting for a key (of any kind) with
+// deadlock checks on.
 type Wait struct {
 	d        *Detector
 	id       waitID
