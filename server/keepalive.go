@@ -210,11 +210,22 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 		return true, errShuttingDown
 	}
 	if s.sess.Ending(r) {
+		// A shutdown's CloseAll may have moved it to Draining after
+		// DrainAnswer looked: its answer is then SHUTTING_DOWN with the
+		// pending notices, never dead (the client would end the session
+		// without acknowledging them; issue 21).
+		if s.sess.DrainAnswer(r, resp) {
+			return true, errShuttingDown
+		}
 		return true, nil
 	}
 	mark := s.sess.CloseMark(r)
 	lv, err := s.liveness(ctx, r) // liveness.go
-	return s.sess.Beat(ctx, r, mark, recv, lv, err, resp)
+	answer, err = s.sess.Beat(ctx, r, mark, recv, lv, err, resp)
+	if errors.Is(err, sessions.ErrDraining) {
+		err = errShuttingDown
+	}
+	return answer, err
 }
 
 // Heartbeat implements the Heartbeat RPC: one KeepAlive request as a unary

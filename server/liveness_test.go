@@ -16,6 +16,7 @@ import (
 	"lock.dev/lockd/internal/testing/lockdtest"
 	"lock.dev/lockd/internal/testing/testkit"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/proto/lockd/v1/wireerr"
 	"lock.dev/lockd/server/internal/prefixstats"
 	"lock.dev/lockd/store"
 )
@@ -420,4 +421,73 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestShutdownHeartbeatOverlappingClose (issue 21, C5
+// #ct5-close-on-shutdown): a heartbeat whose store call is in flight when
+// close-sessions-on-shutdown moves its session to Draining is answered like
+// every heartbeat of a Draining session — UNAVAILABLE SHUTTING_DOWN with the
+// pending notices — never "not live": a client told dead ends the session
+// and never acknowledges the notice it was just sent (the Go SDK drops the
+// acknowledgement it queued), so the server waited for the session's
+// trust to run out (a minute) and Shutdown overran its 20 s (make stress,
+// 2026-12-07). The store call is held by a barrier until the notice, pushed
+// by the move, has arrived. On the old code the answer was live=false
+// without error.
+func TestShutdownHeartbeatOverlappingClose(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		cfg := lockdtest.Config()
+		cfg.CloseSessionsOnShutdown = true
+		var f *lockdtest.Faulty
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{Config: &cfg, NoClient: true,
+			Wrap: func(st store.LockStore) store.LockStore { f = lockdtest.NewFaulty(st); return f }})
+		ctx := testCtx(t, 60*time.Second)
+		api := dial(t, srv.Addr)
+		sess := openRaw(t, ctx, api, longTTL)
+		if _, err := api.Acquire(ctx, &lockdv1.AcquireRequest{SessionId: sess.SessionId, Keys: []string{"k"}}); err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		ka, err := api.KeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inStore, release := make(chan struct{}), make(chan struct{})
+		f.During(telemetry.OpHeartbeat, func() { close(inStore); <-release })
+		if err := ka.Send(&lockdv1.KeepAliveRequest{SessionId: sess.SessionId, RequestId: 1}); err != nil {
+			t.Fatal(err)
+		}
+		<-inStore
+		stopped := make(chan error, 1)
+		go func() { stopped <- srv.Stop() }() // exits when Stop returns (bounded by its 20 s)
+
+		// The notice the move to Draining pushes: the session is Draining now.
+		n, err := ka.Recv()
+		if err != nil || n.RequestId != 0 || len(n.Lost) != 1 ||
+			n.Lost[0].Reason != lockdv1.LockLostReason_LOCK_LOST_REASON_SERVER_SHUTDOWN {
+			close(release)
+			t.Fatalf("first message %v, %v; want the SERVER_SHUTDOWN notice pushed", n, err)
+		}
+		close(release)
+		r, err := ka.Recv()
+		if err != nil {
+			t.Fatalf("answer to the heartbeat in flight: %v", err)
+		}
+		if r.RequestId != 1 || !r.Live || r.GetError().GetReason() != wireerr.ReasonShuttingDown ||
+			len(r.Lost) != 1 || r.Lost[0].NoticeId != n.Lost[0].NoticeId {
+			t.Errorf("answer to the heartbeat in flight when the shutdown began: %v; want SHUTTING_DOWN "+
+				"carrying notice %d, never not live (the client would end the session unacknowledged)", r, n.Lost[0].NoticeId)
+		}
+		// The client acknowledges: the session is closed at once, the key
+		// freed, and Shutdown returns well inside its bound.
+		if err := ka.Send(&lockdv1.KeepAliveRequest{SessionId: sess.SessionId, RequestId: 2,
+			Ack: []uint64{n.Lost[0].NoticeId}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-stopped; err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if info, held, err := srv.Store.Inspect(ctx, "k"); err != nil || held {
+			t.Errorf("store Inspect(k) = %v, held %v, %v; want free once the notice was acknowledged", info, held, err)
+		}
+	})
 }

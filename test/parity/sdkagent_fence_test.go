@@ -367,3 +367,59 @@ func agentDeadlockReplicas(t *testing.T, a *agent, e *replicaEnv) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// agentDeadlockKnot is deadlockKnotRow through an agent's acquire op (a
+// semaphore is acquire with a limit): T1 and T2 hold both slots of s and
+// each waits for x, which W holds; W's wait for a slot is refused naming s
+// and x, T1's and T2's keep waiting and get x in turn once W releases it.
+func agentDeadlockKnot(t *testing.T, a *agent, addr string) string {
+	const sem, x = "deadlock-knot/s", "deadlock-knot/x"
+	admin := a.must("client", map[string]any{"addresses": []string{addr}}).str("client")
+	t1, _ := a.session(addr, nil)
+	t2, _ := a.session(addr, nil)
+	w, _ := a.session(addr, nil)
+	s1 := a.must("acquire", map[string]any{"session": t1, "key": sem, "limit": 2}).str("lock")
+	s2 := a.must("acquire", map[string]any{"session": t2, "key": sem, "limit": 2}).str("lock")
+	lx := a.must("acquire", map[string]any{"session": w, "key": x}).str("lock")
+	_, c1 := a.start("acquire", map[string]any{"session": t1, "key": x})
+	waitQueuedAgent(t, a, admin, x, 1)
+	_, c2 := a.start("acquire", map[string]any{"session": t2, "key": x})
+	waitQueuedAgent(t, a, admin, x, 2)
+	_, cw := a.start("acquire", map[string]any{"session": w, "key": sem, "limit": 2})
+	r, ok := awaitWithin(cw, 15*time.Second)
+	if !ok {
+		t.Fatal("W's semaphore wait not refused within 15 s")
+	}
+	if r.err() != "ErrDeadlock" {
+		t.Fatalf("W: %s %s; want ErrDeadlock", r.err(), r.str("message"))
+	}
+	keys := strings.NewReplacer(sem, "s", x, "x").Replace(strings.Join(r.list("keys"), ","))
+	holders := "waiting"
+	select {
+	case o := <-c1:
+		holders = fmt.Sprintf("returned(T1: %s)", o.err())
+	case o := <-c2:
+		holders = fmt.Sprintf("returned(T2: %s)", o.err())
+	default:
+	}
+	a.must("release", map[string]any{"lock": lx})
+	var unwound []string
+	for _, c := range []struct {
+		name string
+		ch   <-chan reply
+	}{{"T1", c1}, {"T2", c2}} {
+		if holders != "waiting" {
+			break
+		}
+		o := a.await(c.ch, c.name+"'s grant of "+x)
+		if o.err() != "ok" {
+			unwound = append(unwound, c.name+"="+o.err())
+			break
+		}
+		unwound = append(unwound, c.name)
+		a.must("release", map[string]any{"lock": o.str("lock")})
+	}
+	a.must("release", map[string]any{"lock": s1})
+	a.must("release", map[string]any{"lock": s2})
+	return fmt.Sprintf("refused=W keys=[%s] holders=%s unwound=%s", keys, holders, strings.Join(unwound, ","))
+}

@@ -44,6 +44,7 @@ var sdkScenarios = []sdkScenario{
 	{"check-token", onShared(agentCheckToken)},
 	{"deadlock", onShared(agentDeadlock)},
 	{"deadlock-3", onShared(agentDeadlock3)},
+	{"deadlock-knot", onShared(agentDeadlockKnot)},
 	{"acquire-all", onShared(agentAcquireAll)},
 }
 
@@ -55,7 +56,6 @@ var sdkSkipped = map[string]string{
 	"restart-semantics":      "raw wire requests after a restart (no SDK)",
 	"bad-input-sdk":          "Go SDK argument checks (each SDK checks its own in its tests: sdk/python/tests, sdk/typescript/test)",
 	"bad-input-wire":         "raw wire requests (no SDK)",
-	"deadlock-knot":          "the server's wait-for graph (C2 #ct2-deadlock); an SDK's part, decoding DEADLOCK, is the deadlock rows'",
 }
 
 // checkReplicaScenariosCovered fails t unless every multi-replica scenario

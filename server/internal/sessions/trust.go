@@ -134,12 +134,24 @@ func (t *Table) Beat(ctx context.Context, r *Record, mark uint64, recv time.Time
 	case ctx.Err() != nil:
 		return false, nil // the caller is gone: nobody to answer
 	case err == nil && lv.Live:
-		if t.grantTrustLocked(r, recv, lv.Remaining, true) {
+		switch {
+		case t.grantTrustLocked(r, recv, lv.Remaining, true):
 			resp.Live = true
 			resp.RemainingMs = max(lv.Remaining, 0).Milliseconds()
 			resp.Held = heldLocked(r)
+			err = nil
+		case r.state == Draining:
+			// CloseAll moved r while the store was asked: answered as
+			// DrainAnswer answers, never dead — a client told dead ends
+			// the session and never acknowledges the notice the move
+			// just pushed, and CloseAll then waits for its trust to run
+			// out (issue 21, make stress 2026-12-07).
+			resp.Live = true // not meaningful with an error
+			resp.Held = heldLocked(r)
+			err = ErrDraining
+		default:
+			err = nil
 		}
-		err = nil
 	case err == nil || errors.Is(err, store.ErrSessionDead):
 		t.markGoneLocked(r)
 		err = nil
@@ -196,9 +208,16 @@ func (t *Table) Grant(r *Record, mark uint64, recv time.Time, g store.Grant, slo
 	return Granted
 }
 
+// ErrDraining answers a heartbeat of a session CloseAll is closing (its
+// store answer came after the move to Draining): the caller answers with
+// SHUTTING_DOWN, as after DrainAnswer.
+var ErrDraining = errors.New("sessions: the session is being closed on shutdown")
+
 // DrainAnswer fills resp for a session that CloseAll is about to close (no
 // extension, its held set and pending notices; the caller answers with
-// SHUTTING_DOWN) and reports whether it did.
+// SHUTTING_DOWN) and reports whether it did. A record Ending reported
+// ending may have moved to Draining since: ask DrainAnswer again before
+// answering dead.
 func (t *Table) DrainAnswer(r *Record, resp *lockdv1.KeepAliveResponse) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
