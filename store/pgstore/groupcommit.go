@@ -151,6 +151,13 @@ func (s *Store) runLockBatch(reqs []*lockReq) {
 	if s.onLockBatch != nil {
 		s.onLockBatch(reqs)
 	}
+	if hook := s.commitHook.Load(); hook != nil {
+		keys := make([]string, len(reqs))
+		for i, r := range reqs {
+			keys[i] = r.key
+		}
+		(*hook)(keys)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	err := s.execLockBatch(ctx, reqs)
 	cancel()

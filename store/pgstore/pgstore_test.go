@@ -68,7 +68,22 @@ func TestConformance(t *testing.T) {
 		Expire: func(t *testing.T, s store.LockStore, id store.SessionID) {
 			expire(t, s.(*Store), id)
 		},
+		HoldCommit: holdCommit,
 	})
+}
+
+// holdCommit is storetest's Config.HoldCommit: through the lock batches'
+// commit hook and the group commit's settling hook.
+func holdCommit(t *testing.T, s store.LockStore, key string) (held <-chan struct{}, open func(), settling <-chan struct{}) {
+	st := s.(*Store)
+	setHook := func(f func(keys []string)) {
+		if f == nil {
+			st.commitHook.Store(nil)
+			return
+		}
+		st.commitHook.Store(&f)
+	}
+	return storetest.HoldCommitWith(t, key, setHook, st.lockQ.SetSettling)
 }
 
 const (

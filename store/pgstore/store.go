@@ -113,6 +113,9 @@ type Store struct {
 	onLocksOf   func(n int)
 	noticeGate  chan struct{}
 	onHandOver  func(key string)
+	// commitHook, set by tests after New, is called by the lock worker
+	// with each batch's keys before it runs (storetest's HoldCommit).
+	commitHook atomic.Pointer[func(keys []string)]
 
 	mu        sync.Mutex
 	closed    bool

@@ -229,7 +229,10 @@ func (s *Store) leaveQueue(id store.SessionID, key string) {
 
 // LeaveQueue implements store.LockStore: it deletes the session's waiters
 // row for key, if any (C2 #ct2-keep-place); the waiters_deleted trigger
-// wakes the next in line. It never touches a grant.
+// wakes the next in line. It never touches a grant. It first settles the
+// key's group commit: an attempt of a cut Acquire still in its batch (its
+// caller gone, its enqueue not yet committed) would otherwise put the place
+// back after this delete, and keep it until the session ends.
 func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) (err error) {
 	if err := validateGrantArgs("leave queue", id, key); err != nil {
 		return err
@@ -238,6 +241,9 @@ func (s *Store) LeaveQueue(ctx context.Context, id store.SessionID, key string) 
 		return err
 	}
 	defer s.metrics.Observe(telemetry.OpLeaveQueue)(&err)
+	if err := s.lockQ.Settle(ctx, key); err != nil {
+		return classify(ctx, "leave queue", err)
+	}
 	if _, err := s.pool.Exec(ctx, s.q.dequeue, key, string(id)); err != nil {
 		return classify(ctx, "leave queue", err)
 	}

@@ -12,6 +12,8 @@
 package storetest
 
 import (
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +41,14 @@ type Config struct {
 	// backend's normal machinery must then notice: the session becomes
 	// not-live and its locks go away within ExpirySlack plus a margin.
 	Expire func(t *testing.T, s store.LockStore, id store.SessionID)
+
+	// HoldCommit holds s's next commit that carries key (a grant attempt,
+	// a queue entry) before it reaches the backend, until open is called
+	// (at the latest when the subtest ends); held receives once it is held.
+	// settling is closed once a LeaveQueue of key on s waits for commits of
+	// key already in flight. HoldCommitWith builds it from a backend's
+	// hooks.
+	HoldCommit func(t *testing.T, s store.LockStore, key string) (held <-chan struct{}, open func(), settling <-chan struct{})
 }
 
 // TTL is the TTL of sessions that a subtest lets die by stopping the
@@ -57,8 +67,8 @@ const margin = 3 * time.Second
 // Run runs every conformance subtest against the backend.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
-	if cfg.Namespace == nil || cfg.Expire == nil {
-		t.Fatal("storetest.Run: Config.Namespace and Config.Expire are required")
+	if cfg.Namespace == nil || cfg.Expire == nil || cfg.HoldCommit == nil {
+		t.Fatal("storetest.Run: Config.Namespace, Config.Expire and Config.HoldCommit are required")
 	}
 	s := &suite{cfg: cfg}
 	tests := []struct {
@@ -83,6 +93,7 @@ func Run(t *testing.T, cfg Config) {
 		{"FIFOCancelledWaiterLeaves", s.testFIFOCancelledWaiterLeaves},
 		{"FIFODeadWaiterLeaves", s.testFIFODeadWaiterLeaves},
 		{"FIFOKeptPlace", s.testFIFOKeptPlace}, {"LeaveQueue", s.testLeaveQueue},
+		{"LeaveQueueAfterCutAttempt", s.testLeaveQueueAfterCutAttempt},
 		{"TryInsertDoesNotJumpQueue", s.testTryInsertDoesNotJumpQueue},
 		{"AcquireHeldBySelf", s.testAcquireHeldBySelf},
 		{"Revoke", s.testRevoke},
@@ -141,4 +152,36 @@ func Run(t *testing.T, cfg Config) {
 			tc.fn(t)
 		})
 	}
+}
+
+// HoldCommitWith is Config.HoldCommit for a backend whose commits pass
+// through a hook with their keys (setHook installs it; nil removes it) and
+// whose LeaveQueue reports through a settling hook (setSettling) when it
+// waits for commits of a key in flight.
+func HoldCommitWith(t *testing.T, key string, setHook func(func(keys []string)), setSettling func(func(key string))) (held <-chan struct{}, open func(), settling <-chan struct{}) {
+	heldCh, openCh, settlingCh := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var holdOnce, openOnce, settleOnce sync.Once
+	open = func() { openOnce.Do(func() { close(openCh) }) }
+	t.Cleanup(func() {
+		open()
+		setHook(nil)
+		setSettling(nil)
+	})
+	setHook(func(keys []string) {
+		if !slices.Contains(keys, key) {
+			return
+		}
+		hold := false
+		holdOnce.Do(func() { hold = true })
+		if hold {
+			close(heldCh)
+			<-openCh
+		}
+	})
+	setSettling(func(k string) {
+		if k == key {
+			settleOnce.Do(func() { close(settlingCh) })
+		}
+	})
+	return heldCh, open, settlingCh
 }

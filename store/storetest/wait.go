@@ -155,6 +155,56 @@ func (s *suite) testFIFOKeptPlace(t *testing.T) {
 	}
 }
 
+// testLeaveQueueAfterCutAttempt: a LeaveQueue that follows an Acquire with
+// KeepPlace cut while its attempt was still in flight (sent in a commit,
+// not yet at the backend) leaves no place: the attempt's queue entry is
+// committed first, then deleted (C2 #ct2-keep-place). Before issue 21's fix
+// the delete went first and the attempt put the place back, kept until the
+// session ended, and a release could hand the key to a caller that had
+// given up (the TypeScript SDK's "b left the queue" failure).
+func (s *suite) testLeaveQueueAfterCutAttempt(t *testing.T) {
+	inst := s.instances(t, 1)[0]
+	const key = "lqc/k"
+	holder, w := openSession(t, inst), openSession(t, inst)
+	mustTry(t, inst, holder, key)
+	held, open, settling := s.cfg.HoldCommit(t, inst, key)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	ch := startAcquire(t, ctx, inst, w, key, store.KeepPlace())
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter's attempt was not committed within 30s")
+	}
+	cancel()
+	if r := recvResult(t, ch, 15*time.Second, "cut waiter"); r.err == nil {
+		t.Fatalf("cut waiter: Acquire = %+v; want its ctx error", r.g)
+	}
+	left := make(chan error, 1)
+	go func() { left <- inst.LeaveQueue(ctxT(t), w, key) }() // returns once its delete is done (bounded by ctxT)
+	select {
+	case <-settling:
+		open()
+	case err := <-left:
+		open()
+		waitersAre(t, inst, key, []store.SessionID{w})
+		t.Fatalf("LeaveQueue returned (%v) while the cut Acquire's attempt was in flight, and the attempt put the place back: waiters [%s]", err, w)
+	case <-time.After(30 * time.Second):
+		t.Fatal("LeaveQueue neither returned nor waited for the attempt in flight within 30s")
+	}
+	select {
+	case err := <-left:
+		if err != nil {
+			t.Fatalf("LeaveQueue: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("LeaveQueue did not return within 30s of the attempt's commit")
+	}
+	// The attempt committed before LeaveQueue's delete: one look suffices.
+	if info, _, err := inst.Inspect(ctxT(t), key); err != nil || len(info.Waiters) != 0 {
+		t.Fatalf("Inspect after LeaveQueue = waiters %v, %v; want none", info.Waiters, err)
+	}
+}
+
 // testLeaveQueue: LeaveQueue gives up a kept place (the next waiter moves
 // up), is idempotent, and never touches a grant.
 func (s *suite) testLeaveQueue(t *testing.T) {

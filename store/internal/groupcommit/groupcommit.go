@@ -11,7 +11,9 @@
 // answered at once and never sent; a sent one whose caller gives up is
 // abandoned: its batch still runs, and Finish hands it back so the backend
 // can settle what it did (pgstore undoes, etcdstore tells the caller's
-// cleanup).
+// cleanup). Settle waits until every job of a key submitted before it is
+// answered, so that a later write of that key (a LeaveQueue) lands after
+// whatever an abandoned job still commits.
 package groupcommit
 
 import (
@@ -58,14 +60,17 @@ type Queue[T any] struct {
 	cond    sync.Cond
 	maxSize int // current cap of a batch (Shrink lowers it)
 	pending []*Job[T]
-	busy    map[string]struct{} // keys of the jobs being run
+	running map[string]*Job[T] // the job being run of each busy key
 	closed  bool
+	// settling, when set (tests), is called by Settle once it has found
+	// jobs of its key to wait for, before it waits.
+	settling func(key string)
 }
 
 // New returns a queue whose batches hold at most maxSize jobs; closedErr
 // answers every job still queued when it is closed, and every later Submit.
 func New[T any](maxSize int, closedErr error) *Queue[T] {
-	q := &Queue[T]{maxSize: max(maxSize, 1), closedErr: closedErr, busy: make(map[string]struct{})}
+	q := &Queue[T]{maxSize: max(maxSize, 1), closedErr: closedErr, running: make(map[string]*Job[T])}
 	q.cond.L = &q.mu
 	return q
 }
@@ -157,8 +162,10 @@ func (q *Queue[T]) Next() []*Job[T] {
 		clear(q.pending[len(rest):])
 		q.pending = rest
 		if len(batch) > 0 {
-			for k := range keys {
-				q.busy[k] = struct{}{}
+			for _, j := range batch {
+				if j.key != "" {
+					q.running[j.key] = j
+				}
 			}
 			return batch
 		}
@@ -180,7 +187,7 @@ func (q *Queue[T]) keyTaken(keys map[string]struct{}, key string) bool {
 		return false
 	}
 	_, inBatch := keys[key]
-	_, running := q.busy[key]
+	_, running := q.running[key]
 	return inBatch || running
 }
 
@@ -195,13 +202,56 @@ func (q *Queue[T]) Finish(batch []*Job[T]) (abandonedJobs []*Job[T]) {
 			abandonedJobs = append(abandonedJobs, j)
 		}
 		if j.key != "" {
-			delete(q.busy, j.key)
+			delete(q.running, j.key)
 		}
 		j.state = done
 		close(j.done)
 	}
 	q.cond.Broadcast() // freed keys may let queued jobs go
 	return abandonedJobs
+}
+
+// Settle waits until every job of key (not empty) submitted before the
+// call is answered: run, its batch finished (abandoned or not), or dropped
+// because its caller gave up before it was sent. It returns ctx's error if
+// ctx ends first. Jobs submitted after the call are not waited for.
+//
+// A caller that gave up may leave its job in flight (Wait's inFlight), and
+// that job still writes; a write of the same key that must come after it
+// (LeaveQueue after a cut Acquire, C2 #ct2-keep-place) settles the key
+// first.
+func (q *Queue[T]) Settle(ctx context.Context, key string) error {
+	q.mu.Lock()
+	var wait []*Job[T]
+	if j, ok := q.running[key]; ok {
+		wait = append(wait, j)
+	}
+	for _, j := range q.pending {
+		if j.key == key {
+			wait = append(wait, j)
+		}
+	}
+	hook := q.settling
+	q.mu.Unlock()
+	if len(wait) > 0 && hook != nil {
+		hook(key)
+	}
+	for _, j := range wait {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// SetSettling sets the hook Settle calls once it has jobs to wait for
+// (tests only; nil removes it).
+func (q *Queue[T]) SetSettling(hook func(key string)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.settling = hook
 }
 
 // Shrink lowers the cap of later batches after the backend refused a batch

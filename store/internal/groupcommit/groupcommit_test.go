@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"lock.dev/lockd/internal/testing/testkit"
@@ -178,5 +179,67 @@ func TestClose(t *testing.T) {
 	q2.Close()
 	if b := <-got; b != nil {
 		t.Fatalf("a Next blocked at Close returned %v; want nil", Reqs(b))
+	}
+}
+
+// TestSettle: Settle waits until the key's job in flight (abandoned by its
+// caller) and the key's queued jobs are answered; not for another key's,
+// nor for jobs submitted after it looked; it returns ctx's error when ctx
+// ends first.
+func TestSettle(t *testing.T) {
+	q := New[int](8, errClosed)
+	if err := q.Settle(context.Background(), "k"); err != nil {
+		t.Fatalf("Settle of an idle key: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cut := submit(t, q, ctx, "k", 1)
+	submit(t, q, context.Background(), "o", 2)
+	first := q.Next() // 1 and 2 are sent
+	submit(t, q, context.Background(), "k", 3)
+	cancel()
+	if inFlight, _ := q.Wait(ctx, cut); !inFlight {
+		t.Fatal("the cut job is not in flight")
+	}
+	waiting := make(chan struct{})
+	var once sync.Once
+	q.SetSettling(func(key string) {
+		if key == "k" {
+			once.Do(func() { close(waiting) })
+		}
+	})
+	settled := make(chan error, 1)
+	go func() { settled <- q.Settle(context.Background(), "k") }() // returns once job 3 is answered
+	<-waiting
+	late := submit(t, q, context.Background(), "k", 4) // after Settle looked: not waited for
+	if ab := q.Finish(first); len(ab) != 1 || ab[0] != cut {
+		t.Fatalf("Finish = %v; want the cut job abandoned", Reqs(ab))
+	}
+	second := q.Next()
+	if got := Reqs(second); !slices.Equal(got, []int{3}) {
+		t.Fatalf("second batch %v; want [3]", got)
+	}
+	select {
+	case err := <-settled:
+		t.Fatalf("Settle returned (%v) with job 3 of its key still in flight", err)
+	default:
+	}
+	q.Finish(second)
+	if err := <-settled; err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	select {
+	case <-late.Done():
+		t.Fatal("job 4 answered without a batch")
+	default:
+	}
+	third := q.Next() // 4
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := q.Settle(ctx2, "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Settle with its ctx ended and job 4 in flight = %v; want Canceled", err)
+	}
+	q.Finish(third)
+	if err := q.Settle(context.Background(), "o"); err != nil {
+		t.Fatalf("Settle of a key whose jobs are done: %v", err)
 	}
 }
