@@ -198,10 +198,7 @@ class Core:
                 if isinstance(err, errors.DeadlineExceeded) and last is not None:
                     raise last
                 raise err
-            if isinstance(err, errors.ShuttingDown):
-                self.conn.set_aside(addr, draining=True)
-            elif isinstance(err, errors.Unavailable):
-                self.conn.failed(addr)
+            self.conn.after_error(addr, err)
             last = err
             log.debug("retrying %s: %s", method, err)
             d = self._backoff(attempt)

@@ -119,10 +119,7 @@ class Watch:
                 err, self._silent = errors.Unavailable("watch stream silent (its replica stalled)"), False
             if not err.retryable:
                 raise err
-            if isinstance(err, errors.ShuttingDown):
-                c.conn.set_aside(addr, draining=True)
-            else:
-                c.conn.failed(addr)
+            c.conn.after_error(addr, err)
             if until is not None and c.clock.now() >= until:
                 raise err
             if not await c._sleep(c._backoff(attempt)):

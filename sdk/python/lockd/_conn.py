@@ -2,10 +2,12 @@
 (docs/contracts/C2.md #ct2-failover, #ct2-sdk rules 8 and 10).
 
 A client of several addresses uses one at a time (one gRPC channel per
-address, made when first used). An address whose call or stream failed with
-UNAVAILABLE, that drains (a ``draining`` answer, SHUTTING_DOWN) or whose
-stream stalled is set aside for 30 s and the next one is used; when every
-address is set aside the asides are forgotten. A stall does not set aside
+address, made when first used). An address whose call or stream got no
+answer (UNAVAILABLE without a lockd reason: the replica died, its connection
+broke), that drains (a ``draining`` answer, SHUTTING_DOWN) or whose stream
+stalled is set aside for 30 s and the next one is used; when every address
+is set aside the asides are forgotten. A retryable answer of a live replica
+(CONTENTION, NOT_LEADER, UNAVAILABLE with its reason) keeps it. A stall does not set aside
 the last address not aside (every replica slow must not make the client hop
 between them); a drain does.
 """
@@ -190,6 +192,20 @@ class Conn:
                 self._cur = (self._cur + 1) % len(self.addresses)
             log.debug("address %s set aside (draining: %s); next %s", addr, draining, self.addresses[self._cur])
             return True
+
+    def after_error(self, addr: str, err: errors.LockdError) -> None:
+        """Moves on after a retryable error of a call or stream to addr, as
+        C2 #ct2-sdk rule 8 says: SHUTTING_DOWN sets addr aside as draining; an
+        UNAVAILABLE without a lockd reason (no answer from the replica: it
+        died, its connection broke, a watch stream went silent) fails it. A
+        retryable answer of a live replica (CONTENTION, NOT_LEADER, UNAVAILABLE
+        with its reason: its backend's trouble, which every replica shares)
+        keeps it, as the Go and TypeScript SDKs do: setting it aside could
+        leave every address aside and send the next call back to a dead one."""
+        if isinstance(err, errors.ShuttingDown):
+            self.set_aside(addr, draining=True)
+        elif isinstance(err, errors.Unavailable) and not err.reason:
+            self.failed(addr)
 
     def failed(self, addr: str) -> None:
         """A call or stream to addr failed with UNAVAILABLE (the replica died,

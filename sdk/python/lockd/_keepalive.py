@@ -285,10 +285,7 @@ class Keepaliver:
             healthy = fl.replied
         if isinstance(fl.broken, grpc.RpcError) and not moved:
             err = errors.from_rpc(fl.broken)
-            if isinstance(err, errors.ShuttingDown):
-                c.conn.set_aside(addr, draining=True)
-            elif isinstance(err, errors.Unavailable):
-                c.conn.failed(addr)
+            c.conn.after_error(addr, err)
             log.debug("keepalive stream broke: %s", err)
         return healthy, moved
 

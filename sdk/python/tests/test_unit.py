@@ -112,6 +112,23 @@ class ConnTest(unittest.TestCase):
         t[0] += _conn.ASIDE_FOR + 1
         self.assertIsNotNone(c.pick())
 
+    def test_live_replica_answer_keeps_it(self):
+        """Only a call without an answer (UNAVAILABLE, no lockd reason) or
+        SHUTTING_DOWN moves on; a retryable answer of a live replica keeps it
+        (C2 #ct2-sdk rule 8, as the Go and TypeScript SDKs). Before, b's
+        "backend contention" set b aside too, every address was aside, and
+        pick() went back to the dead a: test/sdk's AioFailoverRealTest
+        test_kill_replica failed so once under load ("a:1 != b:1" here)."""
+        c = _conn.Conn(["a:1", "b:1"], None, True, None, now=lambda: 0.0, stub_factory=lambda a: a)
+        self.assertEqual(c.pick()[0], "a:1")
+        c.after_error("a:1", errors.from_code(grpc.StatusCode.UNAVAILABLE, "", "connection reset"))  # a killed
+        self.assertEqual(c.pick()[0], "b:1")
+        for reason in ("CONTENTION", "NOT_LEADER", "UNAVAILABLE"):
+            c.after_error("b:1", errors.from_code(grpc.StatusCode.UNAVAILABLE, reason, "backend contention; retry"))
+            self.assertEqual(c.pick()[0], "b:1", reason)
+        c.after_error("b:1", errors.from_code(grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "server is shutting down"))
+        self.assertEqual(c.pick()[0], "a:1")
+
     def test_transport_rules(self):
         self.assertTrue(_conn.loopback("127.0.0.1:7420") and _conn.loopback("[::1]:1") and _conn.loopback("localhost:1"))
         self.assertFalse(_conn.loopback("10.0.0.1:7420") or _conn.loopback("lockd.example:7420"))
