@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // The scenarios themselves run against real backends in the smoke test of
 // `lockd bench` (internal/cli/bench_test.go); these tests cover the pure
 // parts.
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(pgtest.M{M: m}, []func(){etcdtest.Stop}) }
 
 func TestMedian(t *testing.T) {
 	inf := Value(math.Inf(1))

@@ -197,6 +197,8 @@ var systemLegend = []string{
 	"etcd-sem        semaphore: raw etcd N-slot recipe: a waiter key per client on its lease, ranked by create revision; a slot while fewer than N keys " +
 		"rank ahead, else watch deletes (from now, so etcd serves the watcher at once), then read the keys ahead and wait until fewer than N are left; free = delete",
 	"etcd-session    idle: one clientv3 concurrency.Session per session on one clientv3 client; cpu = the etcd process (and, client cpu, the bench process)",
+	"pg-session      idle: a row per session (id, expires_at; index on expires_at) renewed by one UPDATE ... WHERE id = ANY($1) per TTL/3, " +
+		"expired rows deleted every 1 s, both on one connection of the bench process; cpu = the PostgreSQL backend serving it",
 	"pg-raw          raw PostgreSQL (primary): sessions table + ON DELETE CASCADE; INSERT ... ON CONFLICT DO NOTHING RETURNING nextval + DELETE ... AND token; " +
 		"waiters poll every 2-10 ms; pgxpool of exactly c connections, all opened before the clock starts",
 	"pg-sem          semaphore: raw PostgreSQL N slot rows (sessions + ON DELETE SET NULL): UPDATE ... WHERE (sem, slot) = (SELECT ... " +

@@ -95,8 +95,14 @@ Scenarios (--scenarios, comma-separated; default all):
   death      one session holding N locks ends, for each N of --death-locks:
              time until the backend holds none of them
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
-             RSS of a 'lockd serve' child process, against as many raw
-             clientv3 concurrency.Sessions (etcd: the etcd process's CPU)
+             RSS of a 'lockd serve' child process (with the etcd process
+             the bench started, or the PostgreSQL backends serving its
+             connections when PostgreSQL runs on this machine), against as
+             many raw sessions: on etcd clientv3 concurrency.Sessions
+             (etcd-session: the etcd process's CPU), on PostgreSQL
+             pg-session (a row per session with expires_at, all renewed by
+             one UPDATE per TTL/3 and expired rows deleted every second,
+             on one connection: its PostgreSQL backend's CPU)
   failover   three 'lockd serve' children over the backend, one holder
              given every address: --failover-kills times, SIGKILL the
              replica it talks to and time its next heartbeat answered
