@@ -434,3 +434,17 @@ func TestSemaphoreLoad(t *testing.T) {
 		t.Errorf("a semaphore of 3 admitting 4: %v, want the load to refuse it", err)
 	}
 }
+
+func TestSlope(t *testing.T) {
+	if got := slope([]Value{1, 5, 10}, []Value{3, 7, 12}); math.Abs(float64(got)-1) > 1e-9 {
+		t.Errorf("slope of y = x + 2 = %v, want 1", got)
+	}
+	if got := slope([]Value{1, 5, 10}, []Value{5, 4, 3.2}); !(got < 0) {
+		t.Errorf("slope of a falling line = %v, want < 0", got)
+	}
+	for _, xs := range [][]Value{{1}, {2, 2}} {
+		if got := slope(xs, make([]Value, len(xs))); !math.IsNaN(float64(got)) {
+			t.Errorf("slope over xs %v = %v, want NaN (no two distinct points)", xs, got)
+		}
+	}
+}

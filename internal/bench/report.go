@@ -80,9 +80,11 @@ type Row struct {
 	Scenario string `json:"scenario"`
 	// Concurrency is the number of clients (distinct, contended).
 	Concurrency int `json:"concurrency,omitempty"`
-	// N is the number of locks (death) or sessions (idle).
-	N      int    `json:"n,omitempty"`
-	Metric string `json:"metric"`
+	// N is the number of locks (death) or sessions (idle, scale).
+	N int `json:"n,omitempty"`
+	// Replicas is the number of lockd replicas (scale).
+	Replicas int    `json:"replicas,omitempty"`
+	Metric   string `json:"metric"`
 	// SDK names the SDK of an SDK row (sdk.go): Lockd is lockd's figure
 	// through it and Raw the Go SDK's (Baseline go-sdk); "" for the Go SDK.
 	SDK   string `json:"sdk,omitempty"`
@@ -142,9 +144,14 @@ type Settings struct {
 	IdleSessions          int      `json:"idle_sessions"`
 	IdleDuration          string   `json:"idle_duration"`
 	FailoverKills         int      `json:"failover_kills"`
-	SessionTTL            string   `json:"session_ttl"`
-	PGPoolMaxConns        int      `json:"pg_pool_max_conns,omitempty"`
-	LockdPGMaxConns       int      `json:"lockd_pg_max_conns,omitempty"`
+	// ScaleSessions, ScaleReplicas and ScaleDuration are the scale
+	// scenario's points and window, when it ran.
+	ScaleSessions   []int  `json:"scale_sessions,omitempty"`
+	ScaleReplicas   []int  `json:"scale_replicas,omitempty"`
+	ScaleDuration   string `json:"scale_duration,omitempty"`
+	SessionTTL      string `json:"session_ttl"`
+	PGPoolMaxConns  int    `json:"pg_pool_max_conns,omitempty"`
+	LockdPGMaxConns int    `json:"lockd_pg_max_conns,omitempty"`
 	// BackendProcess says where the backend ran, Durability how it
 	// commits (etcd's fsync; PostgreSQL's fsync, synchronous_commit,
 	// wal_sync_method …).
@@ -256,6 +263,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s.Processes != "" {
 		fmt.Fprintf(&b, "processes: %s\n", s.Processes)
 	}
+	if len(s.ScaleSessions) > 0 {
+		fmt.Fprintf(&b, "scale:     sessions %s x replicas %s, %s per point, on a 3-member etcd of its own\n",
+			joinInts(s.ScaleSessions), joinInts(s.ScaleReplicas), s.ScaleDuration)
+	}
 	b.WriteString("figures:   rates, fairness and death times are medians over rounds; latencies are percentiles of all pairs\n")
 	for _, l := range systemLegend {
 		name, _, _ := strings.Cut(l, " ")
@@ -278,6 +289,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			cn = "c=" + strconv.Itoa(row.Concurrency)
 		case row.N > 0:
 			cn = "N=" + strconv.Itoa(row.N)
+		}
+		if row.Replicas > 0 {
+			cn += " R=" + strconv.Itoa(row.Replicas)
 		}
 		raw, ratio := "-", "-"
 		if row.Raw != nil {
@@ -334,4 +348,13 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// joinInts writes ns comma-separated.
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
