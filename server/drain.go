@@ -21,11 +21,14 @@ func (s *Server) closeAll(ctx context.Context) error { return s.sess.CloseAll(ct
 // this replica's last keepalive or heartbeat, and another replica adopts it.
 // The session table keeps the stream registry (sessions.Table.Drain).
 
-// refuseWhileDraining is the entry check of calls a draining replica no
-// longer takes (OpenSession, Acquire, Watch): errShuttingDown, which the
-// client retries elsewhere.
-func (s *Server) refuseWhileDraining() error {
-	if s.sess.Draining() {
+// refuseWhileStopping is the entry check of calls a draining or stopping
+// replica no longer takes (OpenSession, Acquire, Watch, KeepAlive):
+// errShuttingDown, which the client retries elsewhere. Once Shutdown ended
+// the streams and waits (s.ctx) a retry of what that broke can still reach
+// this replica before its connection is told to go away; it is refused
+// rather than served by a stream about to end (C2 #ct2-stopping-refuses).
+func (s *Server) refuseWhileStopping() error {
+	if s.ctx.Err() != nil || s.sess.Draining() {
 		return errShuttingDown
 	}
 	return nil

@@ -37,3 +37,8 @@ func HTTPHopErrors() (closing, outside error) {
 	_, outside = connOf(context.Background())
 	return closing, outside
 }
+
+// EndStreams does the step of Shutdown that ends the server's streams and
+// waits (its context), and nothing else: gRPC keeps serving, as it does in
+// the window before Shutdown's graceful stop tells connections to go away.
+func EndStreams(s *Server) { s.cancel() }

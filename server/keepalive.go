@@ -76,6 +76,9 @@ func (k *kaStream) push(r *lockdv1.KeepAliveResponse) bool {
 // MaxInflightPerStream at once per stream) that calls store.Heartbeat and
 // queues the reply; one sender goroutine writes replies and notices.
 func (s service) KeepAlive(stream lockdv1.LockService_KeepAliveServer) error {
+	if err := s.refuseWhileStopping(); err != nil { // drain.go
+		return s.toStatus(stream.Context(), "KeepAlive", err)
+	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	stopOnShutdown := context.AfterFunc(s.ctx, func() { cancel(errShuttingDown) })
 	defer stopOnShutdown()

@@ -53,7 +53,7 @@ func (s service) OpenSession(ctx context.Context, req *lockdv1.OpenSessionReques
 		return nil, err
 	}
 	defer release()
-	if s.ctx.Err() != nil || s.refuseWhileDraining() != nil {
+	if s.refuseWhileStopping() != nil {
 		return nil, s.toStatus(ctx, "OpenSession", errShuttingDown)
 	}
 	if err := store.ValidateOwner(req.Owner); err != nil {
@@ -478,7 +478,7 @@ func (s service) beginAcquire(ctx context.Context, id store.SessionID, secret []
 	if checked != nil {
 		return nil, checked
 	}
-	if err := s.refuseWhileDraining(); err != nil {
+	if err := s.refuseWhileStopping(); err != nil {
 		return nil, err
 	}
 	if err := s.checkSecret(ctx, "Acquire", id, secret); err != nil {

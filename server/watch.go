@@ -18,7 +18,7 @@ func (s service) Watch(req *lockdv1.WatchRequest, stream lockdv1.LockService_Wat
 	if err := store.ValidatePrefix(req.Prefix); err != nil {
 		return s.toStatus(rctx, "Watch", invalid("prefix", err))
 	}
-	if err := s.refuseWhileDraining(); err != nil { // drain.go
+	if err := s.refuseWhileStopping(); err != nil { // drain.go
 		return s.toStatus(rctx, "Watch", err)
 	}
 	if len(req.ResumeAfter) > maxWatchCursor {
