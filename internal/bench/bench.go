@@ -91,6 +91,11 @@ type Config struct {
 	// FailoverKills is how many times the failover scenario SIGKILLs the
 	// replica its holder talks to.
 	FailoverKills int
+	// ScaleSessions and ScaleReplicas are the points of the scale
+	// scenario (every pair), ScaleDuration the window of each (scale.go).
+	ScaleSessions []int
+	ScaleReplicas []int
+	ScaleDuration time.Duration
 	// LockdCommand is the argv prefix that runs lockd (the idle scenario
 	// appends "serve" and its flags); required when idle runs.
 	LockdCommand []string
@@ -161,6 +166,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FailoverKills == 0 {
 		c.FailoverKills = DefaultFailoverKills
+	}
+	if len(c.ScaleSessions) == 0 {
+		c.ScaleSessions = DefaultScaleSessions
+	}
+	if len(c.ScaleReplicas) == 0 {
+		c.ScaleReplicas = DefaultScaleReplicas
+	}
+	if c.ScaleDuration == 0 {
+		c.ScaleDuration = DefaultScaleDuration
 	}
 	if len(c.SDKConcurrency) == 0 {
 		c.SDKConcurrency = DefaultSDKConcurrency
@@ -236,6 +250,22 @@ func (c Config) Validate() error {
 	if c.FailoverKills < 1 || c.FailoverKills > 1000 {
 		bad("failover kills %d out of [1, 1000]", c.FailoverKills)
 	}
+	if slices.Contains(c.Scenarios, scScale) && len(c.LockdCommand) == 0 {
+		bad("the scale scenario needs the lockd executable")
+	}
+	for _, n := range c.ScaleSessions {
+		if n < 1 || n > 1000000 {
+			bad("scale sessions %d out of [1, 1000000]", n)
+		}
+	}
+	for _, n := range c.ScaleReplicas {
+		if n < 1 || n > 64 {
+			bad("scale replicas %d out of [1, 64]", n)
+		}
+	}
+	if c.ScaleDuration < 100*time.Millisecond {
+		bad("scale duration %v is below 100ms", c.ScaleDuration)
+	}
 	errs = append(errs, c.validateSDKs()...)
 	return errors.Join(errs...)
 }
@@ -290,6 +320,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		SessionTTL:            sessionTTL.String(),
 		SystemOrder:           "order rotated by one each round",
 		Processes:             layoutShared,
+	}
+	if slices.Contains(scenarios, scScale) {
+		rep.Settings.ScaleSessions, rep.Settings.ScaleReplicas = cfg.ScaleSessions, cfg.ScaleReplicas
+		rep.Settings.ScaleDuration = cfg.ScaleDuration.String()
 	}
 	for _, s := range cfg.SDKs {
 		rep.Settings.SDKs = append(rep.Settings.SDKs, s.Name)
@@ -352,6 +386,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rows, serr = r.failover(ctx)
 		case scEstimate:
 			rows, serr = r.estimate(ctx)
+		case scScale:
+			rows, serr = r.scale(ctx)
 		}
 		if serr != nil {
 			if ctx.Err() != nil {

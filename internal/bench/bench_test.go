@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"lock.dev/lockd/internal/testing/etcdtest"
+	"lock.dev/lockd/internal/testing/pgtest"
+	"lock.dev/lockd/internal/testing/testkit"
 )
 
 // The scenarios themselves run against real backends in the smoke test of
 // `lockd bench` (internal/cli/bench_test.go); these tests cover the pure
 // parts.
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(pgtest.M{M: m}, []func(){etcdtest.Stop}) }
 
 func TestMedian(t *testing.T) {
 	inf := Value(math.Inf(1))
@@ -430,5 +432,19 @@ func TestSemaphoreLoad(t *testing.T) {
 	_, err := semaphoreLoad(context.Background(), holders, n, newBarrier(n+1).wait, 10*time.Millisecond, 50*time.Millisecond, "t")
 	if err == nil || !strings.Contains(err.Error(), "4 holders of a semaphore of 3 at once") {
 		t.Errorf("a semaphore of 3 admitting 4: %v, want the load to refuse it", err)
+	}
+}
+
+func TestSlope(t *testing.T) {
+	if got := slope([]Value{1, 5, 10}, []Value{3, 7, 12}); math.Abs(float64(got)-1) > 1e-9 {
+		t.Errorf("slope of y = x + 2 = %v, want 1", got)
+	}
+	if got := slope([]Value{1, 5, 10}, []Value{5, 4, 3.2}); !(got < 0) {
+		t.Errorf("slope of a falling line = %v, want < 0", got)
+	}
+	for _, xs := range [][]Value{{1}, {2, 2}} {
+		if got := slope(xs, make([]Value, len(xs))); !math.IsNaN(float64(got)) {
+			t.Errorf("slope over xs %v = %v, want NaN (no two distinct points)", xs, got)
+		}
 	}
 }

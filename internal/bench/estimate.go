@@ -18,7 +18,7 @@ import (
 const scEstimate = "estimate"
 
 // Optional are the scenarios run only when named, after the others.
-var Optional = []string{scEstimate}
+var Optional = []string{scEstimate, scScale}
 
 // The estimate rows.
 const (

@@ -24,14 +24,26 @@ var etcdServingLine = regexp.MustCompile(`^etcd serving client=(\S+)`)
 // --unsafe-no-fsync.
 const etcdDurability = "etcd fsync on (--unsafe-no-fsync off): every commit fdatasyncs the WAL"
 
-// ServeEtcd runs a single-node etcd with its data in dataDir until ctx
-// ends: the body of the hidden `lockd bench etcd-server`. Once etcd serves
-// it writes "etcd serving client=URL" and a newline to out.
-func ServeEtcd(ctx context.Context, dataDir string, out io.Writer) error {
+// EtcdMember makes the etcd of ServeEtcd one member of a cluster (the
+// scale scenario's three, scale.go); the zero value is a single node on
+// free loopback ports.
+type EtcdMember struct {
+	// Name is the member's name, InitialCluster the members as
+	// NAME=PEERURL,...; ClientURL and PeerURL are this member's loopback
+	// http URLs.
+	Name, InitialCluster, ClientURL, PeerURL string
+}
+
+// ServeEtcd runs an etcd with its data in dataDir until ctx ends: the body
+// of the hidden `lockd bench etcd-server`. A single node unless m makes it
+// a member of a cluster. Once etcd serves it writes "etcd serving
+// client=URL" and a newline to out.
+func ServeEtcd(ctx context.Context, dataDir string, m EtcdMember, out io.Writer) error {
 	if dataDir == "" {
 		return fmt.Errorf("bench etcd-server: --data-dir is required")
 	}
-	s, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: dataDir})
+	s, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: dataDir, Name: m.Name, InitialCluster: m.InitialCluster,
+		ClientURL: m.ClientURL, PeerURL: m.PeerURL})
 	if err != nil {
 		return fmt.Errorf("bench etcd-server: %w", err)
 	}

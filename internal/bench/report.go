@@ -80,9 +80,11 @@ type Row struct {
 	Scenario string `json:"scenario"`
 	// Concurrency is the number of clients (distinct, contended).
 	Concurrency int `json:"concurrency,omitempty"`
-	// N is the number of locks (death) or sessions (idle).
-	N      int    `json:"n,omitempty"`
-	Metric string `json:"metric"`
+	// N is the number of locks (death) or sessions (idle, scale).
+	N int `json:"n,omitempty"`
+	// Replicas is the number of lockd replicas (scale).
+	Replicas int    `json:"replicas,omitempty"`
+	Metric   string `json:"metric"`
 	// SDK names the SDK of an SDK row (sdk.go): Lockd is lockd's figure
 	// through it and Raw the Go SDK's (Baseline go-sdk); "" for the Go SDK.
 	SDK   string `json:"sdk,omitempty"`
@@ -142,9 +144,14 @@ type Settings struct {
 	IdleSessions          int      `json:"idle_sessions"`
 	IdleDuration          string   `json:"idle_duration"`
 	FailoverKills         int      `json:"failover_kills"`
-	SessionTTL            string   `json:"session_ttl"`
-	PGPoolMaxConns        int      `json:"pg_pool_max_conns,omitempty"`
-	LockdPGMaxConns       int      `json:"lockd_pg_max_conns,omitempty"`
+	// ScaleSessions, ScaleReplicas and ScaleDuration are the scale
+	// scenario's points and window, when it ran.
+	ScaleSessions   []int  `json:"scale_sessions,omitempty"`
+	ScaleReplicas   []int  `json:"scale_replicas,omitempty"`
+	ScaleDuration   string `json:"scale_duration,omitempty"`
+	SessionTTL      string `json:"session_ttl"`
+	PGPoolMaxConns  int    `json:"pg_pool_max_conns,omitempty"`
+	LockdPGMaxConns int    `json:"lockd_pg_max_conns,omitempty"`
 	// BackendProcess says where the backend ran, Durability how it
 	// commits (etcd's fsync; PostgreSQL's fsync, synchronous_commit,
 	// wal_sync_method …).
@@ -197,6 +204,8 @@ var systemLegend = []string{
 	"etcd-sem        semaphore: raw etcd N-slot recipe: a waiter key per client on its lease, ranked by create revision; a slot while fewer than N keys " +
 		"rank ahead, else watch deletes (from now, so etcd serves the watcher at once), then read the keys ahead and wait until fewer than N are left; free = delete",
 	"etcd-session    idle: one clientv3 concurrency.Session per session on one clientv3 client; cpu = the etcd process (and, client cpu, the bench process)",
+	"pg-session      idle: a row per session (id, expires_at; index on expires_at) renewed by one UPDATE ... WHERE id = ANY($1) per TTL/3, " +
+		"expired rows deleted every 1 s, both on one connection of the bench process; cpu = the PostgreSQL backend serving it",
 	"pg-raw          raw PostgreSQL (primary): sessions table + ON DELETE CASCADE; INSERT ... ON CONFLICT DO NOTHING RETURNING nextval + DELETE ... AND token; " +
 		"waiters poll every 2-10 ms; pgxpool of exactly c connections, all opened before the clock starts",
 	"pg-sem          semaphore: raw PostgreSQL N slot rows (sessions + ON DELETE SET NULL): UPDATE ... WHERE (sem, slot) = (SELECT ... " +
@@ -254,6 +263,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s.Processes != "" {
 		fmt.Fprintf(&b, "processes: %s\n", s.Processes)
 	}
+	if len(s.ScaleSessions) > 0 {
+		fmt.Fprintf(&b, "scale:     sessions %s x replicas %s, %s per point, on a 3-member etcd of its own\n",
+			joinInts(s.ScaleSessions), joinInts(s.ScaleReplicas), s.ScaleDuration)
+	}
 	b.WriteString("figures:   rates, fairness and death times are medians over rounds; latencies are percentiles of all pairs\n")
 	for _, l := range systemLegend {
 		name, _, _ := strings.Cut(l, " ")
@@ -276,6 +289,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			cn = "c=" + strconv.Itoa(row.Concurrency)
 		case row.N > 0:
 			cn = "N=" + strconv.Itoa(row.N)
+		}
+		if row.Replicas > 0 {
+			cn += " R=" + strconv.Itoa(row.Replicas)
 		}
 		raw, ratio := "-", "-"
 		if row.Raw != nil {
@@ -332,4 +348,13 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// joinInts writes ns comma-separated.
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }

@@ -57,7 +57,7 @@ flagged. The report records where the backend runs, its durability settings
 and the data directory's filesystem. The order of the systems rotates by one
 each round.
 
-Scenarios (--scenarios, comma-separated; default all):
+Scenarios (--scenarios, comma-separated; default all but estimate and scale):
   distinct   keys of their own per client at concurrency 1, 8, 64: pairs/s
              (acquire + release) and p50/p99 latency of a pair
   contended  one key at concurrency 8, 64: hand-overs/s and fairness
@@ -95,8 +95,14 @@ Scenarios (--scenarios, comma-separated; default all):
   death      one session holding N locks ends, for each N of --death-locks:
              time until the backend holds none of them
   idle       --idle-sessions sessions held open for --idle-duration: CPU and
-             RSS of a 'lockd serve' child process, against as many raw
-             clientv3 concurrency.Sessions (etcd: the etcd process's CPU)
+             RSS of a 'lockd serve' child process (with the etcd process
+             the bench started, or the PostgreSQL backends serving its
+             connections when PostgreSQL runs on this machine), against as
+             many raw sessions: on etcd clientv3 concurrency.Sessions
+             (etcd-session: the etcd process's CPU), on PostgreSQL
+             pg-session (a row per session with expires_at, all renewed by
+             one UPDATE per TTL/3 and expired rows deleted every second,
+             on one connection: its PostgreSQL backend's CPU)
   failover   three 'lockd serve' children over the backend, one holder
              given every address: --failover-kills times, SIGKILL the
              replica it talks to and time its next heartbeat answered
@@ -108,6 +114,15 @@ Scenarios (--scenarios, comma-separated; default all):
              median: the bias) over the waits
              after the warm-up, from the first answer listing the waiter
              to its grant; lockd only, its clients in the bench process
+  scale      (not in the default run: name it; a few minutes) idle sessions
+             on lockd replicas over a 3-member etcd the scenario starts
+             (each member its own process, whatever --backend is): for
+             every N of --scale-sessions (default 1000,5000,10000) and R of
+             --scale-replicas (default 1,3), N sessions spread over R
+             'lockd serve' children, measured for --scale-duration (default
+             15s): CPU of the etcd leader, of the followers, of the
+             replicas and of the clients (this process), and the leader's
+             and lockd's CPU per 1000 sessions
 
 SDK rows (issue 25): with --python-sdk DIR (sdk/python of a lockd checkout,
 run by --python, default /usr/bin/python3 with Debian's python3-grpcio and
@@ -144,6 +159,8 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		tsSDK     string
 		node      string
 		sdkConc   string
+		scaleN    string
+		scaleR    string
 	)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Backend, "backend", bench.BackendEmbedded, "backend: embedded, etcd or pg")
@@ -163,6 +180,9 @@ are the baselines' names and "backend" (the embedded etcd).`,
 	f.IntVar(&cfg.IdleSessions, "idle-sessions", bench.DefaultIdleSessions, "sessions of the idle scenario")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle sessions are measured")
 	f.IntVar(&cfg.FailoverKills, "failover-kills", bench.DefaultFailoverKills, "replica kills of the failover scenario")
+	f.StringVar(&scaleN, "scale-sessions", joinInts(bench.DefaultScaleSessions), "session counts of the scale scenario, comma-separated")
+	f.StringVar(&scaleR, "scale-replicas", joinInts(bench.DefaultScaleReplicas), "lockd replica counts of the scale scenario (every pair with --scale-sessions)")
+	f.DurationVar(&cfg.ScaleDuration, "scale-duration", bench.DefaultScaleDuration, "how long each point of the scale scenario is measured")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	f.BoolVar(&cfg.StatsOffRows, "stats-off-rows", false, "also measure lockd with --stats-enabled=false (the system lockd-nostats) in distinct and contended: the statistics' cost")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run lockd's server and every system's clients in this process (the layout before issue 24)")
@@ -195,6 +215,12 @@ are the baselines' names and "backend" (the embedded etcd).`,
 		}
 		if cfg.SDKConcurrency, err = parseInts(sdkConc); err != nil {
 			return usageErrorf("--sdk-concurrency: %v", err)
+		}
+		if cfg.ScaleSessions, err = parseInts(scaleN); err != nil {
+			return usageErrorf("--scale-sessions: %v", err)
+		}
+		if cfg.ScaleReplicas, err = parseInts(scaleR); err != nil {
+			return usageErrorf("--scale-replicas: %v", err)
 		}
 		if pySDK != "" {
 			s, err := bench.PythonSDK(pySDK, python)
@@ -269,10 +295,18 @@ func newBenchEtcdServerCmd(e *env) *cobra.Command {
 		Args:   exactArgs(0, "no arguments"),
 		Hidden: true,
 	}
-	var dir string
-	cmd.Flags().StringVar(&dir, "data-dir", "", "etcd's data directory")
+	var (
+		dir string
+		m   bench.EtcdMember
+	)
+	f := cmd.Flags()
+	f.StringVar(&dir, "data-dir", "", "etcd's data directory")
+	f.StringVar(&m.Name, "name", "", "member name (with --initial-cluster; default: a single node)")
+	f.StringVar(&m.InitialCluster, "initial-cluster", "", "the cluster's members, NAME=PEERURL,... (default: this member alone)")
+	f.StringVar(&m.ClientURL, "client-url", "", "client URL, http on loopback (default: a free 127.0.0.1 port)")
+	f.StringVar(&m.PeerURL, "peer-url", "", "peer URL, http on loopback (default: a free 127.0.0.1 port)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return bench.ServeEtcd(cmd.Context(), dir, e.stdout)
+		return bench.ServeEtcd(cmd.Context(), dir, m, e.stdout)
 	}
 	return cmd
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -170,7 +172,10 @@ func wantRows(baselines, ceilings, electors []string, semaphore, idleBaseline st
 	for _, n := range []int{1, 50} {
 		want = append(want, wantRow{"death", n, bench.MetricGoneMs, baselines[0]})
 	}
-	for _, m := range []string{bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec} {
+	// The backend's share (the etcd process the bench started, the
+	// PostgreSQL backends on this machine) is measurable on both runs.
+	for _, m := range []string{bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec,
+		bench.MetricBackendCPU} {
 		want = append(want, wantRow{"idle", 50, m, idleBaseline})
 	}
 	for _, m := range []string{bench.MetricRSS, bench.MetricPeakRSS, bench.MetricAlive} {
@@ -188,6 +193,7 @@ type jsonRow struct {
 	Scenario    string   `json:"scenario"`
 	Concurrency int      `json:"concurrency"`
 	N           int      `json:"n"`
+	Replicas    int      `json:"replicas"`
 	Metric      string   `json:"metric"`
 	Lockd       *float64 `json:"lockd"`
 	Baseline    string   `json:"baseline"`
@@ -214,6 +220,8 @@ type jsonReport struct {
 		DataDirFS      string   `json:"data_dir_fs"`
 		SystemOrder    string   `json:"system_order"`
 		Processes      string   `json:"processes"`
+		ScaleSessions  []int    `json:"scale_sessions"`
+		ScaleReplicas  []int    `json:"scale_replicas"`
 	} `json:"settings"`
 	Rows []jsonRow `json:"rows"`
 }
@@ -243,7 +251,7 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 			t.Errorf("row %v: %s fairness %v, want >= 1 or null", w, which, *v)
 		}
 		return
-	case bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec:
+	case bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec, bench.MetricBackendCPU:
 		if v == nil || !(*v >= 0) {
 			t.Errorf("row %v: %s cpu %s, want >= 0", w, which, show(v))
 		}
@@ -270,6 +278,86 @@ func checkFigure(t *testing.T, w wantRow, which string, v *float64) {
 	if v == nil || !(*v > 0) {
 		t.Errorf("row %v: %s figure %s, want > 0", w, which, show(v))
 	}
+}
+
+// TestBenchIdlePGAndScale runs, at once and tiny, the idle scenario over
+// PostgreSQL (lockd against pg-session, its raw baseline, issue 24) and the
+// scale scenario over the 3-member etcd it starts (2 replicas, 4 and 12
+// sessions). Every figure must be positive and finite: each window (2 s)
+// holds a reaper run of lockd's and of pg-session's (every second), the
+// etcd leader's raft heartbeats and the replicas' and clients' runtimes;
+// every session alive at the end; the scale rows per 1000 sessions and
+// the slopes (finite: at 4 and 12 sessions the slope is within the noise,
+// so only present and finite). pg-session's refusal when not kept alive is
+// bench.TestPGSession's control.
+func TestBenchIdlePGAndScale(t *testing.T) {
+	t.Parallel()
+	pgArgs := []string{"bench", "--json", "--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t), "--scenarios", "idle",
+		"--idle-sessions", "20", "--idle-duration", "2s"}
+	scaleArgs := []string{"bench", "--json", "--backend", "etcd", "--data-dir", t.TempDir(), "--scenarios", "scale",
+		"--scale-sessions", "4,12", "--scale-replicas", "2", "--scale-duration", "2s"}
+	pgRun, scaleRun := start(t, nil, pgArgs...), start(t, nil, scaleArgs...)
+	finite := func(v *float64) bool { return v != nil && *v > 0 && !math.IsInf(*v, 0) && !math.IsNaN(*v) }
+	parse := func(t *testing.T, r *running, args []string) jsonReport {
+		t.Helper()
+		res := r.wait(t, benchWait)
+		if res.code != 0 {
+			t.Fatalf("lockd %s: %v", strings.Join(args, " "), res)
+		}
+		var rep jsonReport
+		if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+			t.Fatalf("lockd bench --json: output does not parse: %v\n%s", err, res.stdout)
+		}
+		return rep
+	}
+	t.Run("pg-idle", func(t *testing.T) {
+		rep := parse(t, pgRun, pgArgs)
+		for _, m := range []string{bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec,
+			bench.MetricBackendCPU} {
+			i := slices.IndexFunc(rep.Rows, func(r jsonRow) bool { return r.Scenario == "idle" && r.N == 20 && r.Metric == m })
+			if i < 0 {
+				t.Errorf("no idle row %q in\n%+v", m, rep.Rows)
+				continue
+			}
+			if r := rep.Rows[i]; r.Baseline != "pg-session" || !finite(r.Lockd) || !finite(r.Raw) || !finite(r.Ratio) {
+				t.Errorf("idle %q: lockd %s, %s %s, ratio %s; want pg-session and positive finite figures", m, show(r.Lockd), r.Baseline,
+					show(r.Raw), show(r.Ratio))
+			}
+		}
+		i := slices.IndexFunc(rep.Rows, func(r jsonRow) bool { return r.Scenario == "idle" && r.Metric == bench.MetricAlive })
+		if i < 0 || rep.Rows[i].Lockd == nil || *rep.Rows[i].Lockd != 20 {
+			t.Errorf("idle: no row of 20 lockd sessions alive in %+v", rep.Rows)
+		}
+	})
+	t.Run("scale", func(t *testing.T) {
+		rep := parse(t, scaleRun, scaleArgs)
+		if fmt.Sprint(rep.Settings.ScaleSessions, rep.Settings.ScaleReplicas) != "[4 12] [2]" || !slices.Equal(rep.Settings.Scenarios, []string{"scale"}) {
+			t.Errorf("settings = %+v; want scenario scale, sessions [4 12], replicas [2]", rep.Settings)
+		}
+		for _, n := range []int{4, 12} {
+			for _, m := range []string{bench.MetricLeaderCPU, bench.MetricFollowersCPU, bench.MetricReplicasCPU, bench.MetricClientCPU,
+				bench.MetricLeaderCPUPer1000, bench.MetricReplicasCPUPer1000, bench.MetricAlive} {
+				i := slices.IndexFunc(rep.Rows, func(r jsonRow) bool { return r.Scenario == "scale" && r.N == n && r.Replicas == 2 && r.Metric == m })
+				switch {
+				case i < 0:
+					t.Errorf("no scale row N=%d R=2 %q in\n%+v", n, m, rep.Rows)
+				case !finite(rep.Rows[i].Lockd):
+					t.Errorf("scale N=%d R=2 %q = %s, want positive and finite", n, m, show(rep.Rows[i].Lockd))
+				case m == bench.MetricAlive && (*rep.Rows[i].Lockd != float64(n) || rep.Rows[i].Met == nil || !*rep.Rows[i].Met):
+					t.Errorf("scale N=%d R=2: %s sessions alive, want all %d (met)", n, show(rep.Rows[i].Lockd), n)
+				}
+			}
+		}
+		for _, m := range []string{bench.MetricLeaderSlope, bench.MetricReplicasSlope} {
+			i := slices.IndexFunc(rep.Rows, func(r jsonRow) bool { return r.Scenario == "scale" && r.Replicas == 2 && r.N == 0 && r.Metric == m })
+			if i < 0 || rep.Rows[i].Lockd == nil {
+				t.Errorf("no finite scale slope row R=2 %q in\n%+v", m, rep.Rows)
+			}
+		}
+		if len(rep.Rows) != 2*7+2 {
+			t.Errorf("%d scale rows, want %d (7 per point, 2 slopes)", len(rep.Rows), 2*7+2)
+		}
+	})
 }
 
 // TestBenchInProcess runs one tiny distinct cell with --in-process over an
@@ -334,7 +422,7 @@ func TestBenchSmoke(t *testing.T) {
 		}, []string{"etcd-txn", "etcd-mutex"}, []string{"fsync-4k", "etcd-put"}, []string{"etcd-election", "etcd-txn"}, "etcd-sem", "etcd-session", "etcd fsync on", true},
 		{"pg", func(t *testing.T) []string {
 			return []string{"--backend", "pg", "--pg-dsn", pgtest.NewDatabase(t)}
-		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "pg-sem", "", "synchronous_commit=", false},
+		}, []string{"pg-raw", "pg-raw-min", "pg-raw-defpool"}, []string{"fsync-4k", "pg-insert"}, []string{"pg-raw"}, "pg-sem", "pg-session", "synchronous_commit=", false},
 	}
 	// Both runs start at once, in this test's one slot of -parallel: their
 	// time is their worker processes' (one at a time in each run), mostly
