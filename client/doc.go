@@ -35,7 +35,8 @@
 //
 // All sessions of a Client send their heartbeats over one shared KeepAlive
 // stream, every heartbeat interval (advertised by the server, default
-// TTL/3, with jitter), and reconnect with backoff when it breaks.
+// TTL/3; a Client's sessions of one interval together, at a random phase
+// per Client), and reconnect with backoff when it breaks.
 //
 // # Leader election
 //

@@ -24,6 +24,11 @@ type keepaliver struct {
 	// shadows are the streams left because they stalled that are still
 	// sent heartbeats (keepalive_shadow.go; run's goroutine only).
 	shadows []*shadow
+	// epoch and phase place the client's heartbeat grid (aligned): for an
+	// interval i its instants are epoch + phase×i + n×i. The phase is
+	// random per client, so that clients do not beat in step.
+	epoch time.Time
+	phase float64
 }
 
 // kaEntry is a session's heartbeat schedule (owned by the run loop once
@@ -42,7 +47,8 @@ type beat struct {
 }
 
 func newKeepaliver(c *Client) *keepaliver {
-	return &keepaliver{c: c, sessions: map[string]*kaEntry{}, wake: make(chan struct{}, 1)}
+	return &keepaliver{c: c, sessions: map[string]*kaEntry{}, wake: make(chan struct{}, 1),
+		epoch: c.clock.Now(), phase: rand.Float64()}
 }
 
 func (k *keepaliver) poke() {
@@ -54,7 +60,7 @@ func (k *keepaliver) poke() {
 
 func (k *keepaliver) add(s *Session) {
 	k.mu.Lock()
-	k.sessions[s.id] = &kaEntry{s: s, next: k.c.clock.Now().Add(k.jitter(s.interval))}
+	k.sessions[s.id] = &kaEntry{s: s, next: k.aligned(k.c.clock.Now(), s.interval)}
 	k.mu.Unlock()
 	k.poke()
 }
@@ -94,9 +100,32 @@ const maxBeatSlack = 50 * time.Millisecond
 // a tenth of its interval, at most maxBeatSlack.
 func beatSlack(interval time.Duration) time.Duration { return min(interval/10, maxBeatSlack) }
 
-// jitter returns a random point in the last 20% of interval.
-func (k *keepaliver) jitter(interval time.Duration) time.Duration {
-	return interval - rand.N(interval/5+1)
+// aligned returns when a session of the given interval whose heartbeat
+// (or OpenSession) was sent at t sends the next (issue 24, C2
+// #ct2-deadline): the last instant of the client's grid for that interval
+// at or before t + interval. It is never later than an interval after the
+// send, and it is the same instant for all the client's sessions of that
+// interval, which therefore leave in one wake-up and reach the server
+// together (PostgreSQL commits them in one UPDATE). A session off the grid
+// (just opened, or sent early by beatSoon) joins it with one heartbeat up
+// to an interval early. One sent at most beatSlack ahead of its grid
+// instant (it shared a wake-up that came that little early) keeps its own
+// place, t + interval: taking the grid instant would send it again a slack
+// later; the sessions of the grid then go with it by the slack.
+func (k *keepaliver) aligned(t time.Time, interval time.Duration) time.Time {
+	if interval <= 0 { // never for a session NewSession opened
+		return t
+	}
+	due := t.Add(interval)
+	origin := k.epoch.Add(time.Duration(k.phase * float64(interval)))
+	at := origin.Add(due.Sub(origin) / interval * interval)
+	if at.After(due) { // due before origin: the quotient was rounded up
+		at = at.Add(-interval)
+	}
+	if at.Sub(t) <= beatSlack(interval) {
+		return due
+	}
+	return at
 }
 
 // run is the keepaliver's goroutine. It exits when the client's context ends
@@ -229,7 +258,7 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			// and scan every session, once per heartbeat).
 			if !now.Add(beatSlack(e.s.interval)).Before(e.next) {
 				due = append(due, e)
-				e.next = now.Add(k.jitter(e.s.interval))
+				e.next = k.aligned(now, e.s.interval)
 			}
 			if e.next.Before(next) {
 				next = e.next

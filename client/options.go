@@ -74,8 +74,11 @@ func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.safetyMargin = d } }
 
 // WithHeartbeatInterval overrides the heartbeat interval the server
-// advertises (lock.client.heartbeat-interval, default TTL/3). Heartbeats are
-// sent at a random point in the last 20% of each interval. As on the
+// advertises (lock.client.heartbeat-interval, default TTL/3). A session's
+// heartbeat is sent at most an interval after its previous one, at an
+// instant of the Client's grid for that interval (one random phase per
+// Client), so that the Client's sessions of one interval send theirs
+// together (C2 #ct2-deadline). As on the
 // server, it must lie in [MinHeartbeatInterval, TTL − 2×safety margin]: New
 // checks what it can (WithTTL, WithSafetyMargin), NewSession the rest once
 // the session's TTL and margin are known; either returns ErrInvalidArgument
