@@ -213,16 +213,7 @@ func (r *runner) idleLockd(ctx context.Context) (f idleFigures, note string, err
 
 	n := cfg.IdleSessions
 	clients := make([]*client.Client, (n+sessionsPerClient-1)/sessionsPerClient)
-	defer func() { // before the child stops: close the sessions while it serves
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			if c != nil {
-				wg.Add(1)
-				go func() { defer wg.Done(); _ = c.Close() }() // Close is bounded (client.DefaultCloseTimeout)
-			}
-		}
-		wg.Wait()
-	}()
+	defer closeClients(clients) // before the child stops: close the sessions while it serves
 	for i := range clients {
 		c, err := client.New(ch.addr)
 		if err != nil {
@@ -437,4 +428,17 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// closeClients closes every client made so far (nil entries are not made
+// yet), at once: each Close is bounded (client.DefaultCloseTimeout).
+func closeClients(clients []*client.Client) {
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		if c != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = c.Close() }()
+		}
+	}
+	wg.Wait()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/loopback"
 	"lock.dev/lockd/server"
 	"lock.dev/lockd/store/etcdstore"
 )
@@ -80,7 +80,7 @@ type scaleCluster struct {
 // startScaleCluster starts scaleMembers etcd processes forming one new
 // cluster (data under dir) and connects a client to them.
 func startScaleCluster(ctx context.Context, lockd []string, dir string) (c *scaleCluster, err error) {
-	ports, err := freeLoopbackPorts(2 * scaleMembers)
+	ports, err := loopback.FreePorts(2 * scaleMembers)
 	if err != nil {
 		return nil, fmt.Errorf("etcd ports: %w", err)
 	}
@@ -150,21 +150,6 @@ func (c *scaleCluster) leader(ctx context.Context) (int, error) {
 		return i, nil
 	}
 	return 0, fmt.Errorf("no etcd member is the leader (%x) its members name", lead)
-}
-
-// freeLoopbackPorts asks the kernel for n distinct free loopback ports (each
-// listener stays open until all are chosen, so no port comes twice).
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // scalePoint is what one point of the scale scenario measured.
@@ -265,16 +250,7 @@ func (r *runner) scalePoint(ctx context.Context, cl *scaleCluster, n, reps int) 
 		}
 	}
 	clients := make([]*client.Client, max(reps, (n+sessionsPerClient-1)/sessionsPerClient))
-	defer func() { // before the replicas stop: close the sessions while they serve
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			if c != nil {
-				wg.Add(1)
-				go func() { defer wg.Done(); _ = c.Close() }() // Close is bounded (client.DefaultCloseTimeout)
-			}
-		}
-		wg.Wait()
-	}()
+	defer closeClients(clients) // before the replicas stop: close the sessions while they serve
 	for i := range clients {
 		if clients[i], err = client.New(replicas[i%reps].addr); err != nil {
 			return p, fmt.Errorf("client: %w", err)

@@ -298,20 +298,8 @@ func TestBenchIdlePGAndScale(t *testing.T) {
 		"--scale-sessions", "4,12", "--scale-replicas", "2", "--scale-duration", "2s"}
 	pgRun, scaleRun := start(t, nil, pgArgs...), start(t, nil, scaleArgs...)
 	finite := func(v *float64) bool { return v != nil && *v > 0 && !math.IsInf(*v, 0) && !math.IsNaN(*v) }
-	parse := func(t *testing.T, r *running, args []string) jsonReport {
-		t.Helper()
-		res := r.wait(t, benchWait)
-		if res.code != 0 {
-			t.Fatalf("lockd %s: %v", strings.Join(args, " "), res)
-		}
-		var rep jsonReport
-		if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
-			t.Fatalf("lockd bench --json: output does not parse: %v\n%s", err, res.stdout)
-		}
-		return rep
-	}
 	t.Run("pg-idle", func(t *testing.T) {
-		rep := parse(t, pgRun, pgArgs)
+		rep := benchReport(t, pgRun, pgArgs)
 		for _, m := range []string{bench.MetricCPU, bench.MetricClientCPU, bench.MetricCPUPerSessionSec, bench.MetricClientCPUPerSessionSec,
 			bench.MetricBackendCPU} {
 			i := slices.IndexFunc(rep.Rows, func(r jsonRow) bool { return r.Scenario == "idle" && r.N == 20 && r.Metric == m })
@@ -330,7 +318,7 @@ func TestBenchIdlePGAndScale(t *testing.T) {
 		}
 	})
 	t.Run("scale", func(t *testing.T) {
-		rep := parse(t, scaleRun, scaleArgs)
+		rep := benchReport(t, scaleRun, scaleArgs)
 		if fmt.Sprint(rep.Settings.ScaleSessions, rep.Settings.ScaleReplicas) != "[4 12] [2]" || !slices.Equal(rep.Settings.Scenarios, []string{"scale"}) {
 			t.Errorf("settings = %+v; want scenario scale, sessions [4 12], replicas [2]", rep.Settings)
 		}
@@ -383,7 +371,14 @@ func TestBenchInProcess(t *testing.T) {
 // benchJSON runs lockd with args (a `bench --json`) and parses the report.
 func benchJSON(t *testing.T, args ...string) jsonReport {
 	t.Helper()
-	res := start(t, nil, args...).wait(t, benchWait)
+	return benchReport(t, start(t, nil, args...), args)
+}
+
+// benchReport waits for r, a `lockd bench --json` started with args, and
+// parses its report.
+func benchReport(t *testing.T, r *running, args []string) jsonReport {
+	t.Helper()
+	res := r.wait(t, benchWait)
 	if res.code != 0 {
 		t.Fatalf("lockd %s: %v", strings.Join(args, " "), res)
 	}

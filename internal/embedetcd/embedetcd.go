@@ -10,11 +10,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"lock.dev/lockd/internal/loopback"
 )
 
 // Config configures the embedded server.
@@ -294,11 +297,13 @@ func peerSocketURLs(dataDir string) (listen, advertise *url.URL, err error) {
 // raw is empty. Only http URLs on loopback addresses are accepted.
 func loopbackURL(which, raw string) (*url.URL, error) {
 	if raw == "" {
-		port, err := freePort()
+		// Someone else may take the port before etcd binds it; Start
+		// retries then.
+		port, err := loopback.FreePort()
 		if err != nil {
 			return nil, fmt.Errorf("embedetcd: %s url: %w", which, err)
 		}
-		return &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", port)}, nil
+		return &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -315,18 +320,6 @@ func loopbackURL(which, raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("embedetcd: %s url %q: port is required", which, raw)
 	}
 	return u, nil
-}
-
-// freePort asks the kernel for a free loopback port. Someone else may take
-// it before etcd binds it; Start retries then.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	_, port, err := net.SplitHostPort(l.Addr().String())
-	return port, err
 }
 
 // PeerAddrs returns the addresses of the raft peer listeners (a unix

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -196,16 +195,6 @@ func searchableByOthers(dir string) bool {
 // variables (which would redirect them), with a fixed locale and time zone.
 func env() []string {
 	return testkit.ChildEnv([]string{"PG", "LC_", "LANG=", "TZ="}, "LC_ALL=C", "TZ=UTC")
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tail returns the end of a log file, for error messages.

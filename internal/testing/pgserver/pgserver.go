@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"lock.dev/lockd/internal/loopback"
 )
 
 const (
@@ -142,7 +144,7 @@ func Start(ctx context.Context, opts Options) (srv *Server, err error) {
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = loopback.FreePort(); err != nil {
 			return nil, fmt.Errorf("pgserver: %s: %w", name, err)
 		}
 		err = s.launch(ctx)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"lock.dev/lockd/internal/loopback"
 )
 
 // etcdReadyTimeout bounds an etcd member's start.
@@ -37,32 +38,6 @@ type etcdNode struct {
 	down  addrHold // the client and peer addresses, while killed (kill)
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freePorts asks the kernel for n distinct free loopback ports: each
-// listener stays open until all are chosen, so that no port is handed out
-// twice.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // addrInUse reports whether a process failed to bind an address someone
 // else took between freePort and its bind.
 func addrInUse(err error) bool {
@@ -73,7 +48,7 @@ func addrInUse(err error) bool {
 func newEtcdNodes(bin, dir string, n int) ([]*etcdNode, error) {
 	nodes := make([]*etcdNode, n)
 	var peers []string
-	ports, err := freePorts(2 * n)
+	ports, err := loopback.FreePorts(2 * n)
 	if err != nil {
 		return nil, fmt.Errorf("etcd ports: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"lock.dev/lockd/internal/loopback"
 )
 
 // TestHoldAddr checks the hold of a dead server's address: a dial is
@@ -70,7 +72,7 @@ func bindPlain(port int) error {
 // run another socket took a killed leader's port and its restart failed
 // five times with "address already in use" (leader-kill-etcd3).
 func TestEtcdKillHoldsAddrs(t *testing.T) {
-	ports, err := freePorts(2)
+	ports, err := loopback.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"lock.dev/lockd/internal/loopback"
 )
 
 // The membership fault of issue 21 §2.
@@ -120,7 +122,7 @@ func (m *members) use(urls ...string) {
 // reach a new member on an old member's address.
 func (m *members) freshURL() (string, error) {
 	for range 100 {
-		p, err := freePort()
+		p, err := loopback.FreePort()
 		if err != nil {
 			return "", err
 		}
