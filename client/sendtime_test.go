@@ -22,8 +22,11 @@ func TestDeadlineFromSendTime(t *testing.T) {
 		var faulty *lockdtest.Faulty
 		clock := newFakeClock()
 		const (
-			// The next heartbeat is due 1.6–2s after one is sent: the 1s
-			// spent at the server does not trigger it.
+			// With the grid's phase at a quarter (below), the heartbeats
+			// after the first (sent at t0+1s) leave at t0+2.5s, 4.5s, …:
+			// the 1s the first spends at the server does not bring the
+			// next one due. At a random phase it could leave at t0+2s,
+			// and its answer then gives the receive-time deadline too.
 			interval = 2 * time.Second
 			rtt      = time.Second // how far the clock moves while a request is at the server
 			rem      = 10 * time.Second
@@ -33,6 +36,9 @@ func TestDeadlineFromSendTime(t *testing.T) {
 			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
 				client.WithTTL(time.Minute)},
 			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+		// The grid's instants are t0 + 0.5s + n×2s: the client was made
+		// at t0, and nothing moves the fake clock before the open.
+		client.SetHeartbeatPhase(srv.Client, 0.25)
 		ctx := testCtx(t, 60*time.Second)
 		margin := lockdtest.SafetyMargin
 		faulty.SetRemaining(rem)
@@ -69,8 +75,7 @@ func TestDeadlineFromSendTime(t *testing.T) {
 		}
 
 		// An Acquire. The 1s at the server brings the next heartbeat due
-		// (1.6–2s after the first): it fails, so only the grant can move
-		// the deadline.
+		// (t0+2.5s): it fails, so only the grant can move the deadline.
 		faulty.Fail(telemetry.OpHeartbeat, store.ErrUnavailable)
 		faulty.During(telemetry.OpAcquire, advance)
 		sent = clock.Now()
