@@ -120,7 +120,13 @@ func TestElection(t *testing.T) {
 					_ = c.Close()
 				})
 			}
-			cand := &candidate{proxy: p, s: newSession(t, ctx, c, client.WithOwner(fmt.Sprintf("cand-%d", i), nil)), got: make(chan *client.Leadership, 1)}
+			sopts := []client.SessionOption{client.WithOwner(fmt.Sprintf("cand-%d", i), nil)}
+			if i > 0 {
+				// Only cand-0's expiry is the subject: the others must
+				// outlive a starved test process (longTTL).
+				sopts = append(sopts, client.WithSessionTTL(longTTL))
+			}
+			cand := &candidate{proxy: p, s: newSession(t, ctx, c, sopts...), got: make(chan *client.Leadership, 1)}
 			cands[i] = cand
 			go func() {
 				l, err := cand.s.Campaign(ctx, name, []byte(fmt.Sprintf("v%d", i)))
