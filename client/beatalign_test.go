@@ -26,6 +26,14 @@ type beatLog struct {
 	mu       sync.Mutex
 	sends    []beatSend
 	answered int
+	// msgs counts the heartbeats of each KeepAliveRequest message (a
+	// batched one carries several, C2 #ct2-keepalive-batch), in order.
+	msgs []beatMsg
+}
+
+type beatMsg struct {
+	at      time.Time
+	entries int
 }
 
 type beatSend struct {
@@ -49,8 +57,16 @@ type loggedStream struct {
 
 func (s *loggedStream) SendMsg(m any) error {
 	if r, ok := m.(*lockdv1.KeepAliveRequest); ok {
+		entries := r.GetBatch()
+		if len(entries) == 0 {
+			entries = []*lockdv1.KeepAliveRequest{r}
+		}
 		s.log.mu.Lock()
-		s.log.sends = append(s.log.sends, beatSend{at: s.log.clock.Now(), session: r.GetSessionId()})
+		now := s.log.clock.Now()
+		for _, e := range entries {
+			s.log.sends = append(s.log.sends, beatSend{at: now, session: e.GetSessionId()})
+		}
+		s.log.msgs = append(s.log.msgs, beatMsg{at: now, entries: len(entries)})
 		s.log.mu.Unlock()
 	}
 	return s.ClientStream.SendMsg(m)
@@ -58,12 +74,35 @@ func (s *loggedStream) SendMsg(m any) error {
 
 func (s *loggedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil && r.GetRequestId() != 0 {
+	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil {
+		n := 0
+		if r.GetRequestId() != 0 {
+			n = 1
+		}
+		for _, a := range r.GetBatch() {
+			if a.GetRequestId() != 0 {
+				n++
+			}
+		}
 		s.log.mu.Lock()
-		s.log.answered++
+		s.log.answered += n
 		s.log.mu.Unlock()
 	}
 	return err
+}
+
+// messages returns the KeepAliveRequest messages sent in [from, to): how
+// many heartbeats each carried.
+func (l *beatLog) messages(from, to time.Time) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int
+	for _, m := range l.msgs {
+		if !m.at.Before(from) && m.at.Before(to) {
+			out = append(out, m.entries)
+		}
+	}
+	return out
 }
 
 // allAnswered reports whether every heartbeat sent so far was answered.
@@ -211,13 +250,13 @@ func (d *beatDriver) runTo(target time.Time) {
 // startBeatClient starts lockd over backend and a client on a fake clock
 // whose KeepAlive stream is logged. The backend's TTL is real time: ttl
 // outlasts the test.
-func startBeatClient(t *testing.T, backend string, ttl time.Duration) (*lockdtest.Server, *beatDriver) {
+func startBeatClient(t *testing.T, backend string, ttl time.Duration, more ...grpc.StreamClientInterceptor) (*lockdtest.Server, *beatDriver) {
 	t.Helper()
 	clock := &alarmClock{fakeClock: newFakeClock()}
 	log := &beatLog{clock: clock}
 	srv := lockdtest.StartBackend(t, backend, lockdtest.Options{ClientOptions: []client.Option{
 		client.WithClock(clock), client.WithTTL(ttl),
-		client.WithDialOptions(grpc.WithChainStreamInterceptor(log.interceptor))}})
+		client.WithDialOptions(grpc.WithChainStreamInterceptor(append([]grpc.StreamClientInterceptor{log.interceptor}, more...)...))}})
 	return srv, &beatDriver{t: t, clock: clock, log: log}
 }
 

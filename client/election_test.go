@@ -105,6 +105,7 @@ func TestElection(t *testing.T) {
 			got   chan *client.Leadership
 		}
 		cands := make([]*candidate, 3)
+		var l0 *client.Leadership
 		for i := range cands {
 			p := testkit.NewProxy(t, srv.Addr)
 			c := srv.NewClient(t)
@@ -119,7 +120,13 @@ func TestElection(t *testing.T) {
 					_ = c.Close()
 				})
 			}
-			cand := &candidate{proxy: p, s: newSession(t, ctx, c, client.WithOwner(fmt.Sprintf("cand-%d", i), nil)), got: make(chan *client.Leadership, 1)}
+			sopts := []client.SessionOption{client.WithOwner(fmt.Sprintf("cand-%d", i), nil)}
+			if i > 0 {
+				// Only cand-0's expiry is the subject: the others must
+				// outlive a starved test process (longTTL).
+				sopts = append(sopts, client.WithSessionTTL(longTTL))
+			}
+			cand := &candidate{proxy: p, s: newSession(t, ctx, c, sopts...), got: make(chan *client.Leadership, 1)}
 			cands[i] = cand
 			go func() {
 				l, err := cand.s.Campaign(ctx, name, []byte(fmt.Sprintf("v%d", i)))
@@ -129,16 +136,27 @@ func TestElection(t *testing.T) {
 				cand.got <- l
 			}()
 			if i == 0 {
+				// cand-0 leads before cand-1 campaigns: its Campaign
+				// starts in a goroutine and goes through the proxy, so
+				// cand-1's Acquire, sent right after its OpenSession,
+				// could reach the server first (a stress run: cand-1
+				// held the election and cand-0 waited behind it).
+				if l0 = <-cand.got; l0 == nil {
+					t.FailNow()
+				}
 				continue
 			}
-			testkit.Eventually(t, 10*time.Second, "candidate queued", func() bool {
+			testkit.Eventually(t, 10*time.Second, "candidate queued", func() error {
 				info, err := srv.Client.Inspect(ctx, name)
-				return err == nil && len(info.Waiters) == i && info.Waiters[i-1] == cand.s.ID()
+				switch {
+				case err != nil:
+					return err
+				case len(info.Waiters) != i || info.Waiters[i-1] != cand.s.ID():
+					return fmt.Errorf("holder %s (%s), waiters %v; want cand-%d's %s last of %d", info.Session, info.Owner,
+						info.Waiters, i, cand.s.ID(), i)
+				}
+				return nil
 			})
-		}
-		l0 := <-cands[0].got
-		if l0 == nil {
-			t.FailNow()
 		}
 		obs.until("cand-0 leads with v0", leaderAny("cand-0"), leaderIs("cand-0", l0.Token(), "v0"))
 

@@ -205,6 +205,9 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 			fl.replied = true
 			fl.lastRecv = k.c.clock.Now()
 			fl.mu.Unlock()
+			if m := r.GetBatchMax(); m > 0 { // the stream's server takes batches (C2 #ct2-keepalive-batch)
+				fl.batchMax.Store(m)
+			}
 			k.handle(r, fl)
 		}
 	}()
@@ -266,16 +269,8 @@ func (k *keepaliver) stream(ctx context.Context) (healthy, moved bool) {
 		}
 		k.mu.Unlock()
 		k.shadowsAfter(fl)
-		for _, e := range due {
-			nextID++
-			seq, acks := e.s.beatState(fl.gen)
-			sent := k.c.clock.Now()
-			fl.mu.Lock()
-			fl.beats[nextID] = beat{s: e.s, sent: sent, seq: seq}
-			fl.mu.Unlock()
-			if err := stream.Send(&lockdv1.KeepAliveRequest{SessionId: e.s.id, SessionSecret: e.s.secret, RequestId: nextID, Ack: acks}); err != nil {
-				return // the receive side says why
-			}
+		if !k.send(stream, fl, due, &nextID) { // keepalive_batch.go
+			return // the receive side says why
 		}
 		k.sendShadows(due)
 		// Forget heartbeats unanswered for a TTL: ignoring a reply is

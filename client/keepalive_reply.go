@@ -39,6 +39,9 @@ type flight struct {
 	// gone is closed when the stream is cut (the stream's own end, or
 	// linger's).
 	gone chan struct{}
+	// batchMax is the batch_max the stream's server advertised (C2
+	// #ct2-keepalive-batch): 0 until a message said it takes batches.
+	batchMax atomic.Uint32
 }
 
 // ackGen is the stream number that acknowledgements of notices arriving on
@@ -50,10 +53,17 @@ func (fl *flight) ackGen() uint64 {
 	return fl.gen
 }
 
-// handle applies one reply or notice.
+// handle applies one reply or notice, or each answer of a batch message
+// (C2 #ct2-keepalive-batch) as a reply of its own.
 func (k *keepaliver) handle(r *lockdv1.KeepAliveResponse, fl *flight) {
 	if r.GetDraining() {
 		fl.drainOnce.Do(func() { close(fl.drain) })
+	}
+	if len(r.GetBatch()) > 0 {
+		for _, a := range r.GetBatch() {
+			k.handle(a, fl)
+		}
+		return
 	}
 	var s *Session
 	var b beat

@@ -70,6 +70,9 @@ func (s stripNotices) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil {
 		r.Lost = nil
+		for _, a := range r.Batch {
+			a.Lost = nil
+		}
 	}
 	return err
 }

@@ -32,7 +32,12 @@ func TestSessionSecretSent(t *testing.T) {
 			case *lockdv1.ReleaseRequest:
 				r.SessionSecret = make([]byte, 32)
 			case *lockdv1.KeepAliveRequest:
-				r.SessionSecret = make([]byte, 32)
+				if len(r.Batch) == 0 {
+					r.SessionSecret = make([]byte, 32)
+				}
+				for _, e := range r.Batch {
+					e.SessionSecret = make([]byte, 32)
+				}
 			}
 		}
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{ClientOptions: []client.Option{client.WithDialOptions(

@@ -48,9 +48,10 @@ func refusedOrDead(resp *lockdv1.KeepAliveResponse) bool {
 }
 
 // answer queues resp, and marks the stream to end after it when it names
-// no live session of the caller and the stream carries none.
+// no live session of the caller and the stream carries none (a batch
+// message: when none of its answers does).
 func (s *Server) answer(ks *kaStream, resp *lockdv1.KeepAliveResponse) {
-	if refusedOrDead(resp) && s.sess.StreamSessions(ks.reg) == 0 {
+	if refusedOrDeadAll(resp) && s.sess.StreamSessions(ks.reg) == 0 {
 		ks.endAfter.Store(resp)
 	}
 	ks.push(resp)
@@ -119,7 +120,11 @@ func (s service) KeepAlive(stream lockdv1.LockService_KeepAliveServer) error {
 			case r := <-ks.out:
 				if s.sess.Draining() {
 					r.Draining = true // every answer of a draining replica (C2 #ct2-drain)
+					for _, e := range r.Batch {
+						e.Draining = true
+					}
 				}
+				r.BatchMax = MaxKeepAliveBatch // C2 #ct2-keepalive-batch
 				if err := stream.Send(r); err != nil {
 					cancel(err)
 					return
@@ -140,6 +145,12 @@ loop:
 		case <-ctx.Done():
 			break loop
 		case req := <-reqs:
+			if len(req.Batch) > 0 { // keepalive_batch.go
+				if !s.beatBatch(ctx, ks, req, sem, &workers) {
+					break loop
+				}
+				continue
+			}
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -149,7 +160,9 @@ loop:
 			go func() { // exits when the heartbeat is answered or ctx ends
 				defer workers.Done()
 				defer func() { <-sem }()
-				s.heartbeat(ctx, ks, req)
+				if resp := s.heartbeat(ctx, ks, req); resp != nil {
+					s.answer(ks, resp)
+				}
 			}()
 		}
 	}
@@ -158,27 +171,30 @@ loop:
 	return s.streamEnd(stream.Context(), context.Cause(ctx))
 }
 
-// heartbeat answers one KeepAlive request (beat does the work).
-func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepAliveRequest) {
+// heartbeat answers one KeepAlive request, alone or an entry of a batch
+// (beat does the work): nil when ctx ended and nobody is left to answer.
+func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepAliveRequest) *lockdv1.KeepAliveResponse {
 	resp := &lockdv1.KeepAliveResponse{SessionId: req.SessionId, RequestId: req.RequestId}
 	if req.RequestId == 0 {
 		resp.Error = s.sessionError(ctx, invalidf("request_id", "must be non-zero"))
-		ks.push(resp)
-		return
+		return resp
+	}
+	if len(req.Batch) > 0 { // an entry of a batch with a batch of its own (C2 #ct2-keepalive-batch)
+		resp.Error = s.sessionError(ctx, invalidf("batch", "an entry of a batch carries no batch"))
+		return resp
 	}
 	id := store.SessionID(req.SessionId)
 	if store.ValidateSessionID(id) != nil {
-		s.answer(ks, resp) // no such session can exist: not live
-		return
+		return resp // no such session can exist: not live
 	}
 	answer, err := s.beat(ctx, "KeepAlive", ks, id, req.SessionSecret, req.Ack, resp)
 	if !answer {
-		return
+		return nil
 	}
 	if err != nil {
 		resp.Error = s.sessionError(ctx, err)
 	}
-	s.answer(ks, resp)
+	return resp
 }
 
 // beat is one heartbeat of session id, received on the KeepAlive stream ks

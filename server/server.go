@@ -43,6 +43,11 @@ const (
 	// MaxInflightPerStream bounds the heartbeats of one KeepAlive stream
 	// being answered at once; further requests wait to be read.
 	MaxInflightPerStream = 64
+	// MaxKeepAliveBatch bounds the entries of one batched KeepAlive
+	// request, the batch_max the server advertises (C2
+	// #ct2-keepalive-batch). At most MaxInflightPerStream: a whole batch
+	// can be in flight at once.
+	MaxKeepAliveBatch = 64
 )
 
 // Transport settings of the gRPC server (see New).

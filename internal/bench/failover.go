@@ -195,8 +195,7 @@ type heartbeatStream struct {
 
 func (s *heartbeatStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil && r.GetLive() && r.GetRequestId() != 0 &&
-		r.GetError() == nil {
+	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil && liveAnswer(r) {
 		now, from := time.Now(), ""
 		if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
 			from = p.Addr.String()
@@ -208,6 +207,20 @@ func (s *heartbeatStream) RecvMsg(m any) error {
 		s.h.mu.Unlock()
 	}
 	return err
+}
+
+// liveAnswer reports whether r answers a heartbeat live, or is a batch
+// message with such an answer (C2 #ct2-keepalive-batch).
+func liveAnswer(r *lockdv1.KeepAliveResponse) bool {
+	if r.GetLive() && r.GetRequestId() != 0 && r.GetError() == nil {
+		return true
+	}
+	for _, a := range r.GetBatch() {
+		if liveAnswer(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // killAndWait SIGKILLs k and returns how long after the signal a heartbeat

@@ -518,7 +518,7 @@ func (x *OpenSessionResponse) GetSessionSecret() []byte {
 	return nil
 }
 
-// KeepAliveRequest is one heartbeat of one session.
+// KeepAliveRequest is one heartbeat of one session, or (batch) of several.
 type KeepAliveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session_id is the session to keep alive.
@@ -539,6 +539,15 @@ type KeepAliveRequest struct {
 	// PERMISSION_DENIED and does not keep the session alive, attach it to
 	// this stream or acknowledge anything.
 	SessionSecret []byte `protobuf:"bytes,4,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// batch carries the heartbeats of several sessions in one message, each
+	// entry a request of one session (fields 1-4; no batch of its own),
+	// handled and answered exactly as if sent alone. Only on a stream whose
+	// server advertised KeepAliveResponse.batch_max, at most that many
+	// entries; fields 1-4 of a batched request are then empty. A batch over
+	// the bound, or with fields 1-4 set, is refused entry by entry
+	// (INVALID_ARGUMENT) and changes nothing (docs/contracts/C2.md
+	// #ct2-keepalive-batch).
+	Batch         []*KeepAliveRequest `protobuf:"bytes,5,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -597,6 +606,13 @@ func (x *KeepAliveRequest) GetAck() []uint64 {
 func (x *KeepAliveRequest) GetSessionSecret() []byte {
 	if x != nil {
 		return x.SessionSecret
+	}
+	return nil
+}
+
+func (x *KeepAliveRequest) GetBatch() []*KeepAliveRequest {
+	if x != nil {
+		return x.Batch
 	}
 	return nil
 }
@@ -757,7 +773,8 @@ func (x *HeartbeatResponse) GetDraining() bool {
 	return false
 }
 
-// KeepAliveResponse answers one heartbeat, or is an unsolicited notice.
+// KeepAliveResponse answers one heartbeat, or is an unsolicited notice, or
+// (batch) answers several heartbeats.
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session_id is the session the reply is about.
@@ -803,7 +820,17 @@ type KeepAliveResponse struct {
 	// answer with draining still extends trust as any other (its
 	// remaining_ms is this replica's proof); the Go SDK moves its stream on
 	// the first draining reply (docs/contracts/C2.md #ct2-failover).
-	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	// batch_max, set in every message of a server that takes batched
+	// requests, is the most entries one KeepAliveRequest.batch may carry on
+	// this stream. 0: send one request per session.
+	BatchMax uint32 `protobuf:"varint,9,opt,name=batch_max,json=batchMax,proto3" json:"batch_max,omitempty"`
+	// batch holds answers to entries of batched requests, each with the
+	// fields of an answer to the entry sent alone (fields 1-8); fields 1-7
+	// of the message itself are then empty. The answers of one batched
+	// request may come in several such messages (docs/contracts/C2.md
+	// #ct2-keepalive-batch).
+	Batch         []*KeepAliveResponse `protobuf:"bytes,10,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -892,6 +919,20 @@ func (x *KeepAliveResponse) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *KeepAliveResponse) GetBatchMax() uint32 {
+	if x != nil {
+		return x.BatchMax
+	}
+	return 0
+}
+
+func (x *KeepAliveResponse) GetBatch() []*KeepAliveResponse {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
 }
 
 // HeldLocks is the set of grants a session holds.
@@ -3398,14 +3439,15 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\x12(\n" +
 	"\x10safety_margin_ms\x18\x04 \x01(\x03R\x0esafetyMarginMs\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x05 \x01(\x03R\x13heartbeatIntervalMs\x12%\n" +
-	"\x0esession_secret\x18\x06 \x01(\fR\rsessionSecret\"\x89\x01\n" +
+	"\x0esession_secret\x18\x06 \x01(\fR\rsessionSecret\"\xbb\x01\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x10\n" +
 	"\x03ack\x18\x03 \x03(\x04R\x03ack\x12%\n" +
-	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"j\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\x120\n" +
+	"\x05batch\x18\x05 \x03(\v2\x1a.lockd.v1.KeepAliveRequestR\x05batch\"j\n" +
 	"\x10HeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12%\n" +
@@ -3416,7 +3458,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\x12'\n" +
 	"\x04held\x18\x03 \x01(\v2\x13.lockd.v1.HeldLocksR\x04held\x12&\n" +
 	"\x04lost\x18\x04 \x03(\v2\x12.lockd.v1.LockLostR\x04lost\x12\x1a\n" +
-	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xa3\x02\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xf3\x02\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -3427,7 +3469,10 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\v2\x16.lockd.v1.SessionErrorR\x05error\x12&\n" +
 	"\x04lost\x18\x06 \x03(\v2\x12.lockd.v1.LockLostR\x04lost\x12'\n" +
 	"\x04held\x18\a \x01(\v2\x13.lockd.v1.HeldLocksR\x04held\x12\x1a\n" +
-	"\bdraining\x18\b \x01(\bR\bdraining\"5\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\x12\x1b\n" +
+	"\tbatch_max\x18\t \x01(\rR\bbatchMax\x121\n" +
+	"\x05batch\x18\n" +
+	" \x03(\v2\x1b.lockd.v1.KeepAliveResponseR\x05batch\"5\n" +
 	"\tHeldLocks\x12(\n" +
 	"\x05locks\x18\x01 \x03(\v2\x12.lockd.v1.HeldLockR\x05locks\"2\n" +
 	"\bHeldLock\x12\x10\n" +
@@ -3730,69 +3775,71 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	45, // 0: lockd.v1.OpenSessionRequest.labels:type_name -> lockd.v1.OpenSessionRequest.LabelsEntry
-	10, // 1: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
-	13, // 2: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
-	12, // 3: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
-	13, // 4: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
-	10, // 5: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
-	11, // 6: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
-	0,  // 7: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
-	1,  // 8: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
-	11, // 9: lockd.v1.AcquireResponse.grants:type_name -> lockd.v1.HeldLock
-	26, // 10: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
-	2,  // 11: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
-	50, // 12: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	46, // 13: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
-	28, // 14: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
-	27, // 15: lockd.v1.LockInfo.wait_estimates:type_name -> lockd.v1.WaitEstimate
-	50, // 16: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
-	47, // 18: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
-	26, // 19: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
-	3,  // 20: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	48, // 21: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
-	41, // 22: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	49, // 23: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
-	44, // 24: lockd.v1.HotKeysResponse.by_wait:type_name -> lockd.v1.HotKey
-	44, // 25: lockd.v1.HotKeysResponse.by_hold:type_name -> lockd.v1.HotKey
-	44, // 26: lockd.v1.HotKeysResponse.by_contention:type_name -> lockd.v1.HotKey
-	4,  // 27: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
-	6,  // 28: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	7,  // 29: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
-	14, // 30: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	16, // 31: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 32: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
-	20, // 33: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	22, // 34: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
-	29, // 35: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
-	31, // 36: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
-	33, // 37: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
-	35, // 38: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	37, // 39: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	39, // 40: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
-	24, // 41: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	42, // 42: lockd.v1.LockService.HotKeys:input_type -> lockd.v1.HotKeysRequest
-	5,  // 43: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
-	9,  // 44: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	8,  // 45: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
-	15, // 46: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	19, // 47: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 48: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
-	21, // 49: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	23, // 50: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
-	30, // 51: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
-	32, // 52: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
-	34, // 53: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
-	36, // 54: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	38, // 55: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	40, // 56: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
-	25, // 57: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	43, // 58: lockd.v1.LockService.HotKeys:output_type -> lockd.v1.HotKeysResponse
-	43, // [43:59] is the sub-list for method output_type
-	27, // [27:43] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	6,  // 1: lockd.v1.KeepAliveRequest.batch:type_name -> lockd.v1.KeepAliveRequest
+	10, // 2: lockd.v1.HeartbeatResponse.held:type_name -> lockd.v1.HeldLocks
+	13, // 3: lockd.v1.HeartbeatResponse.lost:type_name -> lockd.v1.LockLost
+	12, // 4: lockd.v1.KeepAliveResponse.error:type_name -> lockd.v1.SessionError
+	13, // 5: lockd.v1.KeepAliveResponse.lost:type_name -> lockd.v1.LockLost
+	10, // 6: lockd.v1.KeepAliveResponse.held:type_name -> lockd.v1.HeldLocks
+	9,  // 7: lockd.v1.KeepAliveResponse.batch:type_name -> lockd.v1.KeepAliveResponse
+	11, // 8: lockd.v1.HeldLocks.locks:type_name -> lockd.v1.HeldLock
+	0,  // 9: lockd.v1.LockLost.reason:type_name -> lockd.v1.LockLostReason
+	1,  // 10: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.LockMode
+	11, // 11: lockd.v1.AcquireResponse.grants:type_name -> lockd.v1.HeldLock
+	26, // 12: lockd.v1.InspectResponse.lock:type_name -> lockd.v1.LockInfo
+	2,  // 13: lockd.v1.CheckTokenRequest.consistency:type_name -> lockd.v1.CheckConsistency
+	50, // 14: lockd.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	46, // 15: lockd.v1.LockInfo.labels:type_name -> lockd.v1.LockInfo.LabelsEntry
+	28, // 16: lockd.v1.LockInfo.holders:type_name -> lockd.v1.LockHolder
+	27, // 17: lockd.v1.LockInfo.wait_estimates:type_name -> lockd.v1.WaitEstimate
+	50, // 18: lockd.v1.LockHolder.acquired_at:type_name -> google.protobuf.Timestamp
+	1,  // 19: lockd.v1.LockHolder.mode:type_name -> lockd.v1.LockMode
+	47, // 20: lockd.v1.LockHolder.labels:type_name -> lockd.v1.LockHolder.LabelsEntry
+	26, // 21: lockd.v1.ListResponse.locks:type_name -> lockd.v1.LockInfo
+	3,  // 22: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	48, // 23: lockd.v1.WatchResponse.labels:type_name -> lockd.v1.WatchResponse.LabelsEntry
+	41, // 24: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	49, // 25: lockd.v1.SessionInfo.labels:type_name -> lockd.v1.SessionInfo.LabelsEntry
+	44, // 26: lockd.v1.HotKeysResponse.by_wait:type_name -> lockd.v1.HotKey
+	44, // 27: lockd.v1.HotKeysResponse.by_hold:type_name -> lockd.v1.HotKey
+	44, // 28: lockd.v1.HotKeysResponse.by_contention:type_name -> lockd.v1.HotKey
+	4,  // 29: lockd.v1.LockService.OpenSession:input_type -> lockd.v1.OpenSessionRequest
+	6,  // 30: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	7,  // 31: lockd.v1.LockService.Heartbeat:input_type -> lockd.v1.HeartbeatRequest
+	14, // 32: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	16, // 33: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 34: lockd.v1.LockService.LeaveQueue:input_type -> lockd.v1.LeaveQueueRequest
+	20, // 35: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	22, // 36: lockd.v1.LockService.Inspect:input_type -> lockd.v1.InspectRequest
+	29, // 37: lockd.v1.LockService.List:input_type -> lockd.v1.ListRequest
+	31, // 38: lockd.v1.LockService.Revoke:input_type -> lockd.v1.RevokeRequest
+	33, // 39: lockd.v1.LockService.Watch:input_type -> lockd.v1.WatchRequest
+	35, // 40: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	37, // 41: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	39, // 42: lockd.v1.LockService.CloseSessions:input_type -> lockd.v1.CloseSessionsRequest
+	24, // 43: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	42, // 44: lockd.v1.LockService.HotKeys:input_type -> lockd.v1.HotKeysRequest
+	5,  // 45: lockd.v1.LockService.OpenSession:output_type -> lockd.v1.OpenSessionResponse
+	9,  // 46: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	8,  // 47: lockd.v1.LockService.Heartbeat:output_type -> lockd.v1.HeartbeatResponse
+	15, // 48: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	19, // 49: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 50: lockd.v1.LockService.LeaveQueue:output_type -> lockd.v1.LeaveQueueResponse
+	21, // 51: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	23, // 52: lockd.v1.LockService.Inspect:output_type -> lockd.v1.InspectResponse
+	30, // 53: lockd.v1.LockService.List:output_type -> lockd.v1.ListResponse
+	32, // 54: lockd.v1.LockService.Revoke:output_type -> lockd.v1.RevokeResponse
+	34, // 55: lockd.v1.LockService.Watch:output_type -> lockd.v1.WatchResponse
+	36, // 56: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	38, // 57: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	40, // 58: lockd.v1.LockService.CloseSessions:output_type -> lockd.v1.CloseSessionsResponse
+	25, // 59: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	43, // 60: lockd.v1.LockService.HotKeys:output_type -> lockd.v1.HotKeysResponse
+	45, // [45:61] is the sub-list for method output_type
+	29, // [29:45] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }

@@ -119,6 +119,10 @@ type LockServiceClient interface {
 	// list the locks that still stand (KeepAliveResponse.held). A session
 	// whose client sends no heartbeat for max(ttl, the last remaining_ms
 	// granted) is closed by the server (session_lost reason client_silent).
+	// A server that sets KeepAliveResponse.batch_max also takes the
+	// heartbeats of several sessions in one request (KeepAliveRequest.batch)
+	// and answers them in KeepAliveResponse.batch, each entry exactly as the
+	// same request sent alone (docs/contracts/C2.md #ct2-keepalive-batch).
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 	// Heartbeat is one KeepAlive request as a unary call, for clients that
 	// hold no stream (the HTTP/JSON API: POST
@@ -411,6 +415,10 @@ type LockServiceServer interface {
 	// list the locks that still stand (KeepAliveResponse.held). A session
 	// whose client sends no heartbeat for max(ttl, the last remaining_ms
 	// granted) is closed by the server (session_lost reason client_silent).
+	// A server that sets KeepAliveResponse.batch_max also takes the
+	// heartbeats of several sessions in one request (KeepAliveRequest.batch)
+	// and answers them in KeepAliveResponse.batch, each entry exactly as the
+	// same request sent alone (docs/contracts/C2.md #ct2-keepalive-batch).
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	// Heartbeat is one KeepAlive request as a unary call, for clients that
 	// hold no stream (the HTTP/JSON API: POST

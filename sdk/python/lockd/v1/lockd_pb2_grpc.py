@@ -121,6 +121,10 @@ class LockServiceServicer(object):
         list the locks that still stand (KeepAliveResponse.held). A session
         whose client sends no heartbeat for max(ttl, the last remaining_ms
         granted) is closed by the server (session_lost reason client_silent).
+        A server that sets KeepAliveResponse.batch_max also takes the
+        heartbeats of several sessions in one request (KeepAliveRequest.batch)
+        and answers them in KeepAliveResponse.batch, each entry exactly as the
+        same request sent alone (docs/contracts/C2.md #ct2-keepalive-batch).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

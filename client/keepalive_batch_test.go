@@ -1,0 +1,91 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+)
+
+// beatsOnWire opens n sessions of one client at n instants and returns the
+// KeepAliveRequest messages (heartbeats in each) and the sessions heard
+// from over two intervals once each has sent a heartbeat (the grid of
+// TestHeartbeatsLeaveTogether: they leave in one wake-up per interval).
+func beatsOnWire(t *testing.T, backend string, n int, more ...grpc.StreamClientInterceptor) (msgs []int, sessions int) {
+	t.Helper()
+	const ttl, gap = time.Minute, 437 * time.Millisecond
+	interval := ttl / 3 // the server's advertised interval
+	srv, d := startBeatClient(t, backend, ttl, more...)
+	ctx := testCtx(t, 120*time.Second)
+	t0 := d.clock.Now()
+	for i := range n {
+		d.runTo(t0.Add(time.Duration(i) * gap))
+		mark := d.clock.lastSeq()
+		newSession(t, ctx, srv.Client)
+		d.settle(mark, fmt.Sprintf("the keepaliver took session %d", i))
+	}
+	from := d.clock.Now().Add(2 * interval)
+	d.runTo(from.Add(2 * interval))
+	_, per := d.log.within(from, from.Add(2*interval), nil)
+	return d.log.messages(from, from.Add(2*interval)), len(per)
+}
+
+// TestHeartbeatsOneMessage (issue 24, C2 #ct2-keepalive-batch): 20
+// sessions of one client whose heartbeats leave in one wake-up leave in one
+// KeepAlive message per wake-up, counted on the wire by a stream
+// interceptor, and every one of them is answered (the driver's settle
+// waits for it). Before, each went as a message of its own:
+//
+//	20 sessions sent 40 heartbeats in 40 messages over two intervals ([1 1 1 1 1 1]); want 2 messages of 20
+func TestHeartbeatsOneMessage(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		const n = 20
+		msgs, sessions := beatsOnWire(t, backend, n)
+		if len(msgs) != 2 || msgs[0] != n || msgs[1] != n || sessions != n {
+			t.Fatalf("%d sessions sent %d heartbeats in %d messages over two intervals (%v); want 2 messages of %d",
+				n, sessions, len(msgs), msgs[:min(len(msgs), 6)], n)
+		}
+	})
+}
+
+// TestHeartbeatsOneEachWithoutBatchMax: a stream whose server does not
+// advertise batch_max (an older server; here the replies are stripped of
+// it) is sent one request per heartbeat, and every one is answered.
+func TestHeartbeatsOneEachWithoutBatchMax(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		const n = 5
+		strip := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+			streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != lockdv1.LockService_KeepAlive_FullMethodName {
+				return cs, err
+			}
+			return stripBatchMax{cs}, nil
+		}
+		msgs, sessions := beatsOnWire(t, backend, n, strip)
+		if len(msgs) != 2*n || sessions != n {
+			t.Fatalf("%d sessions sent heartbeats in %d messages over two intervals (%v) without batch_max; want %d of one each",
+				sessions, len(msgs), msgs[:min(len(msgs), 6)], 2*n)
+		}
+		for _, m := range msgs {
+			if m != 1 {
+				t.Fatalf("a message of %d heartbeats to a server that did not advertise batch_max", m)
+			}
+		}
+	})
+}
+
+// stripBatchMax removes batch_max from the KeepAlive replies it receives.
+type stripBatchMax struct{ grpc.ClientStream }
+
+func (s stripBatchMax) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil {
+		r.BatchMax = 0
+	}
+	return err
+}
