@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -140,4 +141,88 @@ func TestKeepAliveBatch(t *testing.T) {
 			}
 		}
 	})
+}
+
+// BenchmarkKeepAliveBatchRounds sends the heartbeats of 64 sessions on one
+// KeepAlive stream as 64 requests (single) or one batched request (batch)
+// per iteration, on PostgreSQL, and reports how many heartbeats shared each
+// of the store's renewal statements (lockd_backend_batch_size{batch=
+// "heartbeats"}): a batch's entries reach the group commit together (C2
+// #ct2-keepalive-batch). No assertion: the figure depends on scheduling.
+//
+//	go test -run '^$' -bench KeepAliveBatchRounds -benchtime 20x ./server/
+func BenchmarkKeepAliveBatchRounds(b *testing.B) {
+	for _, mode := range []string{"single", "batch"} {
+		b.Run(mode, func(b *testing.B) {
+			srv := lockdtest.StartBackend(b, "pg", lockdtest.Options{NoClient: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			api := dialBare(b, srv.Addr)
+			const n = server.MaxKeepAliveBatch
+			var opens []*lockdv1.OpenSessionResponse
+			for range n {
+				o, err := api.OpenSession(ctx, &lockdv1.OpenSessionRequest{TtlMs: longTTL.Milliseconds()})
+				if err != nil {
+					b.Fatalf("OpenSession: %v", err)
+				}
+				opens = append(opens, o)
+			}
+			stream, err := api.KeepAlive(ctx)
+			if err != nil {
+				b.Fatalf("KeepAlive: %v", err)
+			}
+			rounds := func() (count, sum float64) {
+				fams, err := srv.Registry.Gather()
+				if err != nil {
+					b.Fatalf("Gather: %v", err)
+				}
+				for _, f := range fams {
+					if f.GetName() != "lockd_backend_batch_size" {
+						continue
+					}
+					for _, m := range f.GetMetric() {
+						for _, l := range m.GetLabel() {
+							if l.GetValue() == "heartbeats" {
+								return float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+							}
+						}
+					}
+				}
+				return 0, 0
+			}
+			id := uint64(0)
+			c0, s0 := rounds()
+			b.ResetTimer()
+			for range b.N {
+				reqs := make([]*lockdv1.KeepAliveRequest, 0, n)
+				for _, o := range opens {
+					id++
+					reqs = append(reqs, &lockdv1.KeepAliveRequest{SessionId: o.SessionId, SessionSecret: o.SessionSecret, RequestId: id})
+				}
+				msgs := reqs
+				if mode == "batch" {
+					msgs = []*lockdv1.KeepAliveRequest{{Batch: reqs}}
+				}
+				for _, m := range msgs {
+					if err := stream.Send(m); err != nil {
+						b.Fatalf("KeepAlive send: %v", err)
+					}
+				}
+				for got := 0; got < n; {
+					r, err := stream.Recv()
+					if err != nil {
+						b.Fatalf("KeepAlive recv: %v", err)
+					}
+					if r.GetRequestId() != 0 {
+						got++
+					}
+					got += len(r.GetBatch())
+				}
+			}
+			b.StopTimer()
+			c1, s1 := rounds()
+			b.ReportMetric((s1-s0)/(c1-c0), "heartbeats/round")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
