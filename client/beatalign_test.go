@@ -26,6 +26,10 @@ type beatLog struct {
 	mu       sync.Mutex
 	sends    []beatSend
 	answered int
+	// applied is how many answers the client had applied: the keepaliver's
+	// receiver handles a message before it asks for the next, so when it
+	// asks, every answer received before was applied.
+	applied int
 	// msgs counts the heartbeats of each KeepAliveRequest message (a
 	// batched one carries several, C2 #ct2-keepalive-batch), in order.
 	msgs []beatMsg
@@ -73,6 +77,9 @@ func (s *loggedStream) SendMsg(m any) error {
 }
 
 func (s *loggedStream) RecvMsg(m any) error {
+	s.log.mu.Lock()
+	s.log.applied = s.log.answered
+	s.log.mu.Unlock()
 	err := s.ClientStream.RecvMsg(m)
 	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil {
 		n := 0
@@ -105,11 +112,15 @@ func (l *beatLog) messages(from, to time.Time) []int {
 	return out
 }
 
-// allAnswered reports whether every heartbeat sent so far was answered.
+// allAnswered reports whether every heartbeat sent so far was answered
+// and the client applied the answers (the session's deadline moved on, and
+// beatBeforeDeadline looked at it). Received is not enough: a batch's 50
+// answers are applied one by one after their message arrived, and a clock
+// moved on meanwhile makes the later ones find their deadline nearer.
 func (l *beatLog) allAnswered() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.answered == len(l.sends)
+	return l.applied == len(l.sends)
 }
 
 // of returns the send times of each session's heartbeats, in order.

@@ -70,7 +70,7 @@ func (s *Store) committer() {
 		sp := telemetry.StartCommit("etcd", len(batch), groupcommit.Traced(batch)) // nil: untraced (C4 #ct4-traces)
 		s.commitBatch(reqs)
 		sp.EndCommit(firstErr(reqs))
-		s.batch.Finish(batch) // an abandoned request's caller awaits it itself (txn)
+		s.batch.Finish(batch) // a caller that gave up settles its request itself (txn)
 	}
 }
 
@@ -183,10 +183,11 @@ func splittable(err error) bool {
 // of the commit.
 //
 // If ctx ends before the request is sent, it is dropped and the ctx error
-// returned. If ctx ends while it is in flight, the outcome is unknown: the
-// ctx error is returned and, when orphan is not nil, orphan is called with
-// the result once it arrives (on a goroutine of the Store; not after Close),
-// so the caller's cleanup sees what really happened.
+// returned. If ctx ends while it is in flight, txn waits for its commit
+// (bounded by commitTimeout) and, when orphan is not nil, calls orphan with
+// the result, so that the caller's cleanup sees what really happened and is
+// done before the call returns (C2 #ct2-leave-after-cut); then it returns
+// the ctx error.
 func (s *Store) txn(ctx context.Context, key string, cmps []*pb.Compare, then, els []*pb.RequestOp, orphan func(*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -199,24 +200,15 @@ func (s *Store) txn(ctx context.Context, key string, cmps []*pb.Compare, then, e
 	if err != nil {
 		return nil, err
 	}
-	inFlight, err := s.batch.Wait(ctx, j)
+	ran, err := s.batch.Wait(ctx, j)
 	switch {
 	case err == nil: // committed: the outcome is known
 		return r.resp, r.err
-	case !inFlight:
+	case !ran:
 		return nil, err // never sent (the caller gave up, or Close)
 	}
 	if orphan != nil {
-		s.mu.Lock()
-		if !s.closed {
-			s.wg.Add(1)
-			go func() { // exits once the committer answers (bounded by commitTimeout)
-				defer s.wg.Done()
-				<-j.Done()
-				orphan(r.resp, r.err)
-			}()
-		}
-		s.mu.Unlock()
+		orphan(r.resp, r.err) // before the call returns (C2 #ct2-leave-after-cut)
 	}
 	return nil, err
 }

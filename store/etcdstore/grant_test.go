@@ -18,9 +18,10 @@ import (
 )
 
 // TestGroupCommitCallerGivesUp: a request whose caller's ctx ends before it
-// is sent is dropped; an Acquire whose ctx ends while its request is in
-// flight leaves the queue once the outcome is known, and a grant it made
-// stays (a retry returns it) and is counted as held.
+// is sent is dropped; a call whose ctx ends while its request is in flight
+// returns only once the outcome is known and settled (C2
+// #ct2-leave-after-cut): an Acquire has left the queue, and a grant it or a
+// TryInsert made stays (a retry returns it) and is counted as held.
 func TestGroupCommitCallerGivesUp(t *testing.T) {
 	g := newGate(maxInflight)
 	st, _ := metricStore(t)
@@ -61,20 +62,20 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 			done <- err
 		}()
 		g3.waitHeld(t)
+		settling := settlingOf(t, st, key)
 		cancel()
+		awaitSettling(t, key, settling, done, g3.open)
+		g3.open()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Acquire(%s) cancelled in flight: %v, want context.Canceled", key, err)
 		}
-		g3.open()
 		if key == "free" {
-			testkit.Eventually(t, 10*time.Second, "the abandoned Acquire(free)'s grant recorded", func() error {
-				st.mu.Lock()
-				defer st.mu.Unlock()
-				if _, ok := st.sessions[id].held["free"]; !ok {
-					return errors.New("not recorded")
-				}
-				return nil
-			})
+			st.mu.Lock()
+			_, recorded := st.sessions[id].held["free"]
+			st.mu.Unlock()
+			if !recorded {
+				t.Fatal("the cut Acquire(free) returned before its grant was recorded as held")
+			}
 			info, found, err := st.Inspect(ctxT(t), key)
 			if err != nil || !found || info.Session != id {
 				t.Fatalf("Inspect(free) after the abandoned Acquire = %+v, %v, %v; want granted to its session", info, found, err)
@@ -84,13 +85,9 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 			}
 			continue
 		}
-		testkit.Eventually(t, 10*time.Second, "the abandoned Acquire(taken) left the queue", func() error {
-			info, _, err := st.Inspect(ctxT(t), key)
-			if err == nil && len(info.Waiters) > 0 {
-				err = fmt.Errorf("waiters %v", info.Waiters)
-			}
-			return err
-		})
+		if info, _, err := st.Inspect(ctxT(t), key); err != nil || len(info.Waiters) > 0 {
+			t.Fatalf("Inspect(taken) right after the cut Acquire returned = waiters %v, %v; want none", info.Waiters, err)
+		}
 	}
 	if info, found, err := st.Inspect(ctxT(t), "taken"); err != nil || !found || info.Session != other {
 		t.Fatalf("Inspect(taken) = %+v, %v, %v; want still held by the other session", info, found, err)
@@ -106,19 +103,19 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 		done4 <- err
 	}()
 	g4.waitHeld(t)
+	settling := settlingOf(t, st, "orphan")
 	cancel4()
+	awaitSettling(t, "orphan", settling, done4, g4.open)
+	g4.open()
 	if err := <-done4; !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryInsert(orphan) cancelled in flight: %v, want context.Canceled", err)
 	}
-	g4.open()
-	testkit.Eventually(t, 10*time.Second, "the abandoned TryInsert's grant recorded", func() error {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if _, ok := st.sessions[id].held["orphan"]; !ok {
-			return errors.New("not recorded")
-		}
-		return nil
-	})
+	st.mu.Lock()
+	_, recorded := st.sessions[id].held["orphan"]
+	st.mu.Unlock()
+	if !recorded {
+		t.Fatal("the cut TryInsert(orphan) returned before its grant was recorded as held")
+	}
 	mustTry(t, st, id, "after")
 	// held/0, held/1, free, orphan, after.
 	if n, err := st.CloseSession(ctxT(t), id); err != nil || n != 5 {
@@ -126,6 +123,37 @@ func TestGroupCommitCallerGivesUp(t *testing.T) {
 	}
 	if got := lockKeys(t, etcdtest.NewClient(t), st.prefix); !slices.Equal(got, []string{"taken"}) {
 		t.Fatalf("grant keys after CloseSession: %v, want only the other session's", got)
+	}
+}
+
+// settlingOf receives when a call on st waits for a commit of key in
+// flight (the group commit's settling hook), until the test ends.
+func settlingOf(t *testing.T, st *Store, key string) <-chan struct{} {
+	settling := make(chan struct{}, 1)
+	st.batch.SetSettling(func(k string) {
+		if k == key {
+			select {
+			case settling <- struct{}{}:
+			default:
+			}
+		}
+	})
+	t.Cleanup(func() { st.batch.SetSettling(nil) })
+	return settling
+}
+
+// awaitSettling waits until a call cut while its request of key is held in
+// flight reports that it waits for that request's commit (settling); it
+// fails the test if the call returns first.
+func awaitSettling(t *testing.T, key string, settling <-chan struct{}, done <-chan error, open func()) {
+	t.Helper()
+	select {
+	case <-settling:
+	case err := <-done:
+		open()
+		t.Fatalf("the cut call on %s returned (%v) while its request was in flight; want it to wait for the commit", key, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the cut call on %s neither returned nor waited for its request within 30s", key)
 	}
 }
 

@@ -118,7 +118,10 @@ func (s *Store) doLock(ctx context.Context, opName string, r *lockReq) (*lockReq
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.lockQ.Wait(ctx, j); err != nil {
+	if ran, err := s.lockQ.Wait(ctx, j); err != nil {
+		if ran {
+			s.undo(r) // before the call returns (C2 #ct2-leave-after-cut)
+		}
 		return nil, result(ctx, opName, err)
 	}
 	return r, result(ctx, opName, r.err)
@@ -136,9 +139,7 @@ func (s *Store) lockWorker() {
 		s.runLockBatch(reqs)
 		sp.EndCommit(firstErr(reqs))
 		handed := handOvers(reqs)
-		for _, j := range s.lockQ.Finish(batch) {
-			s.undo(j.Req)
-		}
+		s.lockQ.Finish(batch)   // a caller that gave up settles its request itself (doLock)
 		s.tellHandOvers(handed) // committed, and the keys free for their next requests
 	}
 }
@@ -340,9 +341,9 @@ func opTitle(op lockOp) string {
 }
 
 // undo reverts what a request did for a caller that gave up while its batch
-// ran: a waiter that was queued leaves the queue, unless the call keeps its
-// place (store.KeepPlace, C2 #ct2-keep-place). Best effort, like
-// leaveQueue. A grant is kept, as on etcd: the session holds the key and a
+// ran, before that caller returns (C2 #ct2-leave-after-cut): a waiter that
+// was queued leaves the queue, unless the call keeps its place
+// (store.KeepPlace, C2 #ct2-keep-place). Best effort, like leaveQueue. A grant is kept, as on etcd: the session holds the key and a
 // retry of the call — through any instance — returns it (TryInsert and
 // Acquire are idempotent for a key the session holds). Releasing it here
 // would race that retry: another instance could hand the grant back to the

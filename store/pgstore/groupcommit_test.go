@@ -431,11 +431,14 @@ func TestHeartbeatMany(t *testing.T) {
 }
 
 // TestGroupCommitCancelledInFlight cancels callers whose requests are in a
-// batch that is waiting: they return at once with their context's error;
-// a queue entry the batch made for them is left, and a grant it made is
-// kept, so that a retry through another instance gets it back and no
-// late undo frees the key under that retry (the old undo failed parity
-// rolling-restart: "Release: not owner").
+// batch that is waiting: they wait for the batch and return with their
+// context's error once it ran and they settled it (C2
+// #ct2-leave-after-cut; before issue 21's CUTWAIT-1 fix they returned at
+// once and the batch's worker undid later): a queue entry the batch made
+// for them is left, and a grant it made is kept, so that a retry through
+// another instance gets it back and no late undo frees the key under that
+// retry (the old undo failed parity rolling-restart: "Release: not
+// owner").
 func TestGroupCommitCancelledInFlight(t *testing.T) {
 	t.Parallel()
 	s, rec, _ := gcStore(t)
@@ -454,15 +457,29 @@ func TestGroupCommitCancelledInFlight(t *testing.T) {
 		errs <- err
 	}()
 	waitSent(t, rec, before+2)
+	settling := make(chan string, 2)
+	s.lockQ.SetSettling(func(key string) { settling <- key })
+	t.Cleanup(func() { s.lockQ.SetSettling(nil) })
 	cancel()
+	for range 2 {
+		select {
+		case <-settling: // a cancelled call waits for its request's batch
+		case err := <-errs:
+			release()
+			t.Fatalf("a cancelled call returned (%v) while its batch waited; want it to wait for the batch", err)
+		case <-time.After(30 * time.Second):
+			release()
+			t.Fatal("the cancelled calls neither returned nor waited for their batch within 30s")
+		}
+	}
+	release()
 	for range 2 {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled call: %v, want context.Canceled", err)
 		}
 	}
-	release()
-	// Close waits for the workers, which settle each batch after it ran;
-	// the rest is read through another instance on the same database.
+	// The callers settled their requests before they returned; the rest is
+	// read through another instance on the same database.
 	other, err := New(testCtx(t), Options{DSN: s.pool.Config().ConnString(), ReaperInterval: testReaperInterval})
 	if err != nil {
 		t.Fatalf("New on the same database: %v", err)

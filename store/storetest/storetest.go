@@ -45,9 +45,10 @@ type Config struct {
 	// HoldCommit holds s's next commit that carries key (a grant attempt,
 	// a queue entry) before it reaches the backend, until open is called
 	// (at the latest when the subtest ends); held receives once it is held.
-	// settling is closed once a LeaveQueue of key on s waits for commits of
-	// key already in flight. HoldCommitWith builds it from a backend's
-	// hooks.
+	// settling receives each time a call on s waits for a commit of key
+	// already in flight: a LeaveQueue settling the key, or a cut call
+	// waiting for its own attempt (C2 #ct2-leave-after-cut); it holds the
+	// first 16 unread. HoldCommitWith builds it from a backend's hooks.
 	HoldCommit func(t *testing.T, s store.LockStore, key string) (held <-chan struct{}, open func(), settling <-chan struct{})
 }
 
@@ -94,6 +95,7 @@ func Run(t *testing.T, cfg Config) {
 		{"FIFODeadWaiterLeaves", s.testFIFODeadWaiterLeaves},
 		{"FIFOKeptPlace", s.testFIFOKeptPlace}, {"LeaveQueue", s.testLeaveQueue},
 		{"LeaveQueueAfterCutAttempt", s.testLeaveQueueAfterCutAttempt},
+		{"CutWaitLeavesQueue", s.testCutWaitLeavesQueue},
 		{"TryInsertDoesNotJumpQueue", s.testTryInsertDoesNotJumpQueue},
 		{"AcquireHeldBySelf", s.testAcquireHeldBySelf},
 		{"Revoke", s.testRevoke},
@@ -156,11 +158,11 @@ func Run(t *testing.T, cfg Config) {
 
 // HoldCommitWith is Config.HoldCommit for a backend whose commits pass
 // through a hook with their keys (setHook installs it; nil removes it) and
-// whose LeaveQueue reports through a settling hook (setSettling) when it
-// waits for commits of a key in flight.
+// whose calls report through a settling hook (setSettling) when they wait
+// for commits of a key in flight.
 func HoldCommitWith(t *testing.T, key string, setHook func(func(keys []string)), setSettling func(func(key string))) (held <-chan struct{}, open func(), settling <-chan struct{}) {
-	heldCh, openCh, settlingCh := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var holdOnce, openOnce, settleOnce sync.Once
+	heldCh, openCh, settlingCh := make(chan struct{}), make(chan struct{}), make(chan struct{}, 16)
+	var holdOnce, openOnce sync.Once
 	open = func() { openOnce.Do(func() { close(openCh) }) }
 	t.Cleanup(func() {
 		open()
@@ -180,7 +182,10 @@ func HoldCommitWith(t *testing.T, key string, setHook func(func(keys []string)),
 	})
 	setSettling(func(k string) {
 		if k == key {
-			settleOnce.Do(func() { close(settlingCh) })
+			select {
+			case settlingCh <- struct{}{}:
+			default:
+			}
 		}
 	})
 	return heldCh, open, settlingCh

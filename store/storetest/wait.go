@@ -155,13 +155,15 @@ func (s *suite) testFIFOKeptPlace(t *testing.T) {
 	}
 }
 
-// testLeaveQueueAfterCutAttempt: a LeaveQueue that follows an Acquire with
-// KeepPlace cut while its attempt was still in flight (sent in a commit,
-// not yet at the backend) leaves no place: the attempt's queue entry is
-// committed first, then deleted (C2 #ct2-keep-place). Before issue 21's fix
-// the delete went first and the attempt put the place back, kept until the
-// session ended, and a release could hand the key to a caller that had
-// given up (the TypeScript SDK's "b left the queue" failure).
+// testLeaveQueueAfterCutAttempt: a LeaveQueue that comes while an Acquire
+// with KeepPlace, cut, still waits for its attempt in flight (sent in a
+// commit, not yet at the backend: the API's handler of a cut RPC has not
+// returned, and the client already leaves) leaves no place: the attempt's
+// queue entry is committed first, then deleted (C2 #ct2-leave-after-cut).
+// Before issue 21's fix the delete went first and the attempt put the place
+// back, kept until the session ended, and a release could hand the key to
+// a caller that had given up (the TypeScript SDK's "b left the queue"
+// failure).
 func (s *suite) testLeaveQueueAfterCutAttempt(t *testing.T) {
 	inst := s.instances(t, 1)[0]
 	const key = "lqc/k"
@@ -176,9 +178,7 @@ func (s *suite) testLeaveQueueAfterCutAttempt(t *testing.T) {
 		t.Fatal("the waiter's attempt was not committed within 30s")
 	}
 	cancel()
-	if r := recvResult(t, ch, 15*time.Second, "cut waiter"); r.err == nil {
-		t.Fatalf("cut waiter: Acquire = %+v; want its ctx error", r.g)
-	}
+	awaitCutCallSettling(t, settling, ch, open)
 	left := make(chan error, 1)
 	go func() { left <- inst.LeaveQueue(ctxT(t), w, key) }() // returns once its delete is done (bounded by ctxT)
 	select {
@@ -199,9 +199,61 @@ func (s *suite) testLeaveQueueAfterCutAttempt(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("LeaveQueue did not return within 30s of the attempt's commit")
 	}
+	if r := recvResult(t, ch, 30*time.Second, "cut waiter"); r.err == nil {
+		t.Fatalf("cut waiter: Acquire = %+v; want its ctx error", r.g)
+	}
 	// The attempt committed before LeaveQueue's delete: one look suffices.
 	if info, _, err := inst.Inspect(ctxT(t), key); err != nil || len(info.Waiters) != 0 {
 		t.Fatalf("Inspect after LeaveQueue = waiters %v, %v; want none", info.Waiters, err)
+	}
+}
+
+// testCutWaitLeavesQueue: an Acquire without KeepPlace cut while its
+// attempt is in flight returns only after that attempt's commit, and then
+// the session has no place in the key's queue (C2 #ct2-leave-after-cut).
+// Before issue 21's CUTWAIT-1 fix the call returned at once; the attempt
+// then queued the session, and its undo removed the place a moment later —
+// TestParityTypeScript/pg/acquire-all saw waiters=[B] right after B's
+// ErrWaitTimeout.
+func (s *suite) testCutWaitLeavesQueue(t *testing.T) {
+	inst := s.instances(t, 1)[0]
+	const key = "cutw/k"
+	holder, w := openSession(t, inst), openSession(t, inst)
+	mustTry(t, inst, holder, key)
+	held, open, settling := s.cfg.HoldCommit(t, inst, key)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	ch := startAcquire(t, ctx, inst, w, key)
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter's attempt was not committed within 30s")
+	}
+	cancel()
+	awaitCutCallSettling(t, settling, ch, open)
+	open()
+	if r := recvResult(t, ch, 30*time.Second, "cut waiter"); r.err == nil {
+		t.Fatalf("cut waiter: Acquire = %+v; want its ctx error", r.g)
+	}
+	// The call returned after its attempt's commit and its own cleanup: one
+	// look suffices.
+	if info, _, err := inst.Inspect(ctxT(t), key); err != nil || len(info.Waiters) != 0 {
+		t.Fatalf("Inspect right after the cut Acquire returned = waiters %v, %v; want none", info.Waiters, err)
+	}
+}
+
+// awaitCutCallSettling waits until the cut call of ch, whose attempt the
+// test holds in its commit, reports that it waits for that attempt
+// (settling); it fails the test if the call returns first, which would let
+// the attempt write after the call (C2 #ct2-leave-after-cut).
+func awaitCutCallSettling(t *testing.T, settling <-chan struct{}, ch <-chan acquireResult, open func()) {
+	t.Helper()
+	select {
+	case <-settling:
+	case r := <-ch:
+		open()
+		t.Fatalf("the cut Acquire returned (%+v, %v) while its attempt was in flight; want it to wait for the attempt's commit", r.g, r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cut Acquire neither returned nor waited for its attempt within 30s")
 	}
 }
 

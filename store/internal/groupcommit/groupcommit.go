@@ -8,12 +8,14 @@
 //
 // A request's life: queued (waiting to join a batch) → sent (in a batch
 // being run) → done (answered); a queued request whose caller gives up is
-// answered at once and never sent; a sent one whose caller gives up is
-// abandoned: its batch still runs, and Finish hands it back so the backend
-// can settle what it did (pgstore undoes, etcdstore tells the caller's
-// cleanup). Settle waits until every job of a key submitted before it is
-// answered, so that a later write of that key (a LeaveQueue) lands after
-// whatever an abandoned job still commits.
+// answered at once and never sent; a sent one whose caller gives up still
+// runs, and its caller waits for its batch (bounded by one commit) so that
+// it can settle what the request did (pgstore undoes a queue place,
+// etcdstore runs the call's cleanup) before it returns: no call returns
+// with a write of its own still to come (C2 #ct2-leave-after-cut). Settle
+// waits until every job of a key submitted before it is answered, so that
+// a write of that key by another caller (a LeaveQueue while the cut call's
+// handler still runs) lands after whatever a cut call's job commits.
 package groupcommit
 
 import (
@@ -27,10 +29,9 @@ import (
 type state int
 
 const (
-	queued    state = iota // waiting to join a batch
-	sent                   // in a batch being run
-	abandoned              // in a batch being run, its caller gone
-	done                   // answered: result in Req, or err
+	queued state = iota // waiting to join a batch
+	sent                // in a batch being run
+	done                // answered: result in Req, or err
 )
 
 // Job is one caller's request in a Queue. The caller owns Req until it
@@ -63,7 +64,8 @@ type Queue[T any] struct {
 	running map[string]*Job[T] // the job being run of each busy key
 	closed  bool
 	// settling, when set (tests), is called by Settle once it has found
-	// jobs of its key to wait for, before it waits.
+	// jobs of its key to wait for, and by Wait for a cut caller's job in
+	// flight, before they wait.
 	settling func(key string)
 }
 
@@ -112,17 +114,18 @@ func (q *Queue[T]) SubmitAll(ctx context.Context, key string, reqs []T) ([]*Job[
 // Wait waits until j is answered or ctx ends. It returns nil with the result
 // in j.Req once a worker ran it; the error it was answered with when it was
 // answered without running (its caller's ctx ended while it was queued, or
-// the queue closed); or, when ctx ends first, ctx's error, and inFlight true
-// if j's batch is being run: j is then abandoned, its batch may still write
-// it, Finish returns it, and Done closes once it is answered.
-func (q *Queue[T]) Wait(ctx context.Context, j *Job[T]) (inFlight bool, err error) {
+// the queue closed); or, when ctx ends first, ctx's error. If j's batch is
+// being run when ctx ends, Wait still waits for that batch (bounded by one
+// commit: the backend's worker bounds it) and returns ran true: j ran, its
+// result is in j.Req, and the caller, who gave up, settles what it did
+// before returning (C2 #ct2-leave-after-cut).
+func (q *Queue[T]) Wait(ctx context.Context, j *Job[T]) (ran bool, err error) {
 	select {
 	case <-j.done:
 		return false, j.err
 	case <-ctx.Done():
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	switch j.state {
 	case queued:
 		for i, p := range q.pending {
@@ -132,12 +135,19 @@ func (q *Queue[T]) Wait(ctx context.Context, j *Job[T]) (inFlight bool, err erro
 			}
 		}
 		q.answerLocked(j, ctx.Err())
+		q.mu.Unlock()
 		return false, ctx.Err()
 	case sent:
-		j.state = abandoned
+		hook := q.settling
+		q.mu.Unlock()
+		if hook != nil {
+			hook(j.key)
+		}
+		<-j.done // Finish closes it once the batch has run
 		return true, ctx.Err()
 	}
-	return false, j.err // answered meanwhile
+	q.mu.Unlock()
+	return false, j.err // answered meanwhile: as if before ctx ended
 }
 
 // answerLocked answers j without running it. q.mu is held.
@@ -212,15 +222,12 @@ func (q *Queue[T]) keyTaken(keys map[string]struct{}, key string) bool {
 }
 
 // Finish answers every job of a batch that has run (results already in
-// Req) and frees their keys. It returns the jobs whose callers gave up
-// while the batch ran.
-func (q *Queue[T]) Finish(batch []*Job[T]) (abandonedJobs []*Job[T]) {
+// Req) and frees their keys. A job whose caller gave up while the batch ran
+// is answered too: its caller waits in Wait and settles it.
+func (q *Queue[T]) Finish(batch []*Job[T]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, j := range batch {
-		if j.state == abandoned {
-			abandonedJobs = append(abandonedJobs, j)
-		}
 		if j.key != "" {
 			delete(q.running, j.key)
 		}
@@ -228,18 +235,17 @@ func (q *Queue[T]) Finish(batch []*Job[T]) (abandonedJobs []*Job[T]) {
 		close(j.done)
 	}
 	q.cond.Broadcast() // freed keys may let queued jobs go
-	return abandonedJobs
 }
 
 // Settle waits until every job of key (not empty) submitted before the
-// call is answered: run, its batch finished (abandoned or not), or dropped
-// because its caller gave up before it was sent. It returns ctx's error if
-// ctx ends first. Jobs submitted after the call are not waited for.
+// call is answered: run, its batch finished, or dropped because its caller
+// gave up before it was sent. It returns ctx's error if ctx ends first.
+// Jobs submitted after the call are not waited for.
 //
-// A caller that gave up may leave its job in flight (Wait's inFlight), and
-// that job still writes; a write of the same key that must come after it
-// (LeaveQueue after a cut Acquire, C2 #ct2-keep-place) settles the key
-// first.
+// A caller that gave up waits for its job in flight (Wait), but another
+// caller's write of the same key may come first — a LeaveQueue while the
+// cut Acquire's call is still waiting — and must land after it (C2
+// #ct2-leave-after-cut): it settles the key first.
 func (q *Queue[T]) Settle(ctx context.Context, key string) error {
 	q.mu.Lock()
 	var wait []*Job[T]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 
 	"lock.dev/lockd/internal/testing/testkit"
@@ -43,9 +42,7 @@ func TestBatchesInArrivalOrder(t *testing.T) {
 	if n := q.Queued(); n != 1 {
 		t.Fatalf("Queued() = %d; want 1", n)
 	}
-	if ab := q.Finish(first); len(ab) != 0 {
-		t.Fatalf("Finish returned abandoned jobs %v", Reqs(ab))
-	}
+	q.Finish(first)
 	for _, j := range first {
 		select {
 		case <-j.Done():
@@ -95,8 +92,11 @@ func TestSubmitAllOneBatch(t *testing.T) {
 }
 
 // TestCallerGivesUp: a queued job whose caller gives up is answered with
-// its ctx error and never sent; one whose batch runs is abandoned, handed
-// back by Finish, and answered then.
+// its ctx error and never sent; the caller of one whose batch runs waits
+// for that batch, and its Wait returns only once Finish answered it, with
+// ran true and the batch's result in Req (C2 #ct2-leave-after-cut: before
+// issue 21's CUTWAIT-1 fix Wait returned at once, and the caller's cleanup
+// could go before the job's own write).
 func TestCallerGivesUp(t *testing.T) {
 	q := New[int](8, errClosed)
 	ctxQ, cancelQ := context.WithCancel(context.Background())
@@ -106,26 +106,38 @@ func TestCallerGivesUp(t *testing.T) {
 	batch := q.Next()
 	j := submit(t, q, ctxQ, "q", 2)
 	cancelQ()
-	if inFlight, err := q.Wait(ctxQ, j); inFlight || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Wait of a queued job whose ctx ended = %v, %v; want not in flight, Canceled", inFlight, err)
+	if ran, err := q.Wait(ctxQ, j); ran || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait of a queued job whose ctx ended = %v, %v; want not run, Canceled", ran, err)
 	}
 	if n := q.Queued(); n != 0 {
 		t.Fatalf("Queued() = %d after the caller gave up; want 0", n)
 	}
+	waiting := make(chan string, 1)
+	q.SetSettling(func(key string) { waiting <- key })
 	cancelS()
-	if inFlight, err := q.Wait(ctxS, s); !inFlight || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Wait of a sent job whose ctx ended = %v, %v; want in flight, Canceled", inFlight, err)
+	type waited struct {
+		ran bool
+		err error
+		req int
 	}
+	got := make(chan waited, 1)
+	go func() {
+		ran, err := q.Wait(ctxS, s)
+		got <- waited{ran, err, s.Req}
+	}()
 	select {
-	case <-s.Done():
-		t.Fatal("an abandoned job is answered before its batch finished")
-	default:
+	case key := <-waiting: // Wait found the job in flight and waits for its batch
+		if key != "s" {
+			t.Fatalf("settling hook for key %q; want s", key)
+		}
+	case w := <-got:
+		t.Fatalf("Wait of a sent job whose ctx ended returned (%v, %v) before its batch finished; want it to wait", w.ran, w.err)
 	}
 	s.Req = 10 // the batch's result
-	if ab := q.Finish(batch); len(ab) != 1 || ab[0] != s {
-		t.Fatalf("Finish = %v; want the abandoned job", Reqs(ab))
+	q.Finish(batch)
+	if w := <-got; !w.ran || !errors.Is(w.err, context.Canceled) || w.req != 10 {
+		t.Fatalf("Wait of a sent job whose ctx ended = %v, %v, result %d; want ran, Canceled, 10", w.ran, w.err, w.req)
 	}
-	<-s.Done()
 }
 
 // TestNextDropsGoneCallers: Next answers and drops a job whose caller's ctx
@@ -206,10 +218,10 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// TestSettle: Settle waits until the key's job in flight (abandoned by its
-// caller) and the key's queued jobs are answered; not for another key's,
-// nor for jobs submitted after it looked; it returns ctx's error when ctx
-// ends first.
+// TestSettle: Settle waits until the key's job in flight (its caller gone
+// and still waiting for it) and the key's queued jobs are answered; not for
+// another key's, nor for jobs submitted after it looked; it returns ctx's
+// error when ctx ends first.
 func TestSettle(t *testing.T) {
 	q := New[int](8, errClosed)
 	if err := q.Settle(context.Background(), "k"); err != nil {
@@ -221,22 +233,25 @@ func TestSettle(t *testing.T) {
 	first := q.Next() // 1 and 2 are sent
 	submit(t, q, context.Background(), "k", 3)
 	cancel()
-	if inFlight, _ := q.Wait(ctx, cut); !inFlight {
-		t.Fatal("the cut job is not in flight")
-	}
-	waiting := make(chan struct{})
-	var once sync.Once
+	waiting := make(chan struct{}, 2)
 	q.SetSettling(func(key string) {
 		if key == "k" {
-			once.Do(func() { close(waiting) })
+			waiting <- struct{}{}
 		}
 	})
+	cutRan := make(chan bool, 1)
+	go func() { // the cut caller: waits for its job's batch
+		ran, _ := q.Wait(ctx, cut)
+		cutRan <- ran
+	}()
+	<-waiting
 	settled := make(chan error, 1)
 	go func() { settled <- q.Settle(context.Background(), "k") }() // returns once job 3 is answered
 	<-waiting
 	late := submit(t, q, context.Background(), "k", 4) // after Settle looked: not waited for
-	if ab := q.Finish(first); len(ab) != 1 || ab[0] != cut {
-		t.Fatalf("Finish = %v; want the cut job abandoned", Reqs(ab))
+	q.Finish(first)
+	if !<-cutRan {
+		t.Fatal("the cut job's Wait = not run; want ran (its batch ran)")
 	}
 	second := q.Next()
 	if got := Reqs(second); !slices.Equal(got, []int{3}) {
