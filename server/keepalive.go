@@ -160,7 +160,7 @@ loop:
 			go func() { // exits when the heartbeat is answered or ctx ends
 				defer workers.Done()
 				defer func() { <-sem }()
-				if resp := s.heartbeat(ctx, ks, req); resp != nil {
+				if resp := s.heartbeat(ctx, ks, req, nil); resp != nil {
 					s.answer(ks, resp)
 				}
 			}()
@@ -171,9 +171,10 @@ loop:
 	return s.streamEnd(stream.Context(), context.Cause(ctx))
 }
 
-// heartbeat answers one KeepAlive request, alone or an entry of a batch
-// (beat does the work): nil when ctx ended and nobody is left to answer.
-func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepAliveRequest) *lockdv1.KeepAliveResponse {
+// heartbeat answers one KeepAlive request, alone or (m set) an entry of a
+// batch (beat does the work): nil when ctx ended and nobody is left to
+// answer.
+func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepAliveRequest, m *hbMember) *lockdv1.KeepAliveResponse {
 	resp := &lockdv1.KeepAliveResponse{SessionId: req.SessionId, RequestId: req.RequestId}
 	if req.RequestId == 0 {
 		resp.Error = s.sessionError(ctx, invalidf("request_id", "must be non-zero"))
@@ -187,7 +188,7 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 	if store.ValidateSessionID(id) != nil {
 		return resp // no such session can exist: not live
 	}
-	answer, err := s.beat(ctx, "KeepAlive", ks, id, req.SessionSecret, req.Ack, resp)
+	answer, err := s.beat(ctx, "KeepAlive", ks, id, req.SessionSecret, req.Ack, resp, m)
 	if !answer {
 		return nil
 	}
@@ -206,9 +207,10 @@ func (s *Server) heartbeat(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 // of a session whose grants the server knows lists them (held, C2
 // #ct2-confirm), read under the same lock as the trust it grants, after
 // the store's answer: a grant the server has seen go is never listed
-// afterwards.
+// afterwards. An entry of a batched request (m set) asks the store with the
+// batch's other entries (keepalive_batch.go).
 func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store.SessionID, secret []byte, acks []uint64,
-	resp *lockdv1.KeepAliveResponse) (answer bool, err error) {
+	resp *lockdv1.KeepAliveResponse, m *hbMember) (answer bool, err error) {
 	recv := time.Now()
 	// A refused request attaches nothing, acknowledges nothing and extends
 	// nothing (C2 #ct2-ownership).
@@ -239,7 +241,7 @@ func (s *Server) beat(ctx context.Context, method string, ks *kaStream, id store
 		return true, nil
 	}
 	mark := s.sess.CloseMark(r)
-	lv, err := s.liveness(ctx, r) // liveness.go
+	lv, err := s.liveness(ctx, r, m) // liveness.go
 	answer, err = s.sess.Beat(ctx, r, mark, recv, lv, err, resp)
 	if errors.Is(err, sessions.ErrDraining) {
 		err = errShuttingDown
@@ -257,7 +259,7 @@ func (s service) Heartbeat(ctx context.Context, req *lockdv1.HeartbeatRequest) (
 		return nil, s.toStatus(ctx, "Heartbeat", invalid("session_id", err))
 	}
 	resp := &lockdv1.KeepAliveResponse{SessionId: req.SessionId}
-	answer, err := s.beat(ctx, "Heartbeat", nil, id, req.SessionSecret, req.Ack, resp)
+	answer, err := s.beat(ctx, "Heartbeat", nil, id, req.SessionSecret, req.Ack, resp, nil)
 	switch {
 	case err != nil:
 		return nil, s.toStatus(ctx, "Heartbeat", err)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
 )
 
 // Batched KeepAlive requests (C2 #ct2-keepalive-batch, issue 24): the
@@ -55,6 +56,7 @@ func (s *Server) beatBatch(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 		return true
 	}
 	answers := make(chan *lockdv1.KeepAliveResponse, len(req.Batch))
+	g := s.newHBGroup(len(req.Batch))
 	started := 0
 	for _, e := range req.Batch {
 		select {
@@ -64,12 +66,16 @@ func (s *Server) beatBatch(ctx context.Context, ks *kaStream, req *lockdv1.KeepA
 		}
 		started++
 		workers.Add(1)
+		m := &hbMember{g: g}
 		go func() { // exits when the entry is answered or ctx ends
 			defer workers.Done()
 			defer func() { <-sem }()
-			answers <- s.heartbeat(ctx, ks, e) // buffered for every entry: never blocks
+			r := s.heartbeat(ctx, ks, e, m)
+			m.leave()    // it asks the store no more: the others need not wait for it
+			answers <- r // buffered for every entry: never blocks
 		}()
 	}
+	g.leaveAll(len(req.Batch) - started) // entries never started (ctx ended)
 	workers.Add(1)
 	go func() { // exits once every entry started has answered (or given up: ctx ended)
 		defer workers.Done()
@@ -126,6 +132,104 @@ func (s *Server) answerBatch(ks *kaStream, answers []*lockdv1.KeepAliveResponse)
 		s.answer(ks, &lockdv1.KeepAliveResponse{Batch: answers[:n:n]})
 		answers = answers[n:]
 	}
+}
+
+// hbGroup lets the entries of one batched request that reach the store's
+// heartbeat together renew in one HeartbeatMany call (C2
+// #ct2-heartbeat-many): the first to arrive waits until every entry has
+// arrived or left (refused before the store, or answered without it), at
+// most batchFlush, then asks the store for all that arrived; an entry
+// arriving after that asks alone. Without a HeartbeatBatcher every entry
+// asks alone.
+type hbGroup struct {
+	hb store.HeartbeatBatcher // nil: the store has none
+
+	mu      sync.Mutex
+	left    int // entries that may still arrive
+	ids     []store.SessionID
+	started bool          // the call for ids was made (later arrivals ask alone)
+	all     chan struct{} // closed when left reaches 0
+	done    chan struct{} // closed when lvs and errs are set
+	lvs     []store.Liveness
+	errs    []error
+}
+
+func (s *Server) newHBGroup(n int) *hbGroup {
+	hb, _ := s.st.(store.HeartbeatBatcher)
+	return &hbGroup{hb: hb, left: n, all: make(chan struct{}), done: make(chan struct{})}
+}
+
+// leaveAll records that n entries will not arrive.
+func (g *hbGroup) leaveAll(n int) {
+	if n == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.started {
+		return
+	}
+	g.left -= n
+	if g.left == 0 {
+		close(g.all)
+	}
+}
+
+// hbMember is one entry's place in its batch's hbGroup (nil: a request
+// sent alone, or a Heartbeat call).
+type hbMember struct {
+	g    *hbGroup
+	used bool // arrived (asked the store), or left
+}
+
+// leave records that the entry asks the store no more (once).
+func (m *hbMember) leave() {
+	if m == nil || m.used {
+		return
+	}
+	m.used = true
+	m.g.leaveAll(1)
+}
+
+// heartbeat is st.Heartbeat of id, with the batch's other entries where
+// st can (see hbGroup).
+func (m *hbMember) heartbeat(ctx context.Context, st store.LockStore, id store.SessionID) (store.Liveness, error) {
+	if m == nil || m.used || m.g.hb == nil {
+		m.leave()
+		return st.Heartbeat(ctx, id)
+	}
+	m.used = true
+	g := m.g
+	g.mu.Lock()
+	if g.started {
+		g.mu.Unlock()
+		return st.Heartbeat(ctx, id) // too late for the group's call
+	}
+	i := len(g.ids)
+	g.ids = append(g.ids, id)
+	g.left--
+	if g.left == 0 {
+		close(g.all)
+	}
+	g.mu.Unlock()
+	if i > 0 {
+		<-g.done // the first arrival's call always ends: it runs under the stream's ctx, as this one
+		return g.lvs[i], g.errs[i]
+	}
+	t := time.NewTimer(batchFlush)
+	select {
+	case <-g.all:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	g.mu.Lock()
+	g.started = true
+	ids := g.ids
+	g.mu.Unlock()
+	g.lvs, g.errs = g.hb.HeartbeatMany(ctx, ids)
+	close(g.done)
+	return g.lvs[0], g.errs[0]
 }
 
 // refusedOrDeadAll is refusedOrDead for a message that may be a batch: of

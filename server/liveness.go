@@ -9,12 +9,13 @@ import (
 	"lock.dev/lockd/store"
 )
 
-// liveness asks the store whether the session of a heartbeat is live and,
-// when it is, refreshes the record's grants from the store (sessions.Table.Seed). A build
+// liveness asks the store whether the session of a heartbeat is live (an
+// entry of a batch, m, together with the batch's others) and, when it is,
+// refreshes the record's grants from the store (sessions.Table.Seed). A build
 // with the tag lockd_stale_control replaces it with the stale-record
 // control of the chaos suite (liveness_stale.go).
-func (s *Server) liveness(ctx context.Context, r *sessions.Record) (store.Liveness, error) {
-	lv, err := s.st.Heartbeat(ctx, r.ID())
+func (s *Server) liveness(ctx context.Context, r *sessions.Record, m *hbMember) (store.Liveness, error) {
+	lv, err := m.heartbeat(ctx, s.st, r.ID()) // keepalive_batch.go: with a batch's other entries
 	if err == nil && lv.Live {
 		err = s.sess.Seed(ctx, r)
 	}

@@ -29,7 +29,7 @@ var (
 )
 
 // liveness is the control's: see the file comment.
-func (s *Server) liveness(ctx context.Context, r *sessions.Record) (store.Liveness, error) {
+func (s *Server) liveness(ctx context.Context, r *sessions.Record, m *hbMember) (store.Liveness, error) {
 	staleMu.Lock()
 	lv, ok := stale[r.ID()]
 	staleMu.Unlock()
@@ -37,7 +37,7 @@ func (s *Server) liveness(ctx context.Context, r *sessions.Record) (store.Livene
 		return lv, nil
 	}
 	adopted := !s.sess.Seeded(r)
-	lv, err := s.st.Heartbeat(ctx, r.ID())
+	lv, err := m.heartbeat(ctx, s.st, r.ID()) // keepalive_batch.go: with a batch's other entries
 	if err == nil && lv.Live {
 		err = s.sess.Seed(ctx, r)
 	}

@@ -26,6 +26,16 @@ type Session struct {
 	Remaining time.Duration
 }
 
+// HeartbeatBatcher is implemented by a SessionRegistry that renews several
+// sessions in one backend round (C2 #ct2-heartbeat-many). Optional: a
+// caller that finds none calls Heartbeat per session.
+type HeartbeatBatcher interface {
+	// HeartbeatMany is Heartbeat of every id, answered in order: lv[i]
+	// and errs[i] are what Heartbeat(ctx, ids[i]) would have returned,
+	// the renewals submitted to the backend together.
+	HeartbeatMany(ctx context.Context, ids []SessionID) (lv []Liveness, errs []error)
+}
+
 // Liveness is what Heartbeat reports.
 type Liveness struct {
 	// Live is false once the session is known dead. Not-live is terminal: a

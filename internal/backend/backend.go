@@ -44,7 +44,31 @@ type Backend struct {
 	closeErr  error
 }
 
-var _ store.LockStore = (*Backend)(nil)
+var (
+	_ store.LockStore        = (*Backend)(nil)
+	_ store.HeartbeatBatcher = (*Backend)(nil)
+)
+
+// HeartbeatMany implements store.HeartbeatBatcher (C2 #ct2-heartbeat-many):
+// the store's own where it has one (PostgreSQL: one renewal statement),
+// else Heartbeat of every id, concurrently (etcd: Heartbeat sends nothing).
+func (b *Backend) HeartbeatMany(ctx context.Context, ids []store.SessionID) ([]store.Liveness, []error) {
+	if hb, ok := b.LockStore.(store.HeartbeatBatcher); ok {
+		return hb.HeartbeatMany(ctx, ids)
+	}
+	lvs := make([]store.Liveness, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() { // exits when this Heartbeat returns (waited for below)
+			defer wg.Done()
+			lvs[i], errs[i] = b.LockStore.Heartbeat(ctx, id)
+		}()
+	}
+	wg.Wait()
+	return lvs, errs
+}
 
 // Open validates cfg and opens the backend it names: it starts the embedded
 // etcd server if lock.backend=embedded, connects to etcd or PostgreSQL and

@@ -386,6 +386,50 @@ func TestGroupCommitHeartbeats(t *testing.T) {
 	}
 }
 
+// TestHeartbeatMany (C2 #ct2-heartbeat-many): the renewals of one
+// HeartbeatMany call share one UPDATE — with Heartbeat per session from
+// concurrent callers the idle worker takes the first alone — and each id
+// is answered as Heartbeat would: live with Remaining = TTL, a closed
+// session not live, a malformed id invalid, a repeated id live twice.
+func TestHeartbeatMany(t *testing.T) {
+	t.Parallel()
+	s, _, reg := gcStore(t)
+	const n = 20
+	var ids []store.SessionID
+	for range n {
+		ids = append(ids, openSession(t, s))
+	}
+	closed := openSession(t, s)
+	if _, err := s.CloseSession(testCtx(t), closed); err != nil {
+		t.Fatalf("CloseSession: %v", err)
+	}
+	ids = append(ids, closed, "not a session id", ids[0])
+	b0, r0 := batchSizes(t, reg, telemetry.BatchHeartbeats)
+	lvs, errs := s.HeartbeatMany(testCtx(t), ids)
+	if len(lvs) != len(ids) || len(errs) != len(ids) {
+		t.Fatalf("HeartbeatMany answered %d, %d of %d ids", len(lvs), len(errs), len(ids))
+	}
+	for i, id := range ids {
+		switch {
+		case id == closed:
+			if errs[i] != nil || lvs[i].Live {
+				t.Errorf("closed session: %+v, %v; want not live, nil", lvs[i], errs[i])
+			}
+		case id == "not a session id":
+			if !errors.Is(errs[i], store.ErrInvalidArgument) {
+				t.Errorf("malformed id: %+v, %v; want ErrInvalidArgument", lvs[i], errs[i])
+			}
+		default:
+			if errs[i] != nil || !lvs[i].Live || lvs[i].Remaining != longTTL {
+				t.Errorf("id %d: %+v, %v; want live with Remaining = TTL", i, lvs[i], errs[i])
+			}
+		}
+	}
+	if b, r := batchSizes(t, reg, telemetry.BatchHeartbeats); b-b0 != 1 || r-r0 != n+2 {
+		t.Fatalf("lockd_backend_batch_size{batch=heartbeats}: %v batches of %v heartbeats; want 1 of %d", b-b0, r-r0, n+2)
+	}
+}
+
 // TestGroupCommitCancelledInFlight cancels callers whose requests are in a
 // batch that is waiting: they wait for the batch and return with their
 // context's error once it ran and they settled it (C2

@@ -67,6 +67,55 @@ func (s *Store) Heartbeat(ctx context.Context, id store.SessionID) (_ store.Live
 			err = r.err
 		}
 	}
+	return hbResult(ctx, r, err)
+}
+
+// HeartbeatMany implements store.HeartbeatBatcher (C2 #ct2-heartbeat-many):
+// Heartbeat of every id, their renewals submitted to the heartbeat group
+// commit at once, so that they share one UPDATE (unless the batch cap
+// splits them).
+func (s *Store) HeartbeatMany(ctx context.Context, ids []store.SessionID) ([]store.Liveness, []error) {
+	lvs := make([]store.Liveness, len(ids))
+	errs := make([]error, len(ids))
+	var (
+		at   []int // the index in ids of each request submitted
+		reqs []*hbReq
+		obs  []func(*error)
+	)
+	for i, id := range ids {
+		if err := store.ValidateSessionID(id); err != nil {
+			errs[i] = fmt.Errorf("pgstore: heartbeat: %w", err)
+			continue
+		}
+		if err := s.begin(ctx, "heartbeat"); err != nil {
+			errs[i] = err
+			continue
+		}
+		at = append(at, i)
+		reqs = append(reqs, &hbReq{id: id})
+		obs = append(obs, s.metrics.Observe(telemetry.OpHeartbeat))
+	}
+	if len(reqs) == 0 {
+		return lvs, errs
+	}
+	jobs, err := s.hbQ.SubmitAll(ctx, "", reqs)
+	for k, i := range at {
+		r := reqs[k]
+		err := err
+		if err == nil {
+			if _, err = s.hbQ.Wait(ctx, jobs[k]); err == nil {
+				err = r.err
+			}
+		}
+		lvs[i], errs[i] = hbResult(ctx, r, err)
+		obs[k](&errs[i])
+	}
+	return lvs, errs
+}
+
+// hbResult is the answer of the heartbeat r whose group commit ended with
+// err.
+func hbResult(ctx context.Context, r *hbReq, err error) (store.Liveness, error) {
 	if err = result(ctx, "heartbeat", err); err != nil || !r.live {
 		return store.Liveness{}, err
 	}

@@ -91,6 +91,26 @@ func (q *Queue[T]) Submit(ctx context.Context, key string, req T) (*Job[T], erro
 	return j, nil
 }
 
+// SubmitAll queues one request per element of reqs, all of the caller's
+// ctx and the same key, at once: a worker takes them in one batch (up to
+// the queue's batch cap, and with a non-empty key one per batch as ever),
+// never some of them before the others are queued. It returns the queue's
+// closed error, and queues nothing, once the queue is closed.
+func (q *Queue[T]) SubmitAll(ctx context.Context, key string, reqs []T) ([]*Job[T], error) {
+	jobs := make([]*Job[T], len(reqs))
+	for i, r := range reqs {
+		jobs[i] = &Job[T]{ctx: ctx, key: key, Req: r, done: make(chan struct{})}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, q.closedErr
+	}
+	q.pending = append(q.pending, jobs...)
+	q.cond.Broadcast()
+	return jobs, nil
+}
+
 // Wait waits until j is answered or ctx ends. It returns nil with the result
 // in j.Req once a worker ran it; the error it was answered with when it was
 // answered without running (its caller's ctx ended while it was queued, or

@@ -67,6 +67,30 @@ func TestLoneJobNoLinger(t *testing.T) {
 	}
 }
 
+// TestSubmitAllOneBatch: the jobs of one SubmitAll reach an idle worker as
+// one batch, never the first alone (C2 #ct2-heartbeat-many; with Submit per
+// job the idle worker takes the first at once, TestLoneJobNoLinger), up to
+// the cap; a closed queue queues none of them.
+func TestSubmitAllOneBatch(t *testing.T) {
+	q := New[int](4, errClosed)
+	got := make(chan []*Job[int])
+	go func() { got <- q.Next() }() // exits when Next returns (the SubmitAll below)
+	jobs, err := q.SubmitAll(context.Background(), "", []int{1, 2, 3, 4, 5})
+	if err != nil || len(jobs) != 5 {
+		t.Fatalf("SubmitAll = %d jobs, %v; want 5, nil", len(jobs), err)
+	}
+	if b := <-got; !slices.Equal(Reqs(b), []int{1, 2, 3, 4}) {
+		t.Fatalf("batch %v; want [1 2 3 4] (all at once, cap 4)", Reqs(b))
+	}
+	if b := q.Next(); !slices.Equal(Reqs(b), []int{5}) {
+		t.Fatalf("second batch %v; want [5]", Reqs(b))
+	}
+	q.Close()
+	if jobs, err := q.SubmitAll(context.Background(), "", []int{6}); !errors.Is(err, errClosed) || jobs != nil {
+		t.Fatalf("SubmitAll after Close = %v, %v; want nil, errClosed", jobs, err)
+	}
+}
+
 // TestCallerGivesUp: a queued job whose caller gives up is answered with
 // its ctx error and never sent; the caller of one whose batch runs waits
 // for that batch, and its Wait returns only once Finish answered it, with
