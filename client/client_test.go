@@ -131,12 +131,15 @@ func TestAcquireRelease(t *testing.T) {
 }
 
 // TestTwoClientsContend: two clients take turns on one key through Do; fn
-// never runs in both at once, and fencing tokens strictly increase.
+// never runs in both at once, and fencing tokens strictly increase. Do's
+// sessions have longTTL (the clients' default): their expiry is not the
+// subject.
 func TestTwoClientsContend(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
-		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{})
+		long := client.WithTTL(longTTL)
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{ClientOptions: []client.Option{long}})
 		ctx := testCtx(t, 120*time.Second)
-		clients := []*client.Client{srv.Client, srv.NewClient(t)}
+		clients := []*client.Client{srv.Client, srv.NewClient(t, long)}
 		const rounds = 10
 		var (
 			inside atomic.Int32
@@ -187,12 +190,13 @@ func TestTwoClientsContend(t *testing.T) {
 }
 
 // TestFIFOThreeClients: three clients queue for a held key in a known order
-// and are granted in that order.
+// and are granted in that order. Every session has longTTL: their expiry
+// is not the subject.
 func TestFIFOThreeClients(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{})
 		ctx := testCtx(t, 60*time.Second)
-		holder := newSession(t, ctx, srv.Client)
+		holder := newSession(t, ctx, srv.Client, client.WithSessionTTL(longTTL))
 		hl, err := holder.Acquire(ctx, "fifo")
 		if err != nil {
 			t.Fatalf("holder Acquire: %v", err)
@@ -205,7 +209,7 @@ func TestFIFOThreeClients(t *testing.T) {
 		locks := make([]*client.Lock, 3)
 		for i := range 3 {
 			c := srv.NewClient(t)
-			s := newSession(t, ctx, c)
+			s := newSession(t, ctx, c, client.WithSessionTTL(longTTL))
 			go func() {
 				l, err := s.Acquire(ctx, "fifo")
 				if err != nil {
