@@ -167,18 +167,8 @@ func (s *suite) testFIFOKeptPlace(t *testing.T) {
 func (s *suite) testLeaveQueueAfterCutAttempt(t *testing.T) {
 	inst := s.instances(t, 1)[0]
 	const key = "lqc/k"
-	holder, w := openSession(t, inst), openSession(t, inst)
-	mustTry(t, inst, holder, key)
-	held, open, settling := s.cfg.HoldCommit(t, inst, key)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	ch := startAcquire(t, ctx, inst, w, key, store.KeepPlace())
-	select {
-	case <-held:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiter's attempt was not committed within 30s")
-	}
-	cancel()
-	awaitCutCallSettling(t, settling, ch, open)
+	c := s.cutAttempt(t, inst, key, store.KeepPlace())
+	w, ch, open, settling := c.w, c.ch, c.open, c.settling
 	left := make(chan error, 1)
 	go func() { left <- inst.LeaveQueue(ctxT(t), w, key) }() // returns once its delete is done (bounded by ctxT)
 	select {
@@ -218,18 +208,8 @@ func (s *suite) testLeaveQueueAfterCutAttempt(t *testing.T) {
 func (s *suite) testCutWaitLeavesQueue(t *testing.T) {
 	inst := s.instances(t, 1)[0]
 	const key = "cutw/k"
-	holder, w := openSession(t, inst), openSession(t, inst)
-	mustTry(t, inst, holder, key)
-	held, open, settling := s.cfg.HoldCommit(t, inst, key)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	ch := startAcquire(t, ctx, inst, w, key)
-	select {
-	case <-held:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiter's attempt was not committed within 30s")
-	}
-	cancel()
-	awaitCutCallSettling(t, settling, ch, open)
+	c := s.cutAttempt(t, inst, key)
+	ch, open := c.ch, c.open
 	open()
 	if r := recvResult(t, ch, 30*time.Second, "cut waiter"); r.err == nil {
 		t.Fatalf("cut waiter: Acquire = %+v; want its ctx error", r.g)
@@ -241,12 +221,34 @@ func (s *suite) testCutWaitLeavesQueue(t *testing.T) {
 	}
 }
 
-// awaitCutCallSettling waits until the cut call of ch, whose attempt the
-// test holds in its commit, reports that it waits for that attempt
-// (settling); it fails the test if the call returns first, which would let
-// the attempt write after the call (C2 #ct2-leave-after-cut).
-func awaitCutCallSettling(t *testing.T, settling <-chan struct{}, ch <-chan acquireResult, open func()) {
+// cutCall is an Acquire cut while its attempt is held in its commit
+// (cutAttempt): the waiting session, the call's result, the hold's open,
+// and the settling reports of the key (Config.HoldCommit).
+type cutCall struct {
+	w        store.SessionID
+	ch       <-chan acquireResult
+	open     func()
+	settling <-chan struct{}
+}
+
+// cutAttempt starts an Acquire of a new session w on key, which another
+// session holds, holds its attempt in the commit, cuts the call, and waits
+// until the call reports that it waits for that attempt (settling). It
+// fails the test if the call returns first, which would let the attempt
+// write after the call (C2 #ct2-leave-after-cut).
+func (s *suite) cutAttempt(t *testing.T, inst store.LockStore, key string, opts ...store.AcquireOption) cutCall {
 	t.Helper()
+	holder, w := openSession(t, inst), openSession(t, inst)
+	mustTry(t, inst, holder, key)
+	held, open, settling := s.cfg.HoldCommit(t, inst, key)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	ch := startAcquire(t, ctx, inst, w, key, opts...)
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter's attempt was not committed within 30s")
+	}
+	cancel()
 	select {
 	case <-settling:
 	case r := <-ch:
@@ -255,6 +257,7 @@ func awaitCutCallSettling(t *testing.T, settling <-chan struct{}, ch <-chan acqu
 	case <-time.After(30 * time.Second):
 		t.Fatal("the cut Acquire neither returned nor waited for its attempt within 30s")
 	}
+	return cutCall{w: w, ch: ch, open: open, settling: settling}
 }
 
 // testLeaveQueue: LeaveQueue gives up a kept place (the next waiter moves
