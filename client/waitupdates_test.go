@@ -107,7 +107,9 @@ func TestWaitUpdates(t *testing.T) {
 		ctx := testCtx(t, time.Minute)
 		var count inspectCounter
 		c := srv.NewClient(t, count.option())
-		holder, waiter, plain := newSession(t, ctx, c), newSession(t, ctx, c), newSession(t, ctx, c)
+		// Their expiry is not the subject (longTTL).
+		long := client.WithSessionTTL(longTTL)
+		holder, waiter, plain := newSession(t, ctx, c, long), newSession(t, ctx, c, long), newSession(t, ctx, c, long)
 
 		for round, wantEstimate := range []bool{false, true} {
 			l, err := holder.Acquire(ctx, "wu/k")
