@@ -33,6 +33,14 @@ type beatLog struct {
 	// msgs counts the heartbeats of each KeepAliveRequest message (a
 	// batched one carries several, C2 #ct2-keepalive-batch), in order.
 	msgs []beatMsg
+	// fault is the driver's first lapse seen (settle fails the test with
+	// it): an answer the client applied at another instant than its
+	// heartbeat's send, i.e. the fake clock moved on before the client had
+	// applied it. The answer then finds its session's deadline an
+	// interval nearer and beatBeforeDeadline pulls the next heartbeat off
+	// the grid (250 ms before it; issue 21), which the tests would report
+	// as a product fault.
+	fault string
 }
 
 type beatMsg struct {
@@ -51,12 +59,16 @@ func (l *beatLog) interceptor(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	if err != nil || !strings.HasSuffix(method, "/KeepAlive") {
 		return cs, err
 	}
-	return &loggedStream{ClientStream: cs, log: l}, nil
+	return &loggedStream{ClientStream: cs, log: l, sentAt: map[uint64]time.Time{}}, nil
 }
 
 type loggedStream struct {
 	grpc.ClientStream
 	log *beatLog
+	// sentAt is the send instant of each heartbeat (by request id) and
+	// inHand the ids the last received message answered (log.mu).
+	sentAt map[uint64]time.Time
+	inHand []uint64
 }
 
 func (s *loggedStream) SendMsg(m any) error {
@@ -69,6 +81,7 @@ func (s *loggedStream) SendMsg(m any) error {
 		now := s.log.clock.Now()
 		for _, e := range entries {
 			s.log.sends = append(s.log.sends, beatSend{at: now, session: e.GetSessionId()})
+			s.sentAt[e.GetRequestId()] = now
 		}
 		s.log.msgs = append(s.log.msgs, beatMsg{at: now, entries: len(entries)})
 		s.log.mu.Unlock()
@@ -78,21 +91,34 @@ func (s *loggedStream) SendMsg(m any) error {
 
 func (s *loggedStream) RecvMsg(m any) error {
 	s.log.mu.Lock()
+	// The answers of the last message are applied now; the clock has not
+	// moved since unless the driver moved it before they were (it waits
+	// for applied).
+	now := s.log.clock.Now()
+	for _, id := range s.inHand {
+		if at, ok := s.sentAt[id]; ok && !at.Equal(now) && s.log.fault == "" {
+			s.log.fault = fmt.Sprintf("the driver moved the fake clock %v on (from %s) before the client had applied the answer to heartbeat %d",
+				now.Sub(at), at.Format("15:04:05.000"), id)
+		}
+		delete(s.sentAt, id)
+	}
+	s.inHand = s.inHand[:0]
 	s.log.applied = s.log.answered
 	s.log.mu.Unlock()
 	err := s.ClientStream.RecvMsg(m)
 	if r, ok := m.(*lockdv1.KeepAliveResponse); ok && err == nil {
-		n := 0
+		var ids []uint64
 		if r.GetRequestId() != 0 {
-			n = 1
+			ids = append(ids, r.GetRequestId())
 		}
 		for _, a := range r.GetBatch() {
 			if a.GetRequestId() != 0 {
-				n++
+				ids = append(ids, a.GetRequestId())
 			}
 		}
 		s.log.mu.Lock()
-		s.log.answered += n
+		s.log.answered += len(ids)
+		s.inHand = append(s.inHand, ids...)
 		s.log.mu.Unlock()
 	}
 	return err
@@ -240,6 +266,12 @@ func (d *beatDriver) settle(mark int, what string) {
 	testkit.Eventually(d.t, 30*time.Second, what, func() bool {
 		return d.clock.armedAfter(mark) && d.log.allAnswered()
 	})
+	d.log.mu.Lock()
+	fault := d.log.fault
+	d.log.mu.Unlock()
+	if fault != "" {
+		d.t.Fatalf("%s: %s", what, fault)
+	}
 }
 
 // runTo moves the clock to target, stopping at each of the keepaliver's
