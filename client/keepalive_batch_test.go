@@ -3,12 +3,17 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"lock.dev/lockd/client"
+	"lock.dev/lockd/internal/telemetry"
+	"lock.dev/lockd/internal/testing/lockdtest"
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
+	"lock.dev/lockd/store"
 )
 
 // beatsOnWire opens n sessions of one client at n instants and returns the
@@ -88,4 +93,68 @@ func (s stripBatchMax) RecvMsg(m any) error {
 		r.BatchMax = 0
 	}
 	return err
+}
+
+// TestBatchDeadlineFromSendTime (C2 #ct2-keepalive-batch, docs/safety.md
+// rule 1): two sessions whose heartbeats leave in one batched message each
+// count their trust from that message's send time, not from when the
+// answers arrived. The store moves the SDK's fake clock rtt while it renews
+// (a Faulty During hook), and each session's deadline is exactly send +
+// Remaining − margin. An SDK built with -tags lockd_recvtime_control fails
+// it.
+func TestBatchDeadlineFromSendTime(t *testing.T) {
+	forBackends(t, func(t *testing.T, backend string) {
+		const (
+			interval = 20 * time.Second
+			rtt      = time.Second // how far the clock moves while the batch is at the server
+			rem      = 30 * time.Second
+		)
+		var faulty *lockdtest.Faulty
+		clock := &alarmClock{fakeClock: newFakeClock()}
+		log := &beatLog{clock: clock}
+		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{
+			// A long real TTL: heartbeats follow the fake clock.
+			ClientOptions: []client.Option{client.WithClock(clock), client.WithHeartbeatInterval(interval),
+				client.WithTTL(time.Minute), client.WithDialOptions(grpc.WithChainStreamInterceptor(log.interceptor))},
+			Wrap: func(st store.LockStore) store.LockStore { faulty = lockdtest.NewFaulty(st); return faulty }})
+		d := &beatDriver{t: t, clock: clock, log: log}
+		// The grid's instants are t0 + 5s + n×20s (the client was made at
+		// t0): the first session's heartbeat after its first (at once, on
+		// the new stream) and the second session's first both come at
+		// t0+5s, before the halfway rule would pull either.
+		client.SetHeartbeatPhase(srv.Client, 0.25)
+		ctx := testCtx(t, 60*time.Second)
+		faulty.SetRemaining(rem)
+		var sessions []*client.Session
+		for i := range 2 {
+			mark := clock.lastSeq()
+			sessions = append(sessions, newSession(t, ctx, srv.Client))
+			d.settle(mark, fmt.Sprintf("the keepaliver took session %d", i))
+		}
+		var once sync.Once
+		faulty.During(telemetry.OpHeartbeat, func() { once.Do(func() { clock.Advance(rtt) }) })
+		at, ok := clock.earliest()
+		if !ok {
+			t.Fatal("no heartbeat scheduled")
+		}
+		mark := clock.lastSeq()
+		clock.Advance(at.Sub(clock.Now()))
+		d.settle(mark, "the batched heartbeats answered")
+		log.mu.Lock()
+		last := log.msgs[len(log.msgs)-1]
+		log.mu.Unlock()
+		if last.entries != 2 {
+			t.Fatalf("the last KeepAlive message carried %d heartbeats; want the 2 sessions' in one", last.entries)
+		}
+		if moved := clock.Now().Sub(last.at); moved < rtt {
+			t.Fatalf("the clock moved %v while the batch was at the server; want %v (During hook)", moved, rtt)
+		}
+		want := last.at.Add(rem - lockdtest.SafetyMargin)
+		for i, s := range sessions {
+			if got := s.Deadline(); !got.Equal(want) {
+				t.Errorf("session %d: deadline after the batch sent at %v and answered %v later = send%+v; want send%+v = send + Remaining − margin",
+					i, last.at.Format("15:04:05.000"), clock.Now().Sub(last.at), got.Sub(last.at), want.Sub(last.at))
+			}
+		}
+	})
 }

@@ -241,12 +241,21 @@ rules:
 			w.Position != 0 || w.Waiters != 0 || w.HasEstimate || w.Info.Held {
 			t.Errorf("update = %+v; want ErrPermissionDenied and no figures", w)
 		}
-		// bob sees alice queued: her Acquire goes on; his own waiter has
-		// read 4 times since.
+		// bob sees alice and his own control waiter queued: her Acquire
+		// goes on; his waiter reads 4 times more once it is queued, and a
+		// read after its queue entry committed says position 1 (counting
+		// reads from before that commit, the 4 could all come first on a
+		// loaded machine: "got no update with position 1", a client stress
+		// iteration on PostgreSQL). The test's own Inspect of wu/control
+		// ends before base is read, so the reads counted are the waiter's.
+		testkit.Eventually(t, 30*time.Second, "alice and bob's control waiter queued", func() bool {
+			k, err := bob.Inspect(ctx, "wu/k")
+			c, cerr := bob.Inspect(ctx, "wu/control")
+			return err == nil && cerr == nil && len(k.Waiters) == 1 && len(c.Waiters) == 1
+		})
 		base := bobCount.get("wu/control")
-		testkit.Eventually(t, 30*time.Second, "alice queued and 4 more reads of the control", func() bool {
-			info, err := bob.Inspect(ctx, "wu/k")
-			return err == nil && len(info.Waiters) == 1 && bobCount.get("wu/control") >= base+4
+		testkit.Eventually(t, 30*time.Second, "4 more reads of the control", func() bool {
+			return bobCount.get("wu/control") >= base+4
 		})
 		if _, ok := control.find(func(w client.WaitUpdate) bool { return w.Err == nil && w.Position == 1 }); !ok {
 			t.Errorf("bob's control waiter got no update with position 1")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"io"
 	"net"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -167,5 +168,27 @@ func TestDefaultParallel(t *testing.T) {
 	fs.Int(parallelFlag, 2, "")
 	if err := defaultParallel(fs, 0); err == nil {
 		t.Error("defaultParallel(0) = nil; want an error")
+	}
+}
+
+// TestStop: a running process is not stopped, Stop returns with every
+// thread stopped, and a process reaped is gone.
+func TestStop(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if stopped, gone := ThreadsStopped(pid); stopped || gone {
+		t.Fatalf("a running process: ThreadsStopped = %v, %v; want false, false", stopped, gone)
+	}
+	Stop(t, cmd.Process, 10*time.Second)
+	if stopped, gone := ThreadsStopped(pid); !stopped || gone {
+		t.Fatalf("after Stop: ThreadsStopped = %v, %v; want true, false", stopped, gone)
+	}
+	_ = cmd.Process.Kill() // SIGKILL ends a stopped process too
+	_ = cmd.Wait()
+	if _, gone := ThreadsStopped(pid); !gone {
+		t.Fatal("a process reaped: ThreadsStopped says it is not gone")
 	}
 }
