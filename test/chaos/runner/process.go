@@ -112,7 +112,7 @@ const pauseWait = 2 * time.Second
 func (p *process) pause() bool {
 	p.signal(syscall.SIGSTOP)
 	for end := time.Now().Add(pauseWait); ; {
-		if stopped, gone := threadsStopped(p.cmd.Process.Pid); stopped || gone {
+		if stopped, gone := testkit.ThreadsStopped(p.cmd.Process.Pid); stopped || gone {
 			return true
 		}
 		if time.Now().After(end) {
@@ -120,36 +120,6 @@ func (p *process) pause() bool {
 		}
 		time.Sleep(time.Millisecond) // polling the kernel's view of the threads, not synchronising with them
 	}
-}
-
-// threadsStopped reports whether every thread of process pid is stopped
-// (state T or t in /proc/PID/task/TID/stat), or whether the process is
-// gone.
-func threadsStopped(pid int) (stopped, gone bool) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return false, true
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
-		if err != nil {
-			continue // the thread exited meanwhile
-		}
-		// The state follows the command name, which is in parentheses
-		// and may itself contain any character.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 >= len(b) {
-			return false, false
-		}
-		switch b[i+2] {
-		case 'T', 't':
-		case 'Z', 'X':
-			return false, true
-		default:
-			return false, false
-		}
-	}
-	return true, false
 }
 
 // kill sends SIGKILL and waits for the exit.

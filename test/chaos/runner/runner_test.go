@@ -282,22 +282,22 @@ func TestPauseStopsEveryThread(t *testing.T) {
 	}
 	defer p.kill()
 	pid := p.cmd.Process.Pid
-	if stopped, gone := threadsStopped(pid); stopped || gone {
+	if stopped, gone := testkit.ThreadsStopped(pid); stopped || gone {
 		t.Fatalf("a busy process: stopped=%v gone=%v; want running", stopped, gone)
 	}
 	if !p.pause() {
 		t.Fatalf("pause: not every thread stopped within %v", pauseWait)
 	}
-	if stopped, gone := threadsStopped(pid); !stopped || gone {
+	if stopped, gone := testkit.ThreadsStopped(pid); !stopped || gone {
 		t.Fatalf("right after pause: stopped=%v gone=%v; want stopped", stopped, gone)
 	}
 	p.signal(syscall.SIGCONT)
 	testkit.Eventually(t, 10*time.Second, "running again after SIGCONT", func() bool {
-		stopped, _ := threadsStopped(pid)
+		stopped, _ := testkit.ThreadsStopped(pid)
 		return !stopped
 	})
 	p.kill()
-	if _, gone := threadsStopped(pid); !gone {
+	if _, gone := testkit.ThreadsStopped(pid); !gone {
 		t.Error("after kill: the process is not reported gone")
 	}
 }
