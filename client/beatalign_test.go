@@ -308,6 +308,33 @@ func startBeatClient(t *testing.T, backend string, ttl time.Duration, more ...gr
 	return srv, &beatDriver{t: t, clock: clock, log: log}
 }
 
+// gridTTL is the TTL of openOnGrid's sessions.
+const gridTTL = time.Minute
+
+// openOnGrid opens n sessions of one client (TTL gridTTL, the server's
+// interval a third of it) at n different instants 437 ms apart on the
+// fake clock and runs the clock on: every session has sent a heartbeat by
+// from, and [from, to) spans the two intervals after (the grid of
+// TestHeartbeatsLeaveTogether). more are the stream interceptors to add.
+func openOnGrid(t *testing.T, backend string, n int, more ...grpc.StreamClientInterceptor) (d *beatDriver, from, to time.Time) {
+	t.Helper()
+	const gap = 437 * time.Millisecond
+	interval := gridTTL / 3 // the server's advertised interval
+	srv, d := startBeatClient(t, backend, gridTTL, more...)
+	ctx := testCtx(t, 120*time.Second)
+	t0 := d.clock.Now()
+	for i := range n {
+		d.runTo(t0.Add(time.Duration(i) * gap))
+		mark := d.clock.lastSeq()
+		newSession(t, ctx, srv.Client)
+		d.settle(mark, fmt.Sprintf("the keepaliver took session %d", i))
+	}
+	from = d.clock.Now().Add(2 * interval)
+	to = from.Add(2 * interval)
+	d.runTo(to)
+	return d, from, to
+}
+
 // TestHeartbeatsLeaveTogether (issue 24): 50 sessions of one client with
 // one TTL, opened at 50 different instants, send their heartbeats in one
 // wake-up per interval once they have each sent one (C2 #ct2-deadline:
@@ -319,22 +346,10 @@ func startBeatClient(t *testing.T, backend string, ttl time.Duration, more ...gr
 //	50 sessions of one interval (20s) sent 100 heartbeats at 37 distinct instants over two intervals; want 2 (one wake-up per interval)
 func TestHeartbeatsLeaveTogether(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
-		const ttl, n, gap = time.Minute, 50, 437 * time.Millisecond
-		interval := ttl / 3 // the server's advertised interval
-		srv, d := startBeatClient(t, backend, ttl)
-		ctx := testCtx(t, 120*time.Second)
-		t0 := d.clock.Now()
-		for i := range n {
-			d.runTo(t0.Add(time.Duration(i) * gap))
-			mark := d.clock.lastSeq()
-			newSession(t, ctx, srv.Client)
-			d.settle(mark, fmt.Sprintf("the keepaliver took session %d", i))
-		}
-		// Every session has sent a heartbeat after two intervals; count
-		// over the two after.
-		from := d.clock.Now().Add(2 * interval)
-		d.runTo(from.Add(2 * interval))
-		instants, per := d.log.within(from, from.Add(2*interval), nil)
+		const n = 50
+		d, from, to := openOnGrid(t, backend, n)
+		interval := gridTTL / 3
+		instants, per := d.log.within(from, to, nil)
 		sent := 0
 		for _, c := range per {
 			sent += c

@@ -22,21 +22,9 @@ import (
 // TestHeartbeatsLeaveTogether: they leave in one wake-up per interval).
 func beatsOnWire(t *testing.T, backend string, n int, more ...grpc.StreamClientInterceptor) (msgs []int, sessions int) {
 	t.Helper()
-	const ttl, gap = time.Minute, 437 * time.Millisecond
-	interval := ttl / 3 // the server's advertised interval
-	srv, d := startBeatClient(t, backend, ttl, more...)
-	ctx := testCtx(t, 120*time.Second)
-	t0 := d.clock.Now()
-	for i := range n {
-		d.runTo(t0.Add(time.Duration(i) * gap))
-		mark := d.clock.lastSeq()
-		newSession(t, ctx, srv.Client)
-		d.settle(mark, fmt.Sprintf("the keepaliver took session %d", i))
-	}
-	from := d.clock.Now().Add(2 * interval)
-	d.runTo(from.Add(2 * interval))
-	_, per := d.log.within(from, from.Add(2*interval), nil)
-	return d.log.messages(from, from.Add(2*interval)), len(per)
+	d, from, to := openOnGrid(t, backend, n, more...)
+	_, per := d.log.within(from, to, nil)
+	return d.log.messages(from, to), len(per)
 }
 
 // TestHeartbeatsOneMessage (issue 24, C2 #ct2-keepalive-batch): 20
