@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // LogBuffer is a bytes.Buffer that is safe for a writer (a logger, a
@@ -59,4 +60,18 @@ func (l *LogBuffer) Events(event string) []map[string]any {
 func NewLogger() (*slog.Logger, *LogBuffer) {
 	buf := &LogBuffer{}
 	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// FailureLogger returns a debug-level logger whose records are written to
+// t's log when t has failed by the end of the test, and dropped otherwise: a
+// timing failure seen once in a CI run then carries the server's own account
+// of it.
+func FailureLogger(t testing.TB) *slog.Logger {
+	lg, buf := NewLogger()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's log:\n%s", buf.String())
+		}
+	})
+	return lg
 }
