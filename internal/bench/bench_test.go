@@ -339,8 +339,8 @@ func TestElectionLoad(t *testing.T) {
 		if err != nil {
 			t.Fatalf("c=%d: %v", c, err)
 		}
-		if res.ops < 1 || len(res.lat) != res.ops || len(res.obsLat) != res.ops || res.observedPct() != 100 || res.elapsed != 50*time.Millisecond {
-			t.Errorf("c=%d: %d hand-overs, %d latencies, %d observed (%v%%) in %v; want at least one, each with a latency, all observed, in 50ms",
+		if res.ops < 1 || len(res.lat) != res.ops || len(res.obsLat) != res.ops || res.observedPct() != 100 || res.elapsed < 50*time.Millisecond {
+			t.Errorf("c=%d: %d hand-overs, %d latencies, %d observed (%v%%) in %v; want at least one, each with a latency, all observed, in at least 50ms",
 				c, res.ops, len(res.lat), len(res.obsLat), res.observedPct(), res.elapsed)
 		}
 		for _, d := range slices.Concat(res.lat, res.obsLat) {
@@ -417,8 +417,8 @@ func TestSemaphoreLoad(t *testing.T) {
 		if err != nil {
 			t.Fatalf("c=%d: %v", c, err)
 		}
-		if res.ops < n || len(res.lat) != res.ops || res.most != n || len(res.perClient) != c || res.elapsed != 50*time.Millisecond {
-			t.Errorf("c=%d: %d acquisitions, %d waits, most %d holders, %d clients in %v; want at least %d, a wait each, most %d, %d clients, 50ms",
+		if res.ops < n || len(res.lat) != res.ops || res.most != n || len(res.perClient) != c || res.elapsed < 50*time.Millisecond {
+			t.Errorf("c=%d: %d acquisitions, %d waits, most %d holders, %d clients in %v; want at least %d, a wait each, most %d, %d clients, at least 50ms",
 				c, res.ops, len(res.lat), res.most, len(res.perClient), res.elapsed, n, n, c)
 		}
 	}

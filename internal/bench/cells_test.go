@@ -83,6 +83,39 @@ func TestCPUWindow(t *testing.T) {
 	}
 }
 
+// TestWindowStartsAtItsCPUReading hands a window's controller a first event
+// from a second ago, as a controller scheduled late on a loaded machine sees
+// it: the window must still start at the CPU reading and last its duration,
+// so that the operations counted in it are those of the CPU metered. (It
+// used to start at the event: the window then closed at once, the two CPU
+// readings came back to back, and the server's CPU per operation was 0.)
+func TestWindowStartsAtItsCPUReading(t *testing.T) {
+	w := &cpuWindow{pids: map[string]int{roleClient: os.Getpid()}}
+	ctx, cancel := context.WithCancelCause(withCPUWindow(context.Background(), w))
+	defer cancel(nil)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	first := make(chan time.Time, 1)
+	sent := time.Now()
+	first <- sent.Add(-time.Second)
+	const dur = 50 * time.Millisecond
+	win := startWindow(ctx, cancel, wcancel, first, dur, "event")
+	<-win.done
+	if err := context.Cause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if win.start.Before(sent) || win.end.Sub(win.start) < dur {
+		t.Errorf("window from %v to %v after the event was handed over; want it to start after (at the CPU reading) and last at least %v",
+			win.start.Sub(sent), win.end.Sub(sent), dur)
+	}
+	if wctx.Err() == nil {
+		t.Error("the window's end did not end its context")
+	}
+	if _, err := w.used(); err != nil {
+		t.Errorf("the window was not metered: %v", err)
+	}
+}
+
 // TestCPURows checks the CPU rows' arithmetic: per operation, lockd's
 // server and clients summed against the baseline's clients, the backend
 // alone, and the target on the primary baseline.

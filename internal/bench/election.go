@@ -401,7 +401,7 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 	}
 	wg.Wait()
 	<-win.done
-	windowStart := win.start
+	windowStart, end := win.start, win.end
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}
@@ -413,7 +413,6 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 				all[i].id, all[i].granted.Sub(start), all[i-1].id, all[i-1].resigned.Sub(start))
 		}
 	}
-	end := windowStart.Add(dur)
 	var window []int // indexes into all of the window's hand-overs
 	for i := 1; i < len(all); i++ {
 		if !all[i].granted.Before(windowStart) && all[i].granted.Before(end) {
@@ -433,7 +432,7 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 	if err := <-obsDone; err != nil && ctx.Err() == nil {
 		return loadResult{}, fmt.Errorf("observe: %w", err)
 	}
-	res := loadResult{elapsed: dur, ops: len(window), perClient: make([]int, len(cands))}
+	res := loadResult{elapsed: end.Sub(windowStart), ops: len(window), perClient: make([]int, len(cands))}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	for _, i := range window {

@@ -229,12 +229,11 @@ func contendedLoad(ctx context.Context, clients []locker, warm, dur time.Duratio
 	}
 	wg.Wait()
 	<-win.done
-	windowStart := win.start
+	windowStart, end := win.start, win.end
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}
-	end := windowStart.Add(dur)
-	res := loadResult{elapsed: dur, perClient: make([]int, len(clients))}
+	res := loadResult{elapsed: end.Sub(windowStart), perClient: make([]int, len(clients))}
 	for ci, ts := range grants {
 		for _, at := range ts {
 			if !at.Before(windowStart) && at.Before(end) {
@@ -256,11 +255,16 @@ func sortedLatencies(rs []loadResult) []time.Duration {
 	return all
 }
 
-// window is the measured window of a load scenario: it starts at the first
-// event after the warm-up and lasts the scenario's duration.
+// window is the measured window of a load scenario: it opens once the first
+// event after the warm-up has come and lasts the scenario's duration. Its
+// start and end are the instants the CPU clocks were read (cpuWindow), so
+// the operations counted in [start, end) are those of the CPU metered: a
+// controller that runs late on a loaded machine must not open the window
+// at an earlier event's time, or the CPU reads would come back to back and
+// meter nothing for the operations counted (issue 21: "lockd figure 0").
 type window struct {
-	done  chan struct{} // closed when the window ended (or the run did)
-	start time.Time     // valid once done is closed
+	done       chan struct{} // closed when the window ended (or the run did)
+	start, end time.Time     // valid once done is closed
 }
 
 // startWindow runs a window's controller: it waits for the first event
@@ -276,19 +280,21 @@ func startWindow(ctx context.Context, cancel context.CancelCauseFunc, wcancel co
 		noGrant := time.NewTimer(firstGrantTimeout)
 		defer noGrant.Stop()
 		select {
-		case w.start = <-first:
+		case <-first:
 			windowOpened(ctx)
+			w.start = time.Now()
 		case <-noGrant.C:
 			cancel(fmt.Errorf("no %s within %v", what, firstGrantTimeout))
 			return
 		case <-ctx.Done():
 			return
 		}
-		end := time.NewTimer(time.Until(w.start.Add(dur)))
+		end := time.NewTimer(dur)
 		defer end.Stop()
 		select {
 		case <-end.C:
 			windowClosed(ctx)
+			w.end = time.Now()
 		case <-ctx.Done():
 		}
 	}()

@@ -211,12 +211,11 @@ func semaphoreLoad(ctx context.Context, holders []slotHolder, n int, hold func(c
 	}
 	wg.Wait()
 	<-win.done
-	windowStart := win.start
+	windowStart, end := win.start, win.end
 	if err := context.Cause(ctx); err != nil {
 		return loadResult{}, err
 	}
-	end := windowStart.Add(dur)
-	res := loadResult{elapsed: dur, perClient: make([]int, len(holders)), most: int(most.Load())}
+	res := loadResult{elapsed: end.Sub(windowStart), perClient: make([]int, len(holders)), most: int(most.Load())}
 	for ci, gs := range grants {
 		for _, g := range gs {
 			if !g.at.Before(windowStart) && g.at.Before(end) {
