@@ -1,12 +1,16 @@
 package packaging
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,14 +20,29 @@ import (
 
 var chartDir = filepath.Join(repoRoot, "deploy", "helm", "lockd")
 
-// helm runs the helm of this module's go.mod tool line (a pinned version).
+// helm runs the helm of this module's go.mod tool line (a pinned version)
+// and returns what it wrote on stdout; on failure, stderr follows. Only
+// stdout is helm's answer: on a machine whose module cache is cold, `go
+// tool` first downloads and builds helm and says so on stderr ("go:
+// downloading …"), which a combined output put in front of the manifests
+// (a clean-clone run on a fresh machine failed TestHelmChartEnvRuns with
+// "document 0: unexpected").
 func helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return run(t, wd, os.Environ(), "go", append([]string{"tool", "helm"}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", append([]string{"tool", "helm"}, args...)...)
+	cmd.Dir = wd
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
 }
 
 // chartCase is one values combination of the chart.
