@@ -94,9 +94,9 @@
 //
 // Each measurement (one system, one scenario, one concurrency) lasts
 // Config.Duration after a short warm-up on fresh sessions (a fifth of the
-// duration, at most a second; for the contended key the window opens once the
-// first grant after the warm-up has come, so the clients have queued up, at
-// the CPU clocks' reading). A scenario runs
+// duration, at most a second; for the contended key the window opens at the
+// first grant after the warm-up, so the clients have queued up, and lasts at
+// least the duration from the CPU clocks' first reading). A scenario runs
 // Config.Rounds rounds and each round measures every system in turn (lockd,
 // then the baselines), so slow drift of a shared machine hits every system
 // alike. Rates, fairness and death times are the median over rounds;

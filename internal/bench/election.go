@@ -347,8 +347,7 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 
 	start := time.Now()
 	warmEnd := start.Add(warm)
-	first := make(chan time.Time, 1) // the first hand-over after warmEnd
-	win := startWindow(ctx, cancel, wcancel, first, dur, "hand-over")
+	win := startWindow(ctx, cancel, wcancel, dur, "hand-over")
 
 	led := make([][]leadership, len(cands))
 	var wg sync.WaitGroup
@@ -383,10 +382,7 @@ func electionLoad(ctx context.Context, el elector, cands []candidate, warm, dur 
 				}
 				nth := gate.granted()
 				if nth > 1 && !at.Before(warmEnd) {
-					select {
-					case first <- at:
-					default:
-					}
+					win.open(ctx, at)
 				}
 				gate.await(len(cands) - 1)
 				gate.lead(-1)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -187,8 +188,7 @@ func contendedLoad(ctx context.Context, clients []locker, warm, dur time.Duratio
 	start := time.Now()
 	key := tag + "/key"
 	warmEnd := start.Add(warm)
-	first := make(chan time.Time, 1) // the time of the first grant after warmEnd
-	win := startWindow(ctx, cancel, wcancel, first, dur, "grant")
+	win := startWindow(ctx, cancel, wcancel, dur, "grant")
 	grants := make([][]time.Time, len(clients))
 	var wg sync.WaitGroup
 	for ci, l := range clients {
@@ -214,10 +214,7 @@ func contendedLoad(ctx context.Context, clients []locker, warm, dur time.Duratio
 				}
 				at := time.Now()
 				if !at.Before(warmEnd) {
-					select {
-					case first <- at:
-					default:
-					}
+					win.open(ctx, at)
 				}
 				grants[ci] = append(grants[ci], at)
 				if err := release(ctx); err != nil {
@@ -255,41 +252,53 @@ func sortedLatencies(rs []loadResult) []time.Duration {
 	return all
 }
 
-// window is the measured window of a load scenario: it opens once the first
-// event after the warm-up has come and lasts the scenario's duration. Its
-// start and end are the instants the CPU clocks were read (cpuWindow), so
-// the operations counted in [start, end) are those of the CPU metered: a
-// controller that runs late on a loaded machine must not open the window
-// at an earlier event's time, or the CPU reads would come back to back and
-// meter nothing for the operations counted (issue 21: "lockd figure 0").
+// window is the measured window of a load scenario: it opens at the first
+// event after the warm-up (a grant or a hand-over, which it counts, so that
+// it holds at least one however slow the system) and closes at least its
+// duration after the CPU clocks were read for it, at the second reading.
+// The event's goroutine reads the clocks (open), not the window's
+// controller: a controller scheduled late on a loaded machine would read
+// them long after the event and close the window at once, metering no CPU
+// for the operations counted (issue 21, "lockd figure 0").
 type window struct {
-	done       chan struct{} // closed when the window ended (or the run did)
-	start, end time.Time     // valid once done is closed
+	done       chan struct{}  // closed when the window ended (or the run did)
+	first      chan time.Time // the opening event's time, sent once the clocks were read
+	opening    atomic.Bool
+	start, end time.Time // valid once done is closed
 }
 
-// startWindow runs a window's controller: it waits for the first event
-// after the warm-up (sent on first), ends the window dur later with
-// wcancel, and fails the run through cancel if no event (what) comes
-// within firstGrantTimeout. It exits when the window ends or ctx does.
-func startWindow(ctx context.Context, cancel context.CancelCauseFunc, wcancel context.CancelFunc,
-	first <-chan time.Time, dur time.Duration, what string) *window {
-	w := &window{done: make(chan struct{})}
+// open is called by a load's goroutine at each event after the warm-up,
+// at being its time: the first call reads the CPU clocks (windowOpened)
+// and opens the window at at.
+func (w *window) open(ctx context.Context, at time.Time) {
+	if w.opening.Swap(true) {
+		return
+	}
+	windowOpened(ctx)
+	w.first <- at // buffered: never blocks
+}
+
+// startWindow runs a window's controller: it waits for the window to open
+// (open), ends it dur after that with wcancel, and fails the run through
+// cancel if no event (what) comes within firstGrantTimeout. It exits when
+// the window ends or ctx does.
+func startWindow(ctx context.Context, cancel context.CancelCauseFunc, wcancel context.CancelFunc, dur time.Duration,
+	what string) *window {
+	w := &window{done: make(chan struct{}), first: make(chan time.Time, 1)}
 	go func() {
 		defer close(w.done)
 		defer wcancel()
 		noGrant := time.NewTimer(firstGrantTimeout)
 		defer noGrant.Stop()
 		select {
-		case <-first:
-			windowOpened(ctx)
-			w.start = time.Now()
+		case w.start = <-w.first:
 		case <-noGrant.C:
 			cancel(fmt.Errorf("no %s within %v", what, firstGrantTimeout))
 			return
 		case <-ctx.Done():
 			return
 		}
-		end := time.NewTimer(dur)
+		end := time.NewTimer(dur) // from now: at least dur after the first reading
 		defer end.Stop()
 		select {
 		case <-end.C:

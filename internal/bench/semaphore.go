@@ -153,8 +153,7 @@ func semaphoreLoad(ctx context.Context, holders []slotHolder, n int, hold func(c
 	sem := tag + "/sem"
 	start := time.Now()
 	warmEnd := start.Add(warm)
-	first := make(chan time.Time, 1) // the first grant after warmEnd
-	win := startWindow(ctx, cancel, wcancel, first, dur, "grant")
+	win := startWindow(ctx, cancel, wcancel, dur, "grant")
 
 	var inside, most atomic.Int64 // clients holding a slot now, and at most
 	grants := make([][]slotGrant, len(holders))
@@ -190,10 +189,7 @@ func semaphoreLoad(ctx context.Context, holders []slotHolder, n int, hold func(c
 					return
 				}
 				if !at.Before(warmEnd) {
-					select {
-					case first <- at:
-					default:
-					}
+					win.open(ctx, at)
 				}
 				grants[ci] = append(grants[ci], slotGrant{at: at, wait: at.Sub(t0)})
 				herr := hold(wctx)
