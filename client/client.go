@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	lockdv1 "lock.dev/lockd/proto/lockd/v1"
 	"lock.dev/lockd/proto/lockd/v1/wirelimits"
@@ -23,6 +24,11 @@ const (
 	streamWindow = 1 << 20
 	connWindow   = 16 << 20
 )
+
+// minConnectTimeout is how long one connection attempt may take at least
+// (gRPC's default; set with the connection backoff, which would otherwise
+// make it 0 and cut a slow TLS handshake at the backoff's first step).
+const minConnectTimeout = 20 * time.Second
 
 // Client is a connection to a lockd server. It is safe for concurrent use.
 // All sessions of a Client share one KeepAlive stream.
@@ -103,6 +109,13 @@ func New(target string, opts ...Option) (*Client, error) {
 		// reply (see the server's transport settings).
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
+		// The transport reconnects within the backoff's bounds too, not
+		// after gRPC's default (1 s growing to 120 s): a server back
+		// from a long outage is reached within about backoffMax of its
+		// return (C2 #ct2-sdk rule 11).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: o.backoffMin, Multiplier: 2, Jitter: 0.2, MaxDelay: o.backoffMax,
+		}, MinConnectTimeout: minConnectTimeout}),
 	}
 	if o.tracer != nil { // outermost: the span covers the whole call (trace.go)
 		dial = append(dial, grpc.WithChainUnaryInterceptor(tracingInterceptor(o.tracer)))

@@ -103,7 +103,7 @@ class Conn:
     """The channels of a client and which address is in use."""
 
     def __init__(self, addresses: list[str], tls: TLS | None, insecure: bool, token: str | None, now=time.monotonic,
-                 stub_factory=None):
+                 stub_factory=None, backoff: tuple[float, float] = (0.05, 2.0)):
         if not addresses:
             raise errors.InvalidArgument("no address", field="target")
         for a in addresses:
@@ -134,6 +134,12 @@ class Conn:
         self._aside: dict[str, float] = {}
         self._closed = False
         self._stub_factory = stub_factory  # tests: a fake LockService per address
+        # The channel reconnects within the SDK's backoff bounds too, not after
+        # gRPC's default (1 s growing to 120 s): C2 #ct2-sdk rule 11. (gRPC's
+        # grpc.min_reconnect_backoff_ms is the time one attempt may take: left
+        # at its default.)
+        self._reconnect = [("grpc.initial_reconnect_backoff_ms", max(1, int(backoff[0] * 1000))),
+                           ("grpc.max_reconnect_backoff_ms", max(1, int(backoff[1] * 1000)))]
 
     def __repr__(self) -> str:  # never shows the token
         return f"Conn({','.join(self.addresses)})"
@@ -161,7 +167,7 @@ class Conn:
             if stub is None and self._stub_factory is not None:
                 stub = self._stubs[a] = self._stub_factory(a)
             if stub is None:
-                opts = list(_CHANNEL_OPTIONS)
+                opts = list(_CHANNEL_OPTIONS) + self._reconnect
                 if self._tls is not None and self._tls.server_name:
                     opts.append(("grpc.ssl_target_name_override", self._tls.server_name))
                 ch = self._dial(a, opts)

@@ -88,7 +88,7 @@ class Client:
         check_timing(ttl, safety_margin, heartbeat_interval)
         self._tracing = _trace.tracing(tracer_provider)
         self.clock = clock or Clock()
-        self.conn = _conn.Conn(addrs, tls, insecure, token, now=self.clock.now, stub_factory=_stub_factory)
+        self.conn = _conn.Conn(addrs, tls, insecure, token, now=self.clock.now, stub_factory=_stub_factory, backoff=backoff)
         self.ttl, self.safety_margin, self.heartbeat_interval = ttl, safety_margin, heartbeat_interval
         self.backoff_min, self.backoff_max = backoff
         self.call_timeout = call_timeout
