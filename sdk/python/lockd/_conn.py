@@ -134,12 +134,16 @@ class Conn:
         self._aside: dict[str, float] = {}
         self._closed = False
         self._stub_factory = stub_factory  # tests: a fake LockService per address
-        # The channel reconnects within the SDK's backoff bounds too, not after
-        # gRPC's default (1 s growing to 120 s): C2 #ct2-sdk rule 11. (gRPC's
-        # grpc.min_reconnect_backoff_ms is the time one attempt may take: left
-        # at its default.)
+        # The channel reconnects within the SDK's backoff bounds too, not
+        # after gRPC's default (1 s growing to 120 s): C2 #ct2-sdk rule 11.
+        # grpc.min_reconnect_backoff_ms too: the sync channel (gRPC's C core)
+        # waits about that long between later attempts (its default, 20 s,
+        # left a sync client attempts at 0, 1 and 5 s), and it is also the
+        # time one attempt may take, so never under a second (a TLS handshake
+        # on a loaded machine).
         self._reconnect = [("grpc.initial_reconnect_backoff_ms", max(1, int(backoff[0] * 1000))),
-                           ("grpc.max_reconnect_backoff_ms", max(1, int(backoff[1] * 1000)))]
+                           ("grpc.max_reconnect_backoff_ms", max(1, int(backoff[1] * 1000))),
+                           ("grpc.min_reconnect_backoff_ms", max(1000, int(backoff[1] * 1000)))]
 
     def __repr__(self) -> str:  # never shows the token
         return f"Conn({','.join(self.addresses)})"
