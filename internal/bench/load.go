@@ -271,7 +271,7 @@ type window struct {
 // at being its time: the first call reads the CPU clocks (windowOpened)
 // and opens the window at at.
 func (w *window) open(ctx context.Context, at time.Time) {
-	if w.opening.Swap(true) {
+	if w.opening.Load() || w.opening.Swap(true) { // a load only: every later event skips the write
 		return
 	}
 	windowOpened(ctx)
