@@ -241,6 +241,7 @@ export class Client {
     }
     return new GrpcApi({
       addresses: addrs, credentials: creds, serverName, now: () => this.clock.now(),
+      backoffMinMs: this.backoffMin, backoffMaxMs: this.backoffMax,
       tracing: opts.tracerProvider === undefined ? undefined : new Tracing(opts.tracerProvider),
       metadata: header === undefined ? undefined : () => {
         const md = new grpc.Metadata();

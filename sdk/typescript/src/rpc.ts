@@ -88,6 +88,12 @@ export interface ChannelConfig {
   now: () => number;
   /** Client spans and W3C trace context of unary calls (C4 #ct4-traces), or undefined. */
   tracing?: Tracing;
+  /**
+   * The client's backoff bounds (C2 #ct2-sdk rule 11): the channel's own connection backoff starts at the first and
+   * is capped at the second, not grpc-js's 1 s growing to 120 s. Defaults 50 and 2000 ms.
+   */
+  backoffMinMs?: number;
+  backoffMaxMs?: number;
 }
 
 type Method = (typeof LockService.method)[keyof typeof LockService.method];
@@ -161,7 +167,8 @@ export class GrpcApi implements LockApi {
     let ch = this.channels.get(addr);
     if (!ch) {
       const opts: grpc.ChannelOptions = {
-        "grpc.initial_reconnect_backoff_ms": 100, "grpc.max_reconnect_backoff_ms": 2000,
+        "grpc.initial_reconnect_backoff_ms": this.cfg.backoffMinMs ?? 50,
+        "grpc.max_reconnect_backoff_ms": this.cfg.backoffMaxMs ?? 2000,
         // No channelz registry: nothing reads it, and it traces and counts every call (issue 25 SDK-TS CPU).
         "grpc.enable_channelz": 0,
       };
