@@ -3,6 +3,7 @@
 
 GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOTESTSUM   ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 GOTESTFLAGS ?= -race -shuffle=on -timeout 20m
 
 .PHONY: test fmt-check vet staticcheck gotest fuzz build
@@ -31,8 +32,19 @@ GOTEST_FIRST ?= ./test/chaos/ ./server/ ./test/parity/ ./store/pgstore/ ./intern
 ## every control stays; docs/reliability.md "CI time"). No LOCKD_ variable
 ## is set here: every package sees it, and lockd serve children refuse a
 ## LOCKD_ key that C5 lacks.
+## gotest prints go test's own output (gotestsum's standard-quiet format) and
+## then every test that took GOTEST_SLOWEST or longer, from the run's -json
+## record, so that each CI log says where its time went (issue 21 "CI time").
+## GOTEST_JSON names a file to keep that record in (default: a temporary one).
+GOTEST_PKGS ?= $(GOTEST_FIRST) ./...
+GOTEST_SLOWEST ?= 15s
+GOTEST_JSON ?=
 gotest:
-	$(GO) test $(GOTESTFLAGS) $(GOTEST_FIRST) ./...
+	@json="$(GOTEST_JSON)"; tmp=; if [ -z "$$json" ]; then json=$$(mktemp); tmp=$$json; fi; status=0; \
+	$(GOTESTSUM) --format standard-quiet --jsonfile "$$json" -- $(GOTESTFLAGS) $(GOTEST_PKGS) || status=$$?; \
+	echo "==> tests that took $(GOTEST_SLOWEST) or longer (gotestsum tool slowest):"; \
+	$(GOTESTSUM) tool slowest --jsonfile "$$json" --threshold $(GOTEST_SLOWEST); \
+	rm -f $$tmp; exit $$status
 
 ## fuzz: run every fuzz target for a number of executions (seed corpora live
 ## in testdata/fuzz; `make test` runs them as ordinary tests, and the
