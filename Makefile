@@ -179,9 +179,9 @@ typescript-sdk:
 ## The same tests also run in `make test` (go test ./...), there on the base
 ## rows only (embedded, etcd, pg: the TLS rows change lockd's transport to
 ## its backend, LOCKD_PARITY_ROWS, test/parity/parity_test.go) and with the
-## SDK agents on embedded etcd and PostgreSQL only (one row per store; the
-## external etcd row runs the same store code: LOCKD_PARITY_SDK_ROWS,
-## test/parity/sdkagent_test.go; the agents' replica scenarios on the pg
+## SDK agents on one store each (Python on PostgreSQL, TypeScript on
+## embedded etcd; each SDK's own suite runs on both stores in test/sdk:
+## LOCKD_PARITY_SDK_ROWS, test/parity/sdkagent_test.go; the agents' replica scenarios on the pg
 ## replica row, LOCKD_PARITY_SDK_REPLICA_ROWS); here on every row.
 .PHONY: parity
 parity:
