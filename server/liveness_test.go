@@ -236,9 +236,10 @@ func TestRevokeNotifiesHolder(t *testing.T) {
 // checks the C4 cardinality budget (#ct4-cardinality): at most 200 series
 // (every histogram bucket, _sum and _count counted) — fewer than the
 // sessions, so a label per session cannot pass — and no label value that
-// is a key or a session id.
+// is a key or a session id. Sequential (forBackendsAlone): its 250
+// sessions would crowd the timing of the package's other tests.
 func TestCardinality(t *testing.T) {
-	forBackends(t, func(t *testing.T, backend string) {
+	forBackendsAlone(t, func(t *testing.T, backend string) {
 		srv := lockdtest.StartBackend(t, backend, lockdtest.Options{NoClient: true})
 		ctx := testCtx(t, 480*time.Second)
 		api := dial(t, srv.Addr)
