@@ -26,7 +26,11 @@ staticcheck:
 ## starts test binaries in the order of its package list, does not leave one
 ## of them running alone at the end; ./... adds the rest (go test lists each
 ## package once).
-GOTEST_FIRST ?= ./test/chaos/ ./server/ ./test/parity/ ./store/pgstore/ ./internal/cli/ ./test/sdk/ ./store/etcdstore/ ./client/
+## The middle-sized ones (test/abuse 80 s, internal/console 40 s,
+## internal/backend 34 s, test/soak 29 s, test/chaos/runner 15 s) are
+## listed too: left to ./...'s order they started last, and a clean-clone
+## run's last 150 s were them and the small packages (r40, 2026-12-07).
+GOTEST_FIRST ?= ./test/chaos/ ./store/pgstore/ ./test/sdk/ ./server/ ./test/parity/ ./internal/cli/ ./client/ ./store/etcdstore/ ./test/abuse/ ./internal/console/ ./internal/backend/ ./test/soak/ ./test/chaos/runner/
 ## test/chaos runs runner.CISuite by default, the short suite without the
 ## scenarios runner.ChaosOnly leaves to `make chaos` (every fault kind and
 ## every control stays; docs/reliability.md "CI time"). No LOCKD_ variable
